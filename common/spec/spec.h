@@ -1,0 +1,42 @@
+// The job spec: YAML (the user's file) <-> weft.v1.JobSpec, and validation shared by weftctl and
+// the coordinator's SubmitJob. Every error is INVALID_ARGUMENT (NOT_FOUND for a missing file)
+// and names the field, e.g. "model.layers[2] (fc1).in_features: 4096 does not match the
+// previous layer's output 1024".
+#ifndef WEFT_COMMON_SPEC_SPEC_H_
+#define WEFT_COMMON_SPEC_SPEC_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "weft/v1/job.pb.h"
+
+namespace weft {
+
+// Parses YAML text. Relative paths (data.input, data.label, init_from) are resolved against
+// base_dir. Applies the documented defaults (bias true, data placements, optimizer betas/eps,
+// device cpu, ...). Checks structure and types only, not files.
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir);
+
+// Reads and parses a spec file; base_dir is the file's folder.
+absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
+
+// Everything that can be checked before planning: mesh, layer chain (in/out features), layer
+// types, loss, optimizer, data (source, files exist and are float32 npy of matching shapes,
+// batch divisible by the degree of every mesh dim the batch is sharded on), init_from (a valid
+// safetensors file whose tensors match every parameter's shape), placements (one per mesh dim,
+// shard axes in range). Run by the coordinator at SubmitJob, so it must not crash on anything.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// "Replicate()", "Shard(1)", "Shard(-1)", "Partial()", "Partial(sum)", "Partial(avg)".
+absl::StatusOr<v1::Placement> ParsePlacement(absl::string_view text);
+std::string FormatPlacement(const v1::Placement& placement);
+std::string FormatPlacements(const google::protobuf::RepeatedPtrField<v1::Placement>& placements);
+
+// Number of ranks the spec's mesh needs (product of mesh.shape).
+int64_t WorldSize(const v1::JobSpec& spec);
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_SPEC_SPEC_H_

@@ -1,0 +1,65 @@
+// Communicator: the collectives of one group of ranks (the ranks that differ only along some
+// mesh dimensions). Knows nothing of the transport: Gloo (worker/comm/gloo) on CPU, NCCL on GPU,
+// and an in-process one (worker/comm/local) for tests that simulate all ranks in one process.
+//
+// Buffers are flat float32; layout along a tensor axis (packing an all-gather along axis 1, for
+// instance) is the executor's job. Every call is blocking and bounded by the communicator's
+// timeout; a timeout or a dead peer is an error naming the operation and the group, and the
+// communicator is unusable afterwards.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory->Create(group));
+//   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), ReduceOp::kSum));
+#ifndef WEFT_WORKER_COMM_COMMUNICATOR_H_
+#define WEFT_WORKER_COMM_COMMUNICATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "weft/v1/program.pb.h"
+
+namespace weft {
+
+enum class ReduceOp { kSum, kAvg };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;  // index in the group
+  virtual int size() const = 0;
+  virtual const std::string& name() const = 0;  // for messages, e.g. "group 1 (dp) ranks [0,2]"
+
+  // In place.
+  virtual absl::Status AllReduce(float* data, size_t count, ReduceOp op) = 0;
+  // out = concatenation of every member's `in`; member i contributes counts[i] floats.
+  virtual absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) = 0;
+  // in holds sum(counts) floats; out (counts[rank()] floats) = the sum over members of
+  // in[offset_i : offset_i + counts[i]] for i = rank().
+  virtual absl::Status ReduceScatter(const float* in, float* out,
+                                     absl::Span<const int64_t> counts) = 0;
+  // in holds size() chunks, chunk j (send_counts[j] floats) goes to member j; out receives
+  // recv_counts[j] floats from member j, concatenated in member order.
+  virtual absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
+                                absl::Span<const int64_t> recv_counts) = 0;
+  virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
+  virtual absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) = 0;
+  virtual absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+// Creates the communicator of one group for this rank. Every member calls Create for the same
+// group; it returns once all of them are connected (or fails after the timeout).
+class CommunicatorFactory {
+ public:
+  virtual ~CommunicatorFactory() = default;
+  virtual absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) = 0;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COMM_COMMUNICATOR_H_

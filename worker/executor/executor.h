@@ -1,0 +1,48 @@
+// Executor: an interpreter over a Program's instructions. It owns the rank's buffers, runs the
+// init list once and the step list once per step, and knows nothing of parallelism beyond the
+// collectives the instructions name.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(auto exec, Executor::Create(program, &comm_factory));
+//   RETURN_IF_ERROR(exec->Initialize());
+//   for (int64_t s = 1; s <= program.steps(); ++s) {
+//     ASSIGN_OR_RETURN(float loss, exec->RunStep(s));
+//   }
+#ifndef WEFT_WORKER_EXECUTOR_EXECUTOR_H_
+#define WEFT_WORKER_EXECUTOR_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "weft/v1/program.pb.h"
+#include "worker/comm/communicator.h"
+
+namespace weft {
+
+class Executor {
+ public:
+  // Checks the program (buffer ids in range, shapes consistent with each instruction) and opens
+  // the data source. comm_factory must outlive Initialize(); may be null for a program with no
+  // groups.
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const v1::Program& program,
+                                                          CommunicatorFactory* comm_factory);
+  virtual ~Executor() = default;
+
+  // Allocates buffers, creates one communicator per group, runs the init list.
+  virtual absl::Status Initialize() = 0;
+  // Runs one step (from 1) and returns the replicated mean loss (Program.loss_buffer).
+  virtual absl::StatusOr<float> RunStep(int64_t step) = 0;
+  // Read access to a buffer by global name, for tests and checkpoints.
+  virtual absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const = 0;
+  // Makes RunStep return CANCELLED at the next instruction boundary. Thread-safe.
+  virtual void Cancel() = 0;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_EXECUTOR_EXECUTOR_H_
