@@ -29,6 +29,10 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 // shard axes in range). Run by the coordinator at SubmitJob, so it must not crash on anything.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
+// For data.source npy: reads the .npy headers and fills data.sample_shape, data.label_shape and
+// data.num_samples (the planner does no I/O and needs them). No-op for synthetic data.
+absl::Status ResolveDataShapes(v1::JobSpec* spec);
+
 // "Replicate()", "Shard(1)", "Shard(-1)", "Partial()", "Partial(sum)", "Partial(avg)".
 absl::StatusOr<v1::Placement> ParsePlacement(absl::string_view text);
 std::string FormatPlacement(const v1::Placement& placement);
