@@ -1,5 +1,5 @@
 // The job spec: YAML (the user's file) <-> weft.v1.JobSpec, and validation shared by weftctl and
-// the coordinator's SubmitJob. Every error is INVALID_ARGUMENT (NOT_FOUND for a missing file)
+// the coordinator's SubmitJob. Every validation error is INVALID_ARGUMENT (a missing file too)
 // and names the field, e.g. "model.layers[2] (fc1).in_features: 4096 does not match the
 // previous layer's output 1024".
 #ifndef WEFT_COMMON_SPEC_SPEC_H_
@@ -18,6 +18,12 @@ namespace weft {
 // base_dir. Applies the documented defaults (bias true, data placements, optimizer betas/eps,
 // device cpu, ...). Checks structure and types only, not files.
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir);
+
+// Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
+// linear bias true; loss mse; data placements Shard(0) on a dim named dp, Replicate elsewhere;
+// adamw betas [0.9, 0.999]; device cpu. ParseJobSpecYaml calls it; the coordinator calls it on
+// specs that arrive over gRPC without going through the YAML parser. Idempotent.
+void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Reads and parses a spec file; base_dir is the file's folder.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);

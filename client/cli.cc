@@ -1,0 +1,212 @@
+#include "client/cli.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+
+namespace weft::client {
+namespace {
+
+struct CommandInfo {
+  int min_positional;
+  int max_positional;
+  const char* positional_name;  // for errors: "SPEC", "JOB"
+};
+
+const std::map<std::string, CommandInfo>& Commands() {
+  static const auto* commands = new std::map<std::string, CommandInfo>{
+      {"submit", {1, 1, "SPEC"}}, {"get", {1, 1, "JOB"}},     {"list", {0, 0, ""}},
+      {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
+      {"local", {1, 1, "SPEC"}},  {"help", {0, 1, "COMMAND"}},
+  };
+  return *commands;
+}
+
+struct FlagInfo {
+  bool takes_value;
+  std::set<std::string> commands;  // empty: every command
+};
+
+const std::map<std::string, FlagInfo>& Flags() {
+  static const auto* flags = new std::map<std::string, FlagInfo>{
+      {"coordinator", {true, {}}},
+      {"json", {false, {"submit", "get", "list", "watch", "workers", "local"}}},
+      {"watch", {false, {"submit"}}},
+      {"ranks", {true, {"local"}}},
+      {"coordinator_bin", {true, {"local"}}},
+      {"worker_bin", {true, {"local"}}},
+      {"keep_tmp", {false, {"local"}}},
+      {"reason", {true, {"cancel"}}},
+      {"help", {false, {}}},
+  };
+  return *flags;
+}
+
+absl::StatusOr<bool> ParseBoolValue(const std::string& flag, const std::string& value) {
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": expected true or false, got \"", value, "\""));
+}
+
+}  // namespace
+
+std::string DefaultCoordinator(const char* env_value) {
+  if (env_value != nullptr && env_value[0] != '\0') return env_value;
+  return kDefaultCoordinator;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const std::string& default_coordinator) {
+  CommandLine cl;
+  cl.coordinator = default_coordinator;
+  // Flags are collected first and checked against the command once it is known.
+  std::vector<std::pair<std::string, std::string>> flags;
+  bool flags_done = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!flags_done && arg == "--") {
+      flags_done = true;
+      continue;
+    }
+    if (!flags_done && (arg == "-h")) {
+      flags.push_back({"help", ""});
+      continue;
+    }
+    if (!flags_done && absl::StartsWith(arg, "--") && arg.size() > 2) {
+      std::string name = arg.substr(2);
+      std::string value;
+      bool has_value = false;
+      const size_t eq = name.find('=');
+      if (eq != std::string::npos) {
+        value = name.substr(eq + 1);
+        name = name.substr(0, eq);
+        has_value = true;
+      }
+      std::replace(name.begin(), name.end(), '-', '_');
+      auto it = Flags().find(name);
+      if (it == Flags().end()) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      }
+      if (it->second.takes_value && !has_value) {
+        if (i + 1 >= args.size()) {
+          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+        }
+        value = args[++i];
+        has_value = true;
+      }
+      flags.push_back({name, has_value ? value : "true"});
+      continue;
+    }
+    if (cl.command.empty()) {
+      cl.command = arg;
+    } else {
+      cl.positional.push_back(arg);
+    }
+  }
+
+  for (const auto& [name, value] : flags) {
+    if (name == "help") {
+      cl.help = true;
+      continue;
+    }
+    const FlagInfo& info = Flags().at(name);
+    if (!cl.command.empty() && !info.commands.empty() && info.commands.count(cl.command) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", name, " does not apply to '", cl.command, "' (only to ",
+          absl::StrJoin(info.commands, ", "), ")"));
+    }
+    if (name == "coordinator") {
+      if (value.empty()) return absl::InvalidArgumentError("--coordinator: must be HOST:PORT");
+      cl.coordinator = value;
+    } else if (name == "json") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.json = *v;
+    } else if (name == "watch") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.watch = *v;
+    } else if (name == "keep_tmp") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.keep_tmp = *v;
+    } else if (name == "ranks") {
+      if (!absl::SimpleAtoi(value, &cl.ranks) || cl.ranks <= 0 || cl.ranks > 1024) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--ranks: expected a number of ranks in 1..1024, got \"", value, "\""));
+      }
+    } else if (name == "coordinator_bin") {
+      cl.coordinator_bin = value;
+    } else if (name == "worker_bin") {
+      cl.worker_bin = value;
+    } else if (name == "reason") {
+      cl.reason = value;
+    }
+  }
+
+  if (cl.command.empty()) {
+    if (cl.help) {
+      cl.command = "help";
+      return cl;
+    }
+    return absl::InvalidArgumentError("no command given");
+  }
+  auto it = Commands().find(cl.command);
+  if (it == Commands().end()) {
+    std::vector<std::string> names;
+    for (const auto& kv : Commands()) names.push_back(kv.first);
+    return absl::InvalidArgumentError(absl::StrCat("unknown command '", cl.command,
+                                                   "'; known: ", absl::StrJoin(names, ", ")));
+  }
+  if (cl.help) return cl;
+  const CommandInfo& info = it->second;
+  const int n = static_cast<int>(cl.positional.size());
+  if (n < info.min_positional) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", cl.command, "' needs ", info.positional_name));
+  }
+  if (n > info.max_positional) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", cl.command, "' takes ",
+        info.max_positional == 0 ? "no arguments" : absl::StrCat("one ", info.positional_name),
+        ", got unexpected '", cl.positional[info.max_positional], "'"));
+  }
+  return cl;
+}
+
+std::string UsageText() {
+  return R"(usage: weftctl [--coordinator HOST:PORT] COMMAND [ARGS] [FLAGS]
+
+Commands:
+  submit SPEC [--watch] [--json]   validate SPEC (YAML) locally, submit it, print the job id;
+                                   --watch then streams its events like 'watch'
+  get JOB [--json]                 show one job
+  list [--json]                    list jobs: id, name, state, steps done, last loss, age
+  cancel JOB [--reason TEXT]       cancel a job
+  watch JOB [--json]               stream a job's events until it ends; exits 0 only if it
+                                   SUCCEEDED
+  workers [--json]                 list workers: id, host, device, state, job/rank, heartbeat
+  local [--ranks N] [--json] SPEC  start a coordinator and N workers on 127.0.0.1 as child
+                                   processes, run SPEC on them, stop them; exits 0 only if the
+                                   job SUCCEEDED. N defaults to the spec's mesh size.
+        [--coordinator_bin PATH] [--worker_bin PATH] [--keep_tmp]
+  help                             this text
+
+Flags:
+  --coordinator HOST:PORT  the coordinator to talk to (default $WEFT_COORDINATOR, else
+                           127.0.0.1:7070)
+  --json                   one JSON object per line: {"type":"step","step":S,"loss":L,
+                           "step_seconds":T,"samples_per_second":X} per step and
+                           {"type":"state","state":...,"message":...} per state change
+)";
+}
+
+}  // namespace weft::client

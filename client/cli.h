@@ -1,0 +1,50 @@
+// weftctl's command line: a subcommand, its positional arguments and flags, parsed by hand so
+// that flags may come before or after the subcommand (`weftctl --json watch J` and
+// `weftctl watch J --json` mean the same) and a flag given to a command that does not take it
+// is an error instead of being ignored.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(CommandLine cl, ParseCommandLine({"local", "--ranks", "4", "job.yaml"},
+//                                                    /*default_coordinator=*/"127.0.0.1:7070"));
+//   // cl.command == "local", cl.ranks == 4, cl.positional == {"job.yaml"}
+#ifndef WEFT_CLIENT_CLI_H_
+#define WEFT_CLIENT_CLI_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace weft::client {
+
+inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
+
+struct CommandLine {
+  std::string command;                  // submit | get | list | cancel | watch | workers | local | help
+  std::vector<std::string> positional;  // after the command
+  std::string coordinator;              // HOST:PORT
+  bool json = false;
+  bool watch = false;                   // submit
+  int ranks = 0;                        // local; 0: the spec's world size
+  std::string coordinator_bin;          // local
+  std::string worker_bin;               // local
+  bool keep_tmp = false;                // local: keep the temporary folder and its logs
+  std::string reason;                   // cancel
+  bool help = false;
+};
+
+// The coordinator address to use when --coordinator is absent: $WEFT_COORDINATOR if set and
+// non-empty, else 127.0.0.1:7070.
+std::string DefaultCoordinator(const char* env_value);
+
+// args excludes argv[0]. Checks the command exists, its positional count, and that every flag
+// applies to it.
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const std::string& default_coordinator);
+
+// The help text printed by `weftctl help` and on usage errors.
+std::string UsageText();
+
+}  // namespace weft::client
+
+#endif  // WEFT_CLIENT_CLI_H_

@@ -1,0 +1,118 @@
+#include "client/cli.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace weft::client {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::StatusOr<CommandLine> Parse(const std::vector<std::string>& args) {
+  return ParseCommandLine(args, "127.0.0.1:7070");
+}
+
+TEST(CliTest, DefaultCoordinatorComesFromTheEnvironment) {
+  EXPECT_EQ(DefaultCoordinator(nullptr), "127.0.0.1:7070");
+  EXPECT_EQ(DefaultCoordinator(""), "127.0.0.1:7070");
+  EXPECT_EQ(DefaultCoordinator("10.0.0.1:9000"), "10.0.0.1:9000");
+  absl::StatusOr<CommandLine> cl = ParseCommandLine({"list"}, DefaultCoordinator("h:1"));
+  ASSERT_TRUE(cl.ok());
+  EXPECT_EQ(cl->coordinator, "h:1");
+}
+
+TEST(CliTest, LocalWithFlagsInAnyOrder) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"local", "--ranks", "4", "--json", "job.yaml"},
+           {"local", "job.yaml", "--ranks=4", "--json"},
+           {"--json", "local", "--ranks", "4", "job.yaml"},
+       }) {
+    absl::StatusOr<CommandLine> cl = Parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    EXPECT_EQ(cl->command, "local");
+    EXPECT_EQ(cl->ranks, 4);
+    EXPECT_TRUE(cl->json);
+    EXPECT_THAT(cl->positional, ElementsAre("job.yaml"));
+  }
+  absl::StatusOr<CommandLine> cl =
+      Parse({"local", "--coordinator_bin", "/c", "--worker-bin=/w", "--keep_tmp", "j.yaml"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->coordinator_bin, "/c");
+  EXPECT_EQ(cl->worker_bin, "/w");
+  EXPECT_TRUE(cl->keep_tmp);
+  EXPECT_EQ(cl->ranks, 0);  // the spec's world size
+}
+
+TEST(CliTest, GlobalCoordinatorFlag) {
+  absl::StatusOr<CommandLine> cl = Parse({"--coordinator", "host:1234", "get", "job-1"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->coordinator, "host:1234");
+  EXPECT_EQ(cl->command, "get");
+  EXPECT_THAT(cl->positional, ElementsAre("job-1"));
+  cl = Parse({"workers", "--coordinator=h:2"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->coordinator, "h:2");
+}
+
+TEST(CliTest, SubmitWatchAndCancel) {
+  absl::StatusOr<CommandLine> cl = Parse({"submit", "spec.yaml", "--watch", "--json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->watch);
+  EXPECT_TRUE(cl->json);
+  cl = Parse({"submit", "spec.yaml", "--watch=false"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_FALSE(cl->watch);
+  cl = Parse({"cancel", "job-1", "--reason", "no longer needed"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->reason, "no longer needed");
+  cl = Parse({"list"});
+  ASSERT_TRUE(cl.ok());
+  EXPECT_FALSE(cl->json);
+  // After --, everything is positional.
+  cl = Parse({"get", "--", "--odd-job-id"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->positional, ElementsAre("--odd-job-id"));
+}
+
+TEST(CliTest, Help) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"help"}, {"--help"}, {"-h"}, {"local", "--help"}}) {
+    absl::StatusOr<CommandLine> cl = Parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    EXPECT_TRUE(cl->help || cl->command == "help");
+  }
+  EXPECT_THAT(UsageText(), HasSubstr("local [--ranks N] [--json] SPEC"));
+}
+
+TEST(CliTest, Errors) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{}, "no command"},
+           {{"frobnicate"}, "unknown command 'frobnicate'"},
+           {{"list", "--jsn"}, "unknown flag --jsn"},
+           {{"local", "--ranks"}, "--ranks needs a value"},
+           {{"local", "--ranks", "zero", "j.yaml"}, "--ranks: expected"},
+           {{"local", "--ranks", "0", "j.yaml"}, "--ranks: expected"},
+           {{"local", "--ranks", "-3", "j.yaml"}, "--ranks: expected"},
+           {{"local", "--ranks", "2"}, "'local' needs SPEC"},
+           {{"get"}, "'get' needs JOB"},
+           {{"list", "extra"}, "'list' takes no arguments"},
+           {{"watch", "a", "b"}, "'watch' takes one JOB"},
+           {{"watch", "j", "--ranks", "2"}, "--ranks does not apply to 'watch'"},
+           {{"get", "j", "--watch"}, "--watch does not apply to 'get'"},
+           {{"cancel", "j", "--json"}, "--json does not apply to 'cancel'"},
+           {{"list", "--json=maybe"}, "--json: expected true or false"},
+       }) {
+    absl::StatusOr<CommandLine> cl = Parse(c.args);
+    ASSERT_FALSE(cl.ok()) << c.message;
+    EXPECT_EQ(cl.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(cl.status().message()), HasSubstr(c.message));
+  }
+}
+
+}  // namespace
+}  // namespace weft::client

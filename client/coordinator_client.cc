@@ -1,0 +1,125 @@
+#include "client/coordinator_client.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace weft::client {
+namespace {
+
+// Generous: SubmitJob validates the spec, which reads npy and safetensors headers.
+constexpr auto kUnaryDeadline = std::chrono::seconds(30);
+
+}  // namespace
+
+absl::Status FromGrpc(const grpc::Status& status, const std::string& address) {
+  if (status.ok()) return absl::OkStatus();
+  const auto code = static_cast<absl::StatusCode>(status.error_code());
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach coordinator at ", address, ": ", status.error_message()));
+  }
+  if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    return absl::DeadlineExceededError(absl::StrCat("coordinator at ", address,
+                                                    " did not answer in time: ",
+                                                    status.error_message()));
+  }
+  return absl::Status(code, status.error_message());
+}
+
+CoordinatorClient::CoordinatorClient(const std::string& address) : address_(address) {
+  grpc::ChannelArguments args;
+  // ListJobs returns every job with its step history.
+  args.SetMaxReceiveMessageSize(-1);
+  stub_ = v1::JobService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
+  ctx->set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
+}
+
+absl::StatusOr<std::string> CoordinatorClient::Submit(const v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, req, &resp), address_);
+  if (!s.ok()) return s;
+  return resp.job_id();
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  absl::Status s = FromGrpc(stub_->GetJob(&ctx, req, &job), address_);
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::ListJobsResponse resp;
+  absl::Status s = FromGrpc(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &resp), address_);
+  if (!s.ok()) return s;
+  return std::vector<v1::Job>(resp.jobs().begin(), resp.jobs().end());
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
+                                                     const std::string& reason) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  v1::Job job;
+  absl::Status s = FromGrpc(stub_->CancelJob(&ctx, req, &job), address_);
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::ListWorkersResponse resp;
+  absl::Status s = FromGrpc(stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp), address_);
+  if (!s.ok()) return s;
+  return std::vector<v1::WorkerInfo>(resp.workers().begin(), resp.workers().end());
+}
+
+absl::StatusOr<WatchResult> CoordinatorClient::Watch(
+    const std::string& job_id, grpc::ClientContext* ctx,
+    const std::function<void(const v1::JobEvent&)>& on_event) {
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  std::unique_ptr<grpc::ClientReader<v1::JobEvent>> reader = stub_->WatchJob(ctx, req);
+  WatchResult result;
+  v1::JobEvent event;
+  while (reader->Read(&event)) {
+    on_event(event);
+    if (event.event_case() == v1::JobEvent::kState) {
+      result.state = event.state();
+      result.message = event.message();
+      if (result.state == v1::SUCCEEDED || result.state == v1::FAILED ||
+          result.state == v1::CANCELLED) {
+        result.final = true;
+        break;
+      }
+    }
+  }
+  // The coordinator closes the stream after the final state; do not rely on it.
+  if (result.final) ctx->TryCancel();
+  const grpc::Status status = reader->Finish();
+  // A stream that delivered the final state has done its job, whatever status closes it.
+  if (result.final) return result;
+  absl::Status s = FromGrpc(status, address_);
+  if (!s.ok()) return s;
+  return result;
+}
+
+}  // namespace weft::client

@@ -1,0 +1,60 @@
+// weftctl's view of a coordinator: JobService calls with deadlines, gRPC status turned into
+// absl::Status, and an unreachable coordinator reported as such ("cannot reach coordinator at
+// 127.0.0.1:7070: ...") instead of a bare UNAVAILABLE.
+//
+// E.g.
+//   CoordinatorClient client("127.0.0.1:7070");
+//   ASSIGN_OR_RETURN(std::string id, client.Submit(spec));
+//   grpc::ClientContext ctx;
+//   ASSIGN_OR_RETURN(WatchResult r, client.Watch(id, &ctx, [](const v1::JobEvent& e) { ... }));
+#ifndef WEFT_CLIENT_COORDINATOR_CLIENT_H_
+#define WEFT_CLIENT_COORDINATOR_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/grpcpp.h"
+#include "weft/v1/service.grpc.pb.h"
+
+namespace weft::client {
+
+// absl::Status with the same code and message; UNAVAILABLE also names the address.
+absl::Status FromGrpc(const grpc::Status& status, const std::string& address);
+
+struct WatchResult {
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // last state seen
+  std::string message;                             // with it
+  bool final = false;                              // the stream reached a final state
+};
+
+class CoordinatorClient {
+ public:
+  explicit CoordinatorClient(const std::string& address);
+
+  const std::string& address() const { return address_; }
+
+  absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::Job>> ListJobs();
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
+
+  // Streams the job's events (the replay, then new ones) to on_event until the job is final,
+  // the stream breaks, or ctx is cancelled (TryCancel from another thread). The caller owns ctx
+  // so that it can cancel it.
+  absl::StatusOr<WatchResult> Watch(const std::string& job_id, grpc::ClientContext* ctx,
+                                    const std::function<void(const v1::JobEvent&)>& on_event);
+
+ private:
+  void SetDeadline(grpc::ClientContext* ctx) const;
+
+  std::string address_;
+  std::unique_ptr<v1::JobService::Stub> stub_;
+};
+
+}  // namespace weft::client
+
+#endif  // WEFT_CLIENT_COORDINATOR_CLIENT_H_

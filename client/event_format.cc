@@ -1,0 +1,183 @@
+#include "client/event_format.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+
+namespace weft::client {
+
+std::string StateName(v1::JobState state) {
+  const std::string& name = v1::JobState_Name(state);
+  return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
+}
+
+bool IsFinal(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+std::string JsonNumber(double value) {
+  if (!std::isfinite(value)) return "null";
+  return absl::StrFormat("%.17g", value);
+}
+
+std::string JsonString(const std::string& value) {
+  // Replace invalid UTF-8 rather than throw: messages may quote arbitrary bytes.
+  return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::string FormatStepJson(const v1::StepMetrics& step) {
+  return absl::StrCat("{\"type\":\"step\",\"step\":", step.step(),
+                      ",\"loss\":", JsonNumber(step.loss()),
+                      ",\"step_seconds\":", JsonNumber(step.step_seconds()),
+                      ",\"samples_per_second\":", JsonNumber(step.samples_per_second()), "}");
+}
+
+std::string FormatStateJson(v1::JobState state, const std::string& message) {
+  std::string out = absl::StrCat("{\"type\":\"state\",\"state\":", JsonString(StateName(state)));
+  if (!message.empty() || state == v1::FAILED || state == v1::CANCELLED) {
+    absl::StrAppend(&out, ",\"message\":", JsonString(message));
+  }
+  absl::StrAppend(&out, "}");
+  return out;
+}
+
+std::string FormatEventJson(const v1::JobEvent& event) {
+  switch (event.event_case()) {
+    case v1::JobEvent::kStep:
+      return FormatStepJson(event.step());
+    case v1::JobEvent::kState:
+      return FormatStateJson(event.state(), event.message());
+    default:
+      return "";
+  }
+}
+
+std::string FormatThousands(double value) {
+  if (!std::isfinite(value)) return absl::StrCat(value);
+  const bool negative = value < 0;
+  std::string digits = absl::StrFormat("%.0f", std::fabs(value));
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return negative ? "-" + out : out;
+}
+
+std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps) {
+  std::string out = total_steps > 0 ? absl::StrCat("step ", step.step(), "/", total_steps)
+                                     : absl::StrCat("step ", step.step());
+  absl::StrAppend(&out, "  loss ", absl::StrFormat("%.6g", step.loss()));
+  if (step.samples_per_second() > 0) {
+    absl::StrAppend(&out, "  ", FormatThousands(step.samples_per_second()), " samples/s");
+  }
+  if (step.step_seconds() > 0) {
+    absl::StrAppend(&out, "  (", absl::StrFormat("%.3f", step.step_seconds()), " s)");
+  }
+  return out;
+}
+
+std::string FormatStateText(v1::JobState state, const std::string& message) {
+  if (message.empty()) return absl::StrCat("state ", StateName(state));
+  return absl::StrCat("state ", StateName(state), ": ", message);
+}
+
+std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps) {
+  switch (event.event_case()) {
+    case v1::JobEvent::kStep:
+      return FormatStepText(event.step(), total_steps);
+    case v1::JobEvent::kState:
+      return FormatStateText(event.state(), event.message());
+    default:
+      return "";
+  }
+}
+
+std::string FormatAge(int64_t then_ms, int64_t now_ms) {
+  if (then_ms <= 0 || now_ms < then_ms) return "-";
+  const int64_t s = (now_ms - then_ms) / 1000;
+  if (s < 120) return absl::StrCat(s, "s");
+  if (s < 120 * 60) return absl::StrCat(s / 60, "m");
+  if (s < 48 * 3600) return absl::StrCat(s / 3600, "h");
+  return absl::StrCat(s / 86400, "d");
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs, int64_t now_ms) {
+  std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "STEPS", "LOSS", "AGE"}};
+  for (const v1::Job& job : jobs) {
+    std::string steps = absl::StrCat(job.steps_size() > 0 ? job.steps().rbegin()->step() : 0);
+    if (job.spec().train().steps() > 0) absl::StrAppend(&steps, "/", job.spec().train().steps());
+    const std::string loss =
+        job.steps_size() > 0 ? absl::StrFormat("%.6g", job.steps().rbegin()->loss()) : "-";
+    rows.push_back({job.id(), job.spec().name(), StateName(job.state()), steps, loss,
+                    FormatAge(job.create_time_ms(), now_ms)});
+  }
+  return FormatTable(rows);
+}
+
+std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64_t now_ms) {
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "HOST", "DEVICE", "STATE", "JOB/RANK", "HEARTBEAT"}};
+  for (const v1::WorkerInfo& w : workers) {
+    std::string device = w.device().kind().empty() ? "-" : w.device().kind();
+    if (w.device().cores() > 0) absl::StrAppend(&device, " (", w.device().cores(), " cores)");
+    const std::string job =
+        w.job_id().empty() ? "-" : absl::StrCat(w.job_id(), "/", w.rank());
+    const std::string beat =
+        w.last_heartbeat_ms() > 0 ? absl::StrCat(FormatAge(w.last_heartbeat_ms(), now_ms), " ago")
+                                  : "-";
+    rows.push_back({w.worker_id(), w.host().empty() ? "-" : w.host(), device,
+                    w.state().empty() ? "-" : w.state(), job, beat});
+  }
+  return FormatTable(rows);
+}
+
+std::string FormatJobDetails(const v1::Job& job, int64_t now_ms) {
+  std::vector<std::string> lines;
+  lines.push_back(absl::StrCat("id:       ", job.id()));
+  lines.push_back(absl::StrCat("name:     ", job.spec().name()));
+  lines.push_back(absl::StrCat("state:    ", StateName(job.state())));
+  if (!job.message().empty()) lines.push_back(absl::StrCat("message:  ", job.message()));
+  std::string mesh = absl::StrCat("[", absl::StrJoin(job.spec().mesh().shape(), ","), "]");
+  if (job.spec().mesh().dim_names_size() > 0) {
+    absl::StrAppend(&mesh, " (", absl::StrJoin(job.spec().mesh().dim_names(), ","), ")");
+  }
+  lines.push_back(absl::StrCat("mesh:     ", mesh));
+  lines.push_back(absl::StrCat("attempt:  ", job.attempt()));
+  lines.push_back(absl::StrCat("created:  ", FormatAge(job.create_time_ms(), now_ms), " ago"));
+  std::string steps = absl::StrCat(job.steps_size() > 0 ? job.steps().rbegin()->step() : 0, "/",
+                                   job.spec().train().steps());
+  lines.push_back(absl::StrCat("steps:    ", steps));
+  if (job.steps_size() > 0) {
+    lines.push_back(absl::StrCat("last:     ", FormatStepText(*job.steps().rbegin(),
+                                                               job.spec().train().steps())));
+  }
+  if (job.workers_size() > 0) {
+    lines.push_back(absl::StrCat("workers:  ", absl::StrJoin(job.workers(), ", ")));
+  }
+  return absl::StrCat(absl::StrJoin(lines, "\n"), "\n");
+}
+
+}  // namespace weft::client

@@ -1,0 +1,62 @@
+// How weftctl prints jobs, workers and job events: JSON lines for programs (--json) and
+// readable lines and tables for people. Pure functions of the protos (and "now" for ages), so
+// the formats are unit-tested without a coordinator.
+//
+// E.g.
+//   FormatEventJson(event)
+//     -> {"type":"step","step":3,"loss":0.12345678901234566,"step_seconds":0.014,...}
+//   FormatEventText(event, /*total_steps=*/10)
+//     -> step 3/10  loss 0.123457  2,345 samples/s  (0.014 s)
+#ifndef WEFT_CLIENT_EVENT_FORMAT_H_
+#define WEFT_CLIENT_EVENT_FORMAT_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "weft/v1/job.pb.h"
+#include "weft/v1/service.pb.h"
+
+namespace weft::client {
+
+// "SUCCEEDED", "RUNNING", ...
+std::string StateName(v1::JobState state);
+bool IsFinal(v1::JobState state);
+
+// A JSON number that parses back to exactly `value` (%.17g); null when not finite, since JSON
+// has no NaN or infinity.
+std::string JsonNumber(double value);
+std::string JsonString(const std::string& value);
+
+// {"type":"step","step":S,"loss":L,"step_seconds":T,"samples_per_second":X}
+std::string FormatStepJson(const v1::StepMetrics& step);
+// {"type":"state","state":"FAILED","message":"..."}; the message is always present for FAILED
+// and CANCELLED, and for other states when non-empty.
+std::string FormatStateJson(v1::JobState state, const std::string& message);
+// One of the two above; empty for an event with neither a state nor a step.
+std::string FormatEventJson(const v1::JobEvent& event);
+
+// "step 3/10  loss 0.123457  2,345 samples/s  (0.014 s)" (total_steps 0: "step 3")
+std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps);
+// "state RUNNING" or "state FAILED: <message>"
+std::string FormatStateText(v1::JobState state, const std::string& message);
+std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps);
+
+// 2345.6 -> "2,346"
+std::string FormatThousands(double value);
+// Milliseconds -> "45s", "12m", "3h", "2d"; "-" for a time not set or in the future.
+std::string FormatAge(int64_t then_ms, int64_t now_ms);
+
+// Left-aligned columns separated by two spaces, the first row being the header.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
+
+// Columns: ID NAME STATE STEPS LOSS AGE.
+std::string FormatJobsTable(const std::vector<v1::Job>& jobs, int64_t now_ms);
+// Columns: ID HOST DEVICE STATE JOB/RANK HEARTBEAT.
+std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64_t now_ms);
+// A few "key: value" lines about one job.
+std::string FormatJobDetails(const v1::Job& job, int64_t now_ms);
+
+}  // namespace weft::client
+
+#endif  // WEFT_CLIENT_EVENT_FORMAT_H_

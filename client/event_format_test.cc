@@ -1,0 +1,143 @@
+#include "client/event_format.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace weft::client {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::JobEvent StepEvent(int64_t step, double loss, double seconds, double sps) {
+  v1::JobEvent e;
+  e.set_job_id("job-1");
+  e.mutable_step()->set_step(step);
+  e.mutable_step()->set_loss(loss);
+  e.mutable_step()->set_step_seconds(seconds);
+  e.mutable_step()->set_samples_per_second(sps);
+  return e;
+}
+
+v1::JobEvent StateEvent(v1::JobState state, const std::string& message) {
+  v1::JobEvent e;
+  e.set_job_id("job-1");
+  e.set_state(state);
+  e.set_message(message);
+  return e;
+}
+
+TEST(EventFormatTest, StepJsonLineRoundTripsTheLoss) {
+  const double loss = 0.1 + 0.2;  // 0.30000000000000004: needs 17 digits
+  const std::string line = FormatEventJson(StepEvent(3, loss, 0.014, 2345.5));
+  EXPECT_EQ(line,
+            "{\"type\":\"step\",\"step\":3,\"loss\":0.30000000000000004,\"step_seconds\":"
+            "0.014,\"samples_per_second\":2345.5}");
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["type"], "step");
+  EXPECT_EQ(j["step"], 3);
+  EXPECT_EQ(j["loss"].get<double>(), loss);
+  EXPECT_EQ(std::strtod(JsonNumber(loss).c_str(), nullptr), loss);
+
+  for (double v : {1.0 / 3.0, 1e-300, 123456789.123456789, 5e-324, 1.7976931348623157e308}) {
+    EXPECT_EQ(std::strtod(JsonNumber(v).c_str(), nullptr), v) << JsonNumber(v);
+  }
+}
+
+TEST(EventFormatTest, NonFiniteNumbersAreNull) {
+  const std::string line =
+      FormatEventJson(StepEvent(1, std::numeric_limits<double>::quiet_NaN(), 0.5, 1));
+  EXPECT_THAT(line, HasSubstr("\"loss\":null"));
+  EXPECT_NO_THROW(nlohmann::json::parse(line));
+  EXPECT_EQ(JsonNumber(std::numeric_limits<double>::infinity()), "null");
+}
+
+TEST(EventFormatTest, StateJsonLines) {
+  EXPECT_EQ(FormatEventJson(StateEvent(v1::SUCCEEDED, "")),
+            "{\"type\":\"state\",\"state\":\"SUCCEEDED\"}");
+  EXPECT_EQ(FormatEventJson(StateEvent(v1::RUNNING, "on 4 workers")),
+            "{\"type\":\"state\",\"state\":\"RUNNING\",\"message\":\"on 4 workers\"}");
+  // A final failure always carries a message, even an empty one.
+  EXPECT_EQ(FormatEventJson(StateEvent(v1::CANCELLED, "")),
+            "{\"type\":\"state\",\"state\":\"CANCELLED\",\"message\":\"\"}");
+  const std::string failed =
+      FormatEventJson(StateEvent(v1::FAILED, "rank 2: \"fc0.weight\"\nbad\tshape \x01"));
+  EXPECT_EQ(failed.find('\n'), std::string::npos);
+  const nlohmann::json j = nlohmann::json::parse(failed);
+  EXPECT_EQ(j["state"], "FAILED");
+  EXPECT_EQ(j["message"], "rank 2: \"fc0.weight\"\nbad\tshape \x01");
+  // Invalid UTF-8 must not throw.
+  EXPECT_NO_THROW(FormatStateJson(v1::FAILED, std::string("\xff\xfe", 2)));
+  v1::JobEvent empty;
+  EXPECT_EQ(FormatEventJson(empty), "");
+}
+
+TEST(EventFormatTest, ReadableLines) {
+  EXPECT_EQ(FormatEventText(StepEvent(3, 0.123456, 0.014, 2345.4), 10),
+            "step 3/10  loss 0.123456  2,345 samples/s  (0.014 s)");
+  EXPECT_EQ(FormatEventText(StepEvent(3, 0.5, 0, 0), 0), "step 3  loss 0.5");
+  EXPECT_EQ(FormatEventText(StateEvent(v1::RUNNING, ""), 10), "state RUNNING");
+  EXPECT_EQ(FormatEventText(StateEvent(v1::FAILED, "worker lost"), 10),
+            "state FAILED: worker lost");
+}
+
+TEST(EventFormatTest, Helpers) {
+  EXPECT_EQ(FormatThousands(0), "0");
+  EXPECT_EQ(FormatThousands(999), "999");
+  EXPECT_EQ(FormatThousands(1000), "1,000");
+  EXPECT_EQ(FormatThousands(1234567.4), "1,234,567");
+  EXPECT_EQ(FormatThousands(-1234), "-1,234");
+  EXPECT_EQ(FormatAge(0, 5000), "-");
+  EXPECT_EQ(FormatAge(1000, 46000), "45s");
+  EXPECT_EQ(FormatAge(1, 1 + 12 * 60 * 1000), "12m");
+  EXPECT_EQ(FormatAge(1, 1 + 3 * 3600 * 1000), "3h");
+  EXPECT_EQ(FormatAge(1, 1 + int64_t{3} * 86400 * 1000), "3d");
+  EXPECT_EQ(FormatAge(5000, 1000), "-");
+  EXPECT_TRUE(IsFinal(v1::SUCCEEDED));
+  EXPECT_TRUE(IsFinal(v1::FAILED));
+  EXPECT_TRUE(IsFinal(v1::CANCELLED));
+  EXPECT_FALSE(IsFinal(v1::RESTARTING));
+  EXPECT_EQ(StateName(v1::PLANNING), "PLANNING");
+}
+
+TEST(EventFormatTest, Tables) {
+  EXPECT_EQ(FormatTable({{"A", "BB"}, {"ccc", "d"}}), "A    BB\nccc  d\n");
+
+  v1::Job job;
+  job.set_id("job-1");
+  job.mutable_spec()->set_name("quickstart");
+  job.mutable_spec()->mutable_train()->set_steps(10);
+  job.set_state(v1::RUNNING);
+  job.set_create_time_ms(1000);
+  v1::StepMetrics* m = job.add_steps();
+  m->set_step(4);
+  m->set_loss(0.25);
+  const std::string jobs = FormatJobsTable({job}, 31000);
+  EXPECT_THAT(jobs, HasSubstr("ID     NAME        STATE    STEPS  LOSS  AGE\n"));
+  EXPECT_THAT(jobs, HasSubstr("job-1  quickstart  RUNNING  4/10   0.25  30s\n"));
+
+  v1::WorkerInfo w;
+  w.set_worker_id("w-1");
+  w.set_host("127.0.0.1");
+  w.mutable_device()->set_kind("cpu");
+  w.mutable_device()->set_cores(8);
+  w.set_state("busy");
+  w.set_job_id("job-1");
+  w.set_rank(2);
+  w.set_last_heartbeat_ms(1000);
+  const std::string workers = FormatWorkersTable({w}, 3000);
+  EXPECT_THAT(workers, HasSubstr("ID   HOST       DEVICE         STATE  JOB/RANK  HEARTBEAT"));
+  EXPECT_THAT(workers, HasSubstr("w-1  127.0.0.1  cpu (8 cores)  busy   job-1/2   2s ago"));
+
+  const std::string details = FormatJobDetails(job, 31000);
+  EXPECT_THAT(details, HasSubstr("state:    RUNNING"));
+  EXPECT_THAT(details, HasSubstr("steps:    4/10"));
+}
+
+}  // namespace
+}  // namespace weft::client

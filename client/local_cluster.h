@@ -1,0 +1,110 @@
+// `weftctl local`: one weft-coordinator and N weft-worker child processes on 127.0.0.1, in a
+// temporary folder that holds the coordinator's data, the port file and one log per child.
+// Children die with weftctl (PR_SET_PDEATHSIG) and Stop() ends them (SIGTERM, then SIGKILL
+// after a grace period), so nothing outlives the command.
+//
+// E.g.
+//   LocalCluster cluster({.ranks = 4, .coordinator_bin = c, .worker_bin = w});
+//   RETURN_IF_ERROR(cluster.Start());          // returns once 4 workers are registered
+//   CoordinatorClient client(cluster.address());
+//   ...
+//   cluster.Stop();
+#ifndef WEFT_CLIENT_LOCAL_CLUSTER_H_
+#define WEFT_CLIENT_LOCAL_CLUSTER_H_
+
+#include <sys/types.h>
+
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace weft::client {
+
+// Where a daemon binary is: flag_value if given; else, next to weftctl's own executable
+// (self_exe), <dir>/../<folder>/<name> (the bazel-bin layout) then <dir>/<name>.
+// NOT_FOUND lists the paths tried.
+absl::StatusOr<std::string> FindDaemonBinary(
+    const std::string& flag_value, const std::string& self_exe, const std::string& folder,
+    const std::string& name, const std::function<bool(const std::string&)>& is_executable);
+
+// OPENBLAS_NUM_THREADS for each of `ranks` children sharing `cpus` cores: max(1, cpus/ranks).
+int ThreadsPerRank(int cpus, int ranks);
+
+// The children's environment: the parent's, plus OPENBLAS_NUM_THREADS=threads unless the
+// parent already sets it.
+std::vector<std::string> ChildEnvironment(const std::vector<std::string>& parent_env,
+                                          int threads);
+
+// A port file's content ("41234\n") -> the port; nullopt while it is missing or incomplete.
+std::optional<int> ParsePortFile(const std::string& content);
+
+// The last `lines` lines of text.
+std::string TailLines(const std::string& text, int lines);
+
+struct LocalClusterOptions {
+  int ranks = 1;
+  std::string coordinator_bin;
+  std::string worker_bin;
+  bool keep_tmp = false;                // keep the folder (logs, job store) after Stop
+  std::function<bool()> interrupted;    // polled while waiting; true aborts Start
+  std::ostream* progress = nullptr;     // a line per milestone; null: silent
+  int start_timeout_s = 60;             // for the port file and for the workers to register
+  int grace_s = 5;                      // between SIGTERM and SIGKILL in Stop
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(LocalClusterOptions options);
+  ~LocalCluster();  // Stop()
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
+
+  // Makes the folder, starts the coordinator, reads its port, starts the workers and waits
+  // until all of them are registered. On error the children started so far keep running until
+  // Stop(), so that their logs can be shown first.
+  absl::Status Start();
+
+  // "127.0.0.1:<port>" once Start has read the port file.
+  const std::string& address() const { return address_; }
+  const std::string& dir() const { return dir_; }
+
+  // An error naming the first child that has exited (with its exit status).
+  absl::Status CheckChildren();
+
+  // "==> <log path> <==" and the last `lines` lines of each child's log.
+  std::string LogTails(int lines) const;
+
+  // Ends every child (SIGTERM, wait up to grace_s, SIGKILL), reaps them and removes the folder
+  // unless keep_tmp. Idempotent.
+  void Stop();
+
+ private:
+  struct Child {
+    std::string name;      // coordinator, worker-0, ...
+    std::string log_path;
+    pid_t pid = -1;
+    bool reaped = false;
+    int status = 0;        // from waitpid, once reaped
+  };
+
+  absl::Status Spawn(const std::string& name, const std::vector<std::string>& argv);
+  absl::Status WaitForPort();
+  absl::Status WaitForWorkers();
+  bool Interrupted() const { return options_.interrupted && options_.interrupted(); }
+  void Progress(const std::string& line) const;
+
+  LocalClusterOptions options_;
+  std::string dir_;
+  std::string address_;
+  std::vector<std::string> env_;
+  std::vector<Child> children_;
+  bool stopped_ = false;
+};
+
+}  // namespace weft::client
+
+#endif  // WEFT_CLIENT_LOCAL_CLUSTER_H_

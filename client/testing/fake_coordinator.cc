@@ -1,0 +1,145 @@
+// A stand-in for weft-coordinator in weftctl's own tests: the same flags (--listen, --port_file,
+// --data_dir), a JobService that reports 64 idle workers, accepts any job, and plays a scripted
+// run of it on WatchJob (RUNNING, one step event per train step, SUCCEEDED). A job named
+// "hang" stops after its first step and waits until the client goes away; one named "fail"
+// ends FAILED.
+//
+// E.g.
+//   fake_coordinator --listen 127.0.0.1:0 --port_file /tmp/port --data_dir /tmp/data
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "grpcpp/grpcpp.h"
+#include "weft/v1/service.grpc.pb.h"
+
+namespace {
+
+using weft::v1::Job;
+
+class FakeJobService final : public weft::v1::JobService::Service {
+ public:
+  grpc::Status SubmitJob(grpc::ServerContext*, const weft::v1::SubmitJobRequest* req,
+                         weft::v1::SubmitJobResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const std::string id = "job-" + std::to_string(jobs_.size() + 1);
+    Job& job = jobs_[id];
+    job.set_id(id);
+    *job.mutable_spec() = req->spec();
+    job.set_state(weft::v1::PENDING);
+    resp->set_job_id(id);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetJob(grpc::ServerContext*, const weft::v1::GetJobRequest* req,
+                      Job* job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(req->job_id());
+    if (it == jobs_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
+    }
+    *job = it->second;
+    return grpc::Status::OK;
+  }
+  grpc::Status ListJobs(grpc::ServerContext*, const weft::v1::ListJobsRequest*,
+                        weft::v1::ListJobsResponse* resp) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& kv : jobs_) *resp->add_jobs() = kv.second;
+    return grpc::Status::OK;
+  }
+  grpc::Status CancelJob(grpc::ServerContext*, const weft::v1::CancelJobRequest* req,
+                         Job* job) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(req->job_id());
+    if (it == jobs_.end()) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
+    }
+    it->second.set_state(weft::v1::CANCELLED);
+    *job = it->second;
+    return grpc::Status::OK;
+  }
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const weft::v1::WatchJobRequest* req,
+                        grpc::ServerWriter<weft::v1::JobEvent>* writer) override {
+    Job job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(req->job_id());
+      if (it == jobs_.end()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
+      }
+      job = it->second;
+    }
+    weft::v1::JobEvent e;
+    e.set_job_id(job.id());
+    e.set_state(weft::v1::RUNNING);
+    writer->Write(e);
+    for (int64_t s = 1; s <= job.spec().train().steps(); ++s) {
+      weft::v1::JobEvent step;
+      step.set_job_id(job.id());
+      step.mutable_step()->set_step(s);
+      step.mutable_step()->set_loss(1.0 / (3.0 * s));
+      step.mutable_step()->set_step_seconds(0.01);
+      step.mutable_step()->set_samples_per_second(3200);
+      writer->Write(step);
+      if (job.spec().name() == "hang") {
+        while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        return grpc::Status::CANCELLED;
+      }
+    }
+    weft::v1::JobEvent done;
+    done.set_job_id(job.id());
+    if (job.spec().name() == "fail") {
+      done.set_state(weft::v1::FAILED);
+      done.set_message("rank 1: scripted failure");
+    } else {
+      done.set_state(weft::v1::SUCCEEDED);
+    }
+    writer->Write(done);
+    return grpc::Status::OK;
+  }
+  grpc::Status ListWorkers(grpc::ServerContext*, const weft::v1::ListWorkersRequest*,
+                           weft::v1::ListWorkersResponse* resp) override {
+    for (int i = 0; i < 64; ++i) {
+      weft::v1::WorkerInfo* w = resp->add_workers();
+      w->set_worker_id("w-" + std::to_string(i));
+      w->set_state("idle");
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Job> jobs_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string listen = "127.0.0.1:0", port_file;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--listen") listen = argv[i + 1];
+    if (flag == "--port_file") port_file = argv[i + 1];
+  }
+  FakeJobService service;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    std::cerr << "fake_coordinator: cannot listen on " << listen << std::endl;
+    return 1;
+  }
+  {
+    const std::string tmp = port_file + ".tmp";
+    std::ofstream(tmp) << port << "\n";
+    std::rename(tmp.c_str(), port_file.c_str());
+  }
+  std::cerr << "fake_coordinator: listening on port " << port << std::endl;
+  server->Wait();
+  return 0;
+}

@@ -1,0 +1,320 @@
+// weftctl: the command line of Weft. Submits, watches, lists and cancels jobs on a coordinator,
+// and `weftctl local` runs a job on a coordinator and workers it starts itself. See UsageText()
+// in cli.cc for the commands.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli.h"
+#include "client/coordinator_client.h"
+#include "client/event_format.h"
+#include "client/local_cluster.h"
+#include "common/spec/spec.h"
+#include "common/status.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace weft::client {
+namespace {
+
+constexpr int kLogTailLines = 20;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// "weftctl: INVALID_ARGUMENT: model.layers[1] (fc1).type: ..." and exit status 1.
+int Fail(const absl::Status& status) {
+  std::cerr << "weftctl: " << absl::StatusCodeToString(status.code()) << ": " << status.message()
+            << std::endl;
+  return 1;
+}
+
+void PrintLine(const std::string& line) {
+  if (line.empty()) return;
+  std::fputs(line.c_str(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+absl::StatusOr<v1::JobSpec> LoadAndValidate(const std::string& path) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(path);
+  if (!spec.ok()) return spec.status();
+  absl::Status s = ValidateJobSpec(*spec);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  return spec;
+}
+
+// ---- Interrupts: `local` must stop its children on SIGINT/SIGTERM/SIGHUP. The signals are
+// blocked in every thread and taken by one thread with sigwait, which flags the interrupt and
+// cancels the watch stream in progress, so the main thread unwinds and cleans up.
+
+std::atomic<bool> g_interrupted{false};
+std::mutex g_watch_mu;
+grpc::ClientContext* g_watch_ctx = nullptr;  // guarded by g_watch_mu; not owned
+
+void BlockTerminationSignals(sigset_t* set) {
+  sigemptyset(set);
+  sigaddset(set, SIGINT);
+  sigaddset(set, SIGTERM);
+  sigaddset(set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, set, nullptr);
+}
+
+void StartSignalThread(sigset_t set) {
+  std::thread([set]() {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) continue;
+      if (g_interrupted.exchange(true)) continue;
+      std::cerr << "\nweftctl: " << strsignal(sig) << ": stopping the local cluster" << std::endl;
+      std::lock_guard<std::mutex> lock(g_watch_mu);
+      if (g_watch_ctx != nullptr) g_watch_ctx->TryCancel();
+    }
+  }).detach();
+}
+
+// Streams a job's events to stdout until it is final; the job's final state in *state.
+absl::Status WatchAndPrint(CoordinatorClient& client, const std::string& job_id, bool json,
+                           v1::JobState* state) {
+  absl::StatusOr<v1::Job> job = client.GetJob(job_id);
+  if (!job.ok()) return job.status();
+  const int64_t total = job->spec().train().steps();
+  grpc::ClientContext ctx;
+  {
+    std::lock_guard<std::mutex> lock(g_watch_mu);
+    g_watch_ctx = &ctx;
+    if (g_interrupted) ctx.TryCancel();
+  }
+  absl::StatusOr<WatchResult> result = client.Watch(job_id, &ctx, [&](const v1::JobEvent& e) {
+    PrintLine(json ? FormatEventJson(e) : FormatEventText(e, total));
+  });
+  {
+    std::lock_guard<std::mutex> lock(g_watch_mu);
+    g_watch_ctx = nullptr;
+  }
+  if (g_interrupted) return absl::CancelledError("interrupted");
+  if (!result.ok()) return result.status();
+  if (!result->final) {
+    return absl::UnavailableError(absl::StrCat("the watch stream of job ", job_id,
+                                               " ended before the job finished (last state ",
+                                               StateName(result->state), ")"));
+  }
+  *state = result->state;
+  return absl::OkStatus();
+}
+
+int RunSubmit(const CommandLine& cl) {
+  absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
+  if (!spec.ok()) return Fail(spec.status());
+  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> id = client.Submit(*spec);
+  if (!id.ok()) return Fail(id.status());
+  if (cl.json) {
+    PrintLine(absl::StrCat("{\"type\":\"submitted\",\"job_id\":", JsonString(*id), "}"));
+  } else {
+    PrintLine(*id);
+  }
+  if (!cl.watch) return 0;
+  v1::JobState state;
+  absl::Status s = WatchAndPrint(client, *id, cl.json, &state);
+  if (!s.ok()) return Fail(s);
+  return state == v1::SUCCEEDED ? 0 : 1;
+}
+
+int RunGet(const CommandLine& cl) {
+  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<v1::Job> job = client.GetJob(cl.positional[0]);
+  if (!job.ok()) return Fail(job.status());
+  if (cl.json) {
+    PrintLine(ToJson(*job));
+  } else {
+    std::cout << FormatJobDetails(*job, NowMs()) << std::flush;
+  }
+  return 0;
+}
+
+int RunList(const CommandLine& cl) {
+  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs();
+  if (!jobs.ok()) return Fail(jobs.status());
+  if (cl.json) {
+    v1::ListJobsResponse resp;
+    for (const v1::Job& j : *jobs) *resp.add_jobs() = j;
+    PrintLine(ToJson(resp));
+  } else {
+    std::cout << FormatJobsTable(*jobs, NowMs()) << std::flush;
+  }
+  return 0;
+}
+
+int RunCancel(const CommandLine& cl) {
+  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<v1::Job> job =
+      client.CancelJob(cl.positional[0], cl.reason.empty() ? "cancelled by weftctl" : cl.reason);
+  if (!job.ok()) return Fail(job.status());
+  PrintLine(absl::StrCat(job->id(), " ", StateName(job->state())));
+  return 0;
+}
+
+int RunWatch(const CommandLine& cl) {
+  CoordinatorClient client(cl.coordinator);
+  v1::JobState state;
+  absl::Status s = WatchAndPrint(client, cl.positional[0], cl.json, &state);
+  if (!s.ok()) return Fail(s);
+  return state == v1::SUCCEEDED ? 0 : 1;
+}
+
+int RunWorkers(const CommandLine& cl) {
+  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+  if (!workers.ok()) return Fail(workers.status());
+  if (cl.json) {
+    v1::ListWorkersResponse resp;
+    for (const v1::WorkerInfo& w : *workers) *resp.add_workers() = w;
+    PrintLine(ToJson(resp));
+  } else {
+    std::cout << FormatWorkersTable(*workers, NowMs()) << std::flush;
+  }
+  return 0;
+}
+
+bool IsExecutable(const std::string& path) { return access(path.c_str(), X_OK) == 0; }
+
+std::string SelfExe(const char* argv0) {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n > 0) return std::string(buf, n);
+  return argv0;
+}
+
+int RunLocal(const CommandLine& cl, const char* argv0) {
+  sigset_t signals;
+  BlockTerminationSignals(&signals);
+  StartSignalThread(signals);
+
+  absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
+  if (!spec.ok()) return Fail(spec.status());
+  const int64_t world = WorldSize(*spec);
+  const int ranks = cl.ranks > 0 ? cl.ranks : static_cast<int>(world);
+  if (world != ranks) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        cl.positional[0], ": mesh: shape [", absl::StrJoin(spec->mesh().shape(), ","), "] has ",
+        world, " ranks, but --ranks is ", ranks, " (one worker per rank)")));
+  }
+  const std::string self = SelfExe(argv0);
+  absl::StatusOr<std::string> coordinator_bin =
+      FindDaemonBinary(cl.coordinator_bin, self, "coordinator", "weft-coordinator", IsExecutable);
+  if (!coordinator_bin.ok()) return Fail(coordinator_bin.status());
+  absl::StatusOr<std::string> worker_bin =
+      FindDaemonBinary(cl.worker_bin, self, "worker", "weft-worker", IsExecutable);
+  if (!worker_bin.ok()) return Fail(worker_bin.status());
+
+  LocalClusterOptions options;
+  options.ranks = ranks;
+  options.coordinator_bin = *coordinator_bin;
+  options.worker_bin = *worker_bin;
+  options.keep_tmp = cl.keep_tmp;
+  options.interrupted = []() { return g_interrupted.load(); };
+  options.progress = &std::cerr;
+  LocalCluster cluster(options);
+
+  // Any failure: say why, show the children's logs, stop them.
+  auto fail = [&](const absl::Status& s) {
+    if (g_interrupted) {
+      cluster.Stop();
+      std::cerr << "weftctl: interrupted" << std::endl;
+      return 130;
+    }
+    Fail(s);
+    std::cerr << cluster.LogTails(kLogTailLines);
+    if (!cl.keep_tmp) std::cerr << "weftctl: rerun with --keep_tmp to keep the logs" << std::endl;
+    cluster.Stop();
+    return 1;
+  };
+
+  absl::Status s = cluster.Start();
+  if (!s.ok()) return fail(s);
+  CoordinatorClient client(cluster.address());
+  absl::StatusOr<std::string> id = client.Submit(*spec);
+  if (!id.ok()) return fail(id.status());
+  std::cerr << "weftctl: submitted job " << *id << " (" << spec->name() << ", " << ranks
+            << " rank(s))" << std::endl;
+  const auto start = std::chrono::steady_clock::now();
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  s = WatchAndPrint(client, *id, cl.json, &state);
+  if (g_interrupted) {
+    (void)client.CancelJob(*id, "weftctl local was interrupted");
+    return fail(absl::CancelledError("interrupted"));
+  }
+  if (!s.ok()) {
+    // The stream broke: a dead coordinator or worker is the likely cause.
+    absl::Status children = cluster.CheckChildren();
+    if (!children.ok()) s = Annotate(s, children.ToString());
+    return fail(s);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (state != v1::SUCCEEDED) {
+    std::cerr << "weftctl: job " << *id << " " << StateName(state) << "\n"
+              << cluster.LogTails(kLogTailLines);
+    if (!cl.keep_tmp) std::cerr << "weftctl: rerun with --keep_tmp to keep the logs" << std::endl;
+    cluster.Stop();
+    return 1;
+  }
+  std::cerr << "weftctl: job " << *id << " SUCCEEDED in " << absl::StrFormat("%.1f", seconds)
+            << " s" << std::endl;
+  cluster.Stop();
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  absl::StatusOr<CommandLine> cl =
+      ParseCommandLine(args, DefaultCoordinator(std::getenv("WEFT_COORDINATOR")));
+  if (!cl.ok()) {
+    std::cerr << "weftctl: " << cl.status().message() << "\n\n" << UsageText();
+    return 2;
+  }
+  if (cl->help || cl->command == "help") {
+    std::cout << UsageText();
+    return 0;
+  }
+  if (cl->command == "submit") return RunSubmit(*cl);
+  if (cl->command == "get") return RunGet(*cl);
+  if (cl->command == "list") return RunList(*cl);
+  if (cl->command == "cancel") return RunCancel(*cl);
+  if (cl->command == "watch") return RunWatch(*cl);
+  if (cl->command == "workers") return RunWorkers(*cl);
+  if (cl->command == "local") return RunLocal(*cl, argv[0]);
+  std::cerr << "weftctl: unknown command " << cl->command << "\n";
+  return 2;
+}
+
+}  // namespace
+}  // namespace weft::client
+
+int main(int argc, char** argv) { return weft::client::Main(argc, argv); }

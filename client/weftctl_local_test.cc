@@ -1,0 +1,240 @@
+// `weftctl local` as a process against a scripted coordinator (testing/fake_coordinator.cc) and
+// stand-in workers: the JSON lines, the exit status, and that no child process or temporary
+// folder outlives it, also when it is interrupted.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string g_weftctl;
+std::string g_fake_coordinator;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// Processes whose command line is exactly argv.
+int CountProcesses(const std::vector<std::string>& argv) {
+  std::string want;
+  for (const std::string& a : argv) want += a + '\0';
+  int n = 0;
+  DIR* proc = opendir("/proc");
+  while (dirent* d = readdir(proc)) {
+    if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
+    if (ReadFile(std::string("/proc/") + d->d_name + "/cmdline") == want) ++n;
+  }
+  closedir(proc);
+  return n;
+}
+
+class WeftctlLocalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/weftctl_local_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_ + "/tmp");
+    sleep_seconds_ = std::to_string(1000 + getpid() % 1000);
+    worker_ = dir_ + "/worker.sh";
+    std::ofstream(worker_) << "#!/bin/sh\nexec sleep " << sleep_seconds_ << "\n";
+    chmod(worker_.c_str(), 0755);
+  }
+
+  // The quickstart spec renamed (the fake coordinator scripts jobs by name).
+  std::string Spec(const std::string& name) {
+    std::string text = ReadFile("examples/quickstart.yaml");
+    const size_t at = text.find("name: quickstart");
+    text.replace(at, std::string("name: quickstart").size(), "name: " + name);
+    const std::string path = dir_ + "/" + name + ".yaml";
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  pid_t Start(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {g_weftctl};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setenv("TMPDIR", (dir_ + "/tmp").c_str(), 1);
+      const int out = open((dir_ + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err = open((dir_ + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(out, 1);
+      dup2(err, 2);
+      std::vector<char*> cargv;
+      for (std::string& a : argv) cargv.push_back(a.data());
+      cargv.push_back(nullptr);
+      execv(cargv[0], cargv.data());
+      _exit(127);
+    }
+    return pid;
+  }
+
+  // Exit code, or -1 on a timeout (the process is then killed).
+  int Wait(pid_t pid, int timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    int status = 0;
+    while (waitpid(pid, &status, WNOHANG) == 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        return -1;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  }
+
+  std::vector<std::string> LocalArgs(const std::string& spec) {
+    return {"local", "--ranks", "4", "--json", "--coordinator_bin", g_fake_coordinator,
+            "--worker_bin", worker_, spec};
+  }
+
+  void ExpectNothingLeft() {
+    EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/tmp")) << "temporary folder left behind";
+    EXPECT_EQ(CountProcesses({"sleep", sleep_seconds_}), 0) << "worker left running";
+  }
+
+  std::string dir_, worker_, sleep_seconds_;
+};
+
+TEST_F(WeftctlLocalTest, RunsAJobAndPrintsJsonLines) {
+  const pid_t pid = Start(LocalArgs(Spec("quickstart")));
+  EXPECT_EQ(Wait(pid, 60), 0) << ReadFile(dir_ + "/err");
+  const std::vector<std::string> lines = Lines(ReadFile(dir_ + "/out"));
+  ASSERT_EQ(lines.size(), 12u) << ReadFile(dir_ + "/out");
+  EXPECT_EQ(lines[0], "{\"type\":\"state\",\"state\":\"RUNNING\"}");
+  for (int s = 1; s <= 10; ++s) {
+    const nlohmann::json j = nlohmann::json::parse(lines[s]);
+    EXPECT_EQ(j["type"], "step");
+    EXPECT_EQ(j["step"], s);
+    EXPECT_EQ(j["loss"].get<double>(), 1.0 / (3.0 * s));  // round-trips exactly
+    EXPECT_EQ(j["samples_per_second"].get<double>(), 3200);
+  }
+  EXPECT_EQ(lines[11], "{\"type\":\"state\",\"state\":\"SUCCEEDED\"}");
+  ExpectNothingLeft();
+}
+
+TEST_F(WeftctlLocalTest, FailedJobExitsOneAndShowsLogs) {
+  const pid_t pid = Start(LocalArgs(Spec("fail")));
+  EXPECT_EQ(Wait(pid, 60), 1);
+  const std::vector<std::string> lines = Lines(ReadFile(dir_ + "/out"));
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back(),
+            "{\"type\":\"state\",\"state\":\"FAILED\",\"message\":\"rank 1: scripted failure\"}");
+  const std::string err = ReadFile(dir_ + "/err");
+  EXPECT_THAT(err, HasSubstr("coordinator.log <=="));
+  EXPECT_THAT(err, HasSubstr("fake_coordinator: listening on port"));
+  EXPECT_THAT(err, HasSubstr("worker-3.log <=="));
+  ExpectNothingLeft();
+}
+
+TEST_F(WeftctlLocalTest, InterruptStopsEverything) {
+  const pid_t pid = Start(LocalArgs(Spec("hang")));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ReadFile(dir_ + "/out").find("\"step\":1") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_THAT(ReadFile(dir_ + "/out"), HasSubstr("\"step\":1")) << ReadFile(dir_ + "/err");
+  EXPECT_EQ(CountProcesses({"sleep", sleep_seconds_}), 4);
+  kill(pid, SIGINT);
+  EXPECT_EQ(Wait(pid, 30), 130) << ReadFile(dir_ + "/err");
+  ExpectNothingLeft();
+}
+
+TEST_F(WeftctlLocalTest, MissingCoordinatorBinaryIsAClearError) {
+  const pid_t pid = Start({"local", "--coordinator_bin", dir_ + "/nope", "--worker_bin", worker_,
+                           Spec("quickstart")});
+  EXPECT_EQ(Wait(pid, 30), 1);
+  EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("weftctl: NOT_FOUND: "));
+  ExpectNothingLeft();
+}
+
+TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
+  // Start a fake coordinator by hand and drive submit/get/list/watch/cancel/workers.
+  const std::string port_file = dir_ + "/port";
+  const pid_t coord = fork();
+  if (coord == 0) {
+    const int null_fd = open("/dev/null", O_WRONLY);
+    dup2(null_fd, 2);
+    execl(g_fake_coordinator.c_str(), g_fake_coordinator.c_str(), "--listen", "127.0.0.1:0",
+          "--port_file", port_file.c_str(), "--data_dir", dir_.c_str(), nullptr);
+    _exit(127);
+  }
+  std::string port;
+  for (int i = 0; i < 500 && port.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    port = ReadFile(port_file);
+  }
+  ASSERT_FALSE(port.empty());
+  const std::string address = "127.0.0.1:" + port.substr(0, port.find('\n'));
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--coordinator", address});
+    return Wait(Start(args), 30);
+  };
+  EXPECT_EQ(run({"submit", Spec("quickstart")}), 0) << ReadFile(dir_ + "/err");
+  EXPECT_EQ(ReadFile(dir_ + "/out"), "job-1\n");
+  EXPECT_EQ(run({"submit", Spec("fail"), "--watch"}), 1);
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("step 10/10  loss 0.0333333  3,200 samples/s"));
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("state FAILED: rank 1: scripted failure"));
+  EXPECT_EQ(run({"watch", "job-1", "--json"}), 0);
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("{\"type\":\"state\",\"state\":\"SUCCEEDED\"}"));
+  EXPECT_EQ(run({"list"}), 0);
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("job-2  fail"));
+  EXPECT_EQ(run({"get", "job-1"}), 0);
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("name:     quickstart"));
+  EXPECT_EQ(run({"get", "job-9"}), 1);
+  EXPECT_EQ(ReadFile(dir_ + "/err"), "weftctl: NOT_FOUND: no job job-9\n");
+  EXPECT_EQ(run({"cancel", "job-1"}), 0);
+  EXPECT_EQ(ReadFile(dir_ + "/out"), "job-1 CANCELLED\n");
+  EXPECT_EQ(run({"workers"}), 0);
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("w-63"));
+  kill(coord, SIGKILL);
+  waitpid(coord, nullptr, 0);
+  EXPECT_EQ(run({"list"}), 1);
+  EXPECT_THAT(ReadFile(dir_ + "/err"),
+              HasSubstr("weftctl: UNAVAILABLE: cannot reach coordinator at " + address));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 3) {
+    std::cerr << "usage: weftctl_local_test WEFTCTL FAKE_COORDINATOR\n";
+    return 2;
+  }
+  g_weftctl = std::filesystem::absolute(argv[1]).string();
+  g_fake_coordinator = std::filesystem::absolute(argv[2]).string();
+  return RUN_ALL_TESTS();
+}

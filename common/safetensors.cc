@@ -1,0 +1,325 @@
+#include "common/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace weft {
+namespace {
+
+// Same cap as the reference implementation: a larger header is taken as corruption.
+constexpr uint64_t kMaxHeaderBytes = 100 << 20;
+
+absl::Status Invalid(const std::string& path, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
+}
+
+absl::Status PreadAll(int fd, void* buf, size_t n, int64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, n, offset);
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
+    }
+    if (got == 0) return Invalid(path, "truncated: data ends early");
+    p += got;
+    n -= static_cast<size_t>(got);
+    offset += got;
+  }
+  return absl::OkStatus();
+}
+
+// Bytes per element of every safetensors dtype; 0 for an unknown one.
+int DtypeSize(const std::string& dtype) {
+  static const std::map<std::string, int>* sizes = new std::map<std::string, int>{
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},   {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2},  {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8},  {"I64", 8},     {"U64", 8}};
+  auto it = sizes->find(dtype);
+  return it == sizes->end() ? 0 : it->second;
+}
+
+bool AsNonNegativeInt(const nlohmann::json& j, int64_t* out) {
+  if (j.is_number_unsigned()) {
+    uint64_t v = j.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+    *out = static_cast<int64_t>(v);
+    return true;
+  }
+  if (j.is_number_integer()) {
+    int64_t v = j.get<int64_t>();
+    if (v < 0) return false;
+    *out = v;
+    return true;
+  }
+  return false;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+}  // namespace
+
+const SafetensorsFile::Entry* SafetensorsFile::Find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
+  }
+  SafetensorsFile f;
+  f.path_ = path;
+  f.fd_ = std::shared_ptr<int>(new int(fd), [](int* p) {
+    ::close(*p);
+    delete p;
+  });
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    return absl::InternalError(absl::StrCat(path, ": stat failed: ", std::strerror(errno)));
+  }
+  const int64_t file_size = st.st_size;
+  if (file_size < 8) return Invalid(path, "truncated: shorter than the 8-byte header length");
+  unsigned char len_bytes[8];
+  RETURN_IF_ERROR(PreadAll(fd, len_bytes, 8, 0, path));
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  if (header_len > kMaxHeaderBytes) {
+    return Invalid(path, absl::StrCat("header length ", header_len, " is implausibly large"));
+  }
+  if (static_cast<int64_t>(header_len) > file_size - 8) {
+    return Invalid(path, absl::StrCat("truncated: header of ", header_len, " bytes but only ",
+                                      file_size - 8, " bytes follow the length"));
+  }
+  std::string header(header_len, '\0');
+  RETURN_IF_ERROR(PreadAll(fd, header.data(), header_len, 8, path));
+  f.data_offset_ = 8 + static_cast<int64_t>(header_len);
+  const int64_t data_size = file_size - f.data_offset_;
+
+  nlohmann::json j = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Invalid(path, "header is not valid JSON");
+  if (!j.is_object()) return Invalid(path, "header is not a JSON object");
+
+  std::vector<std::pair<std::pair<int64_t, int64_t>, std::string>> ranges;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const nlohmann::json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) return Invalid(path, "__metadata__ is not an object");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string()) {
+          return Invalid(path, absl::StrCat("__metadata__ value of '", m.key(),
+                                            "' is not a string"));
+        }
+        f.metadata_[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    auto bad = [&](absl::string_view what) {
+      return Invalid(path, absl::StrCat("tensor '", name, "': ", what));
+    };
+    if (!v.is_object()) return bad("entry is not an object");
+    Entry e;
+    auto dt = v.find("dtype");
+    if (dt == v.end() || !dt->is_string()) return bad("missing or non-string dtype");
+    e.dtype = dt->get<std::string>();
+    const int elem_size = DtypeSize(e.dtype);
+    if (elem_size == 0) return bad(absl::StrCat("unknown dtype ", e.dtype));
+    auto sh = v.find("shape");
+    if (sh == v.end() || !sh->is_array()) return bad("missing or non-array shape");
+    int64_t numel = 1;
+    for (const auto& d : *sh) {
+      int64_t dim;
+      if (!AsNonNegativeInt(d, &dim)) return bad("shape holds a non-integer or negative dim");
+      if (dim > 0 && numel > std::numeric_limits<int64_t>::max() / 8 / dim) {
+        return bad("shape too large");
+      }
+      numel *= dim;
+      e.shape.push_back(dim);
+    }
+    auto off = v.find("data_offsets");
+    if (off == v.end() || !off->is_array() || off->size() != 2 ||
+        !AsNonNegativeInt((*off)[0], &e.begin) || !AsNonNegativeInt((*off)[1], &e.end)) {
+      return bad("data_offsets must be two non-negative integers");
+    }
+    if (e.begin > e.end) {
+      return bad(absl::StrCat("data_offsets [", e.begin, ", ", e.end, "] are reversed"));
+    }
+    if (e.end > data_size) {
+      return bad(absl::StrCat("data_offsets [", e.begin, ", ", e.end,
+                              "] out of range: data section holds ", data_size, " bytes"));
+    }
+    if (e.end - e.begin != numel * elem_size) {
+      return bad(absl::StrCat("size mismatch: ", e.dtype, ShapeString(e.shape), " needs ",
+                              numel * elem_size, " bytes, data_offsets span ",
+                              e.end - e.begin));
+    }
+    ranges.push_back({{e.begin, e.end}, name});
+    f.entries_.emplace(name, std::move(e));
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].first.first < ranges[i - 1].first.second) {
+      return Invalid(path, absl::StrCat("tensors '", ranges[i - 1].second, "' and '",
+                                        ranges[i].second, "' overlap"));
+    }
+  }
+  return f;
+}
+
+absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
+                                      const std::vector<int64_t>& lengths, float* out) const {
+  const Entry* e = Find(name);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", name, "'"));
+  if (e->dtype != "F32") {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' has dtype ",
+                                                   e->dtype, ", only F32 is supported"));
+  }
+  const size_t rank = e->shape.size();
+  if (offsets.size() != rank || lengths.size() != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": tensor '", name, "' has shape ", ShapeString(e->shape),
+                     ", box has rank ", offsets.size(), "/", lengths.size()));
+  }
+  for (size_t d = 0; d < rank; ++d) {
+    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > e->shape[d]) {
+      return absl::OutOfRangeError(absl::StrCat(
+          path_, ": tensor '", name, "' of shape ", ShapeString(e->shape), ": box offsets ",
+          ShapeString(offsets), " lengths ", ShapeString(lengths), " out of range"));
+    }
+  }
+  int64_t total = 1;
+  for (int64_t l : lengths) total *= l;
+  if (total == 0) return absl::OkStatus();
+
+  // Row-major strides of the stored tensor.
+  std::vector<int64_t> strides(rank, 1);
+  for (int d = static_cast<int>(rank) - 2; d >= 0; --d) strides[d] = strides[d + 1] * e->shape[d + 1];
+  // The innermost dims the box covers whole, plus the first partial one, form contiguous runs.
+  int split = static_cast<int>(rank);  // dims [split, rank) are contiguous in one run
+  int64_t run = 1;
+  while (split > 0) {
+    const int d = split - 1;
+    run *= lengths[d];
+    split = d;
+    if (lengths[d] != e->shape[d]) break;
+  }
+  // Iterate over the outer index space [0, lengths[0..split)).
+  std::vector<int64_t> idx(split, 0);
+  const int64_t base = data_offset_ + e->begin;
+  float* dst = out;
+  while (true) {
+    int64_t elem = 0;
+    for (int d = 0; d < static_cast<int>(rank); ++d) {
+      elem += (offsets[d] + (d < split ? idx[d] : 0)) * strides[d];
+    }
+    RETURN_IF_ERROR(Annotate(
+        PreadAll(*fd_, dst, static_cast<size_t>(run) * sizeof(float),
+                 base + elem * static_cast<int64_t>(sizeof(float)), path_),
+        absl::StrCat("reading tensor '", name, "'")));
+    dst += run;
+    int d = split - 1;
+    while (d >= 0 && ++idx[d] == lengths[d]) {
+      idx[d] = 0;
+      --d;
+    }
+    if (d < 0) break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SafetensorsFile::Write(const std::string& path,
+                                    const std::vector<TensorToWrite>& tensors,
+                                    const std::map<std::string, std::string>& metadata) {
+  std::vector<const TensorToWrite*> sorted;
+  for (const auto& t : tensors) sorted.push_back(&t);
+  std::sort(sorted.begin(), sorted.end(),
+            [](const TensorToWrite* a, const TensorToWrite* b) { return a->name < b->name; });
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) {
+    nlohmann::json m = nlohmann::json::object();
+    for (const auto& kv : metadata) m[kv.first] = kv.second;
+    header["__metadata__"] = m;
+  }
+  int64_t offset = 0;
+  std::vector<int64_t> sizes;
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const TensorToWrite& t = *sorted[i];
+    if (i > 0 && t.name == sorted[i - 1]->name) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("writing ", path, ": tensor '", t.name, "' given twice"));
+    }
+    if (t.name == "__metadata__") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("writing ", path, ": '__metadata__' is reserved"));
+    }
+    int64_t numel = 1;
+    for (int64_t d : t.shape) {
+      if (d < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("writing ", path, ": tensor '", t.name,
+                                                       "' has a negative dim"));
+      }
+      numel *= d;
+    }
+    const int64_t bytes = numel * static_cast<int64_t>(sizeof(float));
+    nlohmann::json entry = nlohmann::json::object();
+    entry["dtype"] = "F32";
+    entry["shape"] = t.shape;
+    entry["data_offsets"] = {offset, offset + bytes};
+    header[t.name] = entry;
+    sizes.push_back(bytes);
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string prefix(8, '\0');
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("writing ", path, ": cannot create: ", std::strerror(errno)));
+  }
+  auto write_all = [&](const char* p, size_t len) -> absl::Status {
+    while (len > 0) {
+      ssize_t w = ::write(fd, p, len);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return absl::InternalError(
+            absl::StrCat("writing ", path, ": ", std::strerror(errno)));
+      }
+      p += w;
+      len -= static_cast<size_t>(w);
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s = write_all(prefix.data(), prefix.size());
+  if (s.ok()) s = write_all(text.data(), text.size());
+  for (size_t i = 0; s.ok() && i < sorted.size(); ++i) {
+    if (sizes[i] > 0) s = write_all(reinterpret_cast<const char*>(sorted[i]->data), sizes[i]);
+  }
+  if (::close(fd) != 0 && s.ok()) {
+    s = absl::InternalError(absl::StrCat("writing ", path, ": close failed: ", std::strerror(errno)));
+  }
+  return s;
+}
+
+}  // namespace weft

@@ -1,0 +1,939 @@
+#include "common/spec/spec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace weft {
+namespace {
+
+using v1::JobSpec;
+using v1::Placement;
+
+// Far above any real cluster; keeps the product of the mesh shape from overflowing.
+constexpr int64_t kMaxWorldSize = int64_t{1} << 20;
+
+// ---------------------------------------------------------------------------------------------
+// YAML -> JobSpec. yaml-cpp throws; every call into it below happens inside one try block in
+// ParseJobSpecYaml or in these helpers, which turn what they see into INVALID_ARGUMENT with the
+// field path and the line/column of the node.
+
+std::string Where(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return "";
+  return absl::StrCat(" (line ", mark.line + 1, ", column ", mark.column + 1, ")");
+}
+
+absl::Status Invalid(const std::string& path, const YAML::Node& node, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, Where(node)));
+}
+
+const char* KindName(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    default: return "undefined";
+  }
+}
+
+// The present (non-null) children of a mapping, by key. Rejects unknown and duplicate keys so
+// that a typo ("in_feature") is an error instead of a silently ignored field.
+class MapReader {
+ public:
+  static absl::StatusOr<MapReader> Read(const YAML::Node& node, const std::string& path,
+                                        const std::vector<std::string>& known) {
+    if (!node.IsMap()) {
+      return Invalid(path, node, absl::StrCat("expected a mapping, got ", KindName(node)));
+    }
+    MapReader reader;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) {
+        return Invalid(path, kv.first, "keys must be plain strings");
+      }
+      const std::string key = kv.first.Scalar();
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return Invalid(path, kv.first,
+                       absl::StrCat("unknown key \"", key, "\"; known: ", absl::StrJoin(known, ", ")));
+      }
+      if (reader.children_.count(key) > 0) {
+        return Invalid(path, kv.first, absl::StrCat("duplicate key \"", key, "\""));
+      }
+      reader.children_.emplace(key, kv.second);
+    }
+    return reader;
+  }
+
+  // Null (`key:` with nothing after it) counts as absent.
+  bool Has(const std::string& key) const {
+    auto it = children_.find(key);
+    return it != children_.end() && !it->second.IsNull();
+  }
+  YAML::Node Get(const std::string& key) const { return children_.at(key); }
+
+ private:
+  std::map<std::string, YAML::Node> children_;
+};
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+absl::Status RequireKey(const MapReader& map, const YAML::Node& node, const std::string& path,
+                        const std::string& key) {
+  if (map.Has(key)) return absl::OkStatus();
+  return Invalid(Join(path, key), node, "is required");
+}
+
+absl::StatusOr<std::string> ReadScalar(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) {
+    return Invalid(path, node, absl::StrCat("expected a scalar, got ", KindName(node)));
+  }
+  return node.Scalar();
+}
+
+absl::StatusOr<std::string> ReadString(const YAML::Node& node, const std::string& path) {
+  return ReadScalar(node, path);
+}
+
+template <typename Int>
+absl::StatusOr<Int> ReadInt(const YAML::Node& node, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
+  Int value;
+  if (!absl::SimpleAtoi(text, &value)) {
+    return Invalid(path, node,
+                   absl::StrCat("expected ", std::is_signed<Int>::value ? "an" : "a non-negative",
+                                " integer, got \"", text, "\""));
+  }
+  return value;
+}
+
+absl::StatusOr<double> ReadDouble(const YAML::Node& node, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
+  double value;
+  if (!absl::SimpleAtod(text, &value)) {
+    return Invalid(path, node, absl::StrCat("expected a number, got \"", text, "\""));
+  }
+  return value;
+}
+
+absl::StatusOr<bool> ReadBool(const YAML::Node& node, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "no" || lower == "off") return false;
+  return Invalid(path, node, absl::StrCat("expected true or false, got \"", text, "\""));
+}
+
+absl::Status ForEachItem(const YAML::Node& node, const std::string& path,
+                         const std::function<absl::Status(const YAML::Node&,
+                                                          const std::string&)>& fn) {
+  if (!node.IsSequence()) {
+    return Invalid(path, node, absl::StrCat("expected a list, got ", KindName(node)));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    RETURN_IF_ERROR(fn(node[i], absl::StrCat(path, "[", i, "]")));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Int, typename Repeated>
+absl::Status ReadIntList(const YAML::Node& node, const std::string& path, Repeated* out) {
+  return ForEachItem(node, path, [&](const YAML::Node& item, const std::string& item_path) {
+    ASSIGN_OR_RETURN(Int v, ReadInt<Int>(item, item_path));
+    out->Add(v);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ReadPlacementList(const YAML::Node& node, const std::string& path,
+                               google::protobuf::RepeatedPtrField<Placement>* out) {
+  return ForEachItem(node, path, [&](const YAML::Node& item, const std::string& item_path) {
+    ASSIGN_OR_RETURN(std::string text, ReadScalar(item, item_path));
+    absl::StatusOr<Placement> p = ParsePlacement(text);
+    if (!p.ok()) return Invalid(item_path, item, p.status().message());
+    *out->Add() = *p;
+    return absl::OkStatus();
+  });
+}
+
+std::string ResolvePath(const std::string& path, const std::string& base_dir) {
+  if (path.empty() || base_dir.empty()) return path;
+  std::filesystem::path p(path);
+  if (p.is_absolute()) return p.lexically_normal().string();
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+absl::Status ParseMesh(const YAML::Node& node, const std::string& path, v1::Mesh* mesh) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"shape", "dim_names"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "shape"));
+  RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("shape"), Join(path, "shape"),
+                                       mesh->mutable_shape()));
+  if (m.Has("dim_names")) {
+    RETURN_IF_ERROR(ForEachItem(m.Get("dim_names"), Join(path, "dim_names"),
+                                [&](const YAML::Node& item, const std::string& item_path) {
+                                  ASSIGN_OR_RETURN(std::string s, ReadString(item, item_path));
+                                  mesh->add_dim_names(s);
+                                  return absl::OkStatus();
+                                }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path, v1::Layer* layer) {
+  std::string path = index_path;
+  // Name the layer in every error when it has a readable name.
+  if (node.IsMap() && node["name"] && node["name"].IsScalar()) {
+    path = absl::StrCat(index_path, " (", node["name"].Scalar(), ")");
+  }
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path,
+                                   {"name", "type", "in_features", "out_features", "bias",
+                                    "placements"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "name"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
+  ASSIGN_OR_RETURN(*layer->mutable_name(), ReadString(m.Get("name"), Join(path, "name")));
+  ASSIGN_OR_RETURN(*layer->mutable_type(), ReadString(m.Get("type"), Join(path, "type")));
+  if (m.Has("in_features")) {
+    ASSIGN_OR_RETURN(int64_t v, ReadInt<int64_t>(m.Get("in_features"), Join(path, "in_features")));
+    layer->set_in_features(v);
+  }
+  if (m.Has("out_features")) {
+    ASSIGN_OR_RETURN(int64_t v,
+                     ReadInt<int64_t>(m.Get("out_features"), Join(path, "out_features")));
+    layer->set_out_features(v);
+  }
+  if (m.Has("bias")) {
+    ASSIGN_OR_RETURN(bool v, ReadBool(m.Get("bias"), Join(path, "bias")));
+    layer->set_bias(v);
+  }
+  if (m.Has("placements")) {
+    const std::string ppath = Join(path, "placements");
+    ASSIGN_OR_RETURN(MapReader pm, MapReader::Read(m.Get("placements"), ppath, {"weight", "bias"}));
+    for (const char* param : {"weight", "bias"}) {
+      if (!pm.Has(param)) continue;
+      v1::PlacementList list;
+      RETURN_IF_ERROR(
+          ReadPlacementList(pm.Get(param), Join(ppath, param), list.mutable_placements()));
+      (*layer->mutable_placements())[param] = std::move(list);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseModel(const YAML::Node& node, const std::string& path, v1::Model* model) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"layers", "loss"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "layers"));
+  RETURN_IF_ERROR(ForEachItem(m.Get("layers"), Join(path, "layers"),
+                              [&](const YAML::Node& item, const std::string& item_path) {
+                                return ParseLayer(item, item_path, model->add_layers());
+                              }));
+  if (m.Has("loss")) {
+    ASSIGN_OR_RETURN(*model->mutable_loss(), ReadString(m.Get("loss"), Join(path, "loss")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseData(const YAML::Node& node, const std::string& path, v1::Data* data) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path,
+                                                {"source", "input", "label", "batch_size",
+                                                 "placements", "sample_shape", "label_shape",
+                                                 "num_samples"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "source"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "batch_size"));
+  ASSIGN_OR_RETURN(*data->mutable_source(), ReadString(m.Get("source"), Join(path, "source")));
+  if (m.Has("input")) {
+    ASSIGN_OR_RETURN(*data->mutable_input(), ReadString(m.Get("input"), Join(path, "input")));
+  }
+  if (m.Has("label")) {
+    ASSIGN_OR_RETURN(*data->mutable_label(), ReadString(m.Get("label"), Join(path, "label")));
+  }
+  ASSIGN_OR_RETURN(int64_t batch, ReadInt<int64_t>(m.Get("batch_size"), Join(path, "batch_size")));
+  data->set_batch_size(batch);
+  if (m.Has("placements")) {
+    RETURN_IF_ERROR(ReadPlacementList(m.Get("placements"), Join(path, "placements"),
+                                      data->mutable_placements()));
+  }
+  if (m.Has("sample_shape")) {
+    RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("sample_shape"), Join(path, "sample_shape"),
+                                         data->mutable_sample_shape()));
+  }
+  if (m.Has("label_shape")) {
+    RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("label_shape"), Join(path, "label_shape"),
+                                         data->mutable_label_shape()));
+  }
+  if (m.Has("num_samples")) {
+    ASSIGN_OR_RETURN(int64_t n, ReadInt<int64_t>(m.Get("num_samples"), Join(path, "num_samples")));
+    data->set_num_samples(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1::Optimizer* opt) {
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path, {"type", "lr", "betas", "eps", "weight_decay"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "lr"));
+  ASSIGN_OR_RETURN(*opt->mutable_type(), ReadString(m.Get("type"), Join(path, "type")));
+  ASSIGN_OR_RETURN(double lr, ReadDouble(m.Get("lr"), Join(path, "lr")));
+  opt->set_lr(lr);
+  if (m.Has("betas")) {
+    RETURN_IF_ERROR(ForEachItem(m.Get("betas"), Join(path, "betas"),
+                                [&](const YAML::Node& item, const std::string& item_path) {
+                                  ASSIGN_OR_RETURN(double b, ReadDouble(item, item_path));
+                                  opt->add_betas(b);
+                                  return absl::OkStatus();
+                                }));
+  }
+  if (m.Has("eps")) {
+    ASSIGN_OR_RETURN(double eps, ReadDouble(m.Get("eps"), Join(path, "eps")));
+    opt->set_eps(eps);
+  } else if (opt->type() == "adamw") {
+    opt->set_eps(1e-8);
+  }
+  if (m.Has("weight_decay")) {
+    ASSIGN_OR_RETURN(double wd, ReadDouble(m.Get("weight_decay"), Join(path, "weight_decay")));
+    opt->set_weight_decay(wd);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Train* train) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"steps", "seed"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "steps"));
+  ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get("steps"), Join(path, "steps")));
+  train->set_steps(steps);
+  if (m.Has("seed")) {
+    ASSIGN_OR_RETURN(uint64_t seed, ReadInt<uint64_t>(m.Get("seed"), Join(path, "seed")));
+    train->set_seed(seed);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobSpec* spec) {
+  if (!root.IsDefined() || root.IsNull()) {
+    return absl::InvalidArgumentError("job spec is empty");
+  }
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(root, "job spec",
+                                   {"name", "mesh", "model", "data", "optimizer", "train",
+                                    "init_from", "device"}));
+  for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
+    RETURN_IF_ERROR(RequireKey(m, root, "", key));
+  }
+  ASSIGN_OR_RETURN(*spec->mutable_name(), ReadString(m.Get("name"), "name"));
+  RETURN_IF_ERROR(ParseMesh(m.Get("mesh"), "mesh", spec->mutable_mesh()));
+  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mutable_model()));
+  RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mutable_data()));
+  RETURN_IF_ERROR(ParseOptimizer(m.Get("optimizer"), "optimizer", spec->mutable_optimizer()));
+  RETURN_IF_ERROR(ParseTrain(m.Get("train"), "train", spec->mutable_train()));
+  if (m.Has("init_from")) {
+    ASSIGN_OR_RETURN(std::string init, ReadString(m.Get("init_from"), "init_from"));
+    spec->set_init_from(ResolvePath(init, base_dir));
+  }
+  if (m.Has("device")) {
+    ASSIGN_OR_RETURN(*spec->mutable_device(), ReadString(m.Get("device"), "device"));
+  }
+  v1::Data* data = spec->mutable_data();
+  data->set_input(ResolvePath(data->input(), base_dir));
+  data->set_label(ResolvePath(data->label(), base_dir));
+  ApplyJobSpecDefaults(spec);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validation.
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
+}
+
+template <typename Repeated>
+std::vector<int64_t> ToVector(const Repeated& r) {
+  return std::vector<int64_t>(r.begin(), r.end());
+}
+
+std::string LayerPath(const v1::Layer& layer, int index) {
+  if (layer.name().empty()) return absl::StrCat("model.layers[", index, "]");
+  return absl::StrCat("model.layers[", index, "] (", layer.name(), ")");
+}
+
+// One placement per mesh dim, shard axes in range for a tensor of `rank` axes, Partial only
+// where the tensor may hold partial values (never a parameter or a data batch).
+absl::Status ValidatePlacements(const google::protobuf::RepeatedPtrField<Placement>& placements,
+                                const v1::Mesh& mesh, int rank, const std::string& path,
+                                absl::string_view what) {
+  if (placements.size() != mesh.shape_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", placements.size(), " placement(s) ", FormatPlacements(placements),
+        " for a mesh of ", mesh.shape_size(), " dim(s); give one per mesh dim (",
+        absl::StrJoin(mesh.dim_names(), ", "), ")"));
+  }
+  for (int i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
+    const std::string item = absl::StrCat(path, "[", i, "]");
+    switch (p.kind()) {
+      case Placement::REPLICATE:
+        break;
+      case Placement::SHARD:
+        if (p.axis() < -rank || p.axis() >= rank) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              item, ": ", FormatPlacement(p), " is out of range for ", what, " of rank ", rank,
+              " (axes ", -rank, "..", rank - 1, ")"));
+        }
+        break;
+      case Placement::PARTIAL:
+        return absl::InvalidArgumentError(absl::StrCat(
+            item, ": ", FormatPlacement(p), " is not allowed for ", what,
+            " (it must hold real values on every rank); use Replicate() or Shard(axis)"));
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat(item, ": placement kind is unspecified"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateMesh(const v1::Mesh& mesh) {
+  if (mesh.shape_size() == 0) {
+    return absl::InvalidArgumentError("mesh.shape: must list at least one dimension, e.g. [4]");
+  }
+  int64_t world = 1;
+  for (int i = 0; i < mesh.shape_size(); ++i) {
+    if (mesh.shape(i) <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("mesh.shape[", i, "]: must be > 0, got ", mesh.shape(i)));
+    }
+    if (mesh.shape(i) > kMaxWorldSize || world * mesh.shape(i) > kMaxWorldSize) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh.shape: ", ShapeString(ToVector(mesh.shape())),
+                                                     " has more than ", kMaxWorldSize, " ranks"));
+    }
+    world *= mesh.shape(i);
+  }
+  if (mesh.dim_names_size() != mesh.shape_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mesh.dim_names: ", mesh.dim_names_size(), " name(s) for ", mesh.shape_size(),
+        " dimension(s) of shape ", ShapeString(ToVector(mesh.shape()))));
+  }
+  std::set<std::string> seen;
+  for (int i = 0; i < mesh.dim_names_size(); ++i) {
+    if (mesh.dim_names(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh.dim_names[", i, "]: must not be empty"));
+    }
+    if (!seen.insert(mesh.dim_names(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("mesh.dim_names[", i, "]: duplicate name \"",
+                                                     mesh.dim_names(i), "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct ParamShape {
+  std::string name;  // fc0.weight
+  std::vector<int64_t> shape;
+};
+
+// Checks the layer chain. `input_width` is the data's last axis when known (-1 otherwise);
+// returns the model's output width in *output_width (-1 when the model has no linear layer and
+// the input width is unknown) and every parameter's global shape.
+absl::Status ValidateModel(const v1::Model& model, const v1::Mesh& mesh, int64_t input_width,
+                           int64_t* output_width, std::vector<ParamShape>* params) {
+  if (model.layers_size() == 0) {
+    return absl::InvalidArgumentError("model.layers: the model needs at least one layer");
+  }
+  std::set<std::string> names;
+  int64_t width = input_width;
+  int last_linear = -1;
+  for (int i = 0; i < model.layers_size(); ++i) {
+    const v1::Layer& layer = model.layers(i);
+    const std::string path = LayerPath(layer, i);
+    if (layer.name().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".name: must not be empty"));
+    }
+    if (!names.insert(layer.name()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".name: duplicate layer name \"", layer.name(), "\""));
+    }
+    if (layer.type() == "linear") {
+      if (layer.in_features() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".in_features: must be > 0, got ", layer.in_features()));
+      }
+      if (layer.out_features() <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".out_features: must be > 0, got ", layer.out_features()));
+      }
+      if (width >= 0 && layer.in_features() != width) {
+        if (last_linear >= 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ".in_features: ", layer.in_features(),
+              " does not match the previous linear's out_features ", width, " (",
+              LayerPath(model.layers(last_linear), last_linear), ")"));
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".in_features: ", layer.in_features(),
+                         " does not match the input's last dimension ", width));
+      }
+      for (const auto& kv : layer.placements()) {
+        if (kv.first != "weight" && kv.first != "bias") {
+          return absl::InvalidArgumentError(absl::StrCat(
+              path, ".placements: unknown parameter \"", kv.first, "\"; known: weight, bias"));
+        }
+      }
+      const bool bias = !layer.has_bias() || layer.bias();
+      params->push_back({layer.name() + ".weight", {layer.in_features(), layer.out_features()}});
+      auto w = layer.placements().find("weight");
+      if (w != layer.placements().end()) {
+        RETURN_IF_ERROR(ValidatePlacements(w->second.placements(), mesh, 2,
+                                           path + ".placements.weight", "a parameter"));
+      }
+      auto b = layer.placements().find("bias");
+      if (b != layer.placements().end()) {
+        if (!bias) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(path, ".placements.bias: the layer has bias: false"));
+        }
+        RETURN_IF_ERROR(ValidatePlacements(b->second.placements(), mesh, 1,
+                                           path + ".placements.bias", "a parameter"));
+      }
+      if (bias) params->push_back({layer.name() + ".bias", {layer.out_features()}});
+      width = layer.out_features();
+      last_linear = i;
+    } else if (layer.type() == "relu" || layer.type() == "gelu") {
+      if (layer.in_features() != 0 || layer.out_features() != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, ".", layer.in_features() != 0 ? "in_features" : "out_features",
+            ": only linear layers take features (", layer.type(), " keeps the width)"));
+      }
+      if (layer.has_bias()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".bias: only linear layers have a bias"));
+      }
+      if (!layer.placements().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ".placements: ", layer.type(), " has no parameters"));
+      }
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(path, ".type: unknown layer type \"",
+                                                     layer.type(), "\"; known: linear, relu, gelu"));
+    }
+  }
+  if (params->empty()) {
+    return absl::InvalidArgumentError(
+        "model.layers: the model has no linear layer, so nothing to train");
+  }
+  if (!model.loss().empty() && model.loss() != "mse") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.loss: unknown loss \"", model.loss(), "\"; known: mse"));
+  }
+  *output_width = width;
+  return absl::OkStatus();
+}
+
+// The default batch placement when the spec gives none: Shard(0) on a dim named dp.
+google::protobuf::RepeatedPtrField<Placement> EffectiveDataPlacements(const JobSpec& spec) {
+  if (spec.data().placements_size() > 0) return spec.data().placements();
+  google::protobuf::RepeatedPtrField<Placement> out;
+  for (int i = 0; i < spec.mesh().shape_size(); ++i) {
+    Placement* p = out.Add();
+    if (i < spec.mesh().dim_names_size() && spec.mesh().dim_names(i) == "dp") {
+      p->set_kind(Placement::SHARD);
+      p->set_axis(0);
+    } else {
+      p->set_kind(Placement::REPLICATE);
+    }
+  }
+  return out;
+}
+
+absl::Status CheckPositiveShape(const std::vector<int64_t>& shape, const std::string& path) {
+  if (shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is required for synthetic data"));
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, "[", i, "]: must be > 0, got ", shape[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Validation reports INVALID_ARGUMENT whatever the reader's code was: to SubmitJob, a spec that
+// names a missing or unreadable file is an invalid argument.
+absl::Status AsInvalid(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(context, ": ", status.message()));
+}
+
+// Reads an npy header for validation; errors name the field.
+absl::StatusOr<std::vector<int64_t>> NpyShape(const std::string& file, const std::string& field) {
+  if (file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": is required for source npy"));
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", file, ": no such file"));
+  }
+  absl::StatusOr<NpyFile> npy = NpyFile::Open(file);
+  if (!npy.ok()) return AsInvalid(npy.status(), field);
+  if (npy->shape().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", file, ": is a scalar; expected [num_samples, ...]"));
+  }
+  return npy->shape();
+}
+
+// Data shapes and placements: the per-sample shape's last axis feeds the first linear, the
+// label matches the model's output, and the batch divides evenly across the ranks it is
+// sharded on. Sets *input_width for the model check.
+absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shape,
+                          std::vector<int64_t>* label_shape) {
+  const v1::Data& data = spec.data();
+  if (data.source() == "npy") {
+    ASSIGN_OR_RETURN(std::vector<int64_t> in, NpyShape(data.input(), "data.input"));
+    ASSIGN_OR_RETURN(std::vector<int64_t> lb, NpyShape(data.label(), "data.label"));
+    if (in[0] != lb[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.label: ", data.label(), " has ", lb[0], " samples but data.input ", data.input(),
+          " has ", in[0]));
+    }
+    if (in[0] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.input: ", data.input(), " has no samples"));
+    }
+    sample_shape->assign(in.begin() + 1, in.end());
+    label_shape->assign(lb.begin() + 1, lb.end());
+    if (sample_shape->empty() || label_shape->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          sample_shape->empty() ? "data.input: " : "data.label: ",
+          sample_shape->empty() ? data.input() : data.label(),
+          ": is 1-D; expected [num_samples, features...]"));
+    }
+    // ResolveDataShapes may have filled these; they must agree with the files.
+    if (data.sample_shape_size() > 0 && ToVector(data.sample_shape()) != *sample_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.sample_shape: ", ShapeString(ToVector(data.sample_shape())), " does not match ",
+          data.input(), " samples of shape ", ShapeString(*sample_shape)));
+    }
+    if (data.label_shape_size() > 0 && ToVector(data.label_shape()) != *label_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.label_shape: ", ShapeString(ToVector(data.label_shape())), " does not match ",
+          data.label(), " samples of shape ", ShapeString(*label_shape)));
+    }
+    if (data.num_samples() != 0 && data.num_samples() != in[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("data.num_samples: ", data.num_samples(),
+                                                     " does not match ", data.input(), " (",
+                                                     in[0], " samples)"));
+    }
+  } else if (data.source() == "synthetic") {
+    if (!data.input().empty() || !data.label().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          data.input().empty() ? "data.label" : "data.input",
+          ": only for source npy (synthetic data comes from the seeded generator)"));
+    }
+    *sample_shape = ToVector(data.sample_shape());
+    *label_shape = ToVector(data.label_shape());
+    RETURN_IF_ERROR(CheckPositiveShape(*sample_shape, "data.sample_shape"));
+    RETURN_IF_ERROR(CheckPositiveShape(*label_shape, "data.label_shape"));
+    if (data.num_samples() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.num_samples: must be > 0 for synthetic data, got ", data.num_samples()));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.source: unknown source \"", data.source(), "\"; known: npy, synthetic"));
+  }
+  if (data.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.batch_size: must be > 0, got ", data.batch_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatchPlacements(const JobSpec& spec, const std::vector<int64_t>& sample_shape,
+                                     const std::vector<int64_t>& label_shape) {
+  const google::protobuf::RepeatedPtrField<Placement> placements = EffectiveDataPlacements(spec);
+  const int input_rank = 1 + static_cast<int>(sample_shape.size());
+  const int label_rank = 1 + static_cast<int>(label_shape.size());
+  RETURN_IF_ERROR(ValidatePlacements(placements, spec.mesh(), std::min(input_rank, label_rank),
+                                     "data.placements", "a data batch"));
+  // The batch axis must split evenly: every rank trains on the same number of samples.
+  int64_t batch = spec.data().batch_size();
+  for (int i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
+    if (p.kind() != Placement::SHARD) continue;
+    const int axis = p.axis() < 0 ? p.axis() + input_rank : p.axis();
+    if (axis != 0) continue;
+    const int64_t degree = spec.mesh().shape(i);
+    if (batch % degree != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.batch_size: ", spec.data().batch_size(), " is not divisible by mesh dim ",
+          spec.mesh().dim_names(i), " (size ", degree, ") that the batch is sharded on",
+          batch != spec.data().batch_size() ? " (after the other dims it is sharded on)" : ""));
+    }
+    batch /= degree;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptimizer(const v1::Optimizer& opt) {
+  if (opt.type() != "sgd" && opt.type() != "adamw") {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.type: unknown optimizer \"",
+                                                   opt.type(), "\"; known: sgd, adamw"));
+  }
+  if (!(opt.lr() > 0) || !std::isfinite(opt.lr())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.lr: must be a finite number > 0, got ", opt.lr()));
+  }
+  if (!(opt.weight_decay() >= 0) || !std::isfinite(opt.weight_decay())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.weight_decay: must be a finite number >= 0, got ", opt.weight_decay()));
+  }
+  if (opt.type() == "adamw") {
+    if (opt.betas_size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.betas: adamw needs two values [beta1, beta2], got ", opt.betas_size()));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (!(opt.betas(i) >= 0 && opt.betas(i) < 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer.betas[", i, "]: must be in [0, 1), got ", opt.betas(i)));
+      }
+    }
+    if (!(opt.eps() >= 0) || !std::isfinite(opt.eps())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer.eps: must be a finite number >= 0, got ", opt.eps()));
+    }
+  } else if (opt.betas_size() > 0) {
+    return absl::InvalidArgumentError("optimizer.betas: only adamw takes betas");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateInitFrom(const std::string& file, const std::vector<ParamShape>& params) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": no such file"));
+  }
+  absl::StatusOr<SafetensorsFile> st = SafetensorsFile::Open(file);
+  if (!st.ok()) return AsInvalid(st.status(), "init_from");
+  for (const ParamShape& p : params) {
+    const SafetensorsFile::Entry* e = st->Find(p.name);
+    if (e == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": has no tensor ",
+                                                     p.name, " (shape ", ShapeString(p.shape),
+                                                     ") that the model needs"));
+    }
+    if (e->dtype != "F32") {
+      return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": ", p.name,
+                                                     " has dtype ", e->dtype, "; expected F32"));
+    }
+    if (e->shape != p.shape) {
+      return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": ", p.name,
+                                                     " has shape ", ShapeString(e->shape),
+                                                     ", the model needs ", ShapeString(p.shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ApplyJobSpecDefaults(JobSpec* spec) {
+  v1::Mesh* mesh = spec->mutable_mesh();
+  if (mesh->dim_names_size() == 0) {
+    for (int i = 0; i < mesh->shape_size(); ++i) mesh->add_dim_names(absl::StrCat("d", i));
+  }
+  v1::Model* model = spec->mutable_model();
+  for (v1::Layer& layer : *model->mutable_layers()) {
+    if (layer.type() == "linear" && !layer.has_bias()) layer.set_bias(true);
+  }
+  if (model->loss().empty()) model->set_loss("mse");
+  v1::Data* data = spec->mutable_data();
+  if (data->placements_size() == 0 && mesh->dim_names_size() == mesh->shape_size()) {
+    *data->mutable_placements() = EffectiveDataPlacements(*spec);
+  }
+  v1::Optimizer* opt = spec->mutable_optimizer();
+  if (opt->type() == "adamw" && opt->betas_size() == 0) {
+    opt->add_betas(0.9);
+    opt->add_betas(0.999);
+  }
+  if (spec->device().empty()) spec->set_device("cpu");
+}
+
+absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir) {
+  JobSpec spec;
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml));
+    RETURN_IF_ERROR(ParseRoot(root, base_dir, &spec));
+  } catch (const YAML::Exception& e) {
+    std::string where;
+    if (!e.mark.is_null()) {
+      where = absl::StrCat(" at line ", e.mark.line + 1, ", column ", e.mark.column + 1);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("job spec is not valid YAML", where, ": ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", e.what()));
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job spec"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  if (ec) abs = path;
+  absl::StatusOr<JobSpec> spec = ParseJobSpecYaml(text.str(), abs.parent_path().string());
+  if (!spec.ok()) return Annotate(spec.status(), path);
+  return spec;
+}
+
+absl::Status ValidateJobSpec(const JobSpec& submitted) {
+  // A spec that came over gRPC may leave the documented defaults implicit.
+  JobSpec spec = submitted;
+  ApplyJobSpecDefaults(&spec);
+  if (spec.name().empty()) {
+    return absl::InvalidArgumentError("name: must not be empty");
+  }
+  RETURN_IF_ERROR(ValidateMesh(spec.mesh()));
+  std::vector<int64_t> sample_shape, label_shape;
+  RETURN_IF_ERROR(ValidateData(spec, &sample_shape, &label_shape));
+  int64_t output_width = -1;
+  std::vector<ParamShape> params;
+  RETURN_IF_ERROR(ValidateModel(spec.model(), spec.mesh(), sample_shape.back(), &output_width,
+                                &params));
+  std::vector<int64_t> expected_label(sample_shape.begin(), sample_shape.end() - 1);
+  expected_label.push_back(output_width);
+  if (label_shape != expected_label) {
+    const std::string field = spec.data().source() == "npy" ? "data.label" : "data.label_shape";
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": samples of shape ", ShapeString(label_shape),
+        " do not match the model's output ", ShapeString(expected_label), " (the last layer gives ",
+        output_width, " features for inputs of shape ", ShapeString(sample_shape), ")"));
+  }
+  RETURN_IF_ERROR(ValidateBatchPlacements(spec, sample_shape, label_shape));
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  if (spec.train().steps() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.steps: must be > 0, got ", spec.train().steps()));
+  }
+  if (!spec.init_from().empty()) RETURN_IF_ERROR(ValidateInitFrom(spec.init_from(), params));
+  if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: unknown device \"", spec.device(), "\"; known: cpu, cuda"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ResolveDataShapes(JobSpec* spec) {
+  v1::Data* data = spec->mutable_data();
+  if (data->source() != "npy") return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<int64_t> in, NpyShape(data->input(), "data.input"));
+  ASSIGN_OR_RETURN(std::vector<int64_t> lb, NpyShape(data->label(), "data.label"));
+  data->clear_sample_shape();
+  data->clear_label_shape();
+  for (size_t i = 1; i < in.size(); ++i) data->add_sample_shape(in[i]);
+  for (size_t i = 1; i < lb.size(); ++i) data->add_label_shape(lb[i]);
+  data->set_num_samples(in[0]);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
+  const absl::string_view original = text;
+  text = absl::StripAsciiWhitespace(text);
+  auto invalid = [&]() {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "invalid placement \"", original,
+        "\"; expected Replicate(), Shard(axis), Partial(), Partial(sum) or Partial(avg)"));
+  };
+  const size_t open = text.find('(');
+  if (text.empty() || open == absl::string_view::npos || text.back() != ')') return invalid();
+  const absl::string_view kind = absl::StripAsciiWhitespace(text.substr(0, open));
+  const absl::string_view arg =
+      absl::StripAsciiWhitespace(text.substr(open + 1, text.size() - open - 2));
+  Placement p;
+  if (kind == "Replicate") {
+    if (!arg.empty()) return invalid();
+    p.set_kind(Placement::REPLICATE);
+  } else if (kind == "Shard") {
+    int32_t axis;
+    if (!absl::SimpleAtoi(arg, &axis)) return invalid();
+    p.set_kind(Placement::SHARD);
+    p.set_axis(axis);
+  } else if (kind == "Partial") {
+    p.set_kind(Placement::PARTIAL);
+    if (arg.empty() || arg == "sum") {
+      p.set_reduce(Placement::SUM);
+    } else if (arg == "avg") {
+      p.set_reduce(Placement::AVG);
+    } else {
+      return invalid();
+    }
+  } else {
+    return invalid();
+  }
+  return p;
+}
+
+std::string FormatPlacement(const Placement& placement) {
+  switch (placement.kind()) {
+    case Placement::REPLICATE:
+      return "Replicate()";
+    case Placement::SHARD:
+      return absl::StrCat("Shard(", placement.axis(), ")");
+    case Placement::PARTIAL:
+      return placement.reduce() == Placement::AVG ? "Partial(avg)" : "Partial(sum)";
+    default:
+      return "Unspecified()";
+  }
+}
+
+std::string FormatPlacements(const google::protobuf::RepeatedPtrField<Placement>& placements) {
+  std::vector<std::string> parts;
+  for (const Placement& p : placements) parts.push_back(FormatPlacement(p));
+  return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+int64_t WorldSize(const JobSpec& spec) {
+  int64_t world = 1;
+  for (int64_t d : spec.mesh().shape()) {
+    if (d <= 0 || d > kMaxWorldSize || world * d > kMaxWorldSize) return 0;
+    world *= d;
+  }
+  return world;
+}
+
+}  // namespace weft

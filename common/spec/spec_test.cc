@@ -1,0 +1,568 @@
+#include "common/spec/spec.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace weft {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The issue's schema example, on a 4-rank dp mesh with small layers.
+constexpr char kFullSpec[] = R"(
+name: tiny
+mesh: {shape: [4], dim_names: [dp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 16, bias: false}
+    - {name: act0, type: relu}
+    - {name: fc1, type: linear, in_features: 16, out_features: 4, bias: true,
+       placements: {weight: [Replicate()], bias: [Replicate()]}}
+  loss: mse
+data:
+  source: npy
+  input: inputs.npy
+  label: labels.npy
+  batch_size: 8
+  placements: [Shard(0)]
+optimizer: {type: adamw, lr: 0.001, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.01}
+train: {steps: 10, seed: 1234}
+init_from: init.safetensors
+device: cpu
+)";
+
+constexpr char kSyntheticSpec[] = R"(
+name: synth
+mesh: {shape: [2], dim_names: [dp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 16}
+    - {name: act0, type: gelu}
+    - {name: fc1, type: linear, in_features: 16, out_features: 4}
+data:
+  source: synthetic
+  sample_shape: [8]
+  label_shape: [4]
+  num_samples: 32
+  batch_size: 4
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+)";
+
+class SpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/spec_test_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string Path(const std::string& name) const { return dir_ + "/" + name; }
+
+  void WriteNpy(const std::string& name, const std::vector<int64_t>& shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> data(n, 0.5f);
+    ASSERT_TRUE(NpyFile::Write(Path(name), shape, data.data()).ok());
+  }
+
+  void WriteText(const std::string& name, const std::string& text) {
+    std::ofstream(Path(name), std::ios::binary) << text;
+  }
+
+  // Tensors named by the model in kFullSpec, with shapes that can be overridden.
+  void WriteInit(const std::vector<int64_t>& fc0_weight = {8, 16}) {
+    std::vector<float> zeros(8 * 16 * 4, 0.0f);
+    ASSERT_TRUE(SafetensorsFile::Write(Path("init.safetensors"),
+                                       {{"fc0.weight", fc0_weight, zeros.data()},
+                                        {"fc1.weight", {16, 4}, zeros.data()},
+                                        {"fc1.bias", {4}, zeros.data()}})
+                    .ok());
+  }
+
+  // kFullSpec with its files in place, edited by `replace` pairs.
+  absl::StatusOr<v1::JobSpec> Full(
+      const std::vector<std::pair<std::string, std::string>>& replace = {}) {
+    WriteNpy("inputs.npy", {32, 8});
+    WriteNpy("labels.npy", {32, 4});
+    WriteInit();
+    return ParseJobSpecYaml(absl::StrReplaceAll(kFullSpec, replace), dir_);
+  }
+
+  std::string dir_;
+};
+
+// A spec that parses but fails validation with INVALID_ARGUMENT naming `field`.
+#define EXPECT_INVALID(status, field)                                          \
+  do {                                                                         \
+    absl::Status s_ = (status);                                                \
+    EXPECT_EQ(s_.code(), absl::StatusCode::kInvalidArgument) << s_;            \
+    EXPECT_THAT(std::string(s_.message()), HasSubstr(field)) << s_;            \
+  } while (0)
+
+TEST_F(SpecTest, ParsesEveryFieldOfTheFullExample) {
+  absl::StatusOr<v1::JobSpec> spec = Full();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "tiny");
+  ASSERT_EQ(spec->mesh().shape_size(), 1);
+  EXPECT_EQ(spec->mesh().shape(0), 4);
+  EXPECT_EQ(spec->mesh().dim_names(0), "dp");
+  ASSERT_EQ(spec->model().layers_size(), 3);
+  const v1::Layer& fc0 = spec->model().layers(0);
+  EXPECT_EQ(fc0.name(), "fc0");
+  EXPECT_EQ(fc0.type(), "linear");
+  EXPECT_EQ(fc0.in_features(), 8);
+  EXPECT_EQ(fc0.out_features(), 16);
+  EXPECT_TRUE(fc0.has_bias());
+  EXPECT_FALSE(fc0.bias());
+  EXPECT_EQ(spec->model().layers(1).type(), "relu");
+  EXPECT_FALSE(spec->model().layers(1).has_bias());
+  const v1::Layer& fc1 = spec->model().layers(2);
+  EXPECT_TRUE(fc1.bias());
+  EXPECT_EQ(FormatPlacements(fc1.placements().at("weight").placements()), "[Replicate()]");
+  EXPECT_EQ(FormatPlacements(fc1.placements().at("bias").placements()), "[Replicate()]");
+  EXPECT_EQ(spec->model().loss(), "mse");
+  EXPECT_EQ(spec->data().source(), "npy");
+  EXPECT_EQ(spec->data().input(), Path("inputs.npy"));
+  EXPECT_EQ(spec->data().label(), Path("labels.npy"));
+  EXPECT_EQ(spec->data().batch_size(), 8);
+  EXPECT_EQ(FormatPlacements(spec->data().placements()), "[Shard(0)]");
+  EXPECT_EQ(spec->optimizer().type(), "adamw");
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.001);
+  ASSERT_EQ(spec->optimizer().betas_size(), 2);
+  EXPECT_DOUBLE_EQ(spec->optimizer().betas(0), 0.9);
+  EXPECT_DOUBLE_EQ(spec->optimizer().betas(1), 0.999);
+  EXPECT_DOUBLE_EQ(spec->optimizer().eps(), 1e-8);
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0.01);
+  EXPECT_EQ(spec->train().steps(), 10);
+  EXPECT_EQ(spec->train().seed(), 1234u);
+  EXPECT_EQ(spec->init_from(), Path("init.safetensors"));
+  EXPECT_EQ(spec->device(), "cpu");
+  EXPECT_EQ(WorldSize(*spec), 4);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  ASSERT_TRUE(ResolveDataShapes(&*spec).ok());
+  EXPECT_EQ(spec->data().sample_shape_size(), 1);
+  EXPECT_EQ(spec->data().sample_shape(0), 8);
+  EXPECT_EQ(spec->data().label_shape(0), 4);
+  EXPECT_EQ(spec->data().num_samples(), 32);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+}
+
+TEST_F(SpecTest, AppliesDefaults) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->model().layers(0).has_bias());
+  EXPECT_TRUE(spec->model().layers(0).bias());
+  EXPECT_FALSE(spec->model().layers(1).has_bias());
+  EXPECT_EQ(spec->model().loss(), "mse");
+  EXPECT_EQ(FormatPlacements(spec->data().placements()), "[Shard(0)]");
+  EXPECT_EQ(spec->optimizer().betas_size(), 0);  // sgd
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0);
+  EXPECT_EQ(spec->train().seed(), 0u);
+  EXPECT_EQ(spec->device(), "cpu");
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> adam = ParseJobSpecYaml(
+      absl::StrReplaceAll(kSyntheticSpec, {{"{type: sgd, lr: 0.1}", "{type: adamw, lr: 0.1}"},
+                                           {"{shape: [2], dim_names: [dp]}", "{shape: [2, 1]}"}}),
+      dir_);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  ASSERT_EQ(adam->optimizer().betas_size(), 2);
+  EXPECT_DOUBLE_EQ(adam->optimizer().betas(0), 0.9);
+  EXPECT_DOUBLE_EQ(adam->optimizer().betas(1), 0.999);
+  EXPECT_DOUBLE_EQ(adam->optimizer().eps(), 1e-8);
+  ASSERT_EQ(adam->mesh().dim_names_size(), 2);
+  EXPECT_EQ(adam->mesh().dim_names(0), "d0");
+  EXPECT_EQ(adam->mesh().dim_names(1), "d1");
+  // No dim is named dp: the batch is replicated.
+  EXPECT_EQ(FormatPlacements(adam->data().placements()), "[Replicate(), Replicate()]");
+  EXPECT_TRUE(ValidateJobSpec(*adam).ok()) << ValidateJobSpec(*adam);
+
+  // 2-d mesh with dp second.
+  absl::StatusOr<v1::JobSpec> mp = ParseJobSpecYaml(
+      absl::StrReplaceAll(kSyntheticSpec,
+                          {{"{shape: [2], dim_names: [dp]}", "{shape: [1, 2], dim_names: [mp, dp]}"}}),
+      dir_);
+  ASSERT_TRUE(mp.ok()) << mp.status();
+  EXPECT_EQ(FormatPlacements(mp->data().placements()), "[Replicate(), Shard(0)]");
+}
+
+TEST_F(SpecTest, ValidationAppliesDefaultsToSpecsFromGrpc) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok());
+  spec->mutable_mesh()->clear_dim_names();
+  spec->mutable_data()->clear_placements();
+  spec->mutable_model()->clear_loss();
+  spec->clear_device();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+}
+
+TEST_F(SpecTest, ExampleQuickstartIsValid) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile("examples/quickstart.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(WorldSize(*spec), 4);
+  EXPECT_EQ(spec->model().layers(0).in_features(), 1024);
+  EXPECT_EQ(spec->model().layers(0).out_features(), 4096);
+  EXPECT_EQ(spec->data().batch_size(), 32);
+  EXPECT_EQ(spec->train().seed(), 1234u);
+}
+
+TEST_F(SpecTest, LoadResolvesPathsAgainstTheSpecFolder) {
+  WriteNpy("inputs.npy", {32, 8});
+  WriteNpy("labels.npy", {32, 4});
+  WriteInit();
+  WriteText("job.yaml", kFullSpec);
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(Path("job.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().input(), Path("inputs.npy"));
+  EXPECT_EQ(spec->init_from(), Path("init.safetensors"));
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> missing = LoadJobSpecFile(Path("nope.yaml"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("nope.yaml"));
+
+  // Absolute paths stay as they are.
+  absl::StatusOr<v1::JobSpec> abs = ParseJobSpecYaml(
+      absl::StrReplaceAll(kFullSpec, {{"input: inputs.npy", "input: /abs/x.npy"}}), dir_);
+  ASSERT_TRUE(abs.ok());
+  EXPECT_EQ(abs->data().input(), "/abs/x.npy");
+}
+
+TEST_F(SpecTest, UnknownKeysAreErrorsNamingThem) {
+  struct Case {
+    std::string from, to, field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"name: tiny", "name: tiny\nnmae: x", "nmae"},
+           {"in_features: 8,", "in_feature: 8,", "in_feature"},
+           {"loss: mse", "loss: mse\n  lossy: 1", "lossy"},
+           {"batch_size: 8", "batchsize: 8", "batchsize"},
+           {"steps: 10", "step: 10", "step"},
+           {"lr: 0.001", "lr: 0.001, momentum: 0.9", "momentum"},
+           {"dim_names: [dp]", "dim_names: [dp], names: [x]", "names"},
+           {"weight: [Replicate()]", "weights: [Replicate()]", "weights"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec = Full({{c.from, c.to}});
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), absl::StrCat("unknown key \"", c.field, "\""));
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+}
+
+TEST_F(SpecTest, ParseErrorsNameTheFieldAndLine) {
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"batch_size: 8", "batch_size: eight", "data.batch_size: expected an integer"},
+           {"batch_size: 8", "batch_size: 8.5", "data.batch_size"},
+           {"shape: [4]", "shape: 4", "mesh.shape: expected a list"},
+           {"lr: 0.001", "lr: fast", "optimizer.lr: expected a number"},
+           {"bias: false}", "bias: maybe}", "model.layers[0] (fc0).bias"},
+           {"seed: 1234", "seed: -1", "train.seed"},
+           {"[Shard(0)]", "[Shard(x)]", "data.placements[0]: invalid placement"},
+           {"weight: [Replicate()]", "weight: [Replicated()]",
+            "model.layers[2] (fc1).placements.weight[0]"},
+           {"name: tiny", "name: [a, b]", "name: expected a scalar"},
+           {"batch_size: 8", "batch_size: 8\n  batch_size: 9", "duplicate key \"batch_size\""},
+           {"train: {steps: 10, seed: 1234}", "train: {seed: 1234}", "train.steps: is required"},
+           {"optimizer: {type: adamw, lr: 0.001,", "optimizer: {type: adamw,",
+            "optimizer.lr: is required"},
+           {"{name: act0, type: relu}", "{type: relu}", "model.layers[1].name: is required"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec = Full({{c.from, c.to}});
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), c.message);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+  absl::StatusOr<v1::JobSpec> no_data = Full({{"data:", "dat:"}});
+  EXPECT_INVALID(no_data.status(), "dat");
+}
+
+TEST_F(SpecTest, MalformedYamlIsAnErrorWithItsPosition) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("name: x\nmesh: {shape: [4\n", dir_);
+  EXPECT_INVALID(spec.status(), "not valid YAML at line");
+  EXPECT_INVALID(ParseJobSpecYaml("", dir_).status(), "empty");
+  EXPECT_INVALID(ParseJobSpecYaml("- a\n- b\n", dir_).status(), "expected a mapping");
+  EXPECT_INVALID(ParseJobSpecYaml("just text", dir_).status(), "expected a mapping");
+}
+
+TEST_F(SpecTest, NeverCrashesOnTruncatedOrGarbledInput) {
+  const std::string text = kFullSpec;
+  // Every prefix of the full spec.
+  for (size_t n = 0; n <= text.size(); ++n) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.substr(0, n), dir_);
+    if (spec.ok()) (void)ValidateJobSpec(*spec);
+  }
+  // Random byte flips, deletions and insertions of YAML punctuation.
+  std::mt19937 rng(42);
+  const std::string punct = "{}[]:,-'\"&*!|>#%@` \n\t\x01\xff";
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string s = text;
+    const int edits = 1 + rng() % 4;
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const size_t pos = rng() % s.size();
+      switch (rng() % 3) {
+        case 0: s[pos] = punct[rng() % punct.size()]; break;
+        case 1: s.erase(pos, 1 + rng() % 8); break;
+        case 2: s.insert(pos, 1, punct[rng() % punct.size()]); break;
+      }
+    }
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(s, dir_);
+    if (spec.ok()) (void)ValidateJobSpec(*spec);
+  }
+  // Deep nesting and aliases.
+  EXPECT_FALSE(ParseJobSpecYaml(std::string(10000, '[') , dir_).ok());
+  EXPECT_FALSE(ParseJobSpecYaml("a: &x [*x]", dir_).ok());
+  // Empty and default protos.
+  EXPECT_FALSE(ValidateJobSpec(v1::JobSpec()).ok());
+}
+
+TEST_F(SpecTest, ValidationErrorsNameTheField) {
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> replace;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           // Layers.
+           {{{"type: relu", "type: conv"}},
+            "model.layers[1] (act0).type: unknown layer type \"conv\"; known: linear, relu, gelu"},
+           {{{"in_features: 16, out_features: 4", "in_features: 4096, out_features: 4"}},
+            "model.layers[2] (fc1).in_features: 4096 does not match the previous linear's "
+            "out_features 16"},
+           {{{"name: fc0, type: linear, in_features: 8", "name: fc0, type: linear, in_features: 9"}},
+            "model.layers[0] (fc0).in_features: 9 does not match the input's last dimension 8"},
+           {{{"out_features: 16, bias: false", "out_features: 0, bias: false"}},
+            "model.layers[0] (fc0).out_features: must be > 0"},
+           {{{"name: act0", "name: fc0"}}, "model.layers[1] (fc0).name: duplicate layer name"},
+           {{{"{name: act0, type: relu}", "{name: act0, type: relu, in_features: 3}"}},
+            "model.layers[1] (act0).in_features: only linear layers"},
+           {{{"loss: mse", "loss: xent"}}, "model.loss: unknown loss \"xent\""},
+           // Placements.
+           {{{"weight: [Replicate()]", "weight: [Partial(sum)]"}},
+            "model.layers[2] (fc1).placements.weight[0]: Partial(sum) is not allowed for a "
+            "parameter"},
+           {{{"weight: [Replicate()]", "weight: [Shard(2)]"}},
+            "model.layers[2] (fc1).placements.weight[0]: Shard(2) is out of range"},
+           {{{"bias: [Replicate()]", "bias: [Shard(-2)]"}},
+            "model.layers[2] (fc1).placements.bias[0]: Shard(-2) is out of range"},
+           {{{"weight: [Replicate()]", "weight: [Replicate(), Replicate()]"}},
+            "model.layers[2] (fc1).placements.weight: 2 placement(s)"},
+           {{{"placements: [Shard(0)]", "placements: [Partial()]"}},
+            "data.placements[0]: Partial(sum) is not allowed for a data batch"},
+           {{{"placements: [Shard(0)]", "placements: [Shard(2)]"}},
+            "data.placements[0]: Shard(2) is out of range"},
+           {{{"placements: [Shard(0)]", "placements: [Shard(0), Replicate()]"}},
+            "data.placements: 2 placement(s)"},
+           // Mesh.
+           {{{"{shape: [4], dim_names: [dp]}", "{shape: [], dim_names: []}"}}, "mesh.shape"},
+           {{{"{shape: [4], dim_names: [dp]}", "{shape: [0], dim_names: [dp]}"}},
+            "mesh.shape[0]: must be > 0"},
+           {{{"{shape: [4], dim_names: [dp]}", "{shape: [4, 1], dim_names: [dp]}"}},
+            "mesh.dim_names: 1 name(s) for 2 dimension(s)"},
+           {{{"{shape: [4], dim_names: [dp]}", "{shape: [4, 1], dim_names: [dp, dp]}"},
+             {"placements: [Shard(0)]", "placements: [Shard(0), Replicate()]"}},
+            "mesh.dim_names[1]: duplicate name"},
+           {{{"{shape: [4], dim_names: [dp]}", "{shape: [65536, 65536], dim_names: [a, b]}"}},
+            "mesh.shape"},
+           // Data.
+           {{{"batch_size: 8", "batch_size: 6"}},
+            "data.batch_size: 6 is not divisible by mesh dim dp (size 4) that the batch is "
+            "sharded on"},
+           {{{"batch_size: 8", "batch_size: 0"}}, "data.batch_size: must be > 0"},
+           {{{"source: npy", "source: csv"}}, "data.source: unknown source \"csv\""},
+           {{{"input: inputs.npy", "input: other.npy"}}, "data.input"},
+           // Optimizer, train, device, name.
+           {{{"type: adamw", "type: adam"}}, "optimizer.type: unknown optimizer \"adam\""},
+           {{{"lr: 0.001", "lr: 0"}}, "optimizer.lr: must be a finite number > 0"},
+           {{{"lr: 0.001", "lr: -1"}}, "optimizer.lr"},
+           {{{"betas: [0.9, 0.999]", "betas: [0.9, 1.0]"}}, "optimizer.betas[1]: must be in [0, 1)"},
+           {{{"betas: [0.9, 0.999]", "betas: [0.9]"}}, "optimizer.betas: adamw needs two values"},
+           {{{"weight_decay: 0.01", "weight_decay: -0.1"}}, "optimizer.weight_decay"},
+           {{{"eps: 1.0e-8", "eps: nan"}}, "optimizer.eps"},
+           {{{"steps: 10", "steps: 0"}}, "train.steps: must be > 0"},
+           {{{"device: cpu", "device: tpu"}}, "device: unknown device \"tpu\""},
+           {{{"name: tiny", "name: \"\""}}, "name: must not be empty"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec = Full(c.replace);
+    ASSERT_TRUE(spec.ok()) << c.message << ": " << spec.status();
+    absl::Status s = ValidateJobSpec(*spec);
+    EXPECT_FALSE(s.ok()) << c.message;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << s;
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  }
+}
+
+TEST_F(SpecTest, ModelNeedsALinearLayer) {
+  absl::StatusOr<v1::JobSpec> spec = Full();
+  ASSERT_TRUE(spec.ok());
+  v1::JobSpec empty = *spec;
+  empty.mutable_model()->clear_layers();
+  EXPECT_INVALID(ValidateJobSpec(empty), "model.layers: the model needs at least one layer");
+  v1::JobSpec relu_only = *spec;
+  relu_only.mutable_model()->clear_layers();
+  relu_only.mutable_model()->add_layers()->CopyFrom(spec->model().layers(1));
+  relu_only.clear_init_from();
+  EXPECT_INVALID(ValidateJobSpec(relu_only), "model.layers: the model has no linear layer");
+}
+
+TEST_F(SpecTest, BatchDivisibilityCountsEveryDimTheBatchIsShardedOn) {
+  absl::StatusOr<v1::JobSpec> spec = Full(
+      {{"{shape: [4], dim_names: [dp]}", "{shape: [2, 2], dim_names: [dp, mp]}"},
+       {"placements: [Shard(0)]", "placements: [Shard(0), Shard(0)]"},
+       {"weight: [Replicate()], bias: [Replicate()]",
+        "weight: [Replicate(), Replicate()], bias: [Replicate(), Shard(0)]"},
+       {"batch_size: 8", "batch_size: 6"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.batch_size: 6 is not divisible by mesh dim mp");
+  spec->mutable_data()->set_batch_size(8);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  // Sharding the feature axis does not constrain the batch.
+  spec->mutable_data()->set_batch_size(6);
+  spec->mutable_data()->mutable_placements(0)->set_axis(-1);
+  spec->mutable_data()->mutable_placements(1)->set_axis(-1);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+}
+
+TEST_F(SpecTest, DataFileErrors) {
+  absl::StatusOr<v1::JobSpec> spec = Full();
+  ASSERT_TRUE(spec.ok());
+
+  std::filesystem::remove(Path("inputs.npy"));
+  absl::Status s = ValidateJobSpec(*spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("data.input: ", Path("inputs.npy"), ": no such file")));
+
+  WriteText("inputs.npy", "this is not an npy file at all");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.input");
+
+  WriteNpy("inputs.npy", {32, 7});
+  EXPECT_INVALID(ValidateJobSpec(*spec),
+                 "model.layers[0] (fc0).in_features: 8 does not match the input's last dimension 7");
+
+  WriteNpy("inputs.npy", {31, 8});
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.label");
+
+  WriteNpy("inputs.npy", {32, 8});
+  WriteNpy("labels.npy", {32, 5});
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.label: samples of shape [5] do not match");
+
+  WriteNpy("labels.npy", {32});
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.label");
+
+  WriteNpy("labels.npy", {32, 4});
+  spec->mutable_data()->clear_label();
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.label: is required");
+}
+
+TEST_F(SpecTest, SyntheticDataErrors) {
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"sample_shape: [8]", "sample_shape: [9]",
+            "model.layers[0] (fc0).in_features: 8 does not match the input's last dimension 9"},
+           {"label_shape: [4]", "label_shape: [3]",
+            "data.label_shape: samples of shape [3] do not match the model's output [4]"},
+           {"label_shape: [4]", "label_shape: []", "data.label_shape: is required"},
+           {"sample_shape: [8]", "sample_shape: [0, 8]", "data.sample_shape[0]: must be > 0"},
+           {"num_samples: 32", "num_samples: 0", "data.num_samples: must be > 0"},
+           {"source: synthetic", "source: synthetic\n  input: x.npy", "data.input: only for"},
+           {"batch_size: 4", "batch_size: 3", "data.batch_size: 3 is not divisible"},
+           {"{type: sgd, lr: 0.1}", "{type: sgd, lr: 0.1, betas: [0.9, 0.9]}",
+            "optimizer.betas: only adamw"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kSyntheticSpec, {{c.from, c.to}}), dir_);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_INVALID(ValidateJobSpec(*spec), c.message);
+  }
+}
+
+TEST_F(SpecTest, InitFromErrors) {
+  absl::StatusOr<v1::JobSpec> spec = Full();
+  ASSERT_TRUE(spec.ok());
+
+  WriteInit(/*fc0_weight=*/{16, 8});
+  EXPECT_INVALID(ValidateJobSpec(*spec),
+                 "fc0.weight has shape [16,8], the model needs [8,16]");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "init_from");
+
+  std::vector<float> zeros(64, 0.0f);
+  ASSERT_TRUE(SafetensorsFile::Write(Path("init.safetensors"),
+                                     {{"fc0.weight", {8, 16}, zeros.data()},
+                                      {"fc1.weight", {16, 4}, zeros.data()}})
+                  .ok());
+  EXPECT_INVALID(ValidateJobSpec(*spec), "has no tensor fc1.bias");
+
+  // Malformed: a header length pointing past the end of the file, then plain garbage.
+  WriteText("init.safetensors", std::string("\xff\xff\xff\x00\x00\x00\x00\x00{}", 10));
+  EXPECT_INVALID(ValidateJobSpec(*spec), "init_from");
+  WriteText("init.safetensors", std::string("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":", 13));
+  EXPECT_INVALID(ValidateJobSpec(*spec), "init_from");
+  WriteText("init.safetensors", "");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "init_from");
+
+  std::filesystem::remove(Path("init.safetensors"));
+  absl::Status s = ValidateJobSpec(*spec);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("init_from: "));
+}
+
+TEST(PlacementTest, ParsesAndFormatsEveryForm) {
+  struct Case {
+    std::string text, canonical;
+  };
+  for (const Case& c : std::vector<Case>{{"Replicate()", "Replicate()"},
+                                         {"Shard(1)", "Shard(1)"},
+                                         {"Shard(-1)", "Shard(-1)"},
+                                         {"Shard(0)", "Shard(0)"},
+                                         {"Partial()", "Partial(sum)"},
+                                         {"Partial(sum)", "Partial(sum)"},
+                                         {"Partial(avg)", "Partial(avg)"},
+                                         {" Shard( 2 ) ", "Shard(2)"}}) {
+    absl::StatusOr<v1::Placement> p = ParsePlacement(c.text);
+    ASSERT_TRUE(p.ok()) << c.text << ": " << p.status();
+    EXPECT_EQ(FormatPlacement(*p), c.canonical);
+    absl::StatusOr<v1::Placement> again = ParsePlacement(FormatPlacement(*p));
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->SerializeAsString(), p->SerializeAsString());
+  }
+  absl::StatusOr<v1::Placement> shard = ParsePlacement("Shard(-1)");
+  EXPECT_EQ(shard->kind(), v1::Placement::SHARD);
+  EXPECT_EQ(shard->axis(), -1);
+  EXPECT_EQ(ParsePlacement("Partial(avg)")->reduce(), v1::Placement::AVG);
+
+  for (const char* bad : {"", "Replicate", "Replicate(1)", "Shard()", "Shard(a)", "Shard(1",
+                          "Partial(max)", "shard(0)", "S(0)", "Shard(99999999999)", ")("}) {
+    absl::StatusOr<v1::Placement> p = ParsePlacement(bad);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+
+  google::protobuf::RepeatedPtrField<v1::Placement> list;
+  *list.Add() = *ParsePlacement("Shard(0)");
+  *list.Add() = *ParsePlacement("Replicate()");
+  EXPECT_EQ(FormatPlacements(list), "[Shard(0), Replicate()]");
+}
+
+}  // namespace
+}  // namespace weft

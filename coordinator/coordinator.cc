@@ -1,0 +1,644 @@
+#include "coordinator/coordinator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/spec/spec.h"
+#include "common/status.h"
+#include "coordinator/planner/planner.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace weft::coordinator {
+namespace {
+
+constexpr char kRestartMessage[] = "coordinator restarted while the job was running";
+// Lost workers stay listed (ListWorkers) up to this many, oldest forgotten first.
+constexpr int kMaxLostWorkersListed = 256;
+// How often a watcher looks at its caller's cancellation flag.
+constexpr absl::Duration kWatchPollInterval = absl::Milliseconds(100);
+
+std::string RendezvousScope(const std::string& job_id, int attempt) {
+  return absl::StrCat(job_id, "/", attempt);
+}
+
+// "ipv4:127.0.0.1:5000" -> "127.0.0.1", "ipv6:[::1]:5000" -> "::1".
+std::string HostOfPeer(const std::string& peer) {
+  std::string addr = peer;
+  size_t colon = addr.find(':');
+  if (colon != std::string::npos && (addr.rfind("ipv4", 0) == 0 || addr.rfind("ipv6", 0) == 0)) {
+    addr = addr.substr(colon + 1);
+  }
+  if (!addr.empty() && addr[0] == '[') {
+    size_t end = addr.find(']');
+    return end == std::string::npos ? addr : addr.substr(1, end - 1);
+  }
+  size_t last = addr.rfind(':');
+  return last == std::string::npos ? addr : addr.substr(0, last);
+}
+
+absl::Status DefaultPrepareSpec(v1::JobSpec* spec) {
+  RETURN_IF_ERROR(ResolveDataShapes(spec));
+  return ValidateJobSpec(*spec);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<JobStore> store,
+                                                                  CoordinatorOptions options) {
+  if (!options.now_ms) options.now_ms = [] { return absl::ToUnixMillis(absl::Now()); };
+  if (!options.prepare_spec) options.prepare_spec = DefaultPrepareSpec;
+  if (!options.plan) options.plan = planner::PlanJob;
+  if (!options.world_size) options.world_size = WorldSize;
+
+  ASSIGN_OR_RETURN(std::vector<std::string> interrupted,
+                   store->FailInterruptedJobs(options.now_ms(), kRestartMessage));
+  for (const std::string& id : interrupted) {
+    spdlog::warn("job {}: marked FAILED ({})", id, kRestartMessage);
+  }
+  ASSIGN_OR_RETURN(std::vector<v1::Job> pending, store->ListJobsInState(v1::PENDING));
+
+  std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options)));
+  absl::MutexLock lock(&c->mu_);
+  if (!pending.empty()) spdlog::info("{} pending job(s) queued again", pending.size());
+  c->pending_ = std::move(pending);
+  return c;
+}
+
+Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options)
+    : options_(std::move(options)), store_(std::move(store)) {}
+
+Coordinator::~Coordinator() { Shutdown(); }
+
+void Coordinator::Start() {
+  if (ticker_.joinable()) return;
+  // Heartbeats are checked a few times per timeout, and at least every 250 ms for cancel grace.
+  const int64_t period_ms = std::max<int64_t>(
+      10, std::min<int64_t>({250, options_.heartbeat_interval_ms, options_.worker_timeout_ms / 4}));
+  ticker_ = std::thread([this, period_ms] {
+    while (!stop_ticker_.WaitForNotificationWithTimeout(absl::Milliseconds(period_ms))) Tick();
+  });
+}
+
+void Coordinator::Shutdown() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!shutting_down_) {
+      shutting_down_ = true;
+      for (auto& w : workers_) {
+        if (w->connection != nullptr) w->connection->Close(absl::UnavailableError("coordinator shutting down"));
+      }
+      for (auto& [job_id, list] : watchers_) {
+        for (auto& watcher : list) watcher->closed = true;
+      }
+    }
+  }
+  rendezvous_.Shutdown();
+  if (!stop_ticker_.HasBeenNotified()) stop_ticker_.Notify();
+  if (ticker_.joinable() && ticker_.get_id() != std::this_thread::get_id()) ticker_.join();
+}
+
+Coordinator::Worker* Coordinator::FindWorker(const std::string& worker_id) {
+  for (auto& w : workers_) {
+    if (w->id == worker_id) return w.get();
+  }
+  return nullptr;
+}
+
+v1::JobEvent Coordinator::StateEvent(const v1::Job& job) {
+  v1::JobEvent event;
+  event.set_job_id(job.id());
+  event.set_time_ms(Now());
+  event.set_state(job.state());
+  event.set_message(job.message());
+  return event;
+}
+
+void Coordinator::SaveJob(const v1::Job& job, const v1::JobEvent* event) {
+  absl::Status s = store_->UpdateJob(job, event);
+  if (!s.ok()) {
+    // The in-memory state moves on (workers must still be freed); the record is stale.
+    spdlog::error("job {}: {}", job.id(), s.ToString());
+    return;
+  }
+  if (event != nullptr) Publish(*event);
+}
+
+void Coordinator::Publish(const v1::JobEvent& event) {
+  auto it = watchers_.find(event.job_id());
+  if (it == watchers_.end()) return;
+  for (auto& watcher : it->second) watcher->events.push_back(event);
+  if (event.event_case() == v1::JobEvent::kState && IsFinalState(event.state())) {
+    watchers_.erase(it);  // each watcher ends after this event
+  }
+}
+
+// ---- JobService ----
+
+absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
+  v1::JobSpec checked = spec;
+  if (checked.device().empty()) checked.set_device("cpu");
+  RETURN_IF_ERROR(options_.prepare_spec(&checked));
+  const int64_t world_size = options_.world_size(checked);
+  absl::StatusOr<std::vector<v1::Program>> programs = options_.plan(checked, "dry-run", 0);
+  if (!programs.ok()) return Annotate(programs.status(), "planning the job");
+  if (static_cast<int64_t>(programs->size()) != world_size) {
+    return absl::InternalError(absl::StrCat("planning the job: the planner made ",
+                                            programs->size(), " programs for ", world_size,
+                                            " ranks"));
+  }
+
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
+  ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(checked, Now(), "submitted"));
+  spdlog::info("job {} ({}): submitted, {} ranks on {}", job.id(), checked.name(), world_size,
+               checked.device());
+  pending_.push_back(job);
+  ScheduleLocked();
+  return job.id();
+}
+
+absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
+  return store_->GetJob(job_id);
+}
+
+absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs() { return store_->ListJobs(); }
+
+absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
+                                               const std::string& reason) {
+  const std::string why = reason.empty() ? "cancelled by the user" : reason;
+  absl::MutexLock lock(&mu_);
+  auto pending = std::find_if(pending_.begin(), pending_.end(),
+                              [&](const v1::Job& j) { return j.id() == job_id; });
+  if (pending != pending_.end()) {
+    v1::Job job = std::move(*pending);
+    pending_.erase(pending);
+    job.set_state(v1::CANCELLED);
+    job.set_message(absl::StrCat("cancelled while pending: ", why));
+    job.set_end_time_ms(Now());
+    v1::JobEvent event = StateEvent(job);
+    SaveJob(job, &event);
+    spdlog::info("job {}: {}", job_id, job.message());
+    ScheduleLocked();
+    return store_->GetJob(job_id);
+  }
+  auto run = runs_.find(job_id);
+  if (run != runs_.end()) {
+    Run& r = run->second;
+    if (!r.cancelling) {
+      r.cancelling = true;
+      r.cancel_reason = why;
+      r.cancel_deadline_ms = Now() + options_.cancel_grace_ms;
+      r.job.set_message(absl::StrCat("cancelling: ", why));
+      SaveJob(r.job, nullptr);
+      SendCancelLocked(r, why);
+      spdlog::info("job {}: cancelling ({})", job_id, why);
+    }
+    return store_->GetJob(job_id);
+  }
+  ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+  return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is already ",
+                                                    v1::JobState_Name(job.state())));
+}
+
+absl::Status Coordinator::WatchJob(const std::string& job_id,
+                                   const std::function<bool(const v1::JobEvent&)>& emit,
+                                   const std::function<bool()>& cancelled) {
+  auto watcher = std::make_shared<Watcher>();
+  std::vector<v1::JobEvent> replay;
+  bool final = false;
+  {
+    // Under mu_, no event can be stored between reading the stored ones and subscribing.
+    absl::MutexLock lock(&mu_);
+    ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+    ASSIGN_OR_RETURN(replay, store_->ListEvents(job_id));
+    final = IsFinalState(job.state());
+    if (!final) {
+      if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
+      watchers_[job_id].push_back(watcher);
+    }
+  }
+  auto unsubscribe = [&] {
+    absl::MutexLock lock(&mu_);
+    auto it = watchers_.find(job_id);
+    if (it == watchers_.end()) return;
+    auto& list = it->second;
+    list.erase(std::remove(list.begin(), list.end(), watcher), list.end());
+    if (list.empty()) watchers_.erase(it);
+  };
+  for (const v1::JobEvent& event : replay) {
+    if (!emit(event)) {
+      unsubscribe();
+      return absl::OkStatus();
+    }
+  }
+  if (final) return absl::OkStatus();
+
+  while (true) {
+    std::deque<v1::JobEvent> batch;
+    bool closed = false;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [&] { return watcher->closed || !watcher->events.empty(); };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), kWatchPollInterval);
+      batch.swap(watcher->events);
+      closed = watcher->closed;
+    }
+    for (const v1::JobEvent& event : batch) {
+      if (!emit(event)) {
+        unsubscribe();
+        return absl::OkStatus();
+      }
+      if (event.event_case() == v1::JobEvent::kState && IsFinalState(event.state())) {
+        return absl::OkStatus();  // Publish already dropped this watcher
+      }
+    }
+    if (closed) {
+      unsubscribe();
+      return absl::UnavailableError("coordinator is shutting down");
+    }
+    if (cancelled && cancelled()) {
+      unsubscribe();
+      return absl::CancelledError(absl::StrCat("watch of ", job_id, " cancelled by the client"));
+    }
+  }
+}
+
+std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::WorkerInfo> out;
+  for (const auto& w : workers_) {
+    v1::WorkerInfo info;
+    info.set_worker_id(w->id);
+    info.set_host(w->host);
+    *info.mutable_device() = w->hello.device();
+    info.set_pid(w->hello.pid());
+    info.set_last_heartbeat_ms(w->last_heartbeat_ms);
+    switch (w->status) {
+      case WorkerStatus::kIdle:
+        info.set_state("idle");
+        break;
+      case WorkerStatus::kBusy:
+        info.set_state("busy");
+        info.set_job_id(w->job_id);
+        info.set_rank(w->rank);
+        break;
+      case WorkerStatus::kLost:
+        info.set_state("lost");
+        break;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+// ---- Scheduling ----
+
+void Coordinator::ScheduleLocked() {
+  if (shutting_down_) return;
+  // Each pass starts jobs on disjoint workers; a job whose planning fails frees its workers, so
+  // go again until a pass starts nothing.
+  while (true) {
+    std::vector<PendingJob> pending;
+    for (const v1::Job& job : pending_) {
+      pending.push_back({job.id(), job.spec().device(), options_.world_size(job.spec())});
+    }
+    std::vector<WorkerSlot> slots;
+    for (const auto& w : workers_) {
+      if (w->status == WorkerStatus::kLost) continue;
+      slots.push_back({w->id, w->hello.device().kind(), w->status == WorkerStatus::kIdle});
+    }
+    ScheduleDecision decision = Schedule(pending, slots);
+
+    for (v1::Job& job : pending_) {
+      auto waiting = decision.waiting.find(job.id());
+      if (waiting == decision.waiting.end() || waiting->second == job.message()) continue;
+      job.set_message(waiting->second);
+      v1::JobEvent event = StateEvent(job);
+      SaveJob(job, &event);
+    }
+    if (decision.start.empty()) return;
+    for (const JobStart& start : decision.start) {
+      auto it = std::find_if(pending_.begin(), pending_.end(),
+                             [&](const v1::Job& j) { return j.id() == start.job_id; });
+      v1::Job job = std::move(*it);
+      pending_.erase(it);
+      StartJobLocked(std::move(job), start.workers_by_rank);
+    }
+  }
+}
+
+void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& workers) {
+  const std::string job_id = job.id();
+  const int world = static_cast<int>(workers.size());
+  job.set_state(v1::PLANNING);
+  job.set_message(absl::StrCat("planning ", world, " rank", world == 1 ? "" : "s"));
+  v1::JobEvent planning = StateEvent(job);
+  SaveJob(job, &planning);
+
+  Run& run = runs_[job_id];
+  run.job = job;
+  run.workers = workers;
+  run.done.assign(world, false);
+  run.steps = std::make_unique<StepAggregator>(world, job.spec().data().batch_size());
+  for (int r = 0; r < world; ++r) {
+    Worker* w = FindWorker(workers[r]);
+    w->status = WorkerStatus::kBusy;
+    w->job_id = job_id;
+    w->attempt = job.attempt();
+    w->rank = r;
+    w->draining = false;
+  }
+
+  absl::StatusOr<std::vector<v1::Program>> programs = options_.plan(job.spec(), job_id, job.attempt());
+  if (programs.ok() && static_cast<int>(programs->size()) != world) {
+    programs = absl::InternalError(absl::StrCat("the planner made ", programs->size(),
+                                                " programs for ", world, " ranks"));
+  }
+  if (!programs.ok()) {
+    run.done.assign(world, true);  // nobody got anything to cancel
+    FinishRunLocked(job_id, v1::FAILED,
+                    absl::StrCat("planning failed: ", programs.status().message()));
+    return;
+  }
+
+  run.job.set_state(v1::RUNNING);
+  run.job.set_start_time_ms(Now());
+  run.job.set_message(absl::StrCat("running on ", world, " worker", world == 1 ? "" : "s"));
+  for (const std::string& w : workers) run.job.add_workers(w);
+  v1::JobEvent running = StateEvent(run.job);
+  SaveJob(run.job, &running);
+  spdlog::info("job {}: running, ranks 0..{} on {}", job_id, world - 1,
+               absl::StrJoin(workers, ", "));
+
+  // Fan the programs out; the first worker that cannot take its program fails the attempt, and
+  // FinishRunLocked cancels the ranks already sent.
+  const std::string scope = RendezvousScope(job_id, job.attempt());
+  for (int r = 0; r < world; ++r) {
+    Worker* w = FindWorker(workers[r]);
+    v1::CoordinatorMessage msg;
+    *msg.mutable_assignment()->mutable_program() = std::move((*programs)[r]);
+    msg.mutable_assignment()->set_rendezvous_scope(scope);
+    if (w->connection == nullptr || !w->connection->Send(msg)) {
+      for (int later = r; later < world; ++later) run.done[later] = true;
+      FinishRunLocked(job_id, v1::FAILED,
+                      absl::StrCat("sending the program of rank ", r, " to worker ", w->id,
+                                   ": the worker's stream is closed"));
+      return;
+    }
+  }
+}
+
+void Coordinator::SendCancelLocked(const Run& run, const std::string& reason) {
+  v1::CoordinatorMessage msg;
+  msg.mutable_cancel()->set_job_id(run.job.id());
+  msg.mutable_cancel()->set_attempt(run.job.attempt());
+  msg.mutable_cancel()->set_reason(reason);
+  for (size_t r = 0; r < run.workers.size(); ++r) {
+    if (run.done[r]) continue;
+    Worker* w = FindWorker(run.workers[r]);
+    if (w != nullptr && w->connection != nullptr) w->connection->Send(msg);
+  }
+}
+
+void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
+                                  const std::string& message) {
+  auto it = runs_.find(job_id);
+  if (it == runs_.end()) return;
+  Run run = std::move(it->second);
+  runs_.erase(it);
+
+  run.job.set_state(state);
+  run.job.set_message(message);
+  run.job.set_end_time_ms(Now());
+  run.job.clear_workers();
+  v1::JobEvent event = StateEvent(run.job);
+  SaveJob(run.job, &event);
+  rendezvous_.DropScope(RendezvousScope(job_id, run.job.attempt()));
+  if (state == v1::SUCCEEDED) {
+    spdlog::info("job {}: SUCCEEDED", job_id);
+  } else {
+    spdlog::warn("job {}: {}: {}", job_id, v1::JobState_Name(state), message);
+  }
+
+  if (state != v1::SUCCEEDED) SendCancelLocked(run, message);
+  for (size_t r = 0; r < run.workers.size(); ++r) {
+    Worker* w = FindWorker(run.workers[r]);
+    if (w == nullptr || w->status == WorkerStatus::kLost) continue;
+    if (run.done[r]) {
+      ReleaseWorkerLocked(w);
+    } else {
+      // It was told to cancel; it is free again when it confirms or after the grace period.
+      w->draining = true;
+      w->release_deadline_ms = Now() + options_.cancel_grace_ms;
+    }
+  }
+}
+
+void Coordinator::ReleaseWorkerLocked(Worker* worker) {
+  worker->status = WorkerStatus::kIdle;
+  worker->job_id.clear();
+  worker->attempt = 0;
+  worker->rank = -1;
+  worker->draining = false;
+  worker->release_deadline_ms = 0;
+}
+
+void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure) {
+  if (run->done[rank]) return;
+  run->done[rank] = true;
+  const bool all_done = std::all_of(run->done.begin(), run->done.end(), [](bool d) { return d; });
+  if (run->cancelling) {
+    if (all_done) {
+      FinishRunLocked(run->job.id(), v1::CANCELLED, absl::StrCat("cancelled: ", run->cancel_reason));
+    }
+    return;
+  }
+  if (!ok) {
+    FinishRunLocked(run->job.id(), v1::FAILED, failure);
+    return;
+  }
+  if (all_done) {
+    const size_t n = run->workers.size();
+    FinishRunLocked(run->job.id(), v1::SUCCEEDED,
+                    absl::StrCat("all ", n, " rank", n == 1 ? "" : "s", " finished"));
+  }
+}
+
+// ---- WorkerService ----
+
+absl::StatusOr<std::string> Coordinator::ConnectWorker(const v1::Hello& hello,
+                                                       const std::string& peer,
+                                                       std::shared_ptr<WorkerConnection> connection) {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
+  auto w = std::make_unique<Worker>();
+  w->id = absl::StrCat("worker-", ++next_worker_);
+  w->hello = hello;
+  if (w->hello.device().kind().empty()) w->hello.mutable_device()->set_kind("cpu");
+  w->host = hello.host().empty() ? HostOfPeer(peer) : hello.host();
+  w->connection = std::move(connection);
+  w->last_heartbeat_ms = Now();
+
+  v1::CoordinatorMessage welcome;
+  welcome.mutable_welcome()->set_worker_id(w->id);
+  welcome.mutable_welcome()->set_heartbeat_interval_ms(options_.heartbeat_interval_ms);
+  if (!w->connection->Send(welcome)) {
+    return absl::UnavailableError("the worker's stream closed before Welcome");
+  }
+  spdlog::info("{} registered: {} {} on {} (pid {})", w->id, w->hello.device().kind(),
+               w->hello.device().name(), w->host, hello.pid());
+  std::string id = w->id;
+  workers_.push_back(std::move(w));
+  ScheduleLocked();
+  return id;
+}
+
+void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& msg) {
+  absl::MutexLock lock(&mu_);
+  Worker* w = FindWorker(worker_id);
+  if (w == nullptr || w->status == WorkerStatus::kLost) return;
+  w->last_heartbeat_ms = Now();
+  switch (msg.msg_case()) {
+    case v1::WorkerMessage::kStep:
+      HandleStepLocked(w, msg.step());
+      break;
+    case v1::WorkerMessage::kDone:
+      HandleDoneLocked(w, msg.done());
+      break;
+    case v1::WorkerMessage::kHello:
+      spdlog::warn("{}: ignoring a second Hello", worker_id);
+      break;
+    default:
+      break;  // heartbeat
+  }
+  ScheduleLocked();
+}
+
+void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
+  auto it = runs_.find(report.job_id());
+  if (it == runs_.end() || it->second.job.attempt() != report.attempt() ||
+      w->job_id != report.job_id() || w->attempt != report.attempt() || w->rank != report.rank()) {
+    spdlog::warn("{}: ignoring a step report for {} attempt {} rank {} (it runs {} attempt {} rank {})",
+                 w->id, report.job_id(), report.attempt(), report.rank(), w->job_id, w->attempt,
+                 w->rank);
+    return;
+  }
+  Run& run = it->second;
+  absl::StatusOr<std::optional<v1::StepMetrics>> metrics = run.steps->Add(report);
+  if (!metrics.ok()) {
+    spdlog::warn("job {}: {} ({})", run.job.id(), metrics.status().ToString(), w->id);
+    return;
+  }
+  if (!metrics->has_value()) return;
+  v1::JobEvent event;
+  event.set_job_id(run.job.id());
+  event.set_time_ms(Now());
+  *event.mutable_step() = **metrics;
+  absl::Status s = store_->AppendEvent(run.job.id(), run.job.attempt(), event);
+  if (!s.ok()) {
+    spdlog::error("job {}: {}", run.job.id(), s.ToString());
+    return;
+  }
+  Publish(event);
+}
+
+void Coordinator::HandleDoneLocked(Worker* w, const v1::TaskDone& done) {
+  if (w->status != WorkerStatus::kBusy || w->job_id != done.job_id() ||
+      w->attempt != done.attempt()) {
+    spdlog::warn("{}: ignoring TaskDone for {} attempt {}", w->id, done.job_id(), done.attempt());
+    return;
+  }
+  auto it = runs_.find(done.job_id());
+  if (it == runs_.end() || it->second.job.attempt() != done.attempt()) {
+    // Its attempt already ended; this confirms the cancel.
+    ReleaseWorkerLocked(w);
+    return;
+  }
+  RankDoneLocked(&it->second, w->rank, done.ok(),
+                 absl::StrCat("rank ", w->rank, " (", w->id, "): ",
+                              done.message().empty() ? "failed" : done.message()));
+}
+
+void Coordinator::DisconnectWorker(const std::string& worker_id, const std::string& why) {
+  absl::MutexLock lock(&mu_);
+  Worker* w = FindWorker(worker_id);
+  if (w == nullptr || w->status == WorkerStatus::kLost) return;
+  MarkLostLocked(w, why);
+  ForgetOldLostWorkersLocked();
+  ScheduleLocked();
+}
+
+void Coordinator::MarkLostLocked(Worker* w, const std::string& why) {
+  const WorkerStatus before = w->status;
+  w->status = WorkerStatus::kLost;
+  if (w->connection != nullptr) {
+    w->connection->Close(absl::UnavailableError(absl::StrCat(w->id, " lost: ", why)));
+    w->connection = nullptr;
+  }
+  if (shutting_down_) return;
+  spdlog::warn("{} lost: {}", w->id, why);
+  if (before == WorkerStatus::kBusy) {
+    auto it = runs_.find(w->job_id);
+    if (it != runs_.end() && it->second.job.attempt() == w->attempt) {
+      RankDoneLocked(&it->second, w->rank, false,
+                     absl::StrCat("worker ", w->id, " (rank ", w->rank, ", host ", w->host,
+                                  ") lost: ", why));
+    }
+  }
+}
+
+void Coordinator::ForgetOldLostWorkersLocked() {
+  int lost = 0;
+  for (const auto& w : workers_) lost += w->status == WorkerStatus::kLost;
+  for (auto it = workers_.begin(); lost > kMaxLostWorkersListed && it != workers_.end();) {
+    if ((*it)->status == WorkerStatus::kLost) {
+      it = workers_.erase(it);
+      --lost;
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Coordinator::Tick() {
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return;
+  const int64_t now = Now();
+  for (auto& w : workers_) {
+    if (w->status == WorkerStatus::kLost) continue;
+    const int64_t silent = now - w->last_heartbeat_ms;
+    if (silent > options_.worker_timeout_ms) {
+      MarkLostLocked(w.get(), absl::StrCat("no heartbeat for ", silent, " ms (timeout ",
+                                           options_.worker_timeout_ms, " ms)"));
+    }
+  }
+  for (auto& w : workers_) {
+    if (w->status == WorkerStatus::kBusy && w->draining && w->release_deadline_ms <= now) {
+      spdlog::warn("{}: did not confirm the end of {} within {} ms; counting it idle", w->id,
+                   w->job_id, options_.cancel_grace_ms);
+      ReleaseWorkerLocked(w.get());
+    }
+  }
+  std::vector<std::string> expired;
+  for (const auto& [job_id, run] : runs_) {
+    if (run.cancelling && run.cancel_deadline_ms <= now) expired.push_back(job_id);
+  }
+  for (const std::string& job_id : expired) {
+    Run& run = runs_.at(job_id);
+    int silent = 0;
+    for (bool d : run.done) silent += !d;
+    FinishRunLocked(job_id, v1::CANCELLED,
+                    absl::StrCat("cancelled: ", run.cancel_reason, " (", silent, " rank",
+                                 silent == 1 ? "" : "s", " did not confirm within ",
+                                 options_.cancel_grace_ms, " ms)"));
+  }
+  ForgetOldLostWorkersLocked();
+  ScheduleLocked();
+}
+
+}  // namespace weft::coordinator

@@ -1,0 +1,199 @@
+// The coordinator's core: JobService, WorkerService and RendezvousService logic with no
+// transport. It owns the job queue, the registered workers, the running jobs (their rank
+// assignment, step aggregation and completion) and the watchers of job events; the gRPC adapters
+// in rpc/ only translate calls into these methods, so the whole life of a job is tested in one
+// process without sockets.
+//
+// Every job state change and step event is written to the JobStore before watchers see it. The
+// scheduler runs after every change that can free or add workers or jobs: jobs start in submit
+// order on WorldSize(spec) idle workers of the spec's device kind, ranks assigned in worker
+// registration order. Tick() (called by the background thread Start() launches, or by tests with
+// a fake clock) finds workers whose heartbeats stopped and cancellations whose grace ran out.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(dir + "/weft.db"));
+//   ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
+//                    Coordinator::Create(std::move(store), CoordinatorOptions()));
+//   coordinator->Start();
+//   ASSIGN_OR_RETURN(std::string worker_id,
+//                    coordinator->ConnectWorker(hello, "ipv4:127.0.0.1:5000", connection));
+//   ASSIGN_OR_RETURN(std::string job_id, coordinator->SubmitJob(spec));  // starts when it fits
+//   coordinator->HandleWorkerMessage(worker_id, step_report);
+//   coordinator->Shutdown();
+#ifndef WEFT_COORDINATOR_COORDINATOR_H_
+#define WEFT_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "coordinator/job_store.h"
+#include "coordinator/rendezvous.h"
+#include "coordinator/step_aggregator.h"
+#include "coordinator/worker_connection.h"
+#include "weft/v1/job.pb.h"
+#include "weft/v1/program.pb.h"
+#include "weft/v1/service.pb.h"
+
+namespace weft::coordinator {
+
+struct CoordinatorOptions {
+  // Told to workers in Welcome; how often they send a Heartbeat.
+  int64_t heartbeat_interval_ms = 1000;
+  // A worker silent for this long is lost.
+  int64_t worker_timeout_ms = 10000;
+  // How long a cancelled job's workers get to confirm (TaskDone) before the job is CANCELLED
+  // anyway and they are counted idle again.
+  int64_t cancel_grace_ms = 5000;
+  // Wall-clock milliseconds; tests substitute a manual clock.
+  std::function<int64_t()> now_ms;
+  // Fills derived fields and checks a submitted spec (default: ResolveDataShapes, then
+  // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own.
+  std::function<absl::Status(v1::JobSpec*)> prepare_spec;
+  // One Program per rank (default: planner::PlanJob).
+  std::function<absl::StatusOr<std::vector<v1::Program>>(const v1::JobSpec&, const std::string&,
+                                                         int)>
+      plan;
+  // Mesh size (default: WorldSize).
+  std::function<int64_t(const v1::JobSpec&)> world_size;
+};
+
+class Coordinator {
+ public:
+  // Recovers from the store: jobs that were running when a previous coordinator stopped are
+  // marked FAILED; pending ones are queued again in submit order.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::unique_ptr<JobStore> store,
+                                                             CoordinatorOptions options);
+  ~Coordinator();
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Starts the background thread that calls Tick().
+  void Start();
+  // Ends every worker stream and watch, wakes rendezvous waiters, stops the background thread.
+  // Running jobs stay RUNNING in the store (the next start marks them FAILED). Idempotent.
+  void Shutdown();
+  // Heartbeat timeouts and cancel deadlines as of now_ms(), then a scheduling pass.
+  void Tick();
+
+  // ---- JobService ----
+  // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.
+  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<v1::Job>> ListJobs();
+  // PENDING: CANCELLED at once. RUNNING: workers are told to cancel; the job becomes CANCELLED
+  // when they confirm or after cancel_grace_ms. Final jobs: FAILED_PRECONDITION.
+  absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // Calls `emit` with every stored event of the job, then with live ones until the job is final.
+  // Returns OK then, or as soon as `emit` returns false or `cancelled` (polled) returns true.
+  // NOT_FOUND for an unknown job; UNAVAILABLE when the coordinator shuts down first.
+  absl::Status WatchJob(const std::string& job_id,
+                        const std::function<bool(const v1::JobEvent&)>& emit,
+                        const std::function<bool()>& cancelled);
+  std::vector<v1::WorkerInfo> ListWorkers();
+
+  // ---- WorkerService ----
+  // Registers a worker that said Hello from `peer` (gRPC's "ipv4:1.2.3.4:5678" form); sends it
+  // Welcome through `connection` and returns its id.
+  absl::StatusOr<std::string> ConnectWorker(const v1::Hello& hello, const std::string& peer,
+                                            std::shared_ptr<WorkerConnection> connection);
+  // Any message counts as a heartbeat; step reports and task completions drive the worker's job.
+  void HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& msg);
+  // The worker's stream ended: it is lost, and so is the job it was running.
+  void DisconnectWorker(const std::string& worker_id, const std::string& why);
+
+  // ---- RendezvousService ----
+  Rendezvous* rendezvous() { return &rendezvous_; }
+
+ private:
+  enum class WorkerStatus { kIdle, kBusy, kLost };
+  struct Worker {
+    std::string id;
+    v1::Hello hello;
+    std::string host;
+    std::shared_ptr<WorkerConnection> connection;  // null once lost
+    WorkerStatus status = WorkerStatus::kIdle;
+    // While busy: the attempt it runs or, after that attempt ended, is still winding down.
+    std::string job_id;
+    int attempt = 0;
+    int rank = -1;
+    bool draining = false;            // its job ended; waiting for its TaskDone
+    int64_t release_deadline_ms = 0;  // draining: counted idle again after this
+    int64_t last_heartbeat_ms = 0;
+  };
+  // A job attempt between PLANNING and its final state.
+  struct Run {
+    v1::Job job;                       // the stored record, without steps
+    std::vector<std::string> workers;  // worker id by global rank
+    std::vector<bool> done;            // by rank: TaskDone received (or worker lost)
+    std::unique_ptr<StepAggregator> steps;
+    bool cancelling = false;
+    std::string cancel_reason;
+    int64_t cancel_deadline_ms = 0;
+  };
+  // One WatchJob call's queue of live events.
+  struct Watcher {
+    std::deque<v1::JobEvent> events;
+    bool closed = false;  // by Shutdown
+  };
+
+  Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options);
+
+  int64_t Now() const { return options_.now_ms(); }
+  Worker* FindWorker(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::JobEvent StateEvent(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores the job (and the event when given), then hands the event to watchers.
+  void SaveJob(const v1::Job& job, const v1::JobEvent* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Publish(const v1::JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Starts the pending jobs that fit and updates what the others wait for.
+  void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartJobLocked(v1::Job job, const std::vector<std::string>& workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the run to a final state: stores it, drops its rendezvous scope, frees the workers that
+  // are done and tells the others to cancel. Erases the run.
+  // Takes the id by value: callers pass the run's own, which this erases.
+  void FinishRunLocked(std::string job_id, v1::JobState state, const std::string& message)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's TaskDone (or loss) for a running attempt.
+  void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkLostLocked(Worker* worker, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps at most a bounded number of lost workers listed.
+  void ForgetOldLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseWorkerLocked(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleStepLocked(Worker* worker, const v1::StepReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleDoneLocked(Worker* worker, const v1::TaskDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendCancelLocked(const Run& run, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CoordinatorOptions options_;
+  Rendezvous rendezvous_;
+
+  absl::Mutex mu_;
+  // Written under mu_ (so the stored order is the published order); it has its own lock.
+  const std::unique_ptr<JobStore> store_;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);  // registration order
+  std::vector<v1::Job> pending_ ABSL_GUARDED_BY(mu_);                  // submit order
+  std::map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);               // by job id
+  std::map<std::string, std::vector<std::shared_ptr<Watcher>>> watchers_ ABSL_GUARDED_BY(mu_);
+
+  absl::Notification stop_ticker_;
+  std::thread ticker_;  // owned; joined by Shutdown
+};
+
+}  // namespace weft::coordinator
+
+#endif  // WEFT_COORDINATOR_COORDINATOR_H_

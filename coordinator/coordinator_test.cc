@@ -1,0 +1,599 @@
+#include "coordinator/coordinator.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+
+namespace weft::coordinator {
+namespace {
+
+std::string TempDir() {
+  const char* base = getenv("TEST_TMPDIR");
+  std::string templ = std::string(base != nullptr ? base : "/tmp") + "/coordinator_test.XXXXXX";
+  EXPECT_NE(mkdtemp(templ.data()), nullptr);
+  return templ;
+}
+
+// An in-memory worker stream: keeps what the coordinator sent.
+class FakeConnection : public WorkerConnection {
+ public:
+  bool Send(const v1::CoordinatorMessage& msg) override {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    sent_.push_back(msg);
+    return true;
+  }
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    close_status_ = status;
+  }
+  std::vector<v1::CoordinatorMessage> sent() {
+    absl::MutexLock lock(&mu_);
+    return sent_;
+  }
+  std::vector<v1::Assignment> assignments() {
+    std::vector<v1::Assignment> out;
+    for (const auto& m : sent()) {
+      if (m.has_assignment()) out.push_back(m.assignment());
+    }
+    return out;
+  }
+  int cancels() {
+    int n = 0;
+    for (const auto& m : sent()) n += m.has_cancel();
+    return n;
+  }
+  bool closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+  absl::Status close_status() {
+    absl::MutexLock lock(&mu_);
+    return close_status_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::CoordinatorMessage> sent_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+};
+
+v1::JobSpec Spec(int ranks, const std::string& name = "mlp", const std::string& device = "") {
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.mutable_mesh()->add_shape(ranks);
+  spec.mutable_mesh()->add_dim_names("dp");
+  spec.mutable_data()->set_batch_size(8);
+  spec.set_device(device);
+  return spec;
+}
+
+int64_t Ranks(const v1::JobSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.mesh().shape()) n *= d;
+  return n;
+}
+
+// Drives the coordinator's mechanics with a stand-in validator and planner and a manual clock;
+// RealSpecAndPlannerTest below runs the real ones.
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TempDir();
+    Reopen();
+  }
+  void TearDown() override {
+    if (coordinator_ != nullptr) coordinator_->Shutdown();
+  }
+
+  CoordinatorOptions Options() {
+    CoordinatorOptions o;
+    o.heartbeat_interval_ms = 100;
+    o.worker_timeout_ms = 1000;
+    o.cancel_grace_ms = 500;
+    o.now_ms = [this] { return now_.load(); };
+    o.prepare_spec = [](v1::JobSpec* spec) -> absl::Status {
+      if (spec->name() == "bad") {
+        return absl::InvalidArgumentError("model.layers[1] (act0).type: unknown layer type conv");
+      }
+      return absl::OkStatus();
+    };
+    o.plan = [this](const v1::JobSpec& spec, const std::string& job_id,
+                    int attempt) -> absl::StatusOr<std::vector<v1::Program>> {
+      if (spec.name() == "unplannable" && job_id != "dry-run") {
+        return absl::InvalidArgumentError("fc0.weight: no SPMD rule for matmul");
+      }
+      ++plans_;
+      std::vector<v1::Program> programs(Ranks(spec));
+      for (size_t r = 0; r < programs.size(); ++r) {
+        programs[r].set_job_id(job_id);
+        programs[r].set_attempt(attempt);
+        programs[r].set_rank(static_cast<int>(r));
+        programs[r].set_world_size(static_cast<int>(programs.size()));
+      }
+      return programs;
+    };
+    o.world_size = Ranks;
+    return o;
+  }
+
+  void Reopen() {
+    if (coordinator_ != nullptr) coordinator_->Shutdown();
+    coordinator_.reset();
+    auto store = JobStore::Open(dir_ + "/weft.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto c = Coordinator::Create(std::move(*store), Options());
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+  }
+
+  // Connects a worker; returns its id.
+  std::string Connect(std::shared_ptr<FakeConnection>* conn, const std::string& kind = "cpu") {
+    *conn = std::make_shared<FakeConnection>();
+    v1::Hello hello;
+    hello.set_host("127.0.0.1");
+    hello.mutable_device()->set_kind(kind);
+    hello.set_pid(1234);
+    auto id = coordinator_->ConnectWorker(hello, "ipv4:127.0.0.1:5555", *conn);
+    EXPECT_TRUE(id.ok()) << id.status();
+    auto sent = (*conn)->sent();
+    EXPECT_FALSE(sent.empty());
+    if (!sent.empty()) {
+      EXPECT_TRUE(sent[0].has_welcome());
+      EXPECT_EQ(sent[0].welcome().worker_id(), *id);
+      EXPECT_EQ(sent[0].welcome().heartbeat_interval_ms(), 100);
+    }
+    return *id;
+  }
+
+  std::string Submit(const v1::JobSpec& spec) {
+    auto id = coordinator_->SubmitJob(spec);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.ok() ? *id : "";
+  }
+
+  v1::Job Get(const std::string& id) {
+    auto job = coordinator_->GetJob(id);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? *job : v1::Job();
+  }
+
+  void Step(const std::string& worker, const std::string& job, int rank, int64_t step, double loss,
+            double seconds) {
+    v1::WorkerMessage m;
+    m.mutable_step()->set_job_id(job);
+    m.mutable_step()->set_attempt(0);
+    m.mutable_step()->set_rank(rank);
+    m.mutable_step()->set_step(step);
+    m.mutable_step()->set_loss(loss);
+    m.mutable_step()->set_step_seconds(seconds);
+    coordinator_->HandleWorkerMessage(worker, m);
+  }
+
+  void Done(const std::string& worker, const std::string& job, int rank, bool ok,
+            const std::string& message = "") {
+    v1::WorkerMessage m;
+    m.mutable_done()->set_job_id(job);
+    m.mutable_done()->set_attempt(0);
+    m.mutable_done()->set_rank(rank);
+    m.mutable_done()->set_ok(ok);
+    m.mutable_done()->set_message(message);
+    coordinator_->HandleWorkerMessage(worker, m);
+  }
+
+  void Heartbeat(const std::string& worker) {
+    v1::WorkerMessage m;
+    m.mutable_heartbeat();
+    coordinator_->HandleWorkerMessage(worker, m);
+  }
+
+  std::string WorkerState(const std::string& worker) {
+    for (const v1::WorkerInfo& w : coordinator_->ListWorkers()) {
+      if (w.worker_id() == worker) return w.state();
+    }
+    return "absent";
+  }
+
+  std::vector<v1::JobEvent> Events(const std::string& job) {
+    std::vector<v1::JobEvent> events;
+    absl::Status s = coordinator_->WatchJob(
+        job, [&](const v1::JobEvent& e) {
+          events.push_back(e);
+          return true;
+        },
+        [] { return true; });  // stop after the replay if the job is still live
+    EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kCancelled) << s;
+    return events;
+  }
+
+  std::string dir_;
+  std::atomic<int64_t> now_{1000000};
+  std::atomic<int> plans_{0};
+  std::unique_ptr<Coordinator> coordinator_;
+};
+
+TEST_F(CoordinatorTest, BadSpecIsRejectedAndNothingIsStored) {
+  auto id = coordinator_->SubmitJob(Spec(2, "bad"));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("model.layers[1]"), absl::string_view::npos);
+  EXPECT_TRUE(coordinator_->ListJobs()->empty());
+}
+
+TEST_F(CoordinatorTest, PendingJobSaysWhatItWaitsForThenRunsWithStableRanks) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(2));
+  EXPECT_EQ(job, "job-000001");
+  v1::Job pending = Get(job);
+  EXPECT_EQ(pending.state(), v1::PENDING);
+  EXPECT_EQ(pending.message(), "waiting for 2 idle cpu workers, 1 registered");
+  EXPECT_EQ(pending.spec().device(), "cpu");  // the default is filled in
+
+  std::string w2 = Connect(&c2);
+  v1::Job running = Get(job);
+  EXPECT_EQ(running.state(), v1::RUNNING);
+  ASSERT_EQ(running.workers_size(), 2);
+  EXPECT_EQ(running.workers(0), w1);
+  EXPECT_EQ(running.workers(1), w2);
+  ASSERT_EQ(c1->assignments().size(), 1u);
+  ASSERT_EQ(c2->assignments().size(), 1u);
+  EXPECT_EQ(c1->assignments()[0].program().rank(), 0);
+  EXPECT_EQ(c2->assignments()[0].program().rank(), 1);
+  EXPECT_EQ(c1->assignments()[0].program().job_id(), job);
+  EXPECT_EQ(c1->assignments()[0].rendezvous_scope(), job + "/0");
+  EXPECT_EQ(WorkerState(w1), "busy");
+
+  // Stored events: PENDING (submitted), PENDING (waiting ...), PLANNING, RUNNING.
+  std::vector<v1::JobEvent> events = Events(job);
+  ASSERT_EQ(events.size(), 4u);
+  EXPECT_EQ(events[1].message(), "waiting for 2 idle cpu workers, 1 registered");
+  EXPECT_EQ(events[2].state(), v1::PLANNING);
+  EXPECT_EQ(events[3].state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, MatchesTheSpecsDeviceKind) {
+  std::shared_ptr<FakeConnection> cpu, gpu;
+  Connect(&cpu, "cpu");
+  std::string job = Submit(Spec(1, "mlp", "cuda"));
+  EXPECT_EQ(Get(job).state(), v1::PENDING);
+  EXPECT_EQ(Get(job).message(), "waiting for 1 idle cuda worker, 0 registered");
+  std::string g = Connect(&gpu, "cuda");
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+  EXPECT_EQ(Get(job).workers(0), g);
+  EXPECT_TRUE(cpu->assignments().empty());
+}
+
+TEST_F(CoordinatorTest, AggregatesStepsAndSucceeds) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+
+  Step(w1, job, 0, 1, 0.5, 0.1);
+  EXPECT_EQ(Get(job).steps_size(), 0);  // rank 1 has not reported step 1
+  Step(w2, job, 1, 1, 0.5, 0.2);
+  Step(w2, job, 1, 2, 0.4, 0.2);
+  Step(w1, job, 0, 2, 0.4, 0.4);
+  v1::Job j = Get(job);
+  ASSERT_EQ(j.steps_size(), 2);
+  EXPECT_EQ(j.steps(0).step(), 1);
+  EXPECT_DOUBLE_EQ(j.steps(0).loss(), 0.5);
+  EXPECT_DOUBLE_EQ(j.steps(0).step_seconds(), 0.2);
+  EXPECT_DOUBLE_EQ(j.steps(0).samples_per_second(), 40.0);  // batch 8 / 0.2 s
+  EXPECT_DOUBLE_EQ(j.steps(1).samples_per_second(), 20.0);
+
+  // A report from a rank the worker does not hold is ignored.
+  Step(w1, job, 1, 3, 9.9, 0.1);
+  Done(w1, job, 0, true);
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+  Done(w2, job, 1, true);
+  j = Get(job);
+  EXPECT_EQ(j.state(), v1::SUCCEEDED);
+  EXPECT_EQ(j.workers_size(), 0);
+  EXPECT_GT(j.end_time_ms(), 0);
+  EXPECT_EQ(WorkerState(w1), "idle");
+  EXPECT_EQ(WorkerState(w2), "idle");
+  EXPECT_EQ(c1->cancels(), 0);
+
+  std::vector<v1::JobEvent> events = Events(job);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().state(), v1::SUCCEEDED);
+  int steps = 0;
+  for (const auto& e : events) steps += e.has_step();
+  EXPECT_EQ(steps, 2);
+}
+
+TEST_F(CoordinatorTest, FailedRankFailsTheJobAndCancelsTheOthers) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  Done(w2, job, 1, false, "loading fc0.weight: shape mismatch");
+  v1::Job j = Get(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_EQ(j.message(), "rank 1 (" + w2 + "): loading fc0.weight: shape mismatch");
+  EXPECT_EQ(c1->cancels(), 1);
+  EXPECT_EQ(c2->cancels(), 0);
+  EXPECT_EQ(WorkerState(w2), "idle");
+  // worker 1 is winding down until it confirms.
+  EXPECT_EQ(WorkerState(w1), "busy");
+  Done(w1, job, 0, false, "cancelled");
+  EXPECT_EQ(WorkerState(w1), "idle");
+  EXPECT_EQ(Get(job).state(), v1::FAILED);
+}
+
+TEST_F(CoordinatorTest, BrokenStreamLosesTheWorkerAndFailsItsJob) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  coordinator_->DisconnectWorker(w2, "its stream broke");
+  v1::Job j = Get(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.message().find(w2), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("rank 1"), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("its stream broke"), std::string::npos) << j.message();
+  EXPECT_EQ(WorkerState(w2), "lost");
+  EXPECT_EQ(c1->cancels(), 1);
+  EXPECT_TRUE(c2->closed());
+}
+
+TEST_F(CoordinatorTest, MissedHeartbeatsLoseTheWorker) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  now_ += 600;
+  Heartbeat(w1);
+  coordinator_->Tick();
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+  now_ += 600;  // worker 2 silent for 1200 ms > 1000 ms
+  Heartbeat(w1);
+  coordinator_->Tick();
+  v1::Job j = Get(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.message().find(w2 + " (rank 1"), std::string::npos) << j.message();
+  EXPECT_NE(j.message().find("no heartbeat"), std::string::npos) << j.message();
+  EXPECT_EQ(WorkerState(w2), "lost");
+  EXPECT_EQ(WorkerState(w1), "busy");
+  EXPECT_TRUE(c2->closed());
+  EXPECT_EQ(c2->close_status().code(), absl::StatusCode::kUnavailable);
+
+  // Messages from a lost worker are ignored; worker 1 is free after the grace period.
+  Done(w2, job, 1, true);
+  now_ += 600;
+  Heartbeat(w1);
+  coordinator_->Tick();
+  EXPECT_EQ(WorkerState(w1), "idle");
+}
+
+TEST_F(CoordinatorTest, CancelPendingAndFinalJobs) {
+  std::string job = Submit(Spec(2));
+  auto cancelled = coordinator_->CancelJob(job, "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->state(), v1::CANCELLED);
+  EXPECT_EQ(coordinator_->CancelJob(job, "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->CancelJob("job-424242", "").status().code(),
+            absl::StatusCode::kNotFound);
+  // A cancelled pending job never starts.
+  std::shared_ptr<FakeConnection> c1, c2;
+  Connect(&c1);
+  Connect(&c2);
+  EXPECT_TRUE(c1->assignments().empty());
+}
+
+TEST_F(CoordinatorTest, CancelRunningEndsWhenWorkersConfirm) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  auto j = coordinator_->CancelJob(job, "user pressed ^C");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state(), v1::RUNNING);
+  EXPECT_EQ(c1->cancels(), 1);
+  EXPECT_EQ(c2->cancels(), 1);
+  Done(w1, job, 0, false, "cancelled");
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+  Done(w2, job, 1, false, "cancelled");
+  EXPECT_EQ(Get(job).state(), v1::CANCELLED);
+  EXPECT_NE(Get(job).message().find("user pressed ^C"), std::string::npos);
+  EXPECT_EQ(WorkerState(w1), "idle");
+  EXPECT_EQ(WorkerState(w2), "idle");
+}
+
+TEST_F(CoordinatorTest, CancelRunningEndsAfterTheGracePeriod) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string queued = Submit(Spec(1, "later"));  // runs first
+  std::string job = Submit(Spec(1));
+  EXPECT_EQ(Get(job).state(), v1::PENDING);
+  ASSERT_TRUE(coordinator_->CancelJob(queued, "").ok());
+  coordinator_->Tick();
+  EXPECT_EQ(Get(queued).state(), v1::RUNNING);
+  now_ += 501;
+  Heartbeat(w1);
+  coordinator_->Tick();
+  v1::Job j = Get(queued);
+  EXPECT_EQ(j.state(), v1::CANCELLED);
+  EXPECT_NE(j.message().find("did not confirm"), std::string::npos) << j.message();
+  // The worker is free (it never confirmed, but the grace is over) and the next job starts.
+  now_ += 501;
+  Heartbeat(w1);
+  coordinator_->Tick();
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+}
+
+TEST_F(CoordinatorTest, PlanningFailureFailsTheJobAndFreesWorkers) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1, "unplannable"));
+  v1::Job j = Get(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.message().find("no SPMD rule"), std::string::npos) << j.message();
+  EXPECT_EQ(WorkerState(w1), "idle");
+  EXPECT_TRUE(c1->assignments().empty());
+}
+
+TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  std::vector<v1::JobEvent> seen;
+  absl::Mutex mu;
+  absl::Status result;
+  std::thread watcher([&] {
+    result = coordinator_->WatchJob(
+        job,
+        [&](const v1::JobEvent& e) {
+          absl::MutexLock lock(&mu);
+          seen.push_back(e);
+          return true;
+        },
+        [] { return false; });
+  });
+  auto count = [&] {
+    absl::MutexLock lock(&mu);
+    return seen.size();
+  };
+  while (count() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // replay
+  Step(w1, job, 0, 1, 0.3, 0.5);
+  Done(w1, job, 0, true);
+  watcher.join();
+  EXPECT_TRUE(result.ok()) << result;
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0].state(), v1::PENDING);
+  EXPECT_EQ(seen[1].state(), v1::PLANNING);
+  EXPECT_EQ(seen[2].state(), v1::RUNNING);
+  EXPECT_DOUBLE_EQ(seen[3].step().loss(), 0.3);
+  EXPECT_EQ(seen[4].state(), v1::SUCCEEDED);
+
+  EXPECT_EQ(coordinator_->WatchJob("job-999999", [](const v1::JobEvent&) { return true; }, nullptr)
+                .code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, WatchEndsWhenTheClientGoesAway) {
+  std::string job = Submit(Spec(4));
+  std::atomic<bool> gone{false};
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = true;
+  });
+  absl::Status s = coordinator_->WatchJob(
+      job, [](const v1::JobEvent&) { return true; }, [&] { return gone.load(); });
+  leaver.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  ASSERT_TRUE(coordinator_->rendezvous()->Set(job + "/0", "gloo/0", "addr").ok());
+  Done(w1, job, 0, true);
+  EXPECT_EQ(coordinator_->rendezvous()->Get(job + "/0", "gloo/0").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorTest, RestartFailsRunningJobsAndRequeuesPendingOnes) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string running = Submit(Spec(1));
+  std::string pending = Submit(Spec(1, "second"));
+  ASSERT_EQ(Get(running).state(), v1::RUNNING);
+  ASSERT_EQ(Get(pending).state(), v1::PENDING);
+  Step(w1, running, 0, 1, 0.5, 0.1);
+
+  Reopen();
+  v1::Job r = Get(running);
+  EXPECT_EQ(r.state(), v1::FAILED);
+  EXPECT_EQ(r.message(), "coordinator restarted while the job was running");
+  EXPECT_EQ(r.steps_size(), 1);  // nothing stored was lost
+  EXPECT_EQ(Get(pending).state(), v1::PENDING);
+
+  std::shared_ptr<FakeConnection> again;
+  Connect(&again);
+  EXPECT_EQ(Get(pending).state(), v1::RUNNING);
+  // Job ids keep counting after a restart.
+  EXPECT_EQ(Submit(Spec(1)), "job-000003");
+}
+
+TEST_F(CoordinatorTest, ShutdownClosesWorkerStreamsWithoutFailingJobs) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  coordinator_->Shutdown();
+  EXPECT_TRUE(c1->closed());
+  coordinator_->DisconnectWorker(w1, "its stream broke");
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);  // the next start marks it FAILED
+  EXPECT_EQ(coordinator_->SubmitJob(Spec(1)).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TEST_F(CoordinatorTest, ListWorkersReportsDeviceAndAssignment) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  std::vector<v1::WorkerInfo> workers = coordinator_->ListWorkers();
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].worker_id(), w1);
+  EXPECT_EQ(workers[0].device().kind(), "cpu");
+  EXPECT_EQ(workers[0].host(), "127.0.0.1");
+  EXPECT_EQ(workers[0].state(), "busy");
+  EXPECT_EQ(workers[0].job_id(), job);
+  EXPECT_EQ(workers[0].rank(), 0);
+  EXPECT_EQ(workers[0].pid(), 1234);
+}
+
+// The real ResolveDataShapes + ValidateJobSpec + planner behind SubmitJob.
+TEST(RealSpecAndPlannerTest, SubmitJobRejectsAnUnknownLayerType) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok());
+  auto c = Coordinator::Create(std::move(*store), CoordinatorOptions());
+  ASSERT_TRUE(c.ok());
+  v1::JobSpec spec;
+  spec.set_name("bad");
+  spec.mutable_mesh()->add_shape(1);
+  spec.mutable_mesh()->add_dim_names("dp");
+  v1::Layer* fc = spec.mutable_model()->add_layers();
+  fc->set_name("fc0");
+  fc->set_type("linear");
+  fc->set_in_features(4);
+  fc->set_out_features(4);
+  v1::Layer* bad = spec.mutable_model()->add_layers();
+  bad->set_name("act0");
+  bad->set_type("conv");
+  spec.mutable_model()->set_loss("mse");
+  spec.mutable_data()->set_source("synthetic");
+  spec.mutable_data()->add_sample_shape(4);
+  spec.mutable_data()->add_label_shape(4);
+  spec.mutable_data()->set_num_samples(8);
+  spec.mutable_data()->set_batch_size(4);
+  spec.mutable_optimizer()->set_type("sgd");
+  spec.mutable_optimizer()->set_lr(0.1);
+  spec.mutable_train()->set_steps(1);
+  auto id = (*c)->SubmitJob(spec);
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(id.status().message().find("model.layers[1]"), absl::string_view::npos)
+      << id.status();
+  EXPECT_TRUE((*c)->ListJobs()->empty());
+
+  // The same spec with a relu is accepted and waits for a worker.
+  bad->set_type("relu");
+  id = (*c)->SubmitJob(spec);
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto job = (*c)->GetJob(*id);
+  EXPECT_EQ(job->state(), v1::PENDING);
+  EXPECT_EQ(job->message(), "waiting for 1 idle cpu worker, 0 registered");
+  (*c)->Shutdown();
+}
+
+}  // namespace
+}  // namespace weft::coordinator

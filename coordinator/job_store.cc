@@ -1,0 +1,358 @@
+#include "coordinator/job_store.h"
+
+#include <sqlite3.h>
+
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status.h"
+
+namespace weft::coordinator {
+namespace {
+
+constexpr char kSchema[] = R"sql(
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY,
+  id TEXT NOT NULL UNIQUE,
+  spec BLOB NOT NULL,
+  state INTEGER NOT NULL,
+  message TEXT NOT NULL DEFAULT '',
+  create_time_ms INTEGER NOT NULL DEFAULT 0,
+  start_time_ms INTEGER NOT NULL DEFAULT 0,
+  end_time_ms INTEGER NOT NULL DEFAULT 0,
+  attempt INTEGER NOT NULL DEFAULT 0,
+  workers TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS events (
+  job_id TEXT NOT NULL,
+  seq INTEGER NOT NULL,
+  attempt INTEGER NOT NULL,
+  step INTEGER,
+  event BLOB NOT NULL,
+  PRIMARY KEY (job_id, seq)
+);
+CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
+)sql";
+
+// One prepared statement, finalized when it goes out of scope.
+class Statement {
+ public:
+  Statement(sqlite3* db, const std::string& sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt_, nullptr);
+  }
+  ~Statement() { sqlite3_finalize(stmt_); }
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+
+  absl::Status status() const {
+    if (rc_ == SQLITE_OK) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("preparing SQL: ", sqlite3_errmsg(db_)));
+  }
+  void BindText(int i, const std::string& s) {
+    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void BindBlob(int i, const std::string& s) {
+    sqlite3_bind_blob(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
+  }
+  void BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
+  void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
+
+  // True while there is a row; an error ends the loop and is kept in status().
+  bool Step() {
+    int rc = sqlite3_step(stmt_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) rc_ = rc;
+    return false;
+  }
+  absl::Status Run() {
+    while (Step()) {
+    }
+    if (rc_ == SQLITE_OK) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("SQLite: ", sqlite3_errmsg(db_)));
+  }
+  absl::Status done_status() const {
+    if (rc_ == SQLITE_OK) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("SQLite: ", sqlite3_errmsg(db_)));
+  }
+
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  std::string Bytes(int col) const {
+    const void* p = sqlite3_column_blob(stmt_, col);
+    int n = sqlite3_column_bytes(stmt_, col);
+    return p == nullptr ? std::string() : std::string(static_cast<const char*>(p), n);
+  }
+
+ private:
+  sqlite3* db_;
+  sqlite3_stmt* stmt_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+constexpr char kJobColumns[] =
+    "id, spec, state, message, create_time_ms, start_time_ms, end_time_ms, attempt, workers";
+
+absl::StatusOr<v1::Job> JobFromRow(const Statement& row) {
+  v1::Job job;
+  job.set_id(row.Bytes(0));
+  if (!job.mutable_spec()->ParseFromString(row.Bytes(1))) {
+    return absl::DataLossError(absl::StrCat("job ", job.id(), ": stored spec does not parse"));
+  }
+  job.set_state(static_cast<v1::JobState>(row.Int(2)));
+  job.set_message(row.Bytes(3));
+  job.set_create_time_ms(row.Int(4));
+  job.set_start_time_ms(row.Int(5));
+  job.set_end_time_ms(row.Int(6));
+  job.set_attempt(static_cast<int32_t>(row.Int(7)));
+  std::string workers = row.Bytes(8);
+  if (!workers.empty()) {
+    for (absl::string_view w : absl::StrSplit(workers, ',')) job.add_workers(std::string(w));
+  }
+  return job;
+}
+
+absl::Status FillSteps(sqlite3* db, v1::Job* job) {
+  Statement st(db,
+               "SELECT event FROM events WHERE job_id = ?1 AND attempt = ?2 AND step IS NOT NULL "
+               "ORDER BY seq;");
+  RETURN_IF_ERROR(st.status());
+  st.BindText(1, job->id());
+  st.BindInt(2, job->attempt());
+  while (st.Step()) {
+    v1::JobEvent event;
+    if (!event.ParseFromString(st.Bytes(0))) {
+      return absl::DataLossError(absl::StrCat("job ", job->id(), ": a stored event does not parse"));
+    }
+    *job->add_steps() = event.step();
+  }
+  return st.done_status();
+}
+
+// Jobs matching `where_sql` (whose parameters `bind` sets), in submit order.
+absl::StatusOr<std::vector<v1::Job>> QueryJobs(sqlite3* db, const std::string& where_sql,
+                                               const std::function<void(Statement*)>& bind,
+                                               bool with_steps) {
+  Statement st(db, absl::StrCat("SELECT ", kJobColumns, " FROM jobs ", where_sql, " ORDER BY seq;"));
+  RETURN_IF_ERROR(st.status());
+  if (bind) bind(&st);
+  std::vector<v1::Job> jobs;
+  while (st.Step()) {
+    ASSIGN_OR_RETURN(v1::Job job, JobFromRow(st));
+    jobs.push_back(std::move(job));
+  }
+  RETURN_IF_ERROR(st.done_status());
+  if (with_steps) {
+    for (v1::Job& job : jobs) RETURN_IF_ERROR(FillSteps(db, &job));
+  }
+  return jobs;
+}
+
+}  // namespace
+
+bool IsFinalState(v1::JobState state) {
+  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
+}
+
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
+                           nullptr);
+  if (rc != SQLITE_OK) {
+    std::string why = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::UnavailableError(absl::StrCat("opening job store ", path, ": ", why));
+  }
+  sqlite3_busy_timeout(db, 5000);
+  std::unique_ptr<JobStore> store(new JobStore(db));
+  absl::MutexLock lock(&store->mu_);
+  // WAL keeps readers off the writer's back; NORMAL sync in WAL mode survives a process crash
+  // (what a coordinator restart is) without an fsync per step event.
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=NORMAL;", kSchema}) {
+    absl::Status s = store->Exec(sql);
+    if (!s.ok()) return Annotate(s, absl::StrCat("opening job store ", path));
+  }
+  return store;
+}
+
+JobStore::~JobStore() {
+  absl::MutexLock lock(&mu_);
+  sqlite3_close(db_);
+}
+
+absl::Status JobStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string why = err != nullptr ? err : sqlite3_errmsg(db_);
+    sqlite3_free(err);
+    return absl::InternalError(absl::StrCat("SQLite: ", why));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Body>
+absl::Status JobStore::InTransaction(Body body) {
+  RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE;"));
+  absl::Status s = body();
+  if (s.ok()) s = Exec("COMMIT;");
+  if (!s.ok()) Exec("ROLLBACK;").IgnoreError();
+  return s;
+}
+
+absl::Status JobStore::WriteJobRow(const v1::Job& job) {
+  Statement st(db_,
+               "UPDATE jobs SET state = ?1, message = ?2, create_time_ms = ?3, start_time_ms = ?4, "
+               "end_time_ms = ?5, attempt = ?6, workers = ?7 WHERE id = ?8;");
+  RETURN_IF_ERROR(st.status());
+  st.BindInt(1, job.state());
+  st.BindText(2, job.message());
+  st.BindInt(3, job.create_time_ms());
+  st.BindInt(4, job.start_time_ms());
+  st.BindInt(5, job.end_time_ms());
+  st.BindInt(6, job.attempt());
+  st.BindText(7, absl::StrJoin(job.workers(), ","));
+  st.BindText(8, job.id());
+  RETURN_IF_ERROR(st.Run());
+  if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job ", job.id()));
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::InsertEvent(const std::string& job_id, int attempt,
+                                   const v1::JobEvent& event) {
+  Statement st(db_,
+               "INSERT INTO events (job_id, seq, attempt, step, event) VALUES (?1, "
+               "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3, ?4);");
+  RETURN_IF_ERROR(st.status());
+  st.BindText(1, job_id);
+  st.BindInt(2, attempt);
+  if (event.has_step()) {
+    st.BindInt(3, event.step().step());
+  } else {
+    st.BindNull(3);
+  }
+  st.BindBlob(4, event.SerializeAsString());
+  return st.Run();
+}
+
+absl::StatusOr<v1::Job> JobStore::CreateJob(const v1::JobSpec& spec, int64_t now_ms,
+                                            const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  v1::Job job;
+  absl::Status s = InTransaction([&]() -> absl::Status {
+    Statement next(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs;");
+    RETURN_IF_ERROR(next.status());
+    if (!next.Step()) return next.done_status();
+    int64_t seq = next.Int(0);
+    job.set_id(absl::StrFormat("job-%06d", seq));
+    *job.mutable_spec() = spec;
+    job.set_state(v1::PENDING);
+    job.set_message(message);
+    job.set_create_time_ms(now_ms);
+
+    Statement ins(db_, "INSERT INTO jobs (seq, id, spec, state, message, create_time_ms) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6);");
+    RETURN_IF_ERROR(ins.status());
+    ins.BindInt(1, seq);
+    ins.BindText(2, job.id());
+    ins.BindBlob(3, spec.SerializeAsString());
+    ins.BindInt(4, job.state());
+    ins.BindText(5, message);
+    ins.BindInt(6, now_ms);
+    RETURN_IF_ERROR(ins.Run());
+
+    v1::JobEvent event;
+    event.set_job_id(job.id());
+    event.set_time_ms(now_ms);
+    event.set_state(v1::PENDING);
+    event.set_message(message);
+    return InsertEvent(job.id(), job.attempt(), event);
+  });
+  if (!s.ok()) return Annotate(s, "storing a new job");
+  return job;
+}
+
+absl::Status JobStore::UpdateJob(const v1::Job& job, const v1::JobEvent* event) {
+  absl::MutexLock lock(&mu_);
+  return Annotate(InTransaction([&]() -> absl::Status {
+                    RETURN_IF_ERROR(WriteJobRow(job));
+                    if (event != nullptr) RETURN_IF_ERROR(InsertEvent(job.id(), job.attempt(), *event));
+                    return absl::OkStatus();
+                  }),
+                  absl::StrCat("storing job ", job.id()));
+}
+
+absl::Status JobStore::AppendEvent(const std::string& job_id, int attempt,
+                                   const v1::JobEvent& event) {
+  absl::MutexLock lock(&mu_);
+  return Annotate(InsertEvent(job_id, attempt, event),
+                  absl::StrCat("storing an event of job ", job_id));
+}
+
+absl::StatusOr<v1::Job> JobStore::GetJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }, true));
+  if (jobs.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  return std::move(jobs[0]);
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs() {
+  absl::MutexLock lock(&mu_);
+  return QueryJobs(db_, "", nullptr, true);
+}
+
+absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobsInState(v1::JobState state) {
+  absl::MutexLock lock(&mu_);
+  return QueryJobs(db_, "WHERE state = ?1", [&](Statement* st) { st->BindInt(1, state); }, false);
+}
+
+absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Statement st(db_, "SELECT event FROM events WHERE job_id = ?1 ORDER BY seq;");
+  RETURN_IF_ERROR(st.status());
+  st.BindText(1, job_id);
+  std::vector<v1::JobEvent> events;
+  while (st.Step()) {
+    v1::JobEvent event;
+    if (!event.ParseFromString(st.Bytes(0))) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": a stored event does not parse"));
+    }
+    events.push_back(std::move(event));
+  }
+  RETURN_IF_ERROR(st.done_status());
+  return events;
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::FailInterruptedJobs(int64_t now_ms,
+                                                                       const std::string& message) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> failed;
+  absl::Status s = InTransaction([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(std::vector<v1::Job> jobs,
+                     QueryJobs(db_,
+                               absl::StrCat("WHERE state IN (", v1::PLANNING, ", ", v1::RUNNING,
+                                            ", ", v1::RESTARTING, ")"),
+                               nullptr, false));
+    for (v1::Job& job : jobs) {
+      job.set_state(v1::FAILED);
+      job.set_message(message);
+      job.set_end_time_ms(now_ms);
+      job.clear_workers();
+      RETURN_IF_ERROR(WriteJobRow(job));
+      v1::JobEvent event;
+      event.set_job_id(job.id());
+      event.set_time_ms(now_ms);
+      event.set_state(v1::FAILED);
+      event.set_message(message);
+      RETURN_IF_ERROR(InsertEvent(job.id(), job.attempt(), event));
+      failed.push_back(job.id());
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return Annotate(s, "failing jobs interrupted by a coordinator restart");
+  return failed;
+}
+
+}  // namespace weft::coordinator

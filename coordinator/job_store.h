@@ -1,0 +1,83 @@
+// The coordinator's durable record of jobs: an embedded SQLite database (WAL mode) holding every
+// job (its spec as a serialized proto, state, message, times, attempt, assigned workers) and every
+// JobEvent it emitted. Each state change is written, together with its event, in one transaction
+// before the coordinator publishes it, so a coordinator restart loses no job record.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(data_dir + "/weft.db"));
+//   ASSIGN_OR_RETURN(v1::Job job, store->CreateJob(spec, now_ms, "submitted"));
+//   job.set_state(v1::RUNNING);
+//   RETURN_IF_ERROR(store->UpdateJob(job, &running_event));
+//   ASSIGN_OR_RETURN(v1::Job stored, store->GetJob(job.id()));  // with its step metrics
+#ifndef WEFT_COORDINATOR_JOB_STORE_H_
+#define WEFT_COORDINATOR_JOB_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "weft/v1/job.pb.h"
+
+struct sqlite3;
+
+namespace weft::coordinator {
+
+// True for SUCCEEDED, FAILED and CANCELLED: nothing changes a job after that.
+bool IsFinalState(v1::JobState state);
+
+class JobStore {
+ public:
+  // Opens (creating if needed) the database at `path`; its folder must exist.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& path);
+  ~JobStore();
+  JobStore(const JobStore&) = delete;
+  JobStore& operator=(const JobStore&) = delete;
+
+  // Stores a new PENDING job with the next id ("job-000001", sortable) and its first event.
+  absl::StatusOr<v1::Job> CreateJob(const v1::JobSpec& spec, int64_t now_ms,
+                                    const std::string& message);
+
+  // Writes job's mutable fields (state, message, times, attempt, workers; not spec or steps)
+  // and, when `event` is set, appends it: one transaction. NOT_FOUND for an unknown id.
+  absl::Status UpdateJob(const v1::Job& job, const v1::JobEvent* event);
+
+  // Appends one event (e.g. a step) of the job's given attempt.
+  absl::Status AppendEvent(const std::string& job_id, int attempt, const v1::JobEvent& event);
+
+  // The job with the step metrics of its current attempt. NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // Every job in submit order, with their step metrics.
+  absl::StatusOr<std::vector<v1::Job>> ListJobs();
+  // Jobs in `state`, in submit order, without step metrics.
+  absl::StatusOr<std::vector<v1::Job>> ListJobsInState(v1::JobState state);
+  // Every event of the job in the order it was stored.
+  absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id);
+
+  // After a coordinator restart: every job that was PLANNING, RUNNING or RESTARTING becomes
+  // FAILED with `message` (and an event). Returns the ids of those jobs.
+  absl::StatusOr<std::vector<std::string>> FailInterruptedJobs(int64_t now_ms,
+                                                               const std::string& message);
+
+ private:
+  explicit JobStore(sqlite3* db) : db_(db) {}
+
+  absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteJobRow(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InsertEvent(const std::string& job_id, int attempt, const v1::JobEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT, rolling back on error.
+  template <typename Body>
+  absl::Status InTransaction(Body body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);  // owned
+};
+
+}  // namespace weft::coordinator
+
+#endif  // WEFT_COORDINATOR_JOB_STORE_H_

@@ -1,0 +1,142 @@
+// weft-coordinator: plans jobs and streams programs to workers. Serves JobService,
+// WorkerService, RendezvousService, gRPC health and reflection; keeps jobs in SQLite under
+// --data_dir. SIGTERM or SIGINT shuts it down gracefully (exit 0).
+//
+// E.g.
+//   weft-coordinator --listen 127.0.0.1:0 --data_dir /tmp/weft --port_file /tmp/weft/port
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/job_store.h"
+#include "coordinator/rpc/grpc_server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "HOST:PORT to serve on; port 0 picks one");
+ABSL_FLAG(std::string, data_dir, "", "folder of the job store (weft.db); created if missing");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the bound port is written here (atomically) once serving");
+ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
+ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
+ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
+          "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
+
+namespace weft::coordinator {
+namespace {
+
+// Write to a temporary file, then rename: a reader sees the whole port or nothing.
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    out.close();
+    if (!out) return absl::UnavailableError(absl::StrCat("writing ", tmp));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("renaming ", tmp, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+int Run() {
+  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  if (data_dir.empty()) {
+    spdlog::error("--data_dir is required");
+    return 2;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(data_dir, ec);
+  if (ec) {
+    spdlog::error("creating --data_dir {}: {}", data_dir, ec.message());
+    return 1;
+  }
+
+  // Signals are taken by sigwait below; block them before any thread starts so none gets them.
+  // A shell starts background children with SIGINT ignored, and an ignored signal never becomes
+  // pending: restore the default disposition first.
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::string db_path = data_dir + "/weft.db";
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db_path);
+  if (!store.ok()) {
+    spdlog::error("{}", store.status().ToString());
+    return 1;
+  }
+  CoordinatorOptions options;
+  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
+  options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
+  if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
+    spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(std::move(*store), options);
+  if (!coordinator.ok()) {
+    spdlog::error("{}", coordinator.status().ToString());
+    return 1;
+  }
+  (*coordinator)->Start();
+
+  const std::string listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<std::unique_ptr<rpc::CoordinatorServer>> server =
+      rpc::CoordinatorServer::Start(coordinator->get(), listen);
+  if (!server.ok()) {
+    spdlog::error("{}", server.status().ToString());
+    return 1;
+  }
+  spdlog::info("serving on {} (port {}), job store {}", listen, (*server)->port(), db_path);
+  const std::string port_file = absl::GetFlag(FLAGS_port_file);
+  if (!port_file.empty()) {
+    absl::Status s = WritePortFile(port_file, (*server)->port());
+    if (!s.ok()) {
+      spdlog::error("--port_file: {}", s.ToString());
+      (*server)->Shutdown();
+      return 1;
+    }
+  }
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown();
+  server->reset();
+  coordinator->reset();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace weft::coordinator
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE]");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_default_logger(spdlog::stderr_color_mt("weft-coordinator"));
+  spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");
+  return weft::coordinator::Run();
+}

@@ -1,0 +1,60 @@
+// Pass 3, autodiff: appends the backward graph. Forward ops are visited in reverse; each op's
+// VJP rule (from the same registry as its SPMD rule) emits backward ops through a GradBuilder,
+// which places them with the SPMD rules like any other op. Nothing here knows about data
+// parallelism: with x Shard(0) and dy Shard(0), dW = x^T @ dy contracts the sharded axis and
+// comes out Partial(sum), and the optimizer's reshard of it to the parameter's placement is
+// the all-reduce.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(g, Autodiff(BuiltinRules(), std::move(g)));
+//   int dw = g.grad_of.at(weight_id);  // "fc0.weight@grad", placed
+#ifndef WEFT_COORDINATOR_PLANNER_AUTODIFF_H_
+#define WEFT_COORDINATOR_PLANNER_AUTODIFF_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/planner/graph.h"
+#include "coordinator/planner/spmd.h"
+
+namespace weft::planner {
+
+absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g);
+
+// What a VJP rule sees: the forward op, the gradients of its outputs and which inputs need
+// gradients; it emits backward ops and records the gradient of each input that needs one.
+class GradBuilder {
+ public:
+  GradBuilder(const RuleRegistry& registry, Graph* g, const Op& op, std::vector<int> out_grads,
+              std::vector<bool> needs_grad)
+      : registry_(registry), g_(g), op_(op), out_grads_(std::move(out_grads)),
+        needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1) {}
+
+  const Op& op() const { return op_; }
+  const Tensor& tensor(int id) const { return g_->tensors[id]; }
+  // Gradient tensor id of op().outputs[i]; -1 for the loss (whose gradient is 1).
+  int out_grad(int i) const { return out_grads_[i]; }
+  bool needs_grad(int input) const { return needs_grad_[input]; }
+  void set_input_grad(int input, int grad_id) { in_grads_[input] = grad_id; }
+  const std::vector<int>& input_grads() const { return in_grads_; }
+
+  // Appends a backward op of `type` on `inputs` producing a new gradient tensor named
+  // "<of>@grad" with the global shape of tensor `of`; placed by the SPMD rules.
+  absl::StatusOr<int> Emit(const std::string& type, std::vector<int> inputs, int of,
+                           bool transpose_a = false, bool transpose_b = false,
+                           float scale = 1.0f);
+
+ private:
+  const RuleRegistry& registry_;
+  Graph* g_;
+  const Op& op_;
+  std::vector<int> out_grads_;
+  std::vector<bool> needs_grad_;
+  std::vector<int> in_grads_;
+};
+
+}  // namespace weft::planner
+
+#endif  // WEFT_COORDINATOR_PLANNER_AUTODIFF_H_

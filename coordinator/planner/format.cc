@@ -1,0 +1,124 @@
+#include "coordinator/planner/format.h"
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace weft::planner {
+namespace {
+
+int64_t Elements(const v1::Buffer& b) {
+  int64_t n = 1;
+  for (int64_t d : b.shape()) n *= d;
+  return n;
+}
+
+const v1::CommGroup* FindGroup(const v1::Program& p, int id) {
+  for (const v1::CommGroup& g : p.groups()) {
+    if (g.id() == id) return &g;
+  }
+  return nullptr;
+}
+
+bool IsCollective(v1::Instruction::Op op) {
+  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
+         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
+}
+
+std::string BufferRef(const v1::Program& p, int id) {
+  if (id < 0 || id >= p.buffers_size()) return absl::StrCat("b", id, "?");
+  const v1::Buffer& b = p.buffers(id);
+  return absl::StrCat("b", id, " ", b.name(), "[", absl::StrJoin(b.shape(), ","), "]");
+}
+
+std::string Bytes(int64_t n) {
+  if (n >= (int64_t{1} << 20)) return absl::StrFormat("%.1f MiB", n / 1048576.0);
+  if (n >= 1024) return absl::StrFormat("%.1f KiB", n / 1024.0);
+  return absl::StrCat(n, " B");
+}
+
+}  // namespace
+
+int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
+  if (!IsCollective(ins.op())) return 0;
+  const v1::CommGroup* group = FindGroup(p, ins.group());
+  if (group == nullptr || ins.inputs_size() == 0 || ins.outputs_size() == 0) return 0;
+  const int64_t k = group->ranks_size();
+  const int64_t in = 4 * Elements(p.buffers(ins.inputs(0)));
+  const int64_t out = 4 * Elements(p.buffers(ins.outputs(0)));
+  switch (ins.op()) {
+    case v1::Instruction::ALL_REDUCE:
+      return 2 * (k - 1) * in / k;
+    case v1::Instruction::ALL_GATHER:
+      return out * (k - 1) / k;
+    case v1::Instruction::REDUCE_SCATTER:
+      return in * (k - 1) / k;
+    default:
+      return in * (k - 1) / k;
+  }
+}
+
+std::string FormatProgram(const v1::Program& p) {
+  std::string s;
+  absl::StrAppend(&s, "rank ", p.rank(), "/", p.world_size(), "  job ", p.job_id(), " attempt ",
+                  p.attempt(), "  mesh [", absl::StrJoin(p.mesh().shape(), ","), "](",
+                  absl::StrJoin(p.mesh().dim_names(), ","), ")  device ",
+                  p.device().empty() ? "cpu" : p.device(), "\n");
+  absl::StrAppend(&s, "groups:\n");
+  for (const v1::CommGroup& g : p.groups()) {
+    absl::StrAppend(&s, "  g", g.id(), " over ", g.mesh_dims(), ": ranks [",
+                    absl::StrJoin(g.ranks(), ","), "]\n");
+  }
+  absl::StrAppend(&s, "init:\n");
+  for (const v1::ParamInit& init : p.init()) {
+    absl::StrAppend(&s, "  ", BufferRef(p, init.buffer()), " ",
+                    v1::ParamInit::Kind_Name(init.kind()));
+    if (init.kind() == v1::ParamInit::UNIFORM) absl::StrAppend(&s, "(bound ", init.bound(), ")");
+    absl::StrAppend(&s, " of global [", absl::StrJoin(init.global_shape(), ","), "] at [",
+                    absl::StrJoin(init.box().offsets(), ","), "]\n");
+  }
+  absl::StrAppend(&s, "step:\n");
+  int64_t total_bytes = 0;
+  int collectives = 0;
+  for (int i = 0; i < p.step_size(); ++i) {
+    const v1::Instruction& ins = p.step(i);
+    std::vector<std::string> ins_refs, out_refs;
+    for (int b : ins.inputs()) ins_refs.push_back(BufferRef(p, b));
+    for (int b : ins.outputs()) out_refs.push_back(BufferRef(p, b));
+    std::string name = v1::Instruction::Op_Name(ins.op());
+    if (ins.transpose_a()) absl::StrAppend(&name, "(T,)");
+    if (ins.transpose_b()) absl::StrAppend(&name, "(,T)");
+    absl::StrAppend(&s, absl::StrFormat("  %3d %-15s %s", i, name, absl::StrJoin(ins_refs, ", ")));
+    if (!out_refs.empty()) absl::StrAppend(&s, " -> ", absl::StrJoin(out_refs, ", "));
+    if (IsCollective(ins.op())) {
+      const int64_t bytes = CollectiveBytes(p, ins);
+      const v1::CommGroup* g = FindGroup(p, ins.group());
+      absl::StrAppend(&s, "  [g", ins.group(), " ", g ? g->mesh_dims() : "?", ", ",
+                      Bytes(bytes), " sent]");
+      total_bytes += bytes;
+      ++collectives;
+    }
+    if (ins.op() == v1::Instruction::SLICE) {
+      absl::StrAppend(&s, "  [axis ", ins.axis(), " ", ins.offset(), "+", ins.length(), "]");
+    }
+    if (!ins.comment().empty()) absl::StrAppend(&s, "  # ", ins.comment());
+    absl::StrAppend(&s, "\n");
+  }
+  std::map<std::string, int64_t> by_role;
+  int64_t memory = 0;
+  for (const v1::Buffer& b : p.buffers()) {
+    by_role[v1::Buffer::Role_Name(b.role())] += 4 * Elements(b);
+    memory += 4 * Elements(b);
+  }
+  absl::StrAppend(&s, "totals: ", p.step_size(), " instructions, ", collectives,
+                  " collectives, ", Bytes(total_bytes), " sent per step; memory ", Bytes(memory),
+                  " (");
+  std::vector<std::string> parts;
+  for (const auto& [role, bytes] : by_role) parts.push_back(absl::StrCat(role, " ", Bytes(bytes)));
+  absl::StrAppend(&s, absl::StrJoin(parts, ", "), "), loss in b", p.loss_buffer(), "\n");
+  return s;
+}
+
+}  // namespace weft::planner

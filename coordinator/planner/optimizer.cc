@@ -1,0 +1,48 @@
+#include "coordinator/planner/optimizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "coordinator/planner/propagate.h"
+
+namespace weft::planner {
+
+absl::StatusOr<Graph> AppendOptimizer(const v1::JobSpec& spec, const RuleRegistry& registry,
+                                      Graph g) {
+  const std::string& type = spec.optimizer().type();
+  if (type != "sgd" && type != "adamw") {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.type: unknown \"", type, "\""));
+  }
+  std::vector<int> grads;
+  for (int p : g.params) {
+    const Tensor& param = g.tensors[p];
+    int grad = AppendReshard(&g, g.grad_of.at(p), *param.dist, Phase::kOptimizer, param.layer);
+    grads.push_back(grad);
+  }
+  for (size_t i = 0; i < g.params.size(); ++i) {
+    const int p = g.params[i];
+    Op op;
+    op.type = type;
+    op.inputs = {p, grads[i]};
+    op.layer = g.tensors[p].layer;
+    op.phase = Phase::kOptimizer;
+    op.comment = absl::StrCat(type, " ", g.tensors[p].name);
+    if (type == "adamw") {
+      for (const char* state : {".m", ".v"}) {
+        Tensor t = g.tensors[p];
+        t.name += state;
+        t.role = v1::Buffer::OPTIMIZER_STATE;
+        op.inputs.push_back(g.AddTensor(std::move(t)));
+      }
+    }
+    const size_t before = g.ops.size();
+    RETURN_IF_ERROR(AppendPlacedOp(registry, &g, op));
+    if (g.ops.size() != before + 1) {
+      // The update is in place: it must read the parameter and states where they live.
+      return absl::InternalError(absl::StrCat("optimizer for ", g.tensors[p].name,
+                                              ": the update would need a reshard of its inputs"));
+    }
+  }
+  return g;
+}
+
+}  // namespace weft::planner

@@ -1,0 +1,23 @@
+// Pass 4, optimizer: per parameter, reshard its gradient to the parameter's DistAttr (a
+// Partial(sum) gradient becomes an all-reduce), then one update op: sgd(param, grad) or
+// adamw(param, grad, m, v) with m and v optimizer-state tensors placed like the parameter.
+// All gradient reshards come before all updates.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(g, AppendOptimizer(spec, BuiltinRules(), std::move(g)));
+#ifndef WEFT_COORDINATOR_PLANNER_OPTIMIZER_H_
+#define WEFT_COORDINATOR_PLANNER_OPTIMIZER_H_
+
+#include "absl/status/statusor.h"
+#include "coordinator/planner/graph.h"
+#include "coordinator/planner/spmd.h"
+#include "weft/v1/job.pb.h"
+
+namespace weft::planner {
+
+absl::StatusOr<Graph> AppendOptimizer(const v1::JobSpec& spec, const RuleRegistry& registry,
+                                      Graph g);
+
+}  // namespace weft::planner
+
+#endif  // WEFT_COORDINATOR_PLANNER_OPTIMIZER_H_

@@ -1,0 +1,77 @@
+#include "coordinator/planner/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include "coordinator/planner/autodiff.h"
+#include "coordinator/planner/build.h"
+#include "coordinator/planner/propagate.h"
+#include "coordinator/planner/test_util.h"
+
+namespace weft::planner {
+namespace {
+
+using testing::SpecBuilder;
+
+absl::StatusOr<Graph> WithOptimizer(const v1::JobSpec& spec) {
+  absl::StatusOr<Graph> g = BuildGraph(spec);
+  if (!g.ok()) return g.status();
+  g = Propagate(spec, BuiltinRules(), *std::move(g));
+  if (!g.ok()) return g.status();
+  g = Autodiff(BuiltinRules(), *std::move(g));
+  if (!g.ok()) return g.status();
+  return AppendOptimizer(spec, BuiltinRules(), *std::move(g));
+}
+
+TEST(OptimizerTest, GradientReshardsThenUpdates) {
+  v1::JobSpec spec = SpecBuilder({4}, {"dp"}).Batch(8, {6}, {2}).Linear("fc0", 6, 2).Spec();
+  absl::StatusOr<Graph> g = WithOptimizer(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::vector<std::string> tail;
+  for (const Op& op : g->ops) {
+    if (op.phase == Phase::kOptimizer) tail.push_back(op.type);
+  }
+  EXPECT_EQ(tail, (std::vector<std::string>{"reshard", "reshard", "sgd", "sgd"}));
+  for (const Op& op : g->ops) {
+    if (op.type != "sgd") continue;
+    const Tensor& param = g->tensors[op.inputs[0]];
+    const Tensor& grad = g->tensors[op.inputs[1]];
+    EXPECT_EQ(param.role, v1::Buffer::PARAM);
+    EXPECT_EQ(grad.name, param.name + "@grad");
+    EXPECT_EQ(*grad.dist, *param.dist);
+    EXPECT_TRUE(grad.dist->IsReplicated());
+  }
+}
+
+TEST(OptimizerTest, AdamWStatesArePlacedLikeTheParameter) {
+  v1::JobSpec spec = SpecBuilder({2}, {"mp"})
+                         .Batch(8, {6}, {4})
+                         .Linear("fc0", 6, 4)
+                         .Place("weight", {Placement::Shard(1)})
+                         .AdamW()
+                         .Spec();
+  absl::StatusOr<Graph> g = WithOptimizer(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  int updates = 0;
+  for (const Op& op : g->ops) {
+    if (op.type != "adamw") continue;
+    ++updates;
+    ASSERT_EQ(op.inputs.size(), 4u);
+    const Tensor& param = g->tensors[op.inputs[0]];
+    EXPECT_EQ(g->tensors[op.inputs[2]].name, param.name + ".m");
+    EXPECT_EQ(g->tensors[op.inputs[3]].name, param.name + ".v");
+    for (int i : op.inputs) EXPECT_EQ(*g->tensors[i].dist, *param.dist) << g->tensors[i].name;
+    EXPECT_EQ(g->tensors[op.inputs[2]].role, v1::Buffer::OPTIMIZER_STATE);
+  }
+  EXPECT_EQ(updates, 2);
+}
+
+TEST(OptimizerTest, UnknownTypeIsAnError) {
+  v1::JobSpec spec = SpecBuilder({1}, {"dp"}).Batch(8, {6}, {2}).Linear("fc0", 6, 2).Spec();
+  spec.mutable_optimizer()->set_type("lion");
+  absl::Status s = WithOptimizer(spec).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("lion"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace weft::planner

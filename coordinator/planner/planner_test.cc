@@ -1,0 +1,288 @@
+#include "coordinator/planner/planner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "coordinator/planner/emit.h"
+#include "coordinator/planner/test_util.h"
+
+namespace weft::planner {
+namespace {
+
+using testing::BufferName;
+using testing::Collectives;
+using testing::Count;
+using testing::Group;
+using testing::SpecBuilder;
+
+const Placement R = Placement::Replicate();
+Placement S(int a) { return Placement::Shard(a); }
+
+std::vector<v1::Program> MustPlan(const v1::JobSpec& spec) {
+  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", 2);
+  EXPECT_TRUE(programs.ok()) << programs.status();
+  return programs.ok() ? *programs : std::vector<v1::Program>{};
+}
+
+v1::JobSpec Mlp(std::vector<int64_t> mesh, std::vector<std::string> names, int64_t batch = 16) {
+  return SpecBuilder(mesh, names)
+      .Batch(batch, {6}, {2})
+      .Linear("fc0", 6, 8)
+      .Act("act0", "relu")
+      .Linear("fc1", 8, 2)
+      .Spec();
+}
+
+int Index(const v1::Program& p, v1::Instruction::Op op) {
+  for (int i = 0; i < p.step_size(); ++i) {
+    if (p.step(i).op() == op) return i;
+  }
+  return -1;
+}
+
+TEST(PlannerTest, DataParallelAllReducesEachGradientAndTheLoss) {
+  std::vector<v1::Program> programs = MustPlan(Mlp({4}, {"dp"}));
+  ASSERT_EQ(programs.size(), 4u);
+  for (const v1::Program& p : programs) {
+    SCOPED_TRACE(p.rank());
+    std::multiset<std::string> reduced;
+    for (const v1::Instruction* c : Collectives(p)) {
+      EXPECT_EQ(c->op(), v1::Instruction::ALL_REDUCE);
+      EXPECT_EQ(c->reduce(), v1::Placement::SUM);
+      const v1::CommGroup* g = Group(p, c->group());
+      ASSERT_NE(g, nullptr);
+      EXPECT_EQ(g->mesh_dims(), "dp");
+      EXPECT_EQ(std::vector<int>(g->ranks().begin(), g->ranks().end()),
+                (std::vector<int>{0, 1, 2, 3}));
+      reduced.insert(BufferName(p, c->inputs(0)));
+    }
+    EXPECT_EQ(reduced, (std::multiset<std::string>{"fc0.weight@grad", "fc0.bias@grad",
+                                                   "fc1.weight@grad", "fc1.bias@grad", "loss"}));
+    // Local batch B/4 at this rank's rows.
+    ASSERT_EQ(p.step(0).op(), v1::Instruction::LOAD_INPUT);
+    ASSERT_EQ(p.step(1).op(), v1::Instruction::LOAD_LABEL);
+    EXPECT_EQ(p.step(0).box().offsets(0), 4 * p.rank());
+    EXPECT_EQ(p.step(0).box().lengths(0), 4);
+    EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 4);
+    EXPECT_EQ(p.buffers(p.step(1).outputs(0)).shape(0), 4);
+    // Order: loss, its all-reduce, backward, gradient all-reduces, updates.
+    int mse = Index(p, v1::Instruction::MSE_LOSS);
+    int grad = Index(p, v1::Instruction::MSE_GRAD);
+    int sgd = Index(p, v1::Instruction::SGD);
+    ASSERT_TRUE(mse > 0 && grad > mse && sgd > grad);
+    EXPECT_EQ(p.step(mse + 1).op(), v1::Instruction::ALL_REDUCE);
+    EXPECT_EQ(p.step(mse + 1).outputs(0), p.loss_buffer());
+    EXPECT_FLOAT_EQ(p.step(mse).scale(), 1.0f / 32);
+    EXPECT_FLOAT_EQ(p.step(grad).scale(), 2.0f / 32);
+    EXPECT_EQ(Count(p, v1::Instruction::SGD), 4);
+    for (int i = sgd; i < p.step_size(); ++i) EXPECT_EQ(p.step(i).op(), v1::Instruction::SGD);
+    EXPECT_EQ(p.step(p.step_size() - 5).op(), v1::Instruction::ALL_REDUCE);
+    // Parameters are whole on every rank.
+    for (const v1::ParamInit& init : p.init()) {
+      EXPECT_EQ(std::vector<int64_t>(p.buffers(init.buffer()).shape().begin(),
+                                     p.buffers(init.buffer()).shape().end()),
+                std::vector<int64_t>(init.global_shape().begin(), init.global_shape().end()));
+    }
+    EXPECT_EQ(p.job_id(), "job-1");
+    EXPECT_EQ(p.attempt(), 2);
+    EXPECT_EQ(p.world_size(), 4);
+    EXPECT_EQ(p.steps(), 3);
+    EXPECT_EQ(p.seed(), 7u);
+    EXPECT_EQ(p.device(), "cpu");
+    EXPECT_EQ(p.mesh().dim_names(0), "dp");
+    EXPECT_EQ(p.data().batch_size(), 16);
+  }
+}
+
+TEST(PlannerTest, UnevenBatchGivesTheRemainderToTheLastRank) {
+  std::vector<v1::Program> programs = MustPlan(Mlp({4}, {"dp"}, /*batch=*/10));
+  ASSERT_EQ(programs.size(), 4u);
+  std::vector<int64_t> offsets, lengths;
+  for (const v1::Program& p : programs) {
+    offsets.push_back(p.step(1).box().offsets(0));
+    lengths.push_back(p.step(1).box().lengths(0));
+  }
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 2, 4, 6}));
+  EXPECT_EQ(lengths, (std::vector<int64_t>{2, 2, 2, 4}));
+}
+
+TEST(PlannerTest, SingleRankHasNoCollectives) {
+  std::vector<v1::Program> programs = MustPlan(Mlp({1}, {"dp"}));
+  ASSERT_EQ(programs.size(), 1u);
+  const v1::Program& p = programs[0];
+  EXPECT_TRUE(Collectives(p).empty());
+  EXPECT_EQ(p.groups_size(), 0);
+  EXPECT_EQ(Count(p, v1::Instruction::SLICE), 0);
+  EXPECT_EQ(p.buffers(p.loss_buffer()).name(), "loss");
+  EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 16);
+}
+
+TEST(PlannerTest, TwoDimMeshReducesOverDpGroupsOnly) {
+  std::vector<v1::Program> programs = MustPlan(Mlp({2, 2}, {"dp", "mp"}));
+  ASSERT_EQ(programs.size(), 4u);
+  std::map<int, std::vector<int>> group_of_id;
+  for (const v1::Program& p : programs) {
+    SCOPED_TRACE(p.rank());
+    std::vector<const v1::Instruction*> cs = Collectives(p);
+    EXPECT_EQ(cs.size(), 5u);
+    for (const v1::Instruction* c : cs) {
+      EXPECT_EQ(c->op(), v1::Instruction::ALL_REDUCE);
+      const v1::CommGroup* g = Group(p, c->group());
+      ASSERT_NE(g, nullptr);
+      EXPECT_EQ(g->mesh_dims(), "dp");
+      std::vector<int> ranks(g->ranks().begin(), g->ranks().end());
+      // dp groups of a [2,2] mesh: {0,2} and {1,3}.
+      EXPECT_EQ(ranks, p.rank() % 2 == 0 ? (std::vector<int>{0, 2}) : (std::vector<int>{1, 3}));
+      // The same id means the same group on every rank.
+      auto [it, fresh] = group_of_id.emplace(g->id(), ranks);
+      EXPECT_EQ(it->second, ranks);
+    }
+    EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 8);  // batch 16 over dp 2
+  }
+  EXPECT_EQ(group_of_id.size(), 2u);
+}
+
+TEST(PlannerTest, MegatronMlpReducesActivationsOnceEachWay) {
+  // fc_in replicated, then column-parallel fc0 and row-parallel fc1 on mp.
+  v1::JobSpec spec = SpecBuilder({2}, {"mp"})
+                         .Batch(4, {6}, {8})
+                         .Linear("fc_in", 6, 8)
+                         .Act("r0", "relu")
+                         .Linear("fc0", 8, 16)
+                         .Place("weight", {S(1)})
+                         .Place("bias", {S(0)})
+                         .Act("r1", "relu")
+                         .Linear("fc1", 16, 8)
+                         .Place("weight", {S(0)})
+                         .Spec();
+  std::vector<v1::Program> programs = MustPlan(spec);
+  ASSERT_EQ(programs.size(), 2u);
+  for (const v1::Program& p : programs) {
+    SCOPED_TRACE(p.rank());
+    std::vector<const v1::Instruction*> cs = Collectives(p);
+    ASSERT_EQ(cs.size(), 2u);
+    EXPECT_EQ(cs[0]->op(), v1::Instruction::ALL_REDUCE);
+    EXPECT_EQ(BufferName(p, cs[0]->inputs(0)), "fc1.xw");  // row-parallel output, forward
+    EXPECT_EQ(cs[1]->op(), v1::Instruction::ALL_REDUCE);
+    EXPECT_EQ(BufferName(p, cs[1]->inputs(0)), "r0.out@grad");  // fc0's input gradient
+    std::vector<int> at;
+    for (int i = 0; i < p.step_size(); ++i) {
+      if (testing::IsCollective(p.step(i).op())) at.push_back(i);
+    }
+    EXPECT_LT(at[0], Index(p, v1::Instruction::MSE_LOSS));
+    EXPECT_GT(at[1], Index(p, v1::Instruction::MSE_GRAD));
+    EXPECT_LT(at[1], Index(p, v1::Instruction::SGD));
+    for (const v1::ParamInit& init : p.init()) {
+      std::vector<int64_t> shape(p.buffers(init.buffer()).shape().begin(),
+                                 p.buffers(init.buffer()).shape().end());
+      if (init.name() == "fc0.weight") {
+        EXPECT_EQ(shape, (std::vector<int64_t>{8, 8}));
+        EXPECT_EQ(init.box().offsets(1), 8 * p.rank());
+      }
+      if (init.name() == "fc0.bias") {
+        EXPECT_EQ(shape, (std::vector<int64_t>{8}));
+      }
+      if (init.name() == "fc1.weight") {
+        EXPECT_EQ(shape, (std::vector<int64_t>{8, 8}));
+        EXPECT_EQ(init.box().offsets(0), 8 * p.rank());
+      }
+      if (init.name() == "fc1.bias") {
+        EXPECT_EQ(shape, (std::vector<int64_t>{8}));
+      }
+    }
+  }
+}
+
+TEST(PlannerTest, InitKindsAndAdamW) {
+  v1::JobSpec spec = SpecBuilder({2}, {"dp"}).Batch(4, {6}, {2}).Linear("fc0", 6, 2).AdamW().Spec();
+  std::vector<v1::Program> programs = MustPlan(spec);
+  ASSERT_EQ(programs.size(), 2u);
+  const v1::Program& p = programs[1];
+  int uniform = 0, zeros = 0;
+  for (const v1::ParamInit& init : p.init()) {
+    if (init.kind() == v1::ParamInit::UNIFORM) {
+      ++uniform;
+      EXPECT_FLOAT_EQ(init.bound(), static_cast<float>(1.0 / std::sqrt(6.0))) << init.name();
+      EXPECT_EQ(init.tensor_key(), Fnv1a64(init.name()));
+    }
+    if (init.kind() == v1::ParamInit::ZEROS) {
+      ++zeros;
+      EXPECT_EQ(p.buffers(init.buffer()).role(), v1::Buffer::OPTIMIZER_STATE);
+    }
+  }
+  EXPECT_EQ(uniform, 2);
+  EXPECT_EQ(zeros, 4);
+  ASSERT_EQ(Count(p, v1::Instruction::ADAMW), 2);
+  const v1::Instruction& adam = p.step(Index(p, v1::Instruction::ADAMW));
+  EXPECT_EQ(adam.inputs_size(), 4);
+  EXPECT_FLOAT_EQ(adam.beta2(), 0.999f);
+  EXPECT_FLOAT_EQ(adam.weight_decay(), 0.01f);
+
+  spec.set_init_from("/tmp/init.safetensors");
+  programs = MustPlan(spec);
+  ASSERT_FALSE(programs.empty());
+  for (const v1::ParamInit& init : programs[0].init()) {
+    EXPECT_NE(init.kind(), v1::ParamInit::UNIFORM);
+  }
+  EXPECT_EQ(programs[0].init_from(), "/tmp/init.safetensors");
+}
+
+TEST(PlannerTest, Fnv1aMatchesTheReference) {
+  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
+  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
+}
+
+TEST(PlannerTest, ProgramsAreWellFormedOnManyMeshes) {
+  std::vector<v1::JobSpec> specs = {
+      Mlp({1}, {"dp"}), Mlp({4}, {"dp"}, 10), Mlp({2, 2}, {"dp", "mp"}),
+      SpecBuilder({2, 2}, {"dp", "mp"})
+          .Batch(8, {6}, {6})
+          .Linear("fc0", 6, 8)
+          .Place("weight", {R, S(1)})
+          .Place("bias", {R, S(0)})
+          .Act("a", "gelu")
+          .Linear("fc1", 8, 6)
+          .Place("weight", {R, S(0)})
+          .AdamW()
+          .Spec(),
+      // Weight sharded on the batch dim: a conflict the search resolves by a gather.
+      SpecBuilder({4}, {"dp"}).Batch(8, {6}, {4}).Linear("fc0", 6, 4).Place("weight", {S(1)}).Spec(),
+  };
+  for (const v1::JobSpec& spec : specs) {
+    for (const v1::Program& p : MustPlan(spec)) {
+      std::set<int> defined;
+      for (const v1::ParamInit& init : p.init()) defined.insert(init.buffer());
+      for (const v1::Instruction& ins : p.step()) {
+        for (int b : ins.inputs()) {
+          ASSERT_TRUE(b >= 0 && b < p.buffers_size());
+          EXPECT_TRUE(defined.count(b)) << ins.comment() << " reads " << p.buffers(b).name();
+        }
+        for (int b : ins.outputs()) defined.insert(b);
+        if (testing::IsCollective(ins.op())) {
+          const v1::CommGroup* g = Group(p, ins.group());
+          ASSERT_NE(g, nullptr) << ins.comment();
+        }
+      }
+      EXPECT_EQ(p.buffers(p.loss_buffer()).role(), v1::Buffer::LOSS);
+      EXPECT_EQ(p.buffers(p.loss_buffer()).shape_size(), 1);
+    }
+  }
+}
+
+TEST(PlannerTest, ErrorsNameTheJobLayerAndPlacements) {
+  v1::JobSpec spec = SpecBuilder({4}, {"dp"})
+                         .Batch(8, {6}, {2})
+                         .Linear("fc0", 6, 2)
+                         .Place("weight", {Placement::Partial(Placement::Reduce::kAvg)})
+                         .Spec();
+  absl::Status s = PlanJob(spec, "job-1", 0).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message().rfind("planning job test: ", 0), 0u) << s;
+  EXPECT_NE(s.message().find("fc0.weight"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("Partial(avg)"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace weft::planner

@@ -1,0 +1,60 @@
+// bias_add: out = x + b, b [n] broadcast over x's leading axes; bias_grad: db[n] = sum over
+// the leading axes of dy. Per mesh dim, with i a leading axis and l = x's last axis:
+//   x[R],    b[R]    -> out[R]
+//   x[S(i)], b[R]    -> out[S(i)]
+//   x[S(l)], b[S(0)] -> out[S(l)]       column-parallel bias
+//   dy[R] -> db[R];  dy[S(i)] -> db[Partial(sum)];  dy[S(l)] -> db[S(0)];  dy[P] -> db[P]
+// A Partial x must be reduced first: each rank would add the whole bias to its term.
+// VJP: dx = dy (no op), db = bias_grad(dy).
+#include "common/status.h"
+#include "coordinator/planner/autodiff.h"
+#include "coordinator/planner/rules/rules.h"
+
+namespace weft::planner {
+namespace {
+
+absl::StatusOr<std::vector<DimStrategy>> BiasAddStrategies(const OpSignature& sig) {
+  if (sig.input_shapes.size() != 2 || sig.output_shapes.size() != 1 ||
+      sig.input_shapes[1].size() != 1 || sig.input_shapes[0].empty() ||
+      sig.input_shapes[0].back() != sig.input_shapes[1][0]) {
+    return absl::InvalidArgumentError("bias_add takes x [..., n] and b [n]");
+  }
+  const int last = static_cast<int>(sig.input_shapes[0].size()) - 1;
+  const Placement R = Placement::Replicate();
+  std::vector<DimStrategy> out = {{{R, R}, {R}}};
+  for (int i = 0; i < last; ++i) out.push_back({{Placement::Shard(i), R}, {Placement::Shard(i)}});
+  out.push_back({{Placement::Shard(last), Placement::Shard(0)}, {Placement::Shard(last)}});
+  return out;
+}
+
+absl::StatusOr<std::vector<DimStrategy>> BiasGradStrategies(const OpSignature& sig) {
+  if (sig.input_shapes.size() != 1 || sig.output_shapes.size() != 1 ||
+      sig.output_shapes[0].size() != 1) {
+    return absl::InvalidArgumentError("bias_grad takes dy [..., n] to db [n]");
+  }
+  const int last = static_cast<int>(sig.input_shapes[0].size()) - 1;
+  const Placement R = Placement::Replicate();
+  std::vector<DimStrategy> out = {{{R}, {R}}, {{Placement::Partial()}, {Placement::Partial()}}};
+  for (int i = 0; i < last; ++i) out.push_back({{Placement::Shard(i)}, {Placement::Partial()}});
+  out.push_back({{Placement::Shard(last)}, {Placement::Shard(0)}});
+  return out;
+}
+
+absl::Status BiasAddVjp(GradBuilder& b) {
+  const int dy = b.out_grad(0);
+  if (b.needs_grad(0)) b.set_input_grad(0, dy);
+  if (b.needs_grad(1)) {
+    ASSIGN_OR_RETURN(int db, b.Emit("bias_grad", {dy}, b.op().inputs[1]));
+    b.set_input_grad(1, db);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RegisterBiasAddRules(RuleRegistry* registry) {
+  RETURN_IF_ERROR(registry->Register("bias_add", {BiasAddStrategies, BiasAddVjp}));
+  return registry->Register("bias_grad", {BiasGradStrategies, nullptr});
+}
+
+}  // namespace weft::planner

@@ -1,0 +1,55 @@
+// Elementwise ops: relu, gelu (out = f(x)) and their gradients relu_grad, gelu_grad
+// (out = dy * f'(x), inputs x and dy). Per mesh dim, for any axis i:
+//   x[R] -> out[R];  x[S(i)] -> out[S(i)]
+//   x[R], dy[R] -> dx[R];  x[S(i)], dy[S(i)] -> dx[S(i)]
+// f is not linear, so a Partial input must be reduced first (the search picks Partial->R).
+// VJP: relu -> relu_grad(x, dy), gelu -> gelu_grad(x, dy).
+#include "common/status.h"
+#include "coordinator/planner/autodiff.h"
+#include "coordinator/planner/rules/rules.h"
+
+namespace weft::planner {
+namespace {
+
+absl::StatusOr<std::vector<DimStrategy>> UnaryStrategies(const OpSignature& sig) {
+  if (sig.input_shapes.size() != 1 || sig.output_shapes.size() != 1) {
+    return absl::InvalidArgumentError("takes 1 input and 1 output");
+  }
+  std::vector<DimStrategy> out;
+  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
+    out.push_back({{p}, {p}});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DimStrategy>> GradStrategies(const OpSignature& sig) {
+  if (sig.input_shapes.size() != 2 || sig.output_shapes.size() != 1 ||
+      sig.input_shapes[0] != sig.input_shapes[1]) {
+    return absl::InvalidArgumentError("takes 2 inputs of one shape and 1 output");
+  }
+  std::vector<DimStrategy> out;
+  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
+    out.push_back({{p, p}, {p}});
+  }
+  return out;
+}
+
+VjpFn ActivationVjp(std::string grad_op) {
+  return [grad_op](GradBuilder& b) -> absl::Status {
+    const int x = b.op().inputs[0];
+    ASSIGN_OR_RETURN(int dx, b.Emit(grad_op, {x, b.out_grad(0)}, x));
+    b.set_input_grad(0, dx);
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
+absl::Status RegisterElementwiseRules(RuleRegistry* registry) {
+  RETURN_IF_ERROR(registry->Register("relu", {UnaryStrategies, ActivationVjp("relu_grad")}));
+  RETURN_IF_ERROR(registry->Register("gelu", {UnaryStrategies, ActivationVjp("gelu_grad")}));
+  RETURN_IF_ERROR(registry->Register("relu_grad", {GradStrategies, nullptr}));
+  return registry->Register("gelu_grad", {GradStrategies, nullptr});
+}
+
+}  // namespace weft::planner

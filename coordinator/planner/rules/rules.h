@@ -1,0 +1,24 @@
+// The op rules, one file each; a new op adds one file and one line in rules.cc.
+// Each Register* adds the op's SPMD rule (strategies per mesh dim) and, for forward ops, its
+// VJP rule.
+#ifndef WEFT_COORDINATOR_PLANNER_RULES_RULES_H_
+#define WEFT_COORDINATOR_PLANNER_RULES_RULES_H_
+
+#include "absl/status/status.h"
+#include "coordinator/planner/spmd.h"
+
+namespace weft::planner {
+
+absl::Status RegisterMatmulRule(RuleRegistry* registry);       // matmul
+absl::Status RegisterElementwiseRules(RuleRegistry* registry);  // relu, gelu, *_grad
+absl::Status RegisterBiasAddRules(RuleRegistry* registry);      // bias_add, bias_grad
+absl::Status RegisterMseRules(RuleRegistry* registry);          // mse, mse_grad
+absl::Status RegisterOptimizerRules(RuleRegistry* registry);    // sgd, adamw
+
+// Helpers shared by rule files.
+// {Replicate(), Shard(0), ..., Shard(ndim-1)}.
+std::vector<Placement> ReplicateOrShardAnyAxis(int ndim);
+
+}  // namespace weft::planner
+
+#endif  // WEFT_COORDINATOR_PLANNER_RULES_RULES_H_

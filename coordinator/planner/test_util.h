@@ -1,0 +1,127 @@
+// Test helpers for the planner: job specs in a few lines, graphs of placed tensors for rule
+// tests, and instruction counting in the manner of DTensor's CommDebugMode.
+//
+// E.g.
+//   v1::JobSpec spec = SpecBuilder({4}, {"dp"}).Batch(8, {6}, {2}).Linear("fc0", 6, 2).Spec();
+#ifndef WEFT_COORDINATOR_PLANNER_TEST_UTIL_H_
+#define WEFT_COORDINATOR_PLANNER_TEST_UTIL_H_
+
+#include <string>
+#include <vector>
+
+#include "common/dist_attr.h"
+#include "coordinator/planner/graph.h"
+#include "weft/v1/job.pb.h"
+#include "weft/v1/program.pb.h"
+
+namespace weft::planner::testing {
+
+class SpecBuilder {
+ public:
+  SpecBuilder(std::vector<int64_t> mesh, std::vector<std::string> names) {
+    spec_.set_name("test");
+    for (int64_t s : mesh) spec_.mutable_mesh()->add_shape(s);
+    for (const std::string& n : names) spec_.mutable_mesh()->add_dim_names(n);
+    spec_.mutable_model()->set_loss("mse");
+    spec_.mutable_optimizer()->set_type("sgd");
+    spec_.mutable_optimizer()->set_lr(0.1);
+    spec_.mutable_train()->set_steps(3);
+    spec_.mutable_train()->set_seed(7);
+    spec_.mutable_data()->set_source("synthetic");
+    spec_.set_device("cpu");
+  }
+  SpecBuilder& Batch(int64_t batch, std::vector<int64_t> sample, std::vector<int64_t> label) {
+    spec_.mutable_data()->set_batch_size(batch);
+    for (int64_t s : sample) spec_.mutable_data()->add_sample_shape(s);
+    for (int64_t s : label) spec_.mutable_data()->add_label_shape(s);
+    return *this;
+  }
+  SpecBuilder& Linear(const std::string& name, int64_t in, int64_t out, bool bias = true) {
+    v1::Layer* l = spec_.mutable_model()->add_layers();
+    l->set_name(name);
+    l->set_type("linear");
+    l->set_in_features(in);
+    l->set_out_features(out);
+    if (!bias) l->set_bias(false);
+    return *this;
+  }
+  SpecBuilder& Act(const std::string& name, const std::string& type) {
+    v1::Layer* l = spec_.mutable_model()->add_layers();
+    l->set_name(name);
+    l->set_type(type);
+    return *this;
+  }
+  // Placements of the last layer's parameter ("weight" | "bias").
+  SpecBuilder& Place(const std::string& param, const std::vector<Placement>& placements) {
+    v1::Layer* l = spec_.mutable_model()->mutable_layers(spec_.model().layers_size() - 1);
+    v1::PlacementList& list = (*l->mutable_placements())[param];
+    for (const Placement& p : placements) *list.add_placements() = p.ToProto();
+    return *this;
+  }
+  SpecBuilder& DataPlacements(const std::vector<Placement>& placements) {
+    for (const Placement& p : placements) *spec_.mutable_data()->add_placements() = p.ToProto();
+    return *this;
+  }
+  SpecBuilder& AdamW() {
+    v1::Optimizer* o = spec_.mutable_optimizer();
+    o->set_type("adamw");
+    o->add_betas(0.9);
+    o->add_betas(0.999);
+    o->set_eps(1e-8);
+    o->set_weight_decay(0.01);
+    return *this;
+  }
+  v1::JobSpec Spec() const { return spec_; }
+
+ private:
+  v1::JobSpec spec_;
+};
+
+inline Mesh MakeMesh(std::vector<int64_t> shape, std::vector<std::string> names) {
+  return *Mesh::Create(std::move(shape), std::move(names));
+}
+
+// Adds a tensor placed by `placements` to g (whose mesh must be set).
+inline int AddPlaced(Graph* g, const std::string& name, std::vector<int64_t> shape,
+                     std::vector<Placement> placements) {
+  int ndim = static_cast<int>(shape.size());
+  Tensor t{name, std::move(shape), v1::Buffer::ACTIVATION, "l0"};
+  t.dist = *DistAttr::Create(g->mesh, std::move(placements), ndim);
+  return g->AddTensor(std::move(t));
+}
+
+inline int AddUnplaced(Graph* g, const std::string& name, std::vector<int64_t> shape) {
+  return g->AddTensor(Tensor{name, std::move(shape), v1::Buffer::ACTIVATION, "l0"});
+}
+
+inline int Count(const v1::Program& p, v1::Instruction::Op op) {
+  int n = 0;
+  for (const v1::Instruction& i : p.step()) n += i.op() == op;
+  return n;
+}
+
+inline bool IsCollective(v1::Instruction::Op op) {
+  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
+         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
+}
+
+inline std::vector<const v1::Instruction*> Collectives(const v1::Program& p) {
+  std::vector<const v1::Instruction*> out;
+  for (const v1::Instruction& i : p.step()) {
+    if (IsCollective(i.op())) out.push_back(&i);
+  }
+  return out;
+}
+
+inline const v1::CommGroup* Group(const v1::Program& p, int id) {
+  for (const v1::CommGroup& g : p.groups()) {
+    if (g.id() == id) return &g;
+  }
+  return nullptr;
+}
+
+inline const std::string& BufferName(const v1::Program& p, int id) { return p.buffers(id).name(); }
+
+}  // namespace weft::planner::testing
+
+#endif  // WEFT_COORDINATOR_PLANNER_TEST_UTIL_H_

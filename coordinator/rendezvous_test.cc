@@ -1,0 +1,92 @@
+#include "coordinator/rendezvous.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+namespace weft::coordinator {
+namespace {
+
+TEST(RendezvousTest, SetThenGet) {
+  Rendezvous kv;
+  ASSERT_TRUE(kv.Set("job-1/0", "a", "1").ok());
+  auto v = kv.Get("job-1/0", "a");
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(*v, "1");
+  ASSERT_TRUE(kv.Set("job-1/0", "a", "2").ok());
+  EXPECT_EQ(*kv.Get("job-1/0", "a"), "2");
+}
+
+TEST(RendezvousTest, GetOfAbsentKeyIsNotFound) {
+  Rendezvous kv;
+  kv.Set("job-1/0", "a", "1").IgnoreError();
+  EXPECT_EQ(kv.Get("job-1/0", "b").status().code(), absl::StatusCode::kNotFound);
+  // Scopes are separate.
+  EXPECT_EQ(kv.Get("job-1/1", "a").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(RendezvousTest, WaitReturnsWhenAllKeysArrive) {
+  Rendezvous kv;
+  kv.Set("s", "a", "1").IgnoreError();
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kv.Set("s", "b", "2").IgnoreError();
+  });
+  absl::Status s = kv.Wait("s", {"a", "b"}, absl::Seconds(10), nullptr);
+  setter.join();
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST(RendezvousTest, WaitTimesOutNamingMissingKeys) {
+  Rendezvous kv;
+  kv.Set("s", "a", "1").IgnoreError();
+  absl::Time start = absl::Now();
+  absl::Status s = kv.Wait("s", {"a", "b"}, absl::Milliseconds(100), nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(s.message().find("b"), absl::string_view::npos) << s;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+}
+
+TEST(RendezvousTest, WaitRespectsCancellation) {
+  Rendezvous kv;
+  std::atomic<bool> cancelled{false};
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancelled = true;
+  });
+  absl::Status s = kv.Wait("s", {"never"}, absl::ZeroDuration(), [&] { return cancelled.load(); });
+  canceller.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+}
+
+TEST(RendezvousTest, DropScopeForgetsKeysAndWakesWaiters) {
+  Rendezvous kv;
+  kv.Set("job-1/0", "a", "1").IgnoreError();
+  kv.Set("job-2/0", "a", "1").IgnoreError();
+  std::thread dropper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kv.DropScope("job-1/0");
+  });
+  absl::Status s = kv.Wait("job-1/0", {"a", "b"}, absl::Seconds(10), nullptr);
+  dropper.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(kv.Get("job-1/0", "a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(kv.Get("job-2/0", "a").ok());
+  EXPECT_EQ(kv.ScopeCount(), 1);
+}
+
+TEST(RendezvousTest, ShutdownWakesWaiters) {
+  Rendezvous kv;
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    kv.Shutdown();
+  });
+  absl::Status s = kv.Wait("s", {"a"}, absl::ZeroDuration(), nullptr);
+  stopper.join();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(kv.Set("s", "a", "1").code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace weft::coordinator

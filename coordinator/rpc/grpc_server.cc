@@ -1,0 +1,76 @@
+#include "coordinator/rpc/grpc_server.h"
+
+#include <chrono>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace weft::coordinator::rpc {
+namespace {
+
+// Each Connect and WatchJob call holds a thread while it lasts.
+constexpr int kMaxServerThreads = 1024;
+// Programs for large models and specs with many layers exceed gRPC's 4 MiB default.
+constexpr int kMaxMessageBytes = 256 << 20;
+// After the coordinator ended its streams, in-flight calls get this long before cancellation.
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+}  // namespace
+
+CoordinatorServer::CoordinatorServer(Coordinator* coordinator)
+    : coordinator_(coordinator),
+      job_service_(coordinator),
+      worker_service_(coordinator),
+      rendezvous_service_(coordinator->rendezvous()) {}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    Coordinator* coordinator, const std::string& listen) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.RegisterService(&s->job_service_);
+  builder.RegisterService(&s->worker_service_);
+  builder.RegisterService(&s->rendezvous_service_);
+  grpc::ResourceQuota quota("weft-coordinator");
+  quota.SetMaxThreads(kMaxServerThreads);
+  builder.SetResourceQuota(quota);
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  }
+  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    for (const char* service :
+         {"weft.v1.JobService", "weft.v1.WorkerService", "weft.v1.RendezvousService"}) {
+      health->SetServingStatus(service, true);
+    }
+  }
+  return s;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
+    health->SetServingStatus(false);
+  }
+  coordinator_->Shutdown();
+  server_->Shutdown(std::chrono::system_clock::now() + kShutdownGrace);
+  server_->Wait();
+}
+
+}  // namespace weft::coordinator::rpc

@@ -1,0 +1,54 @@
+// The coordinator's gRPC server: JobService, WorkerService and RendezvousService over one
+// Coordinator, plus the standard health service (grpc.health.v1.Health) and server reflection.
+// Each worker's Connect stream holds a server thread for its whole life, so the thread quota is
+// sized for many workers and watchers at once.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
+//                    CoordinatorServer::Start(coordinator.get(), "127.0.0.1:0"));
+//   WritePortFile(server->port());
+//   ...
+//   server->Shutdown();  // ends streams, then stops serving
+#ifndef WEFT_COORDINATOR_RPC_GRPC_SERVER_H_
+#define WEFT_COORDINATOR_RPC_GRPC_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include <grpcpp/server.h>
+
+#include "absl/status/statusor.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/rpc/grpc_services.h"
+
+namespace weft::coordinator::rpc {
+
+class CoordinatorServer {
+ public:
+  // Listens on `listen` (HOST:PORT; port 0 picks a free one) and serves `coordinator`, which
+  // must outlive the server.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
+                                                                  const std::string& listen);
+  ~CoordinatorServer();
+
+  // The bound port.
+  int port() const { return port_; }
+  // Reports NOT_SERVING, shuts the coordinator down (ending worker streams, watches and
+  // rendezvous waits), then stops the server. Idempotent.
+  void Shutdown();
+
+ private:
+  explicit CoordinatorServer(Coordinator* coordinator);
+
+  Coordinator* const coordinator_;  // not owned
+  GrpcJobService job_service_;
+  GrpcWorkerService worker_service_;
+  GrpcRendezvousService rendezvous_service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace weft::coordinator::rpc
+
+#endif  // WEFT_COORDINATOR_RPC_GRPC_SERVER_H_

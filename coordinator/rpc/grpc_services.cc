@@ -1,0 +1,186 @@
+#include "coordinator/rpc/grpc_services.h"
+
+#include <atomic>
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "coordinator/rpc/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace weft::coordinator::rpc {
+namespace {
+
+// The WorkerConnection of one Connect call: Send queues, the handler thread drains the queue
+// into the stream (the sync API allows one writer and one reader at a time).
+class GrpcWorkerConnection final : public WorkerConnection {
+ public:
+  bool Send(const v1::CoordinatorMessage& msg) override {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    queue_.push_back(msg);
+    return true;
+  }
+
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    closed_ = true;
+    close_status_ = status;
+  }
+
+  // The next message to write; std::nullopt once closed.
+  std::optional<v1::CoordinatorMessage> Next() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &GrpcWorkerConnection::ReadyLocked));
+    if (closed_) return std::nullopt;
+    v1::CoordinatorMessage msg = std::move(queue_.front());
+    queue_.pop_front();
+    return msg;
+  }
+
+  absl::Status close_status() {
+    absl::MutexLock lock(&mu_);
+    return close_status_;
+  }
+
+ private:
+  bool ReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return closed_ || !queue_.empty();
+  }
+
+  absl::Mutex mu_;
+  std::deque<v1::CoordinatorMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+// ---- JobService ----
+
+grpc::Status GrpcJobService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+                                       v1::SubmitJobResponse* response) {
+  absl::StatusOr<std::string> id = coordinator_->SubmitJob(request->spec());
+  if (!id.ok()) {
+    spdlog::info("SubmitJob rejected: {}", id.status().ToString());
+    return ToGrpcStatus(id.status());
+  }
+  response->set_job_id(*id);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcJobService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                    v1::Job* response) {
+  absl::StatusOr<v1::Job> job = coordinator_->GetJob(request->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcJobService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+                                      v1::ListJobsResponse* response) {
+  absl::StatusOr<std::vector<v1::Job>> jobs = coordinator_->ListJobs();
+  if (!jobs.ok()) return ToGrpcStatus(jobs.status());
+  for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcJobService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+                                       v1::Job* response) {
+  absl::StatusOr<v1::Job> job = coordinator_->CancelJob(request->job_id(), request->reason());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcJobService::WatchJob(grpc::ServerContext* context,
+                                      const v1::WatchJobRequest* request,
+                                      grpc::ServerWriter<v1::JobEvent>* writer) {
+  return ToGrpcStatus(coordinator_->WatchJob(
+      request->job_id(), [writer](const v1::JobEvent& event) { return writer->Write(event); },
+      [context] { return context->IsCancelled(); }));
+}
+
+grpc::Status GrpcJobService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+                                         v1::ListWorkersResponse* response) {
+  for (v1::WorkerInfo& info : coordinator_->ListWorkers()) *response->add_workers() = std::move(info);
+  return grpc::Status::OK;
+}
+
+// ---- WorkerService ----
+
+grpc::Status GrpcWorkerService::Connect(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  v1::WorkerMessage first;
+  if (!stream->Read(&first)) {
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before Hello");
+  }
+  if (!first.has_hello()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "the first message on WorkerService.Connect must be Hello");
+  }
+  auto connection = std::make_shared<GrpcWorkerConnection>();
+  absl::StatusOr<std::string> worker_id =
+      coordinator_->ConnectWorker(first.hello(), context->peer(), connection);
+  if (!worker_id.ok()) return ToGrpcStatus(worker_id.status());
+
+  std::atomic<bool> reader_done{false};
+  std::string reader_end;  // written by the reader before reader_done
+  std::thread reader([&] {
+    v1::WorkerMessage msg;
+    while (stream->Read(&msg)) coordinator_->HandleWorkerMessage(*worker_id, msg);
+    reader_end = context->IsCancelled() ? "its stream broke" : "it closed its stream";
+    reader_done = true;
+    connection->Close(absl::OkStatus());
+  });
+
+  bool write_failed = false;
+  while (std::optional<v1::CoordinatorMessage> msg = connection->Next()) {
+    if (!stream->Write(*msg)) {
+      write_failed = true;
+      break;
+    }
+  }
+  // Closed by the coordinator (lost, shutdown) or a failed write: unblock the reader.
+  if (!reader_done) context->TryCancel();
+  reader.join();
+
+  std::string why = write_failed ? "writing to its stream failed" : reader_end;
+  coordinator_->DisconnectWorker(*worker_id, why);  // no-op when the coordinator closed it
+  return ToGrpcStatus(connection->close_status());
+}
+
+// ---- RendezvousService ----
+
+grpc::Status GrpcRendezvousService::Set(grpc::ServerContext*,
+                                        const v1::RendezvousSetRequest* request,
+                                        v1::RendezvousSetResponse*) {
+  return ToGrpcStatus(rendezvous_->Set(request->scope(), request->key(), request->value()));
+}
+
+grpc::Status GrpcRendezvousService::Get(grpc::ServerContext*,
+                                        const v1::RendezvousGetRequest* request,
+                                        v1::RendezvousGetResponse* response) {
+  absl::StatusOr<std::string> value = rendezvous_->Get(request->scope(), request->key());
+  if (!value.ok()) return ToGrpcStatus(value.status());
+  response->set_value(std::move(*value));
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcRendezvousService::Wait(grpc::ServerContext* context,
+                                         const v1::RendezvousWaitRequest* request,
+                                         v1::RendezvousWaitResponse*) {
+  std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+  return ToGrpcStatus(rendezvous_->Wait(request->scope(), keys,
+                                        absl::Milliseconds(request->timeout_ms()),
+                                        [context] { return context->IsCancelled(); }));
+}
+
+}  // namespace weft::coordinator::rpc

@@ -1,0 +1,75 @@
+#include "coordinator/scheduler.h"
+
+#include <gtest/gtest.h>
+
+namespace weft::coordinator {
+namespace {
+
+std::vector<WorkerSlot> IdleCpu(int n, int first = 1) {
+  std::vector<WorkerSlot> out;
+  for (int i = 0; i < n; ++i) out.push_back({"worker-" + std::to_string(first + i), "cpu", true});
+  return out;
+}
+
+TEST(SchedulerTest, WaitsWithAReasonWhenTooFewWorkers) {
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 4}}, IdleCpu(2));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_EQ(d.waiting.at("job-000001"), "waiting for 4 idle cpu workers, 2 registered");
+}
+
+TEST(SchedulerTest, ReasonCountsIdleWorkersWhenSomeAreBusy) {
+  std::vector<WorkerSlot> w = IdleCpu(3);
+  w[0].idle = false;
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 3}}, w);
+  EXPECT_EQ(d.waiting.at("job-000001"), "waiting for 3 idle cpu workers, 3 registered, 2 idle");
+}
+
+TEST(SchedulerTest, AssignsRanksInRegistrationOrder) {
+  std::vector<WorkerSlot> w = IdleCpu(4);
+  w[1].idle = false;  // worker-2 busy
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 2}}, w);
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].workers_by_rank, (std::vector<std::string>{"worker-1", "worker-3"}));
+  EXPECT_TRUE(d.waiting.empty());
+}
+
+TEST(SchedulerTest, StartsSeveralJobsOnDisjointWorkers) {
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 2}, {"job-000002", "cpu", 2}}, IdleCpu(4));
+  ASSERT_EQ(d.start.size(), 2u);
+  EXPECT_EQ(d.start[0].workers_by_rank, (std::vector<std::string>{"worker-1", "worker-2"}));
+  EXPECT_EQ(d.start[1].workers_by_rank, (std::vector<std::string>{"worker-3", "worker-4"}));
+}
+
+TEST(SchedulerTest, KeepsSubmitOrderWithinADeviceKind) {
+  // job 1 needs 4 and does not fit; job 2 would, but must not overtake it.
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 4}, {"job-000002", "cpu", 1}}, IdleCpu(2));
+  EXPECT_TRUE(d.start.empty());
+  EXPECT_NE(d.waiting.at("job-000002").find("queued behind job-000001"), std::string::npos)
+      << d.waiting.at("job-000002");
+}
+
+TEST(SchedulerTest, MatchesDeviceKind) {
+  std::vector<WorkerSlot> w = {{"worker-1", "cpu", true}, {"worker-2", "cuda", true},
+                               {"worker-3", "cuda", true}};
+  ScheduleDecision d = Schedule({{"job-000001", "cuda:0", 2}, {"job-000002", "", 1}}, w);
+  ASSERT_EQ(d.start.size(), 2u);
+  EXPECT_EQ(d.start[0].workers_by_rank, (std::vector<std::string>{"worker-2", "worker-3"}));
+  EXPECT_EQ(d.start[1].workers_by_rank, (std::vector<std::string>{"worker-1"}));
+}
+
+TEST(SchedulerTest, AJobOfAnotherKindIsNotBlocked) {
+  std::vector<WorkerSlot> w = {{"worker-1", "cpu", true}};
+  ScheduleDecision d = Schedule({{"job-000001", "cuda", 1}, {"job-000002", "cpu", 1}}, w);
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].job_id, "job-000002");
+  EXPECT_EQ(d.waiting.at("job-000001"), "waiting for 1 idle cuda worker, 0 registered");
+}
+
+TEST(SchedulerTest, DeviceKindOfDeviceStrings) {
+  EXPECT_EQ(DeviceKind(""), "cpu");
+  EXPECT_EQ(DeviceKind("cpu"), "cpu");
+  EXPECT_EQ(DeviceKind("cuda:3"), "cuda");
+}
+
+}  // namespace
+}  // namespace weft::coordinator

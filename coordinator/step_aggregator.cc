@@ -1,0 +1,43 @@
+#include "coordinator/step_aggregator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace weft::coordinator {
+
+absl::StatusOr<std::optional<v1::StepMetrics>> StepAggregator::Add(const v1::StepReport& report) {
+  if (report.rank() < 0 || report.rank() >= world_size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report from rank ", report.rank(), ", world size is ", world_size_));
+  }
+  if (report.step() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step report of rank ", report.rank(), " for step ", report.step(),
+                     "; steps count from 1"));
+  }
+  // Every rank reports its steps in order, so steps complete in order: an older one is a repeat.
+  if (report.step() <= last_complete_) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " reported step ",
+                                                   report.step(), " after it was complete"));
+  }
+  PartialStep& partial = partial_[report.step()];
+  if (!partial.by_rank.emplace(report.rank(), report).second) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " reported step ",
+                                                   report.step(), " twice"));
+  }
+  if (static_cast<int>(partial.by_rank.size()) < world_size_) return std::optional<v1::StepMetrics>();
+
+  v1::StepMetrics metrics;
+  metrics.set_step(report.step());
+  metrics.set_loss(partial.by_rank.at(0).loss());
+  double slowest = 0;
+  for (const auto& [rank, r] : partial.by_rank) slowest = std::max(slowest, r.step_seconds());
+  metrics.set_step_seconds(slowest);
+  metrics.set_samples_per_second(slowest > 0 ? static_cast<double>(batch_size_) / slowest : 0.0);
+  partial_.erase(report.step());
+  last_complete_ = std::max(last_complete_, report.step());
+  return std::optional<v1::StepMetrics>(metrics);
+}
+
+}  // namespace weft::coordinator

@@ -1,0 +1,47 @@
+// Collects the per-rank StepReports of one job attempt and turns each step into one StepMetrics
+// once every rank has reported it: the loss of rank 0 (the loss buffer holds the replicated
+// global-mean loss), the slowest rank's step time, and the global batch over that time.
+//
+// E.g.
+//   StepAggregator steps(/*world_size=*/2, /*batch_size=*/8);
+//   steps.Add(report_rank0_step1);                      // std::nullopt: rank 1 still missing
+//   std::optional<v1::StepMetrics> m = steps.Add(report_rank1_step1);  // step 1 complete
+#ifndef WEFT_COORDINATOR_STEP_AGGREGATOR_H_
+#define WEFT_COORDINATOR_STEP_AGGREGATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "weft/v1/job.pb.h"
+#include "weft/v1/service.pb.h"
+
+namespace weft::coordinator {
+
+class StepAggregator {
+ public:
+  StepAggregator(int world_size, int64_t batch_size)
+      : world_size_(world_size), batch_size_(batch_size) {}
+
+  // The step's metrics when this report completes it, std::nullopt while ranks are missing.
+  // INVALID_ARGUMENT for a rank out of range, a step below 1, or a duplicate report.
+  absl::StatusOr<std::optional<v1::StepMetrics>> Add(const v1::StepReport& report);
+
+  // Steps some but not all ranks reported.
+  int incomplete_steps() const { return static_cast<int>(partial_.size()); }
+
+ private:
+  struct PartialStep {
+    std::map<int, v1::StepReport> by_rank;
+  };
+
+  const int world_size_;
+  const int64_t batch_size_;
+  std::map<int64_t, PartialStep> partial_;  // by step
+  int64_t last_complete_ = 0;               // highest step emitted
+};
+
+}  // namespace weft::coordinator
+
+#endif  // WEFT_COORDINATOR_STEP_AGGREGATOR_H_

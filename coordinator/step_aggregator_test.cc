@@ -1,0 +1,69 @@
+#include "coordinator/step_aggregator.h"
+
+#include <gtest/gtest.h>
+
+namespace weft::coordinator {
+namespace {
+
+v1::StepReport Report(int rank, int64_t step, double loss, double seconds) {
+  v1::StepReport r;
+  r.set_job_id("job-000001");
+  r.set_rank(rank);
+  r.set_step(step);
+  r.set_loss(loss);
+  r.set_step_seconds(seconds);
+  return r;
+}
+
+TEST(StepAggregatorTest, EmitsWhenAllRanksReported) {
+  StepAggregator agg(/*world_size=*/3, /*batch_size=*/12);
+  auto a = agg.Add(Report(1, 1, 9.0, 0.5));
+  ASSERT_TRUE(a.ok());
+  EXPECT_FALSE(a->has_value());
+  auto b = agg.Add(Report(0, 1, 0.75, 0.25));
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE(b->has_value());
+  auto c = agg.Add(Report(2, 1, 9.0, 1.5));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c->has_value());
+  const v1::StepMetrics& m = **c;
+  EXPECT_EQ(m.step(), 1);
+  EXPECT_DOUBLE_EQ(m.loss(), 0.75);          // rank 0's
+  EXPECT_DOUBLE_EQ(m.step_seconds(), 1.5);   // the slowest rank
+  EXPECT_DOUBLE_EQ(m.samples_per_second(), 8.0);  // 12 / 1.5
+  EXPECT_EQ(agg.incomplete_steps(), 0);
+}
+
+TEST(StepAggregatorTest, KeepsStepsApart) {
+  StepAggregator agg(2, 4);
+  ASSERT_TRUE(agg.Add(Report(0, 1, 1.0, 1)).ok());
+  ASSERT_TRUE(agg.Add(Report(0, 2, 2.0, 1)).ok());
+  EXPECT_EQ(agg.incomplete_steps(), 2);
+  auto s1 = agg.Add(Report(1, 1, 0, 1));
+  ASSERT_TRUE(s1.ok() && s1->has_value());
+  EXPECT_DOUBLE_EQ((*s1)->loss(), 1.0);
+  auto s2 = agg.Add(Report(1, 2, 0, 2));
+  ASSERT_TRUE(s2.ok() && s2->has_value());
+  EXPECT_DOUBLE_EQ((*s2)->loss(), 2.0);
+  EXPECT_DOUBLE_EQ((*s2)->samples_per_second(), 2.0);
+}
+
+TEST(StepAggregatorTest, RejectsBadReports) {
+  StepAggregator agg(2, 4);
+  EXPECT_FALSE(agg.Add(Report(2, 1, 0, 1)).ok());   // rank out of range
+  EXPECT_FALSE(agg.Add(Report(0, 0, 0, 1)).ok());   // steps count from 1
+  ASSERT_TRUE(agg.Add(Report(0, 1, 0, 1)).ok());
+  EXPECT_FALSE(agg.Add(Report(0, 1, 0, 1)).ok());   // twice
+  ASSERT_TRUE(agg.Add(Report(1, 1, 0, 1)).ok());
+  EXPECT_FALSE(agg.Add(Report(1, 1, 0, 1)).ok());   // after it was complete
+}
+
+TEST(StepAggregatorTest, ZeroTimeGivesZeroThroughput) {
+  StepAggregator agg(1, 4);
+  auto m = agg.Add(Report(0, 1, 0.5, 0));
+  ASSERT_TRUE(m.ok() && m->has_value());
+  EXPECT_EQ((*m)->samples_per_second(), 0.0);
+}
+
+}  // namespace
+}  // namespace weft::coordinator

@@ -1,0 +1,178 @@
+// Bad input gets a clear error that names what is wrong, and the coordinator keeps serving:
+// each bad spec is sent straight to a real coordinator's SubmitJob over gRPC (INVALID_ARGUMENT
+// naming the field), a job whose mesh needs more workers than exist waits with a reason, and a
+// good job then still runs to SUCCEEDED on the same daemons.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "common/spec/spec.h"
+#include "tests/cluster_fixture.h"
+#include "tests/process.h"
+#include "weft/v1/service.grpc.pb.h"
+
+namespace weft::testing {
+namespace {
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    job_ = new MlpJob(MlpJob::Create());
+    work_dir_ = new std::string(MakeTempDir("cluster"));
+    auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), *work_dir_);
+    ASSERT_TRUE(coord.ok()) << coord.status();
+    coordinator_ = coord->release();
+    for (int i = 0; i < 2; ++i) {
+      auto w = ChildProcess::Start(
+          {BinaryPath("worker/weft-worker"), "--coordinator", coordinator_->address(), "--device",
+           "cpu"},
+          *work_dir_ + "/worker" + std::to_string(i) + ".log");
+      ASSERT_TRUE(w.ok()) << w.status();
+      workers_.push_back(w->release());
+    }
+    channel_ = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+  }
+
+  static void TearDownTestSuite() {
+    for (ChildProcess* w : workers_) delete w;
+    workers_.clear();
+    delete coordinator_;
+    delete channel_;
+    delete job_;
+    delete work_dir_;
+  }
+
+  // Parses (without validating) a spec written next to the job's files and submits it.
+  static grpc::Status Submit(const std::string& yaml, std::string* job_id = nullptr) {
+    auto spec = ParseJobSpecYaml(yaml, job_->dir);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    auto stub = v1::JobService::NewStub(*channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    if (job_id != nullptr) *job_id = resp.job_id();
+    return s;
+  }
+
+  static void ExpectRejected(const std::string& yaml, const std::vector<std::string>& words) {
+    grpc::Status s = Submit(yaml);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    for (const auto& w : words) {
+      EXPECT_NE(s.error_message().find(w), std::string::npos)
+          << "error should name '" << w << "': " << s.error_message();
+    }
+  }
+
+  static v1::Job GetJob(const std::string& id) {
+    auto stub = v1::JobService::NewStub(*channel_);
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    EXPECT_TRUE(stub->GetJob(&ctx, req, &job).ok());
+    return job;
+  }
+
+  static std::string Replace(std::string text, const std::string& from, const std::string& to) {
+    size_t at = text.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) text.replace(at, from.size(), to);
+    return text;
+  }
+
+  static std::string Dp2() { return job_->SpecYaml("{shape: [2], dim_names: [dp]}"); }
+
+  static MlpJob* job_;
+  static std::string* work_dir_;
+  static CoordinatorProcess* coordinator_;
+  static std::vector<ChildProcess*> workers_;
+  static std::shared_ptr<grpc::Channel>* channel_;
+};
+
+MlpJob* BadInputTest::job_ = nullptr;
+std::string* BadInputTest::work_dir_ = nullptr;
+CoordinatorProcess* BadInputTest::coordinator_ = nullptr;
+std::vector<ChildProcess*> BadInputTest::workers_;
+std::shared_ptr<grpc::Channel>* BadInputTest::channel_ = nullptr;
+
+TEST_F(BadInputTest, UnknownLayerType) {
+  ExpectRejected(Replace(Dp2(), "{name: act0, type: gelu}", "{name: act0, type: conv}"),
+                 {"model.layers[1]", "conv"});
+}
+
+TEST_F(BadInputTest, MismatchedFeatures) {
+  ExpectRejected(Replace(Dp2(), "in_features: 16, out_features: 16", "in_features: 12, out_features: 16"),
+                 {"model.layers[2]", "in_features"});
+}
+
+TEST_F(BadInputTest, BatchNotDivisibleByDpDegree) {
+  // 8 samples over dp = 3.
+  ExpectRejected(job_->SpecYaml("{shape: [3], dim_names: [dp]}"), {"data.batch_size", "dp"});
+}
+
+TEST_F(BadInputTest, MissingDataFile) {
+  ExpectRejected(Replace(Dp2(), "input: inputs.npy", "input: nowhere.npy"),
+                 {"data.input", "nowhere.npy"});
+}
+
+TEST_F(BadInputTest, MalformedSafetensors) {
+  std::ofstream(job_->dir + "/garbage.safetensors") << "\x10\x00\x00\x00\x00\x00\x00\x00{\"fc0.weight\":";
+  ExpectRejected(Replace(Dp2(), "init_from: init.safetensors", "init_from: garbage.safetensors"),
+                 {"init_from", "garbage.safetensors"});
+}
+
+TEST_F(BadInputTest, WeightShapeMismatch) {
+  std::vector<NamedTensor> wrong = job_->init;
+  wrong[2].shape = {8, 32};  // fc1.weight should be [16, 16]; same element count
+  WriteSafetensorsF32(job_->dir + "/wrong.safetensors", wrong);
+  ExpectRejected(Replace(Dp2(), "init_from: init.safetensors", "init_from: wrong.safetensors"),
+                 {"fc1.weight", "[8,32]", "[16,16]"});
+}
+
+TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {
+  std::string big_id;
+  grpc::Status s = Submit(job_->SpecYaml("{shape: [4], dim_names: [dp]}"), &big_id);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  v1::Job big = GetJob(big_id);
+  EXPECT_EQ(big.state(), v1::PENDING);
+  EXPECT_NE(big.message().find("4"), std::string::npos) << big.message();
+
+  // Cancel it so the good job gets the two workers; the coordinator is still serving.
+  CommandResult cancel = RunCommand(
+      {BinaryPath("client/weftctl"), "--coordinator", coordinator_->address(), "cancel", big_id}, 30);
+  EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
+  EXPECT_EQ(GetJob(big_id).state(), v1::CANCELLED);
+
+  std::string spec = job_->WriteSpec("good.yaml", Dp2());
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "--coordinator",
+                                coordinator_->address(), "submit", spec, "--watch", "--json"},
+                               180);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::string state;
+  std::vector<double> losses = ParseStepLosses(r.out, &state);
+  EXPECT_EQ(state, "SUCCEEDED") << r.out << r.err;
+  EXPECT_EQ(losses.size(), static_cast<size_t>(MlpJob::kSteps));
+}
+
+TEST(LocalClusterTest, MeshNotMatchingRanksIsAClearError) {
+  MlpJob job = MlpJob::Create();
+  std::string spec = job.WriteSpec("dp4.yaml", job.SpecYaml("{shape: [4], dim_names: [dp]}"));
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "local", "--ranks", "2",
+                                "--coordinator_bin", BinaryPath("coordinator/weft-coordinator"),
+                                "--worker_bin", BinaryPath("worker/weft-worker"), spec},
+                               60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("mesh"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("4"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace weft::testing

@@ -1,0 +1,91 @@
+#include "tests/cluster_fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace weft::testing {
+
+MlpJob MlpJob::Create() {
+  MlpJob job;
+  job.dir = MakeTempDir("mlp-job");
+  job.inputs = TestValues(kSamples * kIn, 1, 1.0);
+  job.labels = TestValues(kSamples * kOut, 2, 0.5);
+  WriteNpyF32(job.dir + "/inputs.npy", {kSamples, kIn}, job.inputs);
+  WriteNpyF32(job.dir + "/labels.npy", {kSamples, kOut}, job.labels);
+  job.init = {
+      {"fc0.weight", {kIn, kHidden}, TestValues(kIn * kHidden, 3, 0.35)},
+      {"fc0.bias", {kHidden}, TestValues(kHidden, 4, 0.1)},
+      {"fc1.weight", {kHidden, kHidden}, TestValues(kHidden * kHidden, 5, 0.25)},
+      {"fc2.weight", {kHidden, kOut}, TestValues(kHidden * kOut, 6, 0.25)},
+      {"fc2.bias", {kOut}, TestValues(kOut, 7, 0.1)},
+  };
+  WriteSafetensorsF32(job.dir + "/init.safetensors", job.init);
+  job.optimizer.type = "adamw";
+  job.optimizer.lr = 0.01;
+  job.optimizer.weight_decay = 0.01;
+  return job;
+}
+
+std::string MlpJob::SpecYaml(const std::string& mesh, const std::string& extra) const {
+  std::ostringstream s;
+  s << "name: mlp-test\n"
+    << "mesh: " << mesh << "\n"
+    << "model:\n"
+    << "  layers:\n"
+    << "    - {name: fc0, type: linear, in_features: 8, out_features: 16, bias: true}\n"
+    << "    - {name: act0, type: gelu}\n"
+    << "    - {name: fc1, type: linear, in_features: 16, out_features: 16, bias: false}\n"
+    << "    - {name: act1, type: relu}\n"
+    << "    - {name: fc2, type: linear, in_features: 16, out_features: 4, bias: true}\n"
+    << "  loss: mse\n"
+    << "data:\n"
+    << "  source: npy\n"
+    << "  input: inputs.npy\n"
+    << "  label: labels.npy\n"
+    << "  batch_size: 8\n"
+    << "optimizer: {type: adamw, lr: 0.01, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.01}\n"
+    << "train: {steps: 5, seed: 7}\n"
+    << "init_from: init.safetensors\n"
+    << extra;
+  return s.str();
+}
+
+std::string MlpJob::WriteSpec(const std::string& file, const std::string& yaml) const {
+  std::string path = dir + "/" + file;
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+std::vector<double> MlpJob::ReferenceLosses() const {
+  RefMlp mlp({{"fc0", "linear", kIn, kHidden, true},
+              {"act0", "gelu"},
+              {"fc1", "linear", kHidden, kHidden, false},
+              {"act1", "relu"},
+              {"fc2", "linear", kHidden, kOut, true}});
+  for (const auto& t : init) mlp.params[t.name] = t.values;
+  return mlp.Train(inputs, labels, kSamples, kBatch, kSteps, optimizer);
+}
+
+std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state) {
+  std::vector<double> losses;
+  std::istringstream in(json_lines);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    EXPECT_FALSE(j.is_discarded()) << "not JSON: " << line;
+    if (j.is_discarded()) continue;
+    if (j["type"] == "step") {
+      EXPECT_EQ(j["step"].get<int64_t>(), static_cast<int64_t>(losses.size()) + 1) << line;
+      losses.push_back(j["loss"].get<double>());
+    } else if (j["type"] == "state") {
+      *final_state = j["state"].get<std::string>();
+    }
+  }
+  return losses;
+}
+
+}  // namespace weft::testing

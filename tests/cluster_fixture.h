@@ -1,0 +1,40 @@
+// Shared pieces of the integration tests: a small MLP job (npy data, init_from safetensors) whose
+// files the fixture writes, and its float64 reference.
+#ifndef WEFT_TESTS_CLUSTER_FIXTURE_H_
+#define WEFT_TESTS_CLUSTER_FIXTURE_H_
+
+#include <string>
+#include <vector>
+
+#include "tests/mlp_reference.h"
+#include "tests/process.h"
+
+namespace weft::testing {
+
+// fc0 8->16 (bias) -> gelu -> fc1 16->16 (no bias) -> relu -> fc2 16->4 (bias), mse, AdamW with
+// weight decay, 20 samples, batch 8 (so step 3 wraps around), 5 steps.
+struct MlpJob {
+  static constexpr int kIn = 8, kHidden = 16, kOut = 4, kSamples = 20, kBatch = 8, kSteps = 5;
+
+  std::string dir;  // holds inputs.npy, labels.npy, init.safetensors and the specs
+  std::vector<double> inputs, labels;
+  std::vector<NamedTensor> init;
+  RefOptimizer optimizer;
+
+  // Writes the data and init files into a fresh temporary folder.
+  static MlpJob Create();
+  // The YAML for a mesh (e.g. "{shape: [4], dim_names: [dp]}"); `extra` is appended verbatim.
+  std::string SpecYaml(const std::string& mesh, const std::string& extra = "") const;
+  // Writes SpecYaml to dir/<file> and returns its path.
+  std::string WriteSpec(const std::string& file, const std::string& yaml) const;
+  // Per-step losses of the float64 reference.
+  std::vector<double> ReferenceLosses() const;
+};
+
+// Losses parsed from `weftctl local --json` output; fails the calling test on a malformed line
+// and sets *final_state to the last state event.
+std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state);
+
+}  // namespace weft::testing
+
+#endif  // WEFT_TESTS_CLUSTER_FIXTURE_H_

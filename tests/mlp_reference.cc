@@ -1,0 +1,202 @@
+#include "tests/mlp_reference.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace weft::testing {
+namespace {
+
+double Gelu(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double GeluGrad(double x) {
+  const double cdf = 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
+  const double pdf = std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI);
+  return cdf + x * pdf;
+}
+
+}  // namespace
+
+std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
+                                  const std::vector<double>& labels, int num_samples, int batch,
+                                  int steps, const RefOptimizer& opt) {
+  const int in0 = layers_.front().in;
+  int out_last = 0;
+  for (const auto& l : layers_) {
+    if (l.type == "linear") out_last = l.out;
+  }
+  std::vector<double> losses;
+  for (int step = 1; step <= steps; ++step) {
+    // Batch rows.
+    std::vector<double> x(static_cast<size_t>(batch) * in0), y(static_cast<size_t>(batch) * out_last);
+    for (int b = 0; b < batch; ++b) {
+      int sample = static_cast<int>((static_cast<int64_t>(step - 1) * batch + b) % num_samples);
+      for (int j = 0; j < in0; ++j) x[b * in0 + j] = inputs[static_cast<size_t>(sample) * in0 + j];
+      for (int j = 0; j < out_last; ++j) {
+        y[b * out_last + j] = labels[static_cast<size_t>(sample) * out_last + j];
+      }
+    }
+    // Forward, keeping every layer's input.
+    std::vector<std::vector<double>> acts = {x};
+    std::vector<int> widths = {in0};
+    for (const auto& l : layers_) {
+      const auto& a = acts.back();
+      const int w_in = widths.back();
+      std::vector<double> o;
+      if (l.type == "linear") {
+        const auto& w = params.at(l.name + ".weight");
+        o.assign(static_cast<size_t>(batch) * l.out, 0.0);
+        for (int b = 0; b < batch; ++b) {
+          for (int n = 0; n < l.out; ++n) {
+            double s = l.bias ? params.at(l.name + ".bias")[n] : 0.0;
+            for (int k = 0; k < l.in; ++k) s += a[b * l.in + k] * w[k * l.out + n];
+            o[b * l.out + n] = s;
+          }
+        }
+        widths.push_back(l.out);
+      } else {
+        o = a;
+        for (auto& v : o) v = l.type == "relu" ? (v > 0 ? v : 0.0) : Gelu(v);
+        widths.push_back(w_in);
+      }
+      acts.push_back(std::move(o));
+    }
+    const auto& pred = acts.back();
+    const double n_total = static_cast<double>(batch) * out_last;
+    double loss = 0;
+    std::vector<double> grad(pred.size());
+    for (size_t i = 0; i < pred.size(); ++i) {
+      const double d = pred[i] - y[i];
+      loss += d * d / n_total;
+      grad[i] = 2.0 * d / n_total;
+    }
+    losses.push_back(loss);
+    // Backward.
+    std::map<std::string, std::vector<double>> grads;
+    for (int li = static_cast<int>(layers_.size()) - 1; li >= 0; --li) {
+      const auto& l = layers_[li];
+      const auto& a = acts[li];
+      std::vector<double> gin(a.size(), 0.0);
+      if (l.type == "linear") {
+        const auto& w = params.at(l.name + ".weight");
+        std::vector<double> gw(static_cast<size_t>(l.in) * l.out, 0.0);
+        for (int b = 0; b < batch; ++b) {
+          for (int k = 0; k < l.in; ++k) {
+            for (int n = 0; n < l.out; ++n) {
+              gw[k * l.out + n] += a[b * l.in + k] * grad[b * l.out + n];
+              gin[b * l.in + k] += grad[b * l.out + n] * w[k * l.out + n];
+            }
+          }
+        }
+        grads[l.name + ".weight"] = gw;
+        if (l.bias) {
+          std::vector<double> gb(l.out, 0.0);
+          for (int b = 0; b < batch; ++b) {
+            for (int n = 0; n < l.out; ++n) gb[n] += grad[b * l.out + n];
+          }
+          grads[l.name + ".bias"] = gb;
+        }
+      } else {
+        for (size_t i = 0; i < a.size(); ++i) {
+          gin[i] = grad[i] * (l.type == "relu" ? (a[i] > 0 ? 1.0 : 0.0) : GeluGrad(a[i]));
+        }
+      }
+      grad = std::move(gin);
+    }
+    // Update.
+    for (auto& [name, g] : grads) {
+      auto& p = params.at(name);
+      if (opt.type == "sgd") {
+        for (size_t i = 0; i < p.size(); ++i) p[i] -= opt.lr * (g[i] + opt.weight_decay * p[i]);
+        continue;
+      }
+      auto& m = m_[name];
+      auto& v = v_[name];
+      m.resize(p.size(), 0.0);
+      v.resize(p.size(), 0.0);
+      const double bc1 = 1.0 - std::pow(opt.beta1, step);
+      const double bc2 = 1.0 - std::pow(opt.beta2, step);
+      for (size_t i = 0; i < p.size(); ++i) {
+        p[i] -= opt.lr * opt.weight_decay * p[i];
+        m[i] = opt.beta1 * m[i] + (1 - opt.beta1) * g[i];
+        v[i] = opt.beta2 * v[i] + (1 - opt.beta2) * g[i] * g[i];
+        p[i] -= opt.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + opt.eps);
+      }
+    }
+  }
+  return losses;
+}
+
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape, bool python_tuple) {
+  std::ostringstream s;
+  s << (python_tuple ? "(" : "[");
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  if (python_tuple && shape.size() == 1) s << ",";
+  s << (python_tuple ? ")" : "]");
+  return s.str();
+}
+
+void AppendFloats(std::string* out, const std::vector<double>& values) {
+  for (double v : values) {
+    float f = static_cast<float>(v);
+    char b[4];
+    std::memcpy(b, &f, 4);
+    out->append(b, 4);
+  }
+}
+
+}  // namespace
+
+void WriteNpyF32(const std::string& path, const std::vector<int64_t>& shape,
+                 const std::vector<double>& values) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " +
+                       ShapeText(shape, true) + ", }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string file = "\x93NUMPY";
+  file += '\x01';
+  file += '\x00';
+  file += static_cast<char>(header.size() & 0xff);
+  file += static_cast<char>(header.size() >> 8);
+  file += header;
+  AppendFloats(&file, values);
+  std::ofstream(path, std::ios::binary) << file;
+}
+
+void WriteSafetensorsF32(const std::string& path, const std::vector<NamedTensor>& tensors) {
+  std::string json = "{";
+  std::string data;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    const size_t begin = data.size();
+    AppendFloats(&data, t.values);
+    json += (i ? "," : "") + std::string("\"") + t.name + "\":{\"dtype\":\"F32\",\"shape\":" +
+            ShapeText(t.shape, false) + ",\"data_offsets\":[" + std::to_string(begin) + "," +
+            std::to_string(data.size()) + "]}";
+  }
+  json += "}";
+  while (json.size() % 8 != 0) json += ' ';
+  std::string file(8, '\0');
+  uint64_t n = json.size();
+  std::memcpy(file.data(), &n, 8);
+  file += json;
+  file += data;
+  std::ofstream(path, std::ios::binary) << file;
+}
+
+std::vector<double> TestValues(size_t n, uint64_t seed, double scale) {
+  std::vector<double> out(n);
+  uint64_t state = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (size_t i = 0; i < n; ++i) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    double u = static_cast<double>(state >> 11) / 9007199254740992.0;  // [0,1)
+    double v = (2.0 * u - 1.0) * scale;
+    out[i] = v == 0.0 ? scale * 0.5 : v;
+  }
+  return out;
+}
+
+}  // namespace weft::testing

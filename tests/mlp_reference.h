@@ -1,0 +1,69 @@
+// An independent float64 reference of the math Weft trains, written for tests: an MLP of linear
+// / relu / gelu layers, mean-squared-error loss, SGD or decoupled AdamW, and the data order of a
+// Weft job (step s uses samples (s-1)*B .. s*B-1, wrapping). Deliberately plain loops: it shares
+// no code with Weft's kernels, planner or executor.
+//
+// E.g.
+//   RefMlp mlp({{"fc0", "linear", 8, 16, true}, {"act0", "gelu"}, ...});
+//   mlp.params["fc0.weight"] = ...;  // [in, out], row-major
+//   std::vector<double> losses = mlp.Train(inputs, labels, num_samples, batch, steps, opt);
+#ifndef WEFT_TESTS_MLP_REFERENCE_H_
+#define WEFT_TESTS_MLP_REFERENCE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace weft::testing {
+
+struct RefLayer {
+  std::string name;
+  std::string type;  // linear | relu | gelu
+  int in = 0;
+  int out = 0;
+  bool bias = false;
+};
+
+struct RefOptimizer {
+  std::string type = "adamw";  // sgd | adamw
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+class RefMlp {
+ public:
+  explicit RefMlp(std::vector<RefLayer> layers) : layers_(std::move(layers)) {}
+
+  // Parameters by global name ("fc0.weight" [in,out], "fc0.bias" [out]), row-major.
+  std::map<std::string, std::vector<double>> params;
+
+  // Trains for `steps` steps and returns the loss of each step, computed before its update.
+  // inputs: [num_samples, in of the first layer]; labels: [num_samples, out of the last].
+  std::vector<double> Train(const std::vector<double>& inputs, const std::vector<double>& labels,
+                            int num_samples, int batch, int steps, const RefOptimizer& opt);
+
+ private:
+  std::vector<RefLayer> layers_;
+  std::map<std::string, std::vector<double>> m_, v_;
+};
+
+// Test-side writers, independent of common/npy and common/safetensors.
+void WriteNpyF32(const std::string& path, const std::vector<int64_t>& shape,
+                 const std::vector<double>& values);
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<double> values;
+};
+void WriteSafetensorsF32(const std::string& path, const std::vector<NamedTensor>& tensors);
+
+// Deterministic values in [-scale, scale), never exactly zero, from a small LCG.
+std::vector<double> TestValues(size_t n, uint64_t seed, double scale);
+
+}  // namespace weft::testing
+
+#endif  // WEFT_TESTS_MLP_REFERENCE_H_

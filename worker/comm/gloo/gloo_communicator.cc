@@ -1,0 +1,349 @@
+#include "worker/comm/gloo/gloo_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "gloo/allgatherv.h"
+#include "gloo/allreduce.h"
+#include "gloo/alltoallv.h"
+#include "gloo/barrier.h"
+#include "gloo/broadcast.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/context.h"
+#include "gloo/rendezvous/prefix_store.h"
+#include "gloo/rendezvous/store.h"
+#include "gloo/transport/tcp/device.h"
+#include "gloo/transport/unbound_buffer.h"
+
+namespace weft {
+namespace {
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
+// Gloo prefixes its messages with "[/path/file.cc:123] "; the location says nothing to a user.
+std::string StripLocation(const std::string& what) {
+  if (!what.empty() && what[0] == '[') {
+    size_t end = what.find("] ");
+    if (end != std::string::npos) return what.substr(end + 2);
+  }
+  return what;
+}
+
+// Gloo says "Timed out waiting 1000ms for recv ..." (transport) or "Wait timeout for key(s)"
+// (stores); there is no dedicated exception type.
+bool IsTimeout(const std::string& what) {
+  const std::string lower = absl::AsciiStrToLower(what);
+  return absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout");
+}
+
+// Status for an exception thrown by Gloo while doing `context` (e.g. "all_reduce on group 1
+// (dp) ranks [0,1]").
+absl::Status FromGlooException(const std::exception_ptr& error, const std::string& context) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const gloo::IoException& e) {
+    std::string what = StripLocation(e.what());
+    absl::StatusCode code =
+        IsTimeout(what) ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable;
+    return absl::Status(code, absl::StrCat(context, ": ", what));
+  } catch (const gloo::Exception& e) {
+    std::string what = StripLocation(e.what());
+    absl::StatusCode code =
+        IsTimeout(what) ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kInternal;
+    return absl::Status(code, absl::StrCat(context, ": ", what));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(context, ": ", e.what()));
+  } catch (...) {
+    return absl::InternalError(absl::StrCat(context, ": unknown exception"));
+  }
+}
+
+void SumFloats(void* c, const void* a, const void* b, size_t n) {
+  float* out = static_cast<float*>(c);
+  const float* x = static_cast<const float*>(a);
+  const float* y = static_cast<const float*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+}
+
+int64_t Sum(absl::Span<const int64_t> counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return total;
+}
+
+}  // namespace
+
+std::string GroupName(const v1::CommGroup& group) {
+  std::string name = absl::StrCat("group ", group.id());
+  if (!group.mesh_dims().empty()) absl::StrAppend(&name, " (", group.mesh_dims(), ")");
+  absl::StrAppend(&name, " ranks [", absl::StrJoin(group.ranks(), ","), "]");
+  return name;
+}
+
+// ---- GlooCommunicatorFactory ----
+
+// "group-<id>-<ranks>": the member list is part of the prefix so that two groups the planner
+// numbered alike (the dp group of every mp column, say) never read each other's addresses.
+std::string GlooCommunicatorFactory::StorePrefix(const v1::CommGroup& group) {
+  return absl::StrCat("group-", group.id(), "-", absl::StrJoin(group.ranks(), "."));
+}
+
+GlooCommunicatorFactory::GlooCommunicatorFactory(gloo::rendezvous::Store* store,
+                                                 int my_global_rank, std::string bind_host,
+                                                 absl::Duration timeout)
+    : store_(store),
+      my_global_rank_(my_global_rank),
+      bind_host_(std::move(bind_host)),
+      timeout_(ToChrono(timeout)) {}
+
+GlooCommunicatorFactory::~GlooCommunicatorFactory() = default;
+
+absl::StatusOr<std::shared_ptr<gloo::transport::Device>> GlooCommunicatorFactory::Device() {
+  absl::MutexLock lock(&mu_);
+  if (device_ != nullptr) return device_;
+  gloo::transport::tcp::attr attr;
+  attr.hostname = bind_host_;
+  try {
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+  } catch (...) {
+    return FromGlooException(std::current_exception(),
+                             absl::StrCat("creating a Gloo TCP device on ", bind_host_));
+  }
+  return device_;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
+    const v1::CommGroup& group) {
+  const std::string name = GroupName(group);
+  const auto& ranks = group.ranks();
+  auto it = std::find(ranks.begin(), ranks.end(), my_global_rank_);
+  if (it == ranks.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", my_global_rank_, " is not a member of ", name));
+  }
+  for (int i = 0; i < ranks.size(); ++i) {
+    if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": rank ", ranks[i], " appears more than once"));
+    }
+  }
+  const int rank = static_cast<int>(it - ranks.begin());
+  const int size = ranks.size();
+  if (size == 1) {
+    return std::unique_ptr<Communicator>(
+        std::make_unique<GlooCommunicator>(nullptr, 0, 1, name, timeout_));
+  }
+  if (store_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("connecting ", name, ": no rendezvous store"));
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<gloo::transport::Device> device, Device());
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(timeout_);
+  try {
+    gloo::rendezvous::PrefixStore prefixed(StorePrefix(group), *store_);
+    context->connectFullMesh(prefixed, device);
+  } catch (...) {
+    return FromGlooException(std::current_exception(), absl::StrCat("connecting ", name));
+  }
+  return std::unique_ptr<Communicator>(
+      std::make_unique<GlooCommunicator>(std::move(context), rank, size, name, timeout_));
+}
+
+// ---- GlooCommunicator ----
+
+GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size,
+                                   std::string name, std::chrono::milliseconds timeout)
+    : context_(std::move(context)),
+      rank_(rank),
+      size_(size),
+      name_(std::move(name)),
+      timeout_(timeout) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+template <typename Fn>
+absl::Status GlooCommunicator::Run(const char* op_name, Fn&& op) {
+  if (broken_) {
+    return absl::FailedPreconditionError(absl::StrCat(op_name, " on ", name_,
+                                                      ": communicator unusable after an earlier "
+                                                      "failure (",
+                                                      broken_reason_, ")"));
+  }
+  if (size_ == 1) return absl::OkStatus();  // the caller did the local part already
+  try {
+    op();
+    return absl::OkStatus();
+  } catch (...) {
+    absl::Status status =
+        FromGlooException(std::current_exception(), absl::StrCat(op_name, " on ", name_));
+    broken_ = true;
+    broken_reason_ = std::string(status.message());
+    return status;
+  }
+}
+
+absl::Status GlooCommunicator::CheckCounts(const char* op_name,
+                                           absl::Span<const int64_t> counts) const {
+  if (counts.size() != static_cast<size_t>(size_)) {
+    return absl::InvalidArgumentError(absl::StrCat(op_name, " on ", name_, ": ", counts.size(),
+                                                   " counts for ", size_, " members"));
+  }
+  for (int64_t c : counts) {
+    if (c < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op_name, " on ", name_, ": negative count ", c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::CheckPeer(const char* op_name, int peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    return absl::InvalidArgumentError(absl::StrCat(op_name, " on ", name_, ": bad peer ", peer,
+                                                   " (this member is ", rank_, " of ", size_,
+                                                   ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op) {
+  if (count == 0) return Run("all_reduce", [] {});
+  RETURN_IF_ERROR(Run("all_reduce", [&] {
+    gloo::AllreduceOptions opts(context_);
+    opts.setOutput(data, count);
+    opts.setReduceFunction(&SumFloats);
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  }));
+  if (op == ReduceOp::kAvg && size_ > 1) {
+    const float inv = 1.0f / static_cast<float>(size_);
+    for (size_t i = 0; i < count; ++i) data[i] *= inv;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllGather(const float* in, float* out,
+                                         absl::Span<const int64_t> counts) {
+  RETURN_IF_ERROR(CheckCounts("all_gather", counts));
+  int64_t offset = Sum(counts.subspan(0, rank_));
+  // Prime this member's slot ourselves (memmove: `in` may already be that slot), then gather
+  // in place.
+  if (counts[rank_] > 0 && in != out + offset) {
+    std::memmove(out + offset, in, counts[rank_] * sizeof(float));
+  }
+  if (Sum(counts) == 0) return Run("all_gather", [] {});
+  return Run("all_gather", [&] {
+    gloo::AllgathervOptions opts(context_);
+    opts.setOutput(out, std::vector<size_t>(counts.begin(), counts.end()));
+    opts.setTimeout(timeout_);
+    gloo::allgatherv(opts);
+  });
+}
+
+absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
+                                             absl::Span<const int64_t> counts) {
+  RETURN_IF_ERROR(CheckCounts("reduce_scatter", counts));
+  const int64_t mine = counts[rank_];
+  if (size_ == 1) {
+    if (mine > 0 && out != in) std::memmove(out, in, mine * sizeof(float));
+    return Run("reduce_scatter", [] {});
+  }
+  if (Sum(counts) == 0) return Run("reduce_scatter", [] {});
+  // received[j] = member j's chunk for this member; summed in member order so every run
+  // rounds the same way.
+  std::vector<float> received(static_cast<size_t>(size_) * mine);
+  RETURN_IF_ERROR(Run("reduce_scatter", [&] {
+    gloo::AlltoallvOptions opts(context_);
+    opts.setInput(const_cast<float*>(in), std::vector<int64_t>(counts.begin(), counts.end()));
+    opts.setOutput(received.data(), std::vector<int64_t>(size_, mine));
+    opts.setTimeout(timeout_);
+    gloo::alltoallv(opts);
+  }));
+  std::copy(received.begin(), received.begin() + mine, out);
+  for (int j = 1; j < size_; ++j) {
+    const float* chunk = received.data() + static_cast<size_t>(j) * mine;
+    for (int64_t i = 0; i < mine; ++i) out[i] += chunk[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status GlooCommunicator::AllToAll(const float* in, absl::Span<const int64_t> send_counts,
+                                        float* out, absl::Span<const int64_t> recv_counts) {
+  RETURN_IF_ERROR(CheckCounts("all_to_all", send_counts));
+  RETURN_IF_ERROR(CheckCounts("all_to_all", recv_counts));
+  if (send_counts[rank_] != recv_counts[rank_]) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "all_to_all on ", name_, ": member ", rank_, " sends itself ", send_counts[rank_],
+        " floats but expects ", recv_counts[rank_]));
+  }
+  if (size_ == 1) {
+    if (send_counts[0] > 0 && out != in) std::memmove(out, in, send_counts[0] * sizeof(float));
+    return Run("all_to_all", [] {});
+  }
+  return Run("all_to_all", [&] {
+    gloo::AlltoallvOptions opts(context_);
+    opts.setInput(const_cast<float*>(in),
+                  std::vector<int64_t>(send_counts.begin(), send_counts.end()));
+    opts.setOutput(out, std::vector<int64_t>(recv_counts.begin(), recv_counts.end()));
+    opts.setTimeout(timeout_);
+    gloo::alltoallv(opts);
+  });
+}
+
+absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
+  if (root < 0 || root >= size_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("broadcast on ", name_, ": root ", root, " out of range"));
+  }
+  if (count == 0) return Run("broadcast", [] {});
+  return Run("broadcast", [&] {
+    gloo::BroadcastOptions opts(context_);
+    opts.setOutput(data, count);
+    opts.setRoot(root);
+    opts.setTimeout(timeout_);
+    gloo::broadcast(opts);
+  });
+}
+
+// Point-to-point messages use the caller's tag as the Gloo slot. Collectives use slots with a
+// non-zero prefix byte (gloo::Slot::build), so a 32-bit tag never collides with them.
+absl::Status GlooCommunicator::Send(const float* data, size_t count, int peer, uint32_t tag) {
+  RETURN_IF_ERROR(CheckPeer("send", peer));
+  if (count == 0) return Run("send", [] {});
+  return Run("send", [&] {
+    auto buf = context_->createUnboundBuffer(const_cast<float*>(data), count * sizeof(float));
+    buf->send(peer, tag);
+    if (!buf->waitSend(timeout_)) throw gloo::IoException("send aborted");
+  });
+}
+
+absl::Status GlooCommunicator::Recv(float* data, size_t count, int peer, uint32_t tag) {
+  RETURN_IF_ERROR(CheckPeer("recv", peer));
+  if (count == 0) return Run("recv", [] {});
+  return Run("recv", [&] {
+    auto buf = context_->createUnboundBuffer(data, count * sizeof(float));
+    buf->recv(peer, tag);
+    if (!buf->waitRecv(timeout_)) throw gloo::IoException("recv aborted");
+  });
+}
+
+absl::Status GlooCommunicator::Barrier() {
+  return Run("barrier", [&] {
+    gloo::BarrierOptions opts(context_);
+    opts.setTimeout(timeout_);
+    gloo::barrier(opts);
+  });
+}
+
+}  // namespace weft

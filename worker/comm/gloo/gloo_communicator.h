@@ -1,0 +1,130 @@
+// GlooCommunicator: the Communicator of one group over Gloo's TCP transport, for CPU workers.
+// GlooCommunicatorFactory bootstraps each group through a gloo::rendezvous::Store (in the
+// daemon, RendezvousStore over the coordinator's RendezvousService; in tests, Gloo's HashStore)
+// under the prefix "group-<id>-<ranks>" (e.g. "group-1-0.2"), so several groups of one job never
+// read each other's keys.
+//
+// Every operation is bounded by the factory's timeout. Gloo closes a context's pairs after a
+// timeout or an I/O error, so the first failure marks the communicator broken and every later
+// call fails at once (FAILED_PRECONDITION) instead of hanging on a dead socket. A group of one
+// rank never touches the store or the network.
+//
+// E.g.
+//   gloo::rendezvous::HashStore store;
+//   GlooCommunicatorFactory factory(&store, /*my_global_rank=*/2, "127.0.0.1",
+//                                   absl::Seconds(300));
+//   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory.Create(group));
+//   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), ReduceOp::kSum));
+#ifndef WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_
+#define WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
+
+namespace gloo {
+class Context;
+namespace rendezvous {
+class Store;
+}  // namespace rendezvous
+namespace transport {
+class Device;
+}  // namespace transport
+}  // namespace gloo
+
+namespace weft {
+
+// "group 1 (dp) ranks [0,2]": how messages name a group.
+std::string GroupName(const v1::CommGroup& group);
+
+class GlooCommunicatorFactory : public CommunicatorFactory {
+ public:
+  // `store` is borrowed and must outlive every Create call. `bind_host` is the address this
+  // rank's pairs listen on and advertise to peers (127.0.0.1 for a single machine).
+  GlooCommunicatorFactory(gloo::rendezvous::Store* store, int my_global_rank,
+                          std::string bind_host, absl::Duration timeout);
+  ~GlooCommunicatorFactory() override;
+
+  // Blocks until every member of `group` has called Create for it, or fails after the timeout
+  // (DEADLINE_EXCEEDED) naming the group. INVALID_ARGUMENT when this rank is not a member.
+  absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override;
+
+  // The store prefix of `group`'s keys.
+  static std::string StorePrefix(const v1::CommGroup& group);
+
+ private:
+  absl::StatusOr<std::shared_ptr<gloo::transport::Device>> Device() ABSL_LOCKS_EXCLUDED(mu_);
+
+  gloo::rendezvous::Store* const store_;  // not owned
+  const int my_global_rank_;
+  const std::string bind_host_;
+  const std::chrono::milliseconds timeout_;
+
+  absl::Mutex mu_;
+  // One TCP device (one listening socket and event loop) shared by all of this rank's groups;
+  // created on the first group with more than one member.
+  std::shared_ptr<gloo::transport::Device> device_ ABSL_GUARDED_BY(mu_);
+};
+
+// One group's collectives. Not thread-safe: the executor calls it from one thread, in the same
+// order on every member.
+//
+// ReduceScatter is an all-to-all of the chunks (chunk j of `in` goes to member j) followed by a
+// local sum in member order, rather than Gloo's legacy ReduceScatterHalvingDoubling, which has no
+// timeout and works on bound buffers. Each member sends sum(counts) - counts[rank] floats and
+// receives (size - 1) * counts[rank] floats: the same bytes as a ring reduce-scatter and half of
+// what PyTorch's fallback (all-reduce of everything, then slice) moves, at the cost of a
+// temporary of size() * counts[rank] floats and size() - 1 concurrent peers per member.
+//
+// Send returns once the peer has posted the matching Recv (Gloo's TCP transport sends an unbound
+// buffer only to a waiting receiver), so two members that both Send to each other first wait
+// for each other until the timeout: one side must Recv first, as with NCCL.
+class GlooCommunicator : public Communicator {
+ public:
+  // `context` is null for a group of one.
+  GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size, std::string name,
+                   std::chrono::milliseconds timeout);
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+
+  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override;
+  absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override;
+  absl::Status ReduceScatter(const float* in, float* out,
+                             absl::Span<const int64_t> counts) override;
+  absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
+                        absl::Span<const int64_t> recv_counts) override;
+  absl::Status Broadcast(float* data, size_t count, int root) override;
+  absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override;
+  absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override;
+  absl::Status Barrier() override;
+
+ private:
+  // Runs `op` (which calls into Gloo) and turns a Gloo exception into a status naming the
+  // operation and the group; marks the communicator broken on failure.
+  template <typename Fn>
+  absl::Status Run(const char* op_name, Fn&& op);
+  absl::Status CheckCounts(const char* op_name, absl::Span<const int64_t> counts) const;
+  absl::Status CheckPeer(const char* op_name, int peer) const;
+
+  const std::shared_ptr<gloo::Context> context_;
+  const int rank_;
+  const int size_;
+  const std::string name_;
+  const std::chrono::milliseconds timeout_;
+  bool broken_ = false;
+  std::string broken_reason_;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_

@@ -1,0 +1,386 @@
+#include "worker/comm/local/local_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+
+namespace weft {
+namespace {
+
+// What a member posts when it enters a collective; every member checks the others match.
+struct Post {
+  const char* op = nullptr;
+  int64_t count = 0;       // elements this member contributes (op-specific)
+  int64_t aux = 0;         // root for broadcast, total for gather/scatter
+  const float* in = nullptr;
+  float* out = nullptr;
+  const int64_t* counts = nullptr;   // per-member counts (gather/scatter/all-to-all send)
+  const int64_t* counts2 = nullptr;  // all-to-all recv counts
+};
+
+std::string GroupName(const v1::CommGroup& group) {
+  std::string name = absl::StrCat("group ", group.id());
+  if (!group.mesh_dims().empty()) absl::StrAppend(&name, " (", group.mesh_dims(), ")");
+  absl::StrAppend(&name, " ranks [", absl::StrJoin(group.ranks(), ","), "]");
+  return name;
+}
+
+}  // namespace
+
+// The meeting point of one group's members. Each collective is two cyclic barriers: after the
+// first, every member's Post is visible and each member computes its own output from the
+// others' inputs; after the second, nobody reads inputs any more, so members may overwrite them
+// (in-place all-reduce) and post again. A timeout breaks the group for good.
+class LocalGroup {
+ public:
+  LocalGroup(std::string name, int size, absl::Duration timeout)
+      : name_(std::move(name)), size_(size), timeout_(timeout), posts_(size) {}
+
+  const std::string& name() const { return name_; }
+  int size() const { return size_; }
+
+  // Publishes `post` as member `rank`'s and waits for every member's.
+  absl::Status Enter(int rank, const Post& post) {
+    absl::MutexLock lock(&mu_);
+    posts_[rank] = post;
+    return ArriveLocked(post.op);
+  }
+  // Waits until every member has finished reading the posts.
+  absl::Status Leave(const char* op) {
+    absl::MutexLock lock(&mu_);
+    return ArriveLocked(op);
+  }
+  // Valid between Enter and Leave: the barriers order these reads after every write.
+  const Post& post(int rank) const ABSL_NO_THREAD_SAFETY_ANALYSIS { return posts_[rank]; }
+
+  // Point-to-point: messages are buffered (eager send), matched by (from, to, tag) in order.
+  absl::Status Send(int from, int to, uint32_t tag, const float* data, size_t count) {
+    absl::MutexLock lock(&mu_);
+    if (broken_) return Broken("send");
+    mailbox_[std::make_tuple(from, to, tag)].emplace_back(data, data + count);
+    return absl::OkStatus();
+  }
+  absl::Status Recv(int from, int to, uint32_t tag, float* data, size_t count) {
+    absl::MutexLock lock(&mu_);
+    const auto key = std::make_tuple(from, to, tag);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (broken_) return true;
+      auto it = mailbox_.find(key);
+      return it != mailbox_.end() && !it->second.empty();
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout_)) {
+      broken_ = true;
+      return absl::DeadlineExceededError(absl::StrCat(
+          "recv from member ", from, " tag ", tag, " on ", name_, ": timed out after ",
+          absl::FormatDuration(timeout_)));
+    }
+    if (broken_) return Broken("recv");
+    std::deque<std::vector<float>>& queue = mailbox_[key];
+    std::vector<float> msg = std::move(queue.front());
+    queue.pop_front();
+    if (msg.size() != count) {
+      return absl::InvalidArgumentError(absl::StrCat("recv from member ", from, " tag ", tag,
+                                                     " on ", name_, ": expected ", count,
+                                                     " floats, the sender sent ", msg.size()));
+    }
+    std::copy(msg.begin(), msg.end(), data);
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::Status Broken(const char* op) const {
+    return absl::AbortedError(
+        absl::StrCat(op, " on ", name_, ": the group is broken by an earlier failure"));
+  }
+
+  // A cyclic barrier over all members.
+  absl::Status ArriveLocked(const char* op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (broken_) return Broken(op);
+    const int64_t generation = generation_;
+    if (++arrived_ == size_) {
+      arrived_ = 0;
+      ++generation_;
+      return absl::OkStatus();
+    }
+    auto passed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return broken_ || generation_ != generation;
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&passed), timeout_)) {
+      broken_ = true;
+      return absl::DeadlineExceededError(absl::StrCat(op, " on ", name_, ": timed out after ",
+                                                      absl::FormatDuration(timeout_),
+                                                      " waiting for the other members"));
+    }
+    if (generation_ == generation) return Broken(op);
+    return absl::OkStatus();
+  }
+
+  const std::string name_;
+  const int size_;
+  const absl::Duration timeout_;
+  absl::Mutex mu_;
+  std::vector<Post> posts_ ABSL_GUARDED_BY(mu_);
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::tuple<int, int, uint32_t>, std::deque<std::vector<float>>> mailbox_
+      ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size(); }
+  const std::string& name() const override { return group_->name(); }
+
+  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override {
+    const char* kOp = "all_reduce";
+    Post post{kOp, static_cast<int64_t>(count), static_cast<int64_t>(op), data};
+    RETURN_IF_ERROR(Begin(post));
+    scratch_.assign(count, 0.0f);
+    for (int m = 0; m < size(); ++m) {
+      const float* in = group_->post(m).in;
+      for (size_t i = 0; i < count; ++i) scratch_[i] += in[i];
+    }
+    if (op == ReduceOp::kAvg) {
+      const float n = static_cast<float>(size());
+      for (float& v : scratch_) v /= n;
+    }
+    RETURN_IF_ERROR(group_->Leave(kOp));
+    std::copy(scratch_.begin(), scratch_.end(), data);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
+    const char* kOp = "all_gather";
+    RETURN_IF_ERROR(CheckCounts(kOp, counts));
+    Post post{kOp, counts[rank_], Total(counts), in, out, counts.data()};
+    RETURN_IF_ERROR(Begin(post));
+    RETURN_IF_ERROR(CheckSameCounts(kOp, counts));
+    scratch_.resize(post.aux);
+    int64_t offset = 0;
+    for (int m = 0; m < size(); ++m) {
+      std::memcpy(scratch_.data() + offset, group_->post(m).in, counts[m] * sizeof(float));
+      offset += counts[m];
+    }
+    RETURN_IF_ERROR(group_->Leave(kOp));
+    std::copy(scratch_.begin(), scratch_.end(), out);
+    return absl::OkStatus();
+  }
+
+  absl::Status ReduceScatter(const float* in, float* out,
+                             absl::Span<const int64_t> counts) override {
+    const char* kOp = "reduce_scatter";
+    RETURN_IF_ERROR(CheckCounts(kOp, counts));
+    Post post{kOp, counts[rank_], Total(counts), in, out, counts.data()};
+    RETURN_IF_ERROR(Begin(post));
+    RETURN_IF_ERROR(CheckSameCounts(kOp, counts));
+    const int64_t offset = Total(counts.subspan(0, rank_));
+    scratch_.assign(counts[rank_], 0.0f);
+    for (int m = 0; m < size(); ++m) {
+      const float* src = group_->post(m).in + offset;
+      for (int64_t i = 0; i < counts[rank_]; ++i) scratch_[i] += src[i];
+    }
+    RETURN_IF_ERROR(group_->Leave(kOp));
+    std::copy(scratch_.begin(), scratch_.end(), out);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
+                        absl::Span<const int64_t> recv_counts) override {
+    const char* kOp = "all_to_all";
+    RETURN_IF_ERROR(CheckCounts(kOp, send_counts));
+    RETURN_IF_ERROR(CheckCounts(kOp, recv_counts));
+    Post post{kOp, Total(send_counts), Total(recv_counts), in, out, send_counts.data(),
+              recv_counts.data()};
+    RETURN_IF_ERROR(Begin(post));
+    // What member m sends me must be what I expect from m.
+    for (int m = 0; m < size(); ++m) {
+      const int64_t sent = group_->post(m).counts[rank_];
+      if (sent != recv_counts[m]) {
+        group_->Leave(kOp).IgnoreError();
+        return absl::InvalidArgumentError(absl::StrCat(
+            kOp, " on ", name(), ": member ", rank_, " expects ", recv_counts[m],
+            " floats from member ", m, ", which sends ", sent));
+      }
+    }
+    scratch_.resize(post.aux);
+    int64_t dst = 0;
+    for (int m = 0; m < size(); ++m) {
+      const Post& p = group_->post(m);
+      int64_t src = 0;
+      for (int j = 0; j < rank_; ++j) src += p.counts[j];
+      std::memcpy(scratch_.data() + dst, p.in + src, recv_counts[m] * sizeof(float));
+      dst += recv_counts[m];
+    }
+    RETURN_IF_ERROR(group_->Leave(kOp));
+    std::copy(scratch_.begin(), scratch_.end(), out);
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(float* data, size_t count, int root) override {
+    const char* kOp = "broadcast";
+    if (root < 0 || root >= size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, " on ", name(), ": root ", root, " is not a member"));
+    }
+    Post post{kOp, static_cast<int64_t>(count), root, data};
+    RETURN_IF_ERROR(Begin(post));
+    if (rank_ != root) {
+      std::memcpy(data, group_->post(root).in, count * sizeof(float));
+    }
+    return group_->Leave(kOp);
+  }
+
+  absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
+    RETURN_IF_ERROR(CheckPeer("send", peer));
+    return group_->Send(rank_, peer, tag, data, count);
+  }
+
+  absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
+    RETURN_IF_ERROR(CheckPeer("recv", peer));
+    return group_->Recv(peer, rank_, tag, data, count);
+  }
+
+  absl::Status Barrier() override {
+    Post post{"barrier"};
+    RETURN_IF_ERROR(Begin(post));
+    return group_->Leave("barrier");
+  }
+
+ private:
+  static int64_t Total(absl::Span<const int64_t> counts) {
+    int64_t t = 0;
+    for (int64_t c : counts) t += c;
+    return t;
+  }
+
+  absl::Status CheckCounts(const char* op, absl::Span<const int64_t> counts) const {
+    if (counts.size() != static_cast<size_t>(size())) {
+      return absl::InvalidArgumentError(absl::StrCat(op, " on ", name(), ": ", counts.size(),
+                                                     " counts for ", size(), " members"));
+    }
+    for (int64_t c : counts) {
+      if (c < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(op, " on ", name(), ": negative count"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPeer(const char* op, int peer) const {
+    if (peer < 0 || peer >= size() || peer == rank_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " on ", name(), ": bad peer ", peer, " for member ", rank_));
+    }
+    return absl::OkStatus();
+  }
+
+  // Enters the collective and checks every member entered the same one with the same size
+  // parameters. On a mismatch every member still leaves, so the others fail rather than hang.
+  absl::Status Begin(const Post& post) {
+    RETURN_IF_ERROR(group_->Enter(rank_, post));
+    for (int m = 0; m < size(); ++m) {
+      const Post& other = group_->post(m);
+      bool same = std::strcmp(other.op, post.op) == 0;
+      // All-reduce and broadcast must agree on count and reduce op / root; the gather and
+      // scatter kinds compare their per-member counts afterwards.
+      if (same && (std::strcmp(post.op, "all_reduce") == 0 ||
+                   std::strcmp(post.op, "broadcast") == 0)) {
+        same = other.count == post.count && other.aux == post.aux;
+      }
+      if (!same) {
+        group_->Leave(post.op).IgnoreError();
+        return absl::InvalidArgumentError(absl::StrCat(
+            post.op, " on ", name(), ": member ", rank_, " called ", post.op, "(count ",
+            post.count, ", ", post.aux, ") but member ", m, " called ", other.op, "(count ",
+            other.count, ", ", other.aux, ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Gather / scatter members must agree on every member's count.
+  absl::Status CheckSameCounts(const char* op, absl::Span<const int64_t> counts) {
+    for (int m = 0; m < size(); ++m) {
+      const int64_t* theirs = group_->post(m).counts;
+      for (int j = 0; j < size(); ++j) {
+        if (theirs[j] != counts[j]) {
+          group_->Leave(op).IgnoreError();
+          return absl::InvalidArgumentError(
+              absl::StrCat(op, " on ", name(), ": members ", rank_, " and ", m,
+                           " disagree on the count of member ", j, ": ", counts[j], " vs ",
+                           theirs[j]));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<LocalGroup> group_;
+  const int rank_;
+  std::vector<float> scratch_;  // this member's result until every member has read the inputs
+};
+
+}  // namespace
+
+LocalWorld::LocalWorld(int world_size, absl::Duration timeout)
+    : world_size_(world_size), timeout_(timeout) {}
+
+LocalWorld::~LocalWorld() = default;
+
+std::shared_ptr<LocalGroup> LocalWorld::GetGroup(const v1::CommGroup& group) {
+  // Keyed like Gloo's store prefix: id and member list.
+  const std::string key = absl::StrCat(group.id(), "-", absl::StrJoin(group.ranks(), "."));
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<LocalGroup>& g = groups_[key];
+  if (g == nullptr) g = std::make_shared<LocalGroup>(GroupName(group), group.ranks_size(), timeout_);
+  return g;
+}
+
+LocalCommunicatorFactory::LocalCommunicatorFactory(std::shared_ptr<LocalWorld> world,
+                                                   int global_rank)
+    : world_(std::move(world)), global_rank_(global_rank) {}
+
+absl::StatusOr<std::unique_ptr<Communicator>> LocalCommunicatorFactory::Create(
+    const v1::CommGroup& group) {
+  const std::string name = GroupName(group);
+  int index = -1;
+  std::vector<int> seen;
+  for (int i = 0; i < group.ranks_size(); ++i) {
+    const int r = group.ranks(i);
+    if (r < 0 || r >= world_->world_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("creating communicator for ", name, ": rank ",
+                                                     r, " outside the world of ",
+                                                     world_->world_size()));
+    }
+    if (std::find(seen.begin(), seen.end(), r) != seen.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("creating communicator for ", name, ": rank ", r, " listed twice"));
+    }
+    seen.push_back(r);
+    if (r == global_rank_) index = i;
+  }
+  if (index < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("creating communicator for ", name, ": rank ",
+                                                   global_rank_, " is not a member"));
+  }
+  auto comm = std::make_unique<LocalCommunicator>(world_->GetGroup(group), index);
+  // Returns once every member has arrived, as a real transport's connect does.
+  RETURN_IF_ERROR(Annotate(comm->Barrier(), absl::StrCat("creating communicator for ", name)));
+  return std::unique_ptr<Communicator>(std::move(comm));
+}
+
+}  // namespace weft

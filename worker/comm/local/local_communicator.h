@@ -1,0 +1,65 @@
+// An in-process Communicator: N ranks as N threads of one process, meeting in a shared
+// LocalWorld. Tests use it to run every rank's Program at once (executor tests, and the
+// planner-vs-reference simulations) without sockets. Collectives are computed in member order,
+// so every member gets bit-identical results, and members check that they called the same
+// collective with the same counts: a mismatch is an error naming both sides rather than a hang.
+//
+// E.g.
+//   auto world = std::make_shared<LocalWorld>(/*world_size=*/2, absl::Seconds(10));
+//   // In the thread of global rank r:
+//   LocalCommunicatorFactory factory(world, r);
+//   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory.Create(group));
+//   RETURN_IF_ERROR(comm->AllReduce(grad, n, ReduceOp::kSum));
+#ifndef WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_
+#define WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/comm/communicator.h"
+
+namespace weft {
+
+class LocalGroup;
+
+// The rendezvous every rank's factory shares: one LocalGroup per distinct CommGroup (by id and
+// member list), created by whichever member arrives first. Outlives every communicator.
+class LocalWorld {
+ public:
+  LocalWorld(int world_size, absl::Duration timeout);
+  ~LocalWorld();
+
+  int world_size() const { return world_size_; }
+  absl::Duration timeout() const { return timeout_; }
+
+  // The shared state of `group` (created on first use).
+  std::shared_ptr<LocalGroup> GetGroup(const v1::CommGroup& group);
+
+ private:
+  const int world_size_;
+  const absl::Duration timeout_;
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<LocalGroup>> groups_ ABSL_GUARDED_BY(mu_);
+};
+
+// The factory of one global rank.
+class LocalCommunicatorFactory : public CommunicatorFactory {
+ public:
+  LocalCommunicatorFactory(std::shared_ptr<LocalWorld> world, int global_rank);
+
+  // Fails with INVALID_ARGUMENT if this rank is not in the group or the group names ranks
+  // outside the world, DEADLINE_EXCEEDED if the other members do not arrive in time.
+  absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override;
+
+ private:
+  std::shared_ptr<LocalWorld> world_;
+  const int global_rank_;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_

@@ -1,0 +1,211 @@
+#include "worker/data/batch_source.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/npy.h"
+#include "common/philox.h"
+#include "common/status.h"
+
+namespace weft {
+namespace {
+
+std::string Dims(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ","), "]"); }
+
+// Calls run(sample_offset, out_offset, count) for every contiguous run of a sub-box of a
+// row-major sample of shape `shape`; box offsets/lengths are over the sample's axes.
+template <typename Fn>
+void ForEachRun(const std::vector<int64_t>& shape, const int64_t* offsets, const int64_t* lengths,
+                Fn&& run) {
+  const int rank = static_cast<int>(shape.size());
+  int64_t total = 1;
+  for (int d = 0; d < rank; ++d) total *= lengths[d];
+  if (total == 0) return;
+  // Dims [split, rank) form one contiguous run: trailing whole dims plus the first partial one.
+  int split = rank;
+  int64_t run_len = 1;
+  while (split > 0) {
+    const int d = split - 1;
+    run_len *= lengths[d];
+    split = d;
+    if (lengths[d] != shape[d]) break;
+  }
+  std::vector<int64_t> strides(rank, 1);
+  for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
+  int64_t idx[16] = {0};  // rank is bounded by CheckBox
+  int64_t out = 0;
+  while (true) {
+    int64_t src = 0;
+    for (int d = 0; d < rank; ++d) src += (offsets[d] + (d < split ? idx[d] : 0)) * strides[d];
+    run(src, out, run_len);
+    out += run_len;
+    int d = split - 1;
+    while (d >= 0 && ++idx[d] == lengths[d]) {
+      idx[d] = 0;
+      --d;
+    }
+    if (d < 0) break;
+  }
+}
+
+class SyntheticSource final : public BatchSource {
+ public:
+  SyntheticSource(uint64_t seed, uint64_t key) : seed_(seed), key_(key) {}
+
+  absl::Status ReadBox(int64_t step, const v1::TensorBox& box, float* out) override {
+    const int64_t b0 = box.offsets(0), nb = box.lengths(0);
+    const int64_t per_row = BoxRowElements(box);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t base = SampleIndex(step, b0 + b) * sample_numel_;
+      float* row = out + b * per_row;
+      ForEachRun(sample_shape_, box.offsets().data() + 1, box.lengths().data() + 1,
+                 [&](int64_t src, int64_t dst, int64_t n) {
+                   for (int64_t j = 0; j < n; ++j) {
+                     row[dst + j] = PhiloxUniform(seed_, key_, base + src + j, 1.0f);
+                   }
+                 });
+    }
+    return absl::OkStatus();
+  }
+
+  static int64_t BoxRowElements(const v1::TensorBox& box) {
+    int64_t n = 1;
+    for (int d = 1; d < box.lengths_size(); ++d) n *= box.lengths(d);
+    return n;
+  }
+
+ private:
+  const uint64_t seed_;
+  const uint64_t key_;
+};
+
+class NpySource final : public BatchSource {
+ public:
+  explicit NpySource(NpyFile file) : file_(std::move(file)) {}
+
+  absl::Status ReadBox(int64_t step, const v1::TensorBox& box, float* out) override {
+    const int64_t b0 = box.offsets(0), nb = box.lengths(0);
+    bool whole_samples = true;
+    int64_t per_row = 1;
+    for (int d = 1; d < box.lengths_size(); ++d) {
+      per_row *= box.lengths(d);
+      if (box.lengths(d) != sample_shape_[d - 1]) whole_samples = false;
+    }
+    int64_t b = 0;
+    while (b < nb) {
+      // One pread per stretch of consecutive samples (a batch wraps at most once per pass).
+      const int64_t first = SampleIndex(step, b0 + b);
+      const int64_t count = std::min(nb - b, num_samples_ - first);
+      if (whole_samples) {
+        RETURN_IF_ERROR(Annotate(file_.ReadRows(first, count, out + b * per_row), what_));
+      } else {
+        scratch_.resize(static_cast<size_t>(count * sample_numel_));
+        RETURN_IF_ERROR(Annotate(file_.ReadRows(first, count, scratch_.data()), what_));
+        for (int64_t k = 0; k < count; ++k) {
+          const float* sample = scratch_.data() + k * sample_numel_;
+          float* row = out + (b + k) * per_row;
+          ForEachRun(sample_shape_, box.offsets().data() + 1, box.lengths().data() + 1,
+                     [&](int64_t src, int64_t dst, int64_t n) {
+                       std::memcpy(row + dst, sample + src, n * sizeof(float));
+                     });
+        }
+      }
+      b += count;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  NpyFile file_;
+  std::vector<float> scratch_;  // whole samples when the box takes part of each
+};
+
+}  // namespace
+
+std::vector<int64_t> BatchSource::batch_shape() const {
+  std::vector<int64_t> shape = {batch_size_};
+  shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
+  return shape;
+}
+
+int64_t BatchSource::SampleIndex(int64_t step, int64_t b) const {
+  return ((step - 1) * batch_size_ + b) % num_samples_;
+}
+
+absl::Status BatchSource::CheckBox(const v1::TensorBox& box) const {
+  const std::vector<int64_t> shape = batch_shape();
+  const std::vector<int64_t> offsets(box.offsets().begin(), box.offsets().end());
+  const std::vector<int64_t> lengths(box.lengths().begin(), box.lengths().end());
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(what_, " box offsets ", Dims(offsets),
+                                                   " lengths ", Dims(lengths), " ", why,
+                                                   " of the global batch ", Dims(shape)));
+  };
+  if (offsets.size() != shape.size() || lengths.size() != shape.size()) {
+    return bad("does not match the rank");
+  }
+  if (shape.size() > 16) return bad("has too many axes");
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > shape[d]) {
+      return bad("falls outside");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(const v1::Data& data,
+                                                                 Stream stream, uint64_t seed) {
+  const std::string what = stream == kInput ? "data.input" : "data.label";
+  if (data.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": batch_size must be > 0, got ", data.batch_size()));
+  }
+  std::unique_ptr<BatchSource> source;
+  const auto& declared = stream == kInput ? data.sample_shape() : data.label_shape();
+  std::vector<int64_t> shape(declared.begin(), declared.end());
+  int64_t num_samples = data.num_samples();
+  if (data.source() == "synthetic") {
+    if (num_samples <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": synthetic data needs num_samples > 0, got ", num_samples));
+    }
+    source = std::make_unique<SyntheticSource>(seed, Fnv1a64(what));
+  } else if (data.source() == "npy") {
+    const std::string& path = stream == kInput ? data.input() : data.label();
+    if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no .npy path"));
+    absl::StatusOr<NpyFile> file = NpyFile::Open(path);
+    if (!file.ok()) return Annotate(file.status(), absl::StrCat("opening ", what));
+    std::vector<int64_t> file_sample(file->shape().begin() + (file->shape().empty() ? 0 : 1),
+                                     file->shape().end());
+    if (file->shape().empty() || file->rows() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("opening ", what, ": ", path, " holds no samples"));
+    }
+    if (!shape.empty() && shape != file_sample) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("opening ", what, ": ", path, " has samples of shape ", Dims(file_sample),
+                       ", the program expects ", Dims(shape)));
+    }
+    if (num_samples > 0 && num_samples != file->rows()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("opening ", what, ": ", path, " holds ", file->rows(),
+                       " samples, the program expects ", num_samples));
+    }
+    shape = file_sample;
+    num_samples = file->rows();
+    source = std::make_unique<NpySource>(*std::move(file));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unknown data source '", data.source(), "' (npy | synthetic)"));
+  }
+  source->what_ = what;
+  source->sample_shape_ = shape;
+  source->sample_numel_ = 1;
+  for (int64_t d : shape) source->sample_numel_ *= d;
+  source->num_samples_ = num_samples;
+  source->batch_size_ = data.batch_size();
+  return source;
+}
+
+}  // namespace weft

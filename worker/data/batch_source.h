@@ -1,0 +1,64 @@
+// BatchSource: where LOAD_INPUT and LOAD_LABEL read the step's batch from. The global batch of
+// step s (from 1) is samples (s-1)*B .. s*B-1 modulo num_samples (wrapping), a tensor
+// [B, sample_shape...]; each rank reads only its box of it.
+//
+// Two sources:
+//   npy:       samples are the rows of a float32 .npy file [num_samples, ...], read with pread.
+//   synthetic: element j (row-major within the sample) of sample i is the Philox uniform in
+//              [-1, 1) with seed = Program.seed, tensor_key = Fnv1a64("data.input") (or
+//              "data.label"), element index i * sample_numel + j (see common/philox.h), so every
+//              rank and the single-device reference see the same data.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(auto inputs, BatchSource::Create(program.data(), BatchSource::kInput,
+//                                                     program.seed()));
+//   RETURN_IF_ERROR(inputs->ReadBox(step, instruction.box(), buffer));
+#ifndef WEFT_WORKER_DATA_BATCH_SOURCE_H_
+#define WEFT_WORKER_DATA_BATCH_SOURCE_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "weft/v1/job.pb.h"
+#include "weft/v1/program.pb.h"
+
+namespace weft {
+
+class BatchSource {
+ public:
+  enum Stream { kInput, kLabel };
+
+  // Opens the input or label stream of `data`. Errors name the stream and the file.
+  static absl::StatusOr<std::unique_ptr<BatchSource>> Create(const v1::Data& data, Stream stream,
+                                                             uint64_t seed);
+  virtual ~BatchSource() = default;
+
+  const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
+  int64_t num_samples() const { return num_samples_; }
+  int64_t batch_size() const { return batch_size_; }
+  // [B, sample_shape...].
+  std::vector<int64_t> batch_shape() const;
+
+  // Checks that `box` lies inside batch_shape(); the message names the stream.
+  absl::Status CheckBox(const v1::TensorBox& box) const;
+  // Writes the box of step `step`'s global batch into out (prod(box.lengths) floats,
+  // row-major). The box must have passed CheckBox.
+  virtual absl::Status ReadBox(int64_t step, const v1::TensorBox& box, float* out) = 0;
+
+ protected:
+  // Global sample index of row b of step `step`'s batch.
+  int64_t SampleIndex(int64_t step, int64_t b) const;
+
+  std::string what_;  // "data.input", "data.label"
+  std::vector<int64_t> sample_shape_;
+  int64_t sample_numel_ = 1;
+  int64_t num_samples_ = 0;
+  int64_t batch_size_ = 0;
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_DATA_BATCH_SOURCE_H_

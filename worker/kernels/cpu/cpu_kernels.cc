@@ -1,0 +1,152 @@
+#include "worker/kernels/cpu/cpu_kernels.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace weft {
+namespace {
+
+constexpr double kInvSqrt2 = 0.70710678118654752440;
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+
+class CpuKernels final : public Kernels {
+ public:
+  const char* name() const override { return "cpu"; }
+  bool host_accessible() const override { return true; }
+
+  float* Allocate(int64_t n) override {
+    const size_t bytes = ((static_cast<size_t>(n < 1 ? 1 : n) * sizeof(float) + 63) / 64) * 64;
+    return static_cast<float*>(std::aligned_alloc(64, bytes));
+  }
+  void Free(float* p) override { std::free(p); }
+  void CopyFromHost(const float* host, float* dst, int64_t n) override { Copy(host, dst, n); }
+  void CopyToHost(const float* src, float* host, int64_t n) override { Copy(src, host, n); }
+  void Copy(const float* src, float* dst, int64_t n) override {
+    if (src != dst && n > 0) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
+  }
+  void Fill(float* dst, int64_t n, float value) override {
+    for (int64_t i = 0; i < n; ++i) dst[i] = value;
+  }
+  absl::Status Synchronize() override { return absl::OkStatus(); }
+
+  void Matmul(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+              bool trans_a, bool trans_b) override {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      Fill(c, m * n, 0.0f);
+      return;
+    }
+    const int lda = static_cast<int>(trans_a ? m : k);
+    const int ldb = static_cast<int>(trans_b ? k : n);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, a, lda, b, ldb, 0.0f, c, static_cast<int>(n));
+  }
+
+  void AddBias(const float* a, const float* bias, float* out, int64_t rows,
+               int64_t cols) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* ar = a + r * cols;
+      float* orow = out + r * cols;
+      for (int64_t c = 0; c < cols; ++c) orow[c] = ar[c] + bias[c];
+    }
+  }
+
+  void BiasGrad(const float* a, float* out, int64_t rows, int64_t cols) override {
+    for (int64_t c = 0; c < cols; ++c) out[c] = 0.0f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* ar = a + r * cols;
+      for (int64_t c = 0; c < cols; ++c) out[c] += ar[c];
+    }
+  }
+
+  void Relu(const float* a, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] > 0.0f ? a[i] : 0.0f;
+  }
+
+  void ReluGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  }
+
+  void Gelu(const float* x, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      out[i] = static_cast<float>(v * 0.5 * (1.0 + std::erf(v * kInvSqrt2)));
+    }
+  }
+
+  void GeluGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      const double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
+      const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
+      out[i] = static_cast<float>(dy[i] * (cdf + v * pdf));
+    }
+  }
+
+  void MseLoss(const float* pred, const float* label, float* out, int64_t n,
+               float scale) override {
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) {
+      const double d = static_cast<double>(pred[i]) - label[i];
+      sum += d * d;
+    }
+    out[0] = static_cast<float>(scale * sum);
+  }
+
+  void MseGrad(const float* pred, const float* label, float* out, int64_t n,
+               float scale) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = scale * (pred[i] - label[i]);
+  }
+
+  void Scale(const float* a, float* out, int64_t n, float scale) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = scale * a[i];
+  }
+
+  void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
+    for (int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+  }
+
+  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
+             const AdamWHyper& h, int64_t step) override {
+    const float b1 = h.beta1, b2 = h.beta2;
+    const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), step));
+    const float bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), step));
+    const float decay = 1.0f - h.lr * h.weight_decay;
+    for (int64_t i = 0; i < n; ++i) {
+      const float g = grad[i];
+      float p = param[i] * decay;
+      const float mi = b1 * m[i] + (1.0f - b1) * g;
+      const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+      m[i] = mi;
+      v[i] = vi;
+      p -= h.lr * (mi / bias1) / (std::sqrt(vi / bias2) + h.eps);
+      param[i] = p;
+    }
+  }
+
+  void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
+             int64_t offset, int64_t length) override {
+    const size_t run = static_cast<size_t>(length * inner) * sizeof(float);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(out + o * length * inner, a + (o * axis_len + offset) * inner, run);
+    }
+  }
+
+  void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
+               int64_t offset, int64_t length) override {
+    const size_t run = static_cast<size_t>(length * inner) * sizeof(float);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::memcpy(out + (o * axis_len + offset) * inner, a + o * length * inner, run);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> NewCpuKernels() { return std::make_unique<CpuKernels>(); }
+
+}  // namespace weft

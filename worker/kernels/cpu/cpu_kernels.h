@@ -1,0 +1,21 @@
+// The CPU backend of Kernels: OpenBLAS cblas_sgemm for Matmul, plain loops elsewhere. Buffers are
+// host memory (64-byte aligned), calls are synchronous.
+//
+// E.g.
+//   std::unique_ptr<Kernels> k = NewCpuKernels();
+//   float* y = k->Allocate(m * n);
+//   k->Matmul(x, w, y, m, n, kdim, /*trans_a=*/false, /*trans_b=*/false);
+#ifndef WEFT_WORKER_KERNELS_CPU_CPU_KERNELS_H_
+#define WEFT_WORKER_KERNELS_CPU_CPU_KERNELS_H_
+
+#include <memory>
+
+#include "worker/kernels/kernels.h"
+
+namespace weft {
+
+std::unique_ptr<Kernels> NewCpuKernels();
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_KERNELS_CPU_CPU_KERNELS_H_

@@ -1,0 +1,113 @@
+// weft-worker: the worker daemon, one per device. Connects to the coordinator's WorkerService,
+// runs the programs it is assigned, and reconnects when the coordinator goes away.
+//
+// E.g.
+//   weft-worker --coordinator=127.0.0.1:7070 --host=10.0.0.5
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/match.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
+#include "worker/executor/executor.h"
+#include "worker/worker.h"
+
+ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
+ABSL_FLAG(std::string, device, "cpu", "Device to run on: cpu (cuda:N needs a CUDA build).");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Address the other workers reach this worker's collectives on.");
+ABSL_FLAG(int, heartbeat_ms, 0, "Heartbeat interval; 0 uses the coordinator's.");
+ABSL_FLAG(int, collective_timeout_s, 300,
+          "Bound on every collective and on the rendezvous of each communicator.");
+ABSL_FLAG(int, reconnect_deadline_s, 600,
+          "Give up (exit 1) after this long without a stream to the coordinator.");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR]");
+  absl::ParseCommandLine(argc, argv);
+
+  auto logger = spdlog::stderr_logger_mt("weft-worker");
+  logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %L weft-worker] %v");
+  spdlog::set_default_logger(logger);
+
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (coordinator.empty()) {
+    std::fprintf(stderr, "weft-worker: --coordinator=HOST:PORT is required\n");
+    return 2;
+  }
+  const std::string device = absl::GetFlag(FLAGS_device);
+  if (absl::StartsWith(device, "cuda")) {
+    std::fprintf(stderr,
+                 "weft-worker: --device=%s: CUDA is not available in this build or on this "
+                 "machine; use --device=cpu\n",
+                 device.c_str());
+    return 2;
+  }
+  if (device != "cpu") {
+    std::fprintf(stderr, "weft-worker: --device=%s: unknown device (cpu or cuda:N)\n",
+                 device.c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_collective_timeout_s) <= 0 || absl::GetFlag(FLAGS_heartbeat_ms) < 0) {
+    std::fprintf(stderr,
+                 "weft-worker: --collective_timeout_s must be > 0 and --heartbeat_ms >= 0\n");
+    return 2;
+  }
+
+  // SIGTERM and SIGINT are taken by sigtimedwait below, not by a handler: block them before any
+  // thread (gRPC's included) starts, so every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  weft::WorkerOptions options;
+  options.coordinator = coordinator;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
+  options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));
+
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials());
+  weft::GlooTaskEnvironment env(channel, options.host,
+                                absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),
+                                &weft::Executor::Create);
+  weft::Worker worker(options, weft::LocalCpuDevice(), &env,
+                      weft::v1::WorkerService::NewStub(channel));
+  spdlog::info("pid {}, coordinator {}, collectives on {}", getpid(), coordinator, options.host);
+
+  absl::Status status;
+  std::atomic<bool> done{false};
+  std::thread runner([&] {
+    status = worker.Run();
+    done = true;
+  });
+  while (!done) {
+    const timespec tick = {0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGTERM || sig == SIGINT) {
+      spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      worker.Shutdown();
+      break;
+    }
+  }
+  runner.join();
+  if (!status.ok()) {
+    spdlog::error("{}", std::string(status.message()));
+    return 1;
+  }
+  return 0;
+}

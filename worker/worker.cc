@@ -1,0 +1,434 @@
+#include "worker/worker.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/status.h"
+#include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
+#include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/comm/gloo/rendezvous_store.h"
+
+namespace weft {
+namespace {
+
+// Owns the attempt's RendezvousStore for as long as its communicators may bootstrap.
+class RendezvousGlooFactory : public CommunicatorFactory {
+ public:
+  RendezvousGlooFactory(std::unique_ptr<RendezvousStore> store, int rank, const std::string& host,
+                        absl::Duration timeout)
+      : store_(std::move(store)), gloo_(store_.get(), rank, host, timeout) {}
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override {
+    return gloo_.Create(group);
+  }
+  RendezvousStore* store() { return store_.get(); }
+
+ private:
+  const std::unique_ptr<RendezvousStore> store_;
+  GlooCommunicatorFactory gloo_;
+};
+
+v1::WorkerMessage DoneMessage(const v1::Program& program, bool ok, const std::string& message) {
+  v1::WorkerMessage msg;
+  v1::TaskDone* done = msg.mutable_done();
+  done->set_job_id(program.job_id());
+  done->set_attempt(program.attempt());
+  done->set_rank(program.rank());
+  done->set_ok(ok);
+  done->set_message(message);
+  return msg;
+}
+
+}  // namespace
+
+// ---- GlooTaskEnvironment ----
+
+GlooTaskEnvironment::GlooTaskEnvironment(std::shared_ptr<grpc::ChannelInterface> coordinator,
+                                         std::string host, absl::Duration collective_timeout,
+                                         ExecutorFactory make_executor)
+    : coordinator_(std::move(coordinator)),
+      host_(std::move(host)),
+      collective_timeout_(collective_timeout),
+      make_executor_(std::move(make_executor)) {}
+
+absl::StatusOr<AttemptComms> GlooTaskEnvironment::MakeComms(const v1::Assignment& assignment) {
+  auto factory = std::make_unique<RendezvousGlooFactory>(
+      std::make_unique<RendezvousStore>(coordinator_, assignment.rendezvous_scope(),
+                                        collective_timeout_),
+      assignment.program().rank(), host_, collective_timeout_);
+  RendezvousStore* store = factory->store();
+  AttemptComms comms;
+  comms.factory = std::move(factory);
+  comms.cancel = [store] { store->Cancel(); };
+  return comms;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> GlooTaskEnvironment::MakeExecutor(
+    const v1::Program& program, CommunicatorFactory* comm_factory) {
+  return make_executor_(program, comm_factory);
+}
+
+// ---- Task ----
+
+Task::Task(v1::Assignment assignment, TaskEnvironment* env, Report report)
+    : assignment_(std::move(assignment)), env_(env), report_(std::move(report)) {}
+
+Task::~Task() {
+  Cancel("worker shutting down");
+  Join();
+}
+
+void Task::Start() { thread_ = std::thread([this] { Run(); }); }
+
+void Task::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+void Task::Cancel(const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  if (cancelled_) return;
+  cancelled_ = true;
+  cancel_reason_ = reason;
+  if (executor_ != nullptr) executor_->Cancel();
+  if (cancel_comms_) cancel_comms_();
+}
+
+bool Task::cancelled() const {
+  absl::MutexLock lock(&mu_);
+  return cancelled_;
+}
+
+void Task::Run() {
+  const v1::Program& program = assignment_.program();
+  spdlog::info("job {} attempt {} rank {}: starting ({} steps)", program.job_id(),
+               program.attempt(), program.rank(), program.steps());
+  const absl::Status status = RunSteps();
+  v1::WorkerMessage done;
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      done = DoneMessage(program, false, absl::StrCat("cancelled: ", cancel_reason_));
+    } else if (status.ok()) {
+      done = DoneMessage(program, true, "");
+    } else {
+      done = DoneMessage(program, false, absl::StrCat("rank ", program.rank(), ": ",
+                                                      status.message()));
+    }
+  }
+  if (done.done().ok()) {
+    spdlog::info("job {} attempt {} rank {}: done", program.job_id(), program.attempt(),
+                 program.rank());
+  } else {
+    spdlog::warn("job {} attempt {}: {}", program.job_id(), program.attempt(),
+                 done.done().message());
+  }
+  report_(done);
+  finished_.Notify();
+}
+
+absl::Status Task::RunSteps() {
+  const v1::Program& program = assignment_.program();
+  ASSIGN_OR_RETURN(AttemptComms comms, env_->MakeComms(assignment_));
+  {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) return absl::CancelledError(cancel_reason_);
+    cancel_comms_ = comms.cancel;
+  }
+  absl::Cleanup forget_comms = [this] {
+    absl::MutexLock lock(&mu_);
+    cancel_comms_ = nullptr;
+  };
+  auto created = env_->MakeExecutor(program, comms.factory.get());
+  if (!created.ok()) return Annotate(created.status(), "loading the program");
+  std::unique_ptr<Executor> executor = std::move(created).value();
+  {
+    absl::MutexLock lock(&mu_);
+    executor_ = executor.get();
+    if (cancelled_) executor_->Cancel();
+  }
+  absl::Cleanup forget_executor = [this] {
+    absl::MutexLock lock(&mu_);
+    executor_ = nullptr;
+  };
+  RETURN_IF_ERROR(Annotate(executor->Initialize(), "initializing"));
+  for (int64_t step = 1; step <= program.steps(); ++step) {
+    if (cancelled()) return absl::CancelledError("cancelled");
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<float> loss = executor->RunStep(step);
+    if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("step ", step));
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    v1::WorkerMessage msg;
+    v1::StepReport* report = msg.mutable_step();
+    report->set_job_id(program.job_id());
+    report->set_attempt(program.attempt());
+    report->set_rank(program.rank());
+    report->set_step(step);
+    report->set_loss(*loss);
+    report->set_step_seconds(took.count());
+    report_(msg);
+  }
+  return absl::OkStatus();
+}
+
+// ---- LocalCpuDevice ----
+
+v1::DeviceInfo LocalCpuDevice() {
+  v1::DeviceInfo device;
+  device.set_kind("cpu");
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        device.set_name(std::string(absl::StripAsciiWhitespace(line.substr(colon + 1))));
+      }
+      break;
+    }
+  }
+  if (device.name().empty()) device.set_name("cpu");
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page_size > 0) device.set_memory_bytes(int64_t{pages} * page_size);
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  device.set_cores(cores > 0 ? static_cast<int32_t>(cores) : 1);
+  return device;
+}
+
+// ---- Worker ----
+
+Worker::Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env)
+    : Worker(options, std::move(device), env,
+             v1::WorkerService::NewStub(grpc::CreateChannel(
+                 options.coordinator, grpc::InsecureChannelCredentials()))) {}
+
+Worker::Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env,
+               std::unique_ptr<v1::WorkerService::StubInterface> stub)
+    : options_(std::move(options)),
+      device_(std::move(device)),
+      env_(env),
+      stub_(std::move(stub)) {}
+
+Worker::~Worker() {
+  Shutdown();
+  CancelTask("worker shutting down", /*join=*/true);
+}
+
+std::string Worker::worker_id() const {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+void Worker::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (shutdown_) return;
+  shutdown_ = true;
+  shutdown_requested_.Notify();
+  if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
+}
+
+absl::Status Worker::Run() {
+  absl::Time last_connected = absl::Now();
+  absl::Duration delay = options_.reconnect_first_delay;
+  int failures = 0;
+  while (!shutdown_requested_.HasBeenNotified()) {
+    const absl::Status status = Serve();
+    if (shutdown_requested_.HasBeenNotified()) break;
+    if (status.ok()) {
+      last_connected = absl::Now();
+      delay = options_.reconnect_first_delay;
+      failures = 0;
+      spdlog::warn("lost the coordinator at {}; reconnecting", options_.coordinator);
+    } else {
+      ++failures;
+      if (absl::Now() - last_connected > options_.reconnect_deadline) {
+        CancelTask("worker giving up on the coordinator", /*join=*/true);
+        return absl::UnavailableError(
+            absl::StrCat("no connection to the coordinator at ", options_.coordinator, " for ",
+                         absl::FormatDuration(options_.reconnect_deadline), ": ",
+                         status.message()));
+      }
+      spdlog::warn("connecting to {} (attempt {}): {}; retrying in {}", options_.coordinator,
+                   failures, std::string(status.message()), absl::FormatDuration(delay));
+    }
+    if (shutdown_requested_.WaitForNotificationWithTimeout(delay)) break;
+    delay = std::min(delay * 2, options_.reconnect_max_delay);
+  }
+  CancelTask("worker shutting down", /*join=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status Worker::Serve() {
+  grpc::ClientContext ctx;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return absl::OkStatus();
+    stream_ctx_ = &ctx;
+  }
+  absl::Cleanup forget_ctx = [this] {
+    absl::MutexLock lock(&mu_);
+    stream_ctx_ = nullptr;
+  };
+  std::unique_ptr<grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>>
+      stream = stub_->Connect(&ctx);
+
+  v1::WorkerMessage hello;
+  hello.mutable_hello()->set_host(options_.host);
+  *hello.mutable_hello()->mutable_device() = device_;
+  hello.mutable_hello()->set_pid(getpid());
+  v1::CoordinatorMessage first;
+  if (!stream->Write(hello) || !stream->Read(&first)) {
+    ctx.TryCancel();
+    grpc::Status s = stream->Finish();
+    return absl::UnavailableError(s.ok() ? "stream closed before Welcome" : s.error_message());
+  }
+  if (!first.has_welcome()) {
+    ctx.TryCancel();
+    stream->Finish();
+    return absl::UnavailableError("coordinator did not start with Welcome");
+  }
+  absl::Duration interval = options_.heartbeat_interval;
+  if (interval <= absl::ZeroDuration()) {
+    interval = absl::Milliseconds(first.welcome().heartbeat_interval_ms());
+  }
+  if (interval <= absl::ZeroDuration()) interval = absl::Seconds(5);
+  {
+    absl::MutexLock lock(&mu_);
+    worker_id_ = first.welcome().worker_id();
+  }
+  int64_t session;
+  {
+    absl::MutexLock lock(&write_mu_);
+    stream_ = stream.get();
+    session = ++session_;
+  }
+  spdlog::info("connected to {} as {} (heartbeat every {})", options_.coordinator,
+               first.welcome().worker_id(), absl::FormatDuration(interval));
+
+  absl::Notification stop_heartbeats;
+  std::thread heartbeats([&] {
+    v1::WorkerMessage beat;
+    beat.mutable_heartbeat();
+    while (!stop_heartbeats.WaitForNotificationWithTimeout(interval)) Send(beat, session);
+  });
+
+  v1::CoordinatorMessage msg;
+  while (stream->Read(&msg)) Handle(msg);
+
+  stop_heartbeats.Notify();
+  heartbeats.join();
+  {
+    absl::MutexLock lock(&write_mu_);
+    stream_ = nullptr;
+    ++session_;
+  }
+  // Its peers are losing the coordinator too, or being cancelled by it: stop without waiting for
+  // a collective that may never complete. A later assignment waits for it (Join).
+  CancelTask(shutdown_requested_.HasBeenNotified() ? "worker shutting down"
+                                                   : "connection to the coordinator lost",
+             /*join=*/false);
+  grpc::Status s = stream->Finish();
+  if (!shutdown_requested_.HasBeenNotified()) {
+    spdlog::warn("stream to {} ended: {}", options_.coordinator,
+                 s.ok() ? "closed by the coordinator" : s.error_message());
+  }
+  return absl::OkStatus();
+}
+
+void Worker::Handle(const v1::CoordinatorMessage& msg) {
+  switch (msg.msg_case()) {
+    case v1::CoordinatorMessage::kAssignment:
+      StartTask(msg.assignment());
+      break;
+    case v1::CoordinatorMessage::kCancel: {
+      const v1::Cancel& cancel = msg.cancel();
+      absl::MutexLock lock(&mu_);
+      if (task_ != nullptr && !task_->finished() && task_->job_id() == cancel.job_id() &&
+          task_->attempt() == cancel.attempt()) {
+        spdlog::info("job {} attempt {}: cancel ({})", cancel.job_id(), cancel.attempt(),
+                     cancel.reason());
+        task_->Cancel(cancel.reason());
+      } else {
+        spdlog::info("ignoring cancel of job {} attempt {}: not running here", cancel.job_id(),
+                     cancel.attempt());
+      }
+      break;
+    }
+    case v1::CoordinatorMessage::kWelcome:
+      break;
+    default:
+      spdlog::warn("ignoring an empty message from the coordinator");
+  }
+}
+
+void Worker::StartTask(const v1::Assignment& assignment) {
+  const v1::Program& program = assignment.program();
+  const int64_t current = session();
+  std::unique_ptr<Task> previous;
+  {
+    absl::MutexLock lock(&mu_);
+    if (task_ != nullptr && !task_->finished()) {
+      const std::string busy =
+          absl::StrCat("rank ", program.rank(), ": worker busy with job ", task_->job_id(),
+                       " attempt ", task_->attempt());
+      spdlog::warn("refusing job {} attempt {}: {}", program.job_id(), program.attempt(), busy);
+      Send(DoneMessage(program, false, busy), current);
+      return;
+    }
+    previous = std::move(task_);
+  }
+  if (previous != nullptr) previous->Join();
+  if (!program.device().empty() && program.device() != "cpu") {
+    Send(DoneMessage(program, false,
+                     absl::StrCat("rank ", program.rank(), ": device ", program.device(),
+                                  " is not available on this worker (cpu only)")),
+         current);
+    return;
+  }
+  auto task = std::make_unique<Task>(
+      assignment, env_, [this, current](const v1::WorkerMessage& m) { Send(m, current); });
+  task->Start();
+  absl::MutexLock lock(&mu_);
+  task_ = std::move(task);
+}
+
+void Worker::CancelTask(const std::string& reason, bool join) {
+  std::unique_ptr<Task> finished;
+  {
+    absl::MutexLock lock(&mu_);
+    if (task_ == nullptr) return;
+    task_->Cancel(reason);
+    if (join) finished = std::move(task_);
+  }
+  if (finished != nullptr) finished->Join();
+}
+
+int64_t Worker::session() const {
+  absl::MutexLock lock(&write_mu_);
+  return session_;
+}
+
+void Worker::Send(const v1::WorkerMessage& msg, int64_t session) {
+  absl::MutexLock lock(&write_mu_);
+  if (stream_ == nullptr || session != session_) {
+    if (!msg.has_heartbeat()) {
+      spdlog::warn("dropping a {} message: its stream to the coordinator is gone",
+                   msg.has_done() ? "task-done" : "step");
+    }
+    return;
+  }
+  if (!stream_->Write(msg)) {
+    spdlog::debug("write to the coordinator failed; the stream is closing");
+  }
+}
+
+}  // namespace weft

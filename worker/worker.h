@@ -1,0 +1,191 @@
+// The worker daemon's runtime, in two layers:
+//
+//  - Task: runs one Assignment to completion on its own thread (communicators, executor, one
+//    StepReport per step, exactly one TaskDone). It knows nothing of gRPC: what it needs comes
+//    from a TaskEnvironment and what it says goes to a callback, so tests drive it directly.
+//  - Worker: the WorkerService stream client. Says Hello, sends heartbeats, turns Assignment and
+//    Cancel into Task calls, forwards the task's messages, and reconnects with backoff when the
+//    coordinator goes away (cancelling the running task: its peers are being torn down too).
+//
+// E.g.
+//   GlooTaskEnvironment env(channel, "127.0.0.1", absl::Seconds(300), &Executor::Create);
+//   Worker worker(options, LocalCpuDevice(), &env);
+//   std::thread t([&] { status = worker.Run(); });
+//   ...
+//   worker.Shutdown();  // on SIGTERM
+//   t.join();
+#ifndef WEFT_WORKER_WORKER_H_
+#define WEFT_WORKER_WORKER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "weft/v1/service.grpc.pb.h"
+#include "worker/comm/communicator.h"
+#include "worker/executor/executor.h"
+
+namespace weft {
+
+// Executor::Create, or a fake in tests.
+using ExecutorFactory = std::function<absl::StatusOr<std::unique_ptr<Executor>>(
+    const v1::Program&, CommunicatorFactory*)>;
+
+// The communicators of one attempt and a way to stop waiting for peers that will not come.
+struct AttemptComms {
+  std::unique_ptr<CommunicatorFactory> factory;  // may be null for a program with no groups
+  std::function<void()> cancel;                  // may be empty
+};
+
+// What a Task needs from the machine it runs on.
+class TaskEnvironment {
+ public:
+  virtual ~TaskEnvironment() = default;
+  virtual absl::StatusOr<AttemptComms> MakeComms(const v1::Assignment& assignment) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(
+      const v1::Program& program, CommunicatorFactory* comm_factory) = 0;
+};
+
+// The daemon's environment: Gloo communicators bootstrapped through the coordinator's
+// RendezvousService (scope = Assignment.rendezvous_scope), bound to `host`.
+//
+// E.g.
+//   GlooTaskEnvironment env(channel, "10.0.0.5", absl::Seconds(300), &Executor::Create);
+class GlooTaskEnvironment : public TaskEnvironment {
+ public:
+  GlooTaskEnvironment(std::shared_ptr<grpc::ChannelInterface> coordinator, std::string host,
+                      absl::Duration collective_timeout, ExecutorFactory make_executor);
+  absl::StatusOr<AttemptComms> MakeComms(const v1::Assignment& assignment) override;
+  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(
+      const v1::Program& program, CommunicatorFactory* comm_factory) override;
+
+ private:
+  const std::shared_ptr<grpc::ChannelInterface> coordinator_;
+  const std::string host_;
+  const absl::Duration collective_timeout_;
+  const ExecutorFactory make_executor_;
+};
+
+// One Assignment run on its own thread. `report` receives every StepReport and then exactly one
+// TaskDone (ok, or the first error with context: "rank 2: step 3: all_reduce on group 1 ...",
+// or "cancelled: <reason>"); it is called from the task's thread.
+//
+// E.g.
+//   Task task(assignment, &env, [&](const v1::WorkerMessage& m) { stream.Send(m); });
+//   task.Start();
+//   task.Cancel("job cancelled by user");
+//   task.Join();
+class Task {
+ public:
+  using Report = std::function<void(const v1::WorkerMessage&)>;
+
+  Task(v1::Assignment assignment, TaskEnvironment* env, Report report);
+  ~Task();  // cancels ("worker shutting down") and joins
+
+  void Start();
+  // Stops at the next instruction boundary (or the rendezvous in progress). Thread-safe,
+  // idempotent; the first reason wins.
+  void Cancel(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  bool finished() const { return finished_.HasBeenNotified(); }
+  void Join();
+
+  const std::string& job_id() const { return assignment_.program().job_id(); }
+  int attempt() const { return assignment_.program().attempt(); }
+  int rank() const { return assignment_.program().rank(); }
+
+ private:
+  void Run();
+  absl::Status RunSteps();
+  bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  const v1::Assignment assignment_;
+  TaskEnvironment* const env_;  // not owned
+  const Report report_;
+  std::thread thread_;
+  absl::Notification finished_;
+
+  mutable absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
+  Executor* executor_ ABSL_GUARDED_BY(mu_) = nullptr;        // owned by RunSteps while set
+  std::function<void()> cancel_comms_ ABSL_GUARDED_BY(mu_);  // from AttemptComms
+};
+
+// This machine's CPU as a DeviceInfo: model from /proc/cpuinfo, memory and cores from sysconf.
+v1::DeviceInfo LocalCpuDevice();
+
+struct WorkerOptions {
+  std::string coordinator;  // host:port
+  std::string host = "127.0.0.1";  // what peers dial for collectives; sent in Hello
+  // Zero: use Welcome.heartbeat_interval_ms.
+  absl::Duration heartbeat_interval = absl::ZeroDuration();
+  // Reconnect delays double from the first to the largest; give up after reconnect_deadline
+  // without a working stream.
+  absl::Duration reconnect_first_delay = absl::Milliseconds(500);
+  absl::Duration reconnect_max_delay = absl::Seconds(10);
+  absl::Duration reconnect_deadline = absl::Minutes(10);
+};
+
+// The WorkerService stream client. One assignment at a time: another one while a task runs is
+// answered with TaskDone{ok=false, "busy ..."}.
+class Worker {
+ public:
+  Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env);
+  Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env,
+         std::unique_ptr<v1::WorkerService::StubInterface> stub);
+  ~Worker();
+
+  // Serves until Shutdown() (then OK) or until no stream could be opened for
+  // reconnect_deadline (UNAVAILABLE).
+  absl::Status Run();
+  // Cancels the running task and the stream; Run returns soon after. Thread-safe.
+  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The id the coordinator gave this worker on the current stream ("" before the first Welcome).
+  std::string worker_id() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  // One stream session: OK if it got a Welcome (the coordinator was reachable), UNAVAILABLE if
+  // not; returns when the stream ends.
+  absl::Status Serve();
+  void Handle(const v1::CoordinatorMessage& msg);
+  void StartTask(const v1::Assignment& assignment);
+  // Writes on the stream of `session`; dropped (and logged) when that stream is gone, so a task
+  // cancelled by a disconnect never reports on the next stream.
+  void Send(const v1::WorkerMessage& msg, int64_t session) ABSL_LOCKS_EXCLUDED(write_mu_);
+  int64_t session() const ABSL_LOCKS_EXCLUDED(write_mu_);
+  // Cancels the running task (if any) and, with `join`, waits for it.
+  void CancelTask(const std::string& reason, bool join) ABSL_LOCKS_EXCLUDED(mu_);
+
+  const WorkerOptions options_;
+  const v1::DeviceInfo device_;
+  TaskEnvironment* const env_;  // not owned
+  const std::unique_ptr<v1::WorkerService::StubInterface> stub_;
+
+  mutable absl::Mutex mu_;
+  bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Notification shutdown_requested_;
+  grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by Serve
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Task> task_ ABSL_GUARDED_BY(mu_);
+
+  // Serializes writes on the stream (the reader, the heartbeat thread and the task all write).
+  mutable absl::Mutex write_mu_;
+  int64_t session_ ABSL_GUARDED_BY(write_mu_) = 0;  // bumped when a stream opens or closes
+  grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream_
+      ABSL_GUARDED_BY(write_mu_) = nullptr;  // owned by Serve
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_WORKER_H_

@@ -1,0 +1,479 @@
+// Task with a fake executor, and Worker against a fake WorkerService on 127.0.0.1 (port picked
+// at run time): hello, heartbeats, an assignment's reports, cancel, reconnect, giving up.
+#include "worker/worker.h"
+
+#include <atomic>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "worker/comm/gloo/fake_rendezvous_service.h"
+
+namespace weft {
+namespace {
+
+// Loss 1/step; fails at step `fail_at`; with `block`, RunStep waits for Cancel.
+class FakeExecutor : public Executor {
+ public:
+  FakeExecutor(int64_t fail_at, bool block) : fail_at_(fail_at), block_(block) {}
+  absl::Status Initialize() override { return absl::OkStatus(); }
+  absl::StatusOr<float> RunStep(int64_t step) override {
+    if (step == fail_at_) {
+      return absl::UnavailableError("all_reduce on group 1 (dp) ranks [0,1]: Connection closed");
+    }
+    while (block_ && !cancelled_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (cancelled_) return absl::CancelledError("cancelled");
+    return 1.0f / step;
+  }
+  absl::StatusOr<std::vector<float>> ReadBuffer(const std::string&) const override {
+    return absl::NotFoundError("fake");
+  }
+  void Cancel() override { cancelled_ = true; }
+
+ private:
+  const int64_t fail_at_;
+  const bool block_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// Job ids pick the behaviour: "fail-at-2" fails at step 2, "block" blocks until cancelled.
+class FakeEnvironment : public TaskEnvironment {
+ public:
+  absl::StatusOr<AttemptComms> MakeComms(const v1::Assignment&) override {
+    AttemptComms comms;
+    comms.cancel = [this] { comms_cancelled = true; };
+    return comms;
+  }
+  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const v1::Program& program,
+                                                         CommunicatorFactory*) override {
+    if (program.job_id() == "bad-program") return absl::InvalidArgumentError("buffer 7 missing");
+    return std::unique_ptr<Executor>(std::make_unique<FakeExecutor>(
+        program.job_id() == "fail-at-2" ? 2 : 0, program.job_id() == "block"));
+  }
+  std::atomic<bool> comms_cancelled{false};
+};
+
+v1::Assignment MakeAssignment(const std::string& job, int attempt, int rank, int64_t steps) {
+  v1::Assignment a;
+  a.set_rendezvous_scope(job + "/" + std::to_string(attempt));
+  v1::Program* p = a.mutable_program();
+  p->set_job_id(job);
+  p->set_attempt(attempt);
+  p->set_rank(rank);
+  p->set_world_size(rank + 1);
+  p->set_steps(steps);
+  p->set_device("cpu");
+  return a;
+}
+
+class Recorder {
+ public:
+  void Add(const v1::WorkerMessage& m) {
+    absl::MutexLock lock(&mu_);
+    messages_.push_back(m);
+  }
+  std::vector<v1::WorkerMessage> messages() {
+    absl::MutexLock lock(&mu_);
+    return messages_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::WorkerMessage> messages_;
+};
+
+TEST(TaskTest, ReportsEveryStepThenDone) {
+  FakeEnvironment env;
+  Recorder rec;
+  Task task(MakeAssignment("j", 1, 2, 3), &env, [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  task.Join();
+  auto msgs = rec.messages();
+  ASSERT_EQ(msgs.size(), 4u);
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(msgs[s - 1].has_step());
+    EXPECT_EQ(msgs[s - 1].step().job_id(), "j");
+    EXPECT_EQ(msgs[s - 1].step().attempt(), 1);
+    EXPECT_EQ(msgs[s - 1].step().rank(), 2);
+    EXPECT_EQ(msgs[s - 1].step().step(), s);
+    EXPECT_FLOAT_EQ(msgs[s - 1].step().loss(), 1.0f / s);
+    EXPECT_GE(msgs[s - 1].step().step_seconds(), 0.0);
+  }
+  ASSERT_TRUE(msgs[3].has_done());
+  EXPECT_TRUE(msgs[3].done().ok());
+  EXPECT_TRUE(task.finished());
+}
+
+TEST(TaskTest, ErrorCarriesRankAndStep) {
+  FakeEnvironment env;
+  Recorder rec;
+  Task task(MakeAssignment("fail-at-2", 0, 2, 5), &env,
+            [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  task.Join();
+  auto msgs = rec.messages();
+  ASSERT_EQ(msgs.size(), 2u);
+  ASSERT_TRUE(msgs[1].has_done());
+  EXPECT_FALSE(msgs[1].done().ok());
+  EXPECT_EQ(msgs[1].done().message(),
+            "rank 2: step 2: all_reduce on group 1 (dp) ranks [0,1]: Connection closed");
+}
+
+TEST(TaskTest, BadProgramIsReported) {
+  FakeEnvironment env;
+  Recorder rec;
+  Task task(MakeAssignment("bad-program", 0, 0, 5), &env,
+            [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  task.Join();
+  auto msgs = rec.messages();
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_EQ(msgs[0].done().message(), "rank 0: loading the program: buffer 7 missing");
+}
+
+TEST(TaskTest, CancelStopsARunningStep) {
+  FakeEnvironment env;
+  Recorder rec;
+  Task task(MakeAssignment("block", 0, 1, 100), &env,
+            [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  task.Cancel("job cancelled by user");
+  task.Join();
+  auto msgs = rec.messages();
+  ASSERT_EQ(msgs.size(), 1u);
+  EXPECT_FALSE(msgs[0].done().ok());
+  EXPECT_EQ(msgs[0].done().message(), "cancelled: job cancelled by user");
+  EXPECT_TRUE(env.comms_cancelled);
+}
+
+// A WorkerService that records what each stream says and sends what the test pushes.
+class FakeCoordinator final : public v1::WorkerService::Service {
+ public:
+  grpc::Status Connect(
+      grpc::ServerContext* ctx,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+    v1::WorkerMessage hello;
+    if (!stream->Read(&hello)) return grpc::Status::CANCELLED;
+    int stream_id;
+    {
+      absl::MutexLock lock(&mu_);
+      hellos_.push_back(hello);
+      stream_id = ++streams_;
+    }
+    v1::CoordinatorMessage welcome;
+    welcome.mutable_welcome()->set_worker_id("w-" + std::to_string(stream_id));
+    welcome.mutable_welcome()->set_heartbeat_interval_ms(20);
+    stream->Write(welcome);
+    std::atomic<bool> reader_done{false};
+    std::thread reader([&] {
+      v1::WorkerMessage m;
+      while (stream->Read(&m)) {
+        absl::MutexLock lock(&mu_);
+        received_.push_back(m);
+      }
+      reader_done = true;
+    });
+    while (true) {
+      std::deque<v1::CoordinatorMessage> out;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(this, &FakeCoordinator::HasWork),
+                             absl::Milliseconds(20));
+        if (close_ > 0) {
+          --close_;
+          break;
+        }
+        out.swap(outbox_);
+      }
+      if (reader_done) break;
+      for (const auto& m : out) stream->Write(m);
+    }
+    ctx->TryCancel();
+    reader.join();
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator going away");
+  }
+
+  void Push(const v1::CoordinatorMessage& m) {
+    absl::MutexLock lock(&mu_);
+    outbox_.push_back(m);
+  }
+  void CloseStream() {
+    absl::MutexLock lock(&mu_);
+    ++close_;
+  }
+  // Waits until pred(hellos, received) holds; false after 10 s.
+  bool WaitFor(const std::function<bool(const std::vector<v1::WorkerMessage>&,
+                                        const std::vector<v1::WorkerMessage>&)>& pred) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (pred(hellos_, received_)) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+  std::vector<v1::WorkerMessage> received() {
+    absl::MutexLock lock(&mu_);
+    return received_;
+  }
+
+ private:
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !outbox_.empty() || close_ > 0; }
+
+  absl::Mutex mu_;
+  int streams_ ABSL_GUARDED_BY(mu_) = 0;
+  int close_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<v1::WorkerMessage> hellos_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::WorkerMessage> received_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::CoordinatorMessage> outbox_ ABSL_GUARDED_BY(mu_);
+};
+
+int Count(const std::vector<v1::WorkerMessage>& msgs,
+          const std::function<bool(const v1::WorkerMessage&)>& pred) {
+  int n = 0;
+  for (const auto& m : msgs) n += pred(m) ? 1 : 0;
+  return n;
+}
+
+class WorkerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&coordinator_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    options_.coordinator = "127.0.0.1:" + std::to_string(port_);
+    options_.host = "127.0.0.1";
+    options_.reconnect_first_delay = absl::Milliseconds(50);
+    options_.reconnect_max_delay = absl::Milliseconds(200);
+  }
+  void TearDown() override {
+    if (worker_ != nullptr) {
+      worker_->Shutdown();
+      runner_.join();
+      EXPECT_TRUE(run_status_.ok()) << run_status_;
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+  void StartWorker() {
+    worker_ = std::make_unique<Worker>(options_, LocalCpuDevice(), &env_);
+    runner_ = std::thread([this] { run_status_ = worker_->Run(); });
+  }
+
+  FakeCoordinator coordinator_;
+  FakeEnvironment env_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  WorkerOptions options_;
+  std::unique_ptr<Worker> worker_;
+  std::thread runner_;
+  absl::Status run_status_;
+};
+
+TEST_F(WorkerTest, HelloHeartbeatsAndAnAssignment) {
+  StartWorker();
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto& hellos, const auto& received) {
+    return hellos.size() == 1 && Count(received, [](const auto& m) { return m.has_heartbeat(); }) >= 2;
+  }));
+  EXPECT_EQ(worker_->worker_id(), "w-1");
+
+  v1::CoordinatorMessage assign;
+  *assign.mutable_assignment() = MakeAssignment("j", 0, 0, 3);
+  coordinator_.Push(assign);
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) { return m.has_done(); }) == 1;
+  }));
+  auto received = coordinator_.received();
+  EXPECT_EQ(Count(received, [](const auto& m) { return m.has_step(); }), 3);
+  EXPECT_EQ(Count(received, [](const auto& m) { return m.has_done() && m.done().ok(); }), 1);
+}
+
+TEST_F(WorkerTest, HelloDescribesTheDevice) {
+  StartWorker();
+  v1::WorkerMessage hello;
+  ASSERT_TRUE(coordinator_.WaitFor([&](const auto& hellos, const auto&) {
+    if (hellos.empty()) return false;
+    hello = hellos[0];
+    return true;
+  }));
+  EXPECT_EQ(hello.hello().host(), "127.0.0.1");
+  EXPECT_EQ(hello.hello().device().kind(), "cpu");
+  EXPECT_FALSE(hello.hello().device().name().empty());
+  EXPECT_GT(hello.hello().device().memory_bytes(), 0);
+  EXPECT_GT(hello.hello().device().cores(), 0);
+  EXPECT_EQ(hello.hello().pid(), getpid());
+}
+
+TEST_F(WorkerTest, CancelAndBusy) {
+  StartWorker();
+  v1::CoordinatorMessage assign;
+  *assign.mutable_assignment() = MakeAssignment("block", 3, 1, 10);
+  coordinator_.Push(assign);
+  v1::CoordinatorMessage second;
+  *second.mutable_assignment() = MakeAssignment("other", 0, 1, 1);
+  coordinator_.Push(second);
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) { return m.has_done(); }) == 1;
+  }));
+  auto received = coordinator_.received();
+  EXPECT_EQ(Count(received,
+                  [](const auto& m) {
+                    return m.has_done() && m.done().job_id() == "other" && !m.done().ok() &&
+                           absl::StrContains(m.done().message(), "busy with job block");
+                  }),
+            1);
+
+  v1::CoordinatorMessage cancel;
+  cancel.mutable_cancel()->set_job_id("block");
+  cancel.mutable_cancel()->set_attempt(3);
+  cancel.mutable_cancel()->set_reason("user asked");
+  coordinator_.Push(cancel);
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) {
+             return m.has_done() && m.done().job_id() == "block" &&
+                    m.done().message() == "cancelled: user asked";
+           }) == 1;
+  }));
+}
+
+TEST_F(WorkerTest, ReconnectsAfterTheStreamBreaks) {
+  StartWorker();
+  v1::CoordinatorMessage assign;
+  *assign.mutable_assignment() = MakeAssignment("block", 0, 0, 10);
+  coordinator_.Push(assign);
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto& hellos, const auto& received) {
+    return hellos.size() == 1 && !received.empty();
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  coordinator_.CloseStream();
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto& hellos, const auto&) {
+    return hellos.size() == 2;
+  }));
+  EXPECT_TRUE(coordinator_.WaitFor([&](const auto&, const auto&) {
+    return worker_->worker_id() == "w-2";
+  }));
+  // The running task was cancelled with the first stream and reports nothing on the second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Count(coordinator_.received(), [](const auto& m) { return m.has_done(); }), 0);
+  // The next assignment runs normally.
+  v1::CoordinatorMessage next;
+  *next.mutable_assignment() = MakeAssignment("j2", 0, 0, 2);
+  coordinator_.Push(next);
+  EXPECT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) { return m.has_done() && m.done().ok(); }) == 1;
+  }));
+}
+
+// Sums (rank + 1) * step over the program's first group through a real communicator.
+class AllReduceExecutor : public Executor {
+ public:
+  AllReduceExecutor(const v1::Program& program, CommunicatorFactory* factory)
+      : program_(program), factory_(factory) {}
+  absl::Status Initialize() override {
+    auto comm = factory_->Create(program_.groups(0));
+    if (!comm.ok()) return comm.status();
+    comm_ = std::move(comm).value();
+    return absl::OkStatus();
+  }
+  absl::StatusOr<float> RunStep(int64_t step) override {
+    float x = (program_.rank() + 1.0f) * step;
+    absl::Status s = comm_->AllReduce(&x, 1, ReduceOp::kSum);
+    if (!s.ok()) return s;
+    return x;
+  }
+  absl::StatusOr<std::vector<float>> ReadBuffer(const std::string&) const override {
+    return absl::NotFoundError("fake");
+  }
+  void Cancel() override {}
+
+ private:
+  const v1::Program program_;
+  CommunicatorFactory* const factory_;
+  std::unique_ptr<Communicator> comm_;
+};
+
+// Two workers, each on its own (fake) coordinator stream, bootstrap Gloo through one shared
+// RendezvousService and all-reduce every step.
+TEST(WorkerGlooTest, TwoWorkersAllReduceThroughTheRendezvousService) {
+  FakeRendezvousService rendezvous;
+  FakeCoordinator coordinators[2];
+  int rendezvous_port = 0, ports[2] = {0, 0};
+  grpc::ServerBuilder rb;
+  rb.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &rendezvous_port);
+  rb.RegisterService(&rendezvous);
+  auto rendezvous_server = rb.BuildAndStart();
+  std::unique_ptr<grpc::Server> servers[2];
+  for (int r = 0; r < 2; ++r) {
+    grpc::ServerBuilder b;
+    b.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &ports[r]);
+    b.RegisterService(&coordinators[r]);
+    servers[r] = b.BuildAndStart();
+  }
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(rendezvous_port),
+                                     grpc::InsecureChannelCredentials());
+  ExecutorFactory make = [](const v1::Program& p, CommunicatorFactory* f) {
+    return absl::StatusOr<std::unique_ptr<Executor>>(std::make_unique<AllReduceExecutor>(p, f));
+  };
+  std::unique_ptr<GlooTaskEnvironment> envs[2];
+  std::unique_ptr<Worker> workers[2];
+  std::thread runners[2];
+  for (int r = 0; r < 2; ++r) {
+    envs[r] = std::make_unique<GlooTaskEnvironment>(channel, "127.0.0.1", absl::Seconds(20),
+                                                    make);
+    WorkerOptions options;
+    options.coordinator = "127.0.0.1:" + std::to_string(ports[r]);
+    workers[r] = std::make_unique<Worker>(options, LocalCpuDevice(), envs[r].get());
+    runners[r] = std::thread([&, r] { EXPECT_TRUE(workers[r]->Run().ok()); });
+    v1::CoordinatorMessage assign;
+    *assign.mutable_assignment() = MakeAssignment("gloo-job", 0, r, 3);
+    assign.mutable_assignment()->mutable_program()->set_world_size(2);
+    v1::CommGroup* g = assign.mutable_assignment()->mutable_program()->add_groups();
+    g->set_id(1);
+    g->add_ranks(0);
+    g->add_ranks(1);
+    g->set_mesh_dims("dp");
+    coordinators[r].Push(assign);
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(coordinators[r].WaitFor([](const auto&, const auto& received) {
+      return Count(received, [](const auto& m) { return m.has_done(); }) == 1;
+    }));
+    std::vector<double> losses;
+    for (const auto& m : coordinators[r].received()) {
+      if (m.has_step()) losses.push_back(m.step().loss());
+      if (m.has_done()) {
+        EXPECT_TRUE(m.done().ok()) << m.done().message();
+      }
+    }
+    EXPECT_EQ(losses, (std::vector<double>{3, 6, 9}));
+  }
+  for (int r = 0; r < 2; ++r) {
+    workers[r]->Shutdown();
+    runners[r].join();
+    servers[r]->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  }
+  rendezvous_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+}
+
+TEST(WorkerGiveUpTest, NoCoordinatorMeansUnavailable) {
+  FakeEnvironment env;
+  WorkerOptions options;
+  options.coordinator = "127.0.0.1:1";  // nothing listens there
+  options.reconnect_first_delay = absl::Milliseconds(20);
+  options.reconnect_max_delay = absl::Milliseconds(50);
+  options.reconnect_deadline = absl::Milliseconds(300);
+  Worker worker(options, LocalCpuDevice(), &env);
+  absl::Status s = worker.Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "127.0.0.1:1")) << s;
+}
+
+}  // namespace
+}  // namespace weft
