@@ -18,8 +18,9 @@ namespace {
 constexpr int kMaxServerThreads = 1024;
 // Programs for large models and specs with many layers exceed gRPC's 4 MiB default.
 constexpr int kMaxMessageBytes = 256 << 20;
-// After the coordinator ended its streams, in-flight calls get this long before cancellation.
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
+// After the coordinator ended its own streams, other in-flight calls (a unary call, a worker's
+// reconnect racing the shutdown) get this long before they are cancelled.
+constexpr auto kShutdownGrace = std::chrono::seconds(1);
 
 }  // namespace
 
