@@ -75,5 +75,27 @@ int main() {
   }
   std::printf("all five: weft %.4f s, sgemm %.4f s, weft/sgemm time %.3f\n", total_weft,
               total_blas, total_weft / total_blas);
+
+  // The rest of the step: the elementwise and optimizer kernels on the same model's sizes.
+  const int64_t params = 2 * 1024 * 4096, acts = 512 * 4096, outs = 512 * 1024;
+  std::vector<float*> bufs;
+  for (int i = 0; i < 4; ++i) {
+    bufs.push_back(kernels->Allocate(params));
+    for (int64_t j = 0; j < params; ++j) bufs[i][j] = static_cast<float>((j % 7) + 1) * 0.01f;
+  }
+  float* out = kernels->Allocate(params);
+  weft::AdamWHyper hyper;
+  std::printf("\n%-40s %12s\n", "kernel (elements)", "ms");
+  std::printf("%-40s %12.2f\n", "adamw (8388608: both weights)",
+              1e3 * MedianSeconds([&] { kernels->AdamW(bufs[0], bufs[1], bufs[2], bufs[3], params, hyper, 3); }, 9));
+  std::printf("%-40s %12.2f\n", "relu (2097152)",
+              1e3 * MedianSeconds([&] { kernels->Relu(bufs[1], out, acts); }, 9));
+  std::printf("%-40s %12.2f\n", "relu_grad (2097152)",
+              1e3 * MedianSeconds([&] { kernels->ReluGrad(bufs[1], bufs[2], out, acts); }, 9));
+  std::printf("%-40s %12.2f\n", "mse_loss + mse_grad (524288)",
+              1e3 * MedianSeconds([&] {
+                kernels->MseLoss(bufs[1], bufs[2], out, outs, 1.0f);
+                kernels->MseGrad(bufs[1], bufs[2], out + 1, outs, 1.0f);
+              }, 9));
   return 0;
 }

@@ -113,18 +113,23 @@ class CpuKernels final : public Kernels {
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
              const AdamWHyper& h, int64_t step) override {
     const float b1 = h.beta1, b2 = h.beta2;
-    const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), step));
-    const float bias2 = static_cast<float>(1.0 - std::pow(static_cast<double>(b2), step));
+    const double bias1 = 1.0 - std::pow(static_cast<double>(b1), step);
+    const double bias2 = 1.0 - std::pow(static_cast<double>(b2), step);
+    // lr * (m / bias1) / (sqrt(v / bias2) + eps) with the bias corrections folded into two
+    // constants, so the loop has one sqrt and one division and vectorizes.
+    const float step_size = static_cast<float>(h.lr / bias1);
+    const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
     const float decay = 1.0f - h.lr * h.weight_decay;
+    const float eps = h.eps, one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
+    // The vectorizer will not reorder the division and sqrt on its own; it may here.
+#pragma omp simd
     for (int64_t i = 0; i < n; ++i) {
       const float g = grad[i];
-      float p = param[i] * decay;
-      const float mi = b1 * m[i] + (1.0f - b1) * g;
-      const float vi = b2 * v[i] + (1.0f - b2) * g * g;
+      const float mi = b1 * m[i] + one_minus_b1 * g;
+      const float vi = b2 * v[i] + one_minus_b2 * g * g;
       m[i] = mi;
       v[i] = vi;
-      p -= h.lr * (mi / bias1) / (std::sqrt(vi / bias2) + h.eps);
-      param[i] = p;
+      param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bias2 + eps);
     }
   }
 
