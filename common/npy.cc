@@ -1,10 +1,6 @@
 #include "common/npy.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 
@@ -13,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file_io.h"
 #include "common/status.h"
 
 namespace weft {
@@ -23,23 +20,6 @@ constexpr size_t kMagicLen = 6;
 
 absl::Status Invalid(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
-}
-
-// Reads exactly n bytes at offset, failing on a short read.
-absl::Status PreadAll(int fd, void* buf, size_t n, int64_t offset, const std::string& path) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t got = ::pread(fd, p, n, offset);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
-    }
-    if (got == 0) return Invalid(path, "truncated: data ends early");
-    p += got;
-    n -= static_cast<size_t>(got);
-    offset += got;
-  }
-  return absl::OkStatus();
 }
 
 // Finds the value of 'key' in a Python dict literal like
@@ -79,27 +59,13 @@ bool FindDictValue(absl::string_view dict, absl::string_view key, std::string* v
 }  // namespace
 
 absl::StatusOr<NpyFile> NpyFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  NpyFile f;
-  f.path_ = path;
-  f.fd_ = std::shared_ptr<int>(new int(fd), [](int* p) {
-    ::close(*p);
-    delete p;
-  });
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(absl::StrCat(path, ": stat failed: ", std::strerror(errno)));
-  }
-  const int64_t file_size = st.st_size;
+  ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
+  NpyFile f(std::move(file));
+  const int64_t file_size = f.file_.size();
 
   unsigned char pre[12];
   if (file_size < 10) return Invalid(path, "truncated: shorter than the .npy preamble");
-  RETURN_IF_ERROR(PreadAll(fd, pre, std::min<int64_t>(12, file_size), 0, path));
+  RETURN_IF_ERROR(f.file_.ReadAt(0, std::min<int64_t>(12, file_size), pre));
   if (std::memcmp(pre, kMagic, kMagicLen) != 0) return Invalid(path, "not a .npy file (bad magic)");
   const int major = pre[6];
   int64_t header_len;
@@ -117,7 +83,7 @@ absl::StatusOr<NpyFile> NpyFile::Open(const std::string& path) {
   }
   if (header_start + header_len > file_size) return Invalid(path, "truncated: header ends early");
   std::string header(header_len, '\0');
-  RETURN_IF_ERROR(PreadAll(fd, header.data(), header_len, header_start, path));
+  RETURN_IF_ERROR(f.file_.ReadAt(header_start, header_len, header.data()));
 
   std::string descr, fortran, shape_text;
   if (!FindDictValue(header, "descr", &descr) || !FindDictValue(header, "fortran_order", &fortran) ||
@@ -165,13 +131,13 @@ int64_t NpyFile::row_elements() const {
 
 absl::Status NpyFile::ReadRows(int64_t first, int64_t count, float* out) const {
   if (first < 0 || count < 0 || first + count > rows()) {
-    return absl::OutOfRangeError(absl::StrCat(path_, ": rows [", first, ", ", first + count,
+    return absl::OutOfRangeError(absl::StrCat(file_.path(), ": rows [", first, ", ", first + count,
                                               ") outside the array's ", rows(), " rows"));
   }
   if (count == 0) return absl::OkStatus();
   const int64_t row_bytes = row_elements() * static_cast<int64_t>(sizeof(float));
-  return PreadAll(*fd_, out, static_cast<size_t>(count * row_bytes),
-                  data_offset_ + first * row_bytes, path_);
+  return file_.ReadAt(data_offset_ + first * row_bytes, static_cast<size_t>(count * row_bytes),
+                      out);
 }
 
 absl::Status NpyFile::Write(const std::string& path, const std::vector<int64_t>& shape,
@@ -195,30 +161,9 @@ absl::Status NpyFile::Write(const std::string& path, const std::vector<int64_t>&
   bytes.push_back(static_cast<char>((dict.size() >> 8) & 0xff));
   bytes += dict;
 
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat(path, ": cannot create: ", std::strerror(errno)));
-  }
-  auto write_all = [&](const char* p, size_t n) -> absl::Status {
-    while (n > 0) {
-      ssize_t w = ::write(fd, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return absl::InternalError(absl::StrCat(path, ": write failed: ", std::strerror(errno)));
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return absl::OkStatus();
-  };
-  absl::Status s = write_all(bytes.data(), bytes.size());
-  if (s.ok() && numel > 0) {
-    s = write_all(reinterpret_cast<const char*>(data), static_cast<size_t>(numel) * sizeof(float));
-  }
-  if (::close(fd) != 0 && s.ok()) {
-    s = absl::InternalError(absl::StrCat(path, ": close failed: ", std::strerror(errno)));
-  }
-  return s;
+  const size_t data_bytes = numel > 0 ? static_cast<size_t>(numel) * sizeof(float) : 0;
+  return WriteFile(path,
+                   {bytes, absl::string_view(reinterpret_cast<const char*>(data), data_bytes)});
 }
 
 }  // namespace weft

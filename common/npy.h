@@ -9,11 +9,12 @@
 #define WEFT_COMMON_NPY_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_io.h"
 
 namespace weft {
 
@@ -35,10 +36,11 @@ class NpyFile {
                             const float* data);
 
  private:
-  std::string path_;
+  explicit NpyFile(ReadOnlyFile file) : file_(std::move(file)) {}
+
+  ReadOnlyFile file_;  // copies share the descriptor
   std::vector<int64_t> shape_;
   int64_t data_offset_ = 0;
-  std::shared_ptr<int> fd_;  // closes on last copy
 };
 
 }  // namespace weft

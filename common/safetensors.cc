@@ -1,17 +1,12 @@
 #include "common/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -23,22 +18,6 @@ constexpr uint64_t kMaxHeaderBytes = 100 << 20;
 
 absl::Status Invalid(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
-}
-
-absl::Status PreadAll(int fd, void* buf, size_t n, int64_t offset, const std::string& path) {
-  char* p = static_cast<char*>(buf);
-  while (n > 0) {
-    ssize_t got = ::pread(fd, p, n, offset);
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(absl::StrCat(path, ": read failed: ", std::strerror(errno)));
-    }
-    if (got == 0) return Invalid(path, "truncated: data ends early");
-    p += got;
-    n -= static_cast<size_t>(got);
-    offset += got;
-  }
-  return absl::OkStatus();
 }
 
 // Bytes per element of every safetensors dtype; 0 for an unknown one.
@@ -79,26 +58,12 @@ const SafetensorsFile::Entry* SafetensorsFile::Find(const std::string& name) con
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
-  }
-  SafetensorsFile f;
-  f.path_ = path;
-  f.fd_ = std::shared_ptr<int>(new int(fd), [](int* p) {
-    ::close(*p);
-    delete p;
-  });
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    return absl::InternalError(absl::StrCat(path, ": stat failed: ", std::strerror(errno)));
-  }
-  const int64_t file_size = st.st_size;
+  ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
+  SafetensorsFile f(std::move(file));
+  const int64_t file_size = f.file_.size();
   if (file_size < 8) return Invalid(path, "truncated: shorter than the 8-byte header length");
   unsigned char len_bytes[8];
-  RETURN_IF_ERROR(PreadAll(fd, len_bytes, 8, 0, path));
+  RETURN_IF_ERROR(f.file_.ReadAt(0, 8, len_bytes));
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeaderBytes) {
@@ -109,7 +74,7 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
                                       file_size - 8, " bytes follow the length"));
   }
   std::string header(header_len, '\0');
-  RETURN_IF_ERROR(PreadAll(fd, header.data(), header_len, 8, path));
+  RETURN_IF_ERROR(f.file_.ReadAt(8, header_len, header.data()));
   f.data_offset_ = 8 + static_cast<int64_t>(header_len);
   const int64_t data_size = file_size - f.data_offset_;
 
@@ -187,22 +152,26 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
 absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
                                       const std::vector<int64_t>& lengths, float* out) const {
   const Entry* e = Find(name);
-  if (e == nullptr) return absl::NotFoundError(absl::StrCat(path_, ": no tensor '", name, "'"));
+  if (e == nullptr) {
+    return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
+  }
   if (e->dtype != "F32") {
-    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", name, "' has dtype ",
-                                                   e->dtype, ", only F32 is supported"));
+    return absl::InvalidArgumentError(absl::StrCat(file_.path(), ": tensor '", name,
+                                                   "' has dtype ", e->dtype,
+                                                   ", only F32 is supported"));
   }
   const size_t rank = e->shape.size();
   if (offsets.size() != rank || lengths.size() != rank) {
     return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": tensor '", name, "' has shape ", ShapeString(e->shape),
+        absl::StrCat(file_.path(), ": tensor '", name, "' has shape ", ShapeString(e->shape),
                      ", box has rank ", offsets.size(), "/", lengths.size()));
   }
   for (size_t d = 0; d < rank; ++d) {
     if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > e->shape[d]) {
       return absl::OutOfRangeError(absl::StrCat(
-          path_, ": tensor '", name, "' of shape ", ShapeString(e->shape), ": box offsets ",
-          ShapeString(offsets), " lengths ", ShapeString(lengths), " out of range"));
+          file_.path(), ": tensor '", name, "' of shape ", ShapeString(e->shape),
+          ": box offsets ", ShapeString(offsets), " lengths ", ShapeString(lengths),
+          " out of range"));
     }
   }
   int64_t total = 1;
@@ -231,8 +200,8 @@ absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector
       elem += (offsets[d] + (d < split ? idx[d] : 0)) * strides[d];
     }
     RETURN_IF_ERROR(Annotate(
-        PreadAll(*fd_, dst, static_cast<size_t>(run) * sizeof(float),
-                 base + elem * static_cast<int64_t>(sizeof(float)), path_),
+        file_.ReadAt(base + elem * static_cast<int64_t>(sizeof(float)),
+                     static_cast<size_t>(run) * sizeof(float), dst),
         absl::StrCat("reading tensor '", name, "'")));
     dst += run;
     int d = split - 1;
@@ -293,32 +262,13 @@ absl::Status SafetensorsFile::Write(const std::string& path,
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
 
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::InternalError(
-        absl::StrCat("writing ", path, ": cannot create: ", std::strerror(errno)));
+  std::vector<absl::string_view> chunks = {prefix, text};
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    chunks.emplace_back(reinterpret_cast<const char*>(sorted[i]->data),
+                        static_cast<size_t>(sizes[i]));
   }
-  auto write_all = [&](const char* p, size_t len) -> absl::Status {
-    while (len > 0) {
-      ssize_t w = ::write(fd, p, len);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return absl::InternalError(
-            absl::StrCat("writing ", path, ": ", std::strerror(errno)));
-      }
-      p += w;
-      len -= static_cast<size_t>(w);
-    }
-    return absl::OkStatus();
-  };
-  absl::Status s = write_all(prefix.data(), prefix.size());
-  if (s.ok()) s = write_all(text.data(), text.size());
-  for (size_t i = 0; s.ok() && i < sorted.size(); ++i) {
-    if (sizes[i] > 0) s = write_all(reinterpret_cast<const char*>(sorted[i]->data), sizes[i]);
-  }
-  if (::close(fd) != 0 && s.ok()) {
-    s = absl::InternalError(absl::StrCat("writing ", path, ": close failed: ", std::strerror(errno)));
-  }
+  absl::Status s = WriteFile(path, chunks);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("writing ", s.message()));
   return s;
 }
 

@@ -11,11 +11,12 @@
 
 #include <cstdint>
 #include <map>
-#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_io.h"
 
 namespace weft {
 
@@ -51,11 +52,12 @@ class SafetensorsFile {
                             const std::map<std::string, std::string>& metadata = {});
 
  private:
-  std::string path_;
+  explicit SafetensorsFile(ReadOnlyFile file) : file_(std::move(file)) {}
+
+  ReadOnlyFile file_;  // copies share the descriptor
   int64_t data_offset_ = 0;
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
-  std::shared_ptr<int> fd_;
 };
 
 }  // namespace weft

@@ -9,11 +9,10 @@
 namespace weft::planner {
 namespace {
 
+using testing::P;
+using testing::R;
+using testing::S;
 using testing::SpecBuilder;
-
-const Placement R = Placement::Replicate();
-Placement S(int a) { return Placement::Shard(a); }
-const Placement P = Placement::Partial();
 
 absl::StatusOr<Graph> Differentiated(const v1::JobSpec& spec) {
   absl::StatusOr<Graph> g = BuildGraph(spec);

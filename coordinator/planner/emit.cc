@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "common/philox.h"
 #include "common/status.h"
 
 namespace weft::planner {
@@ -33,15 +34,6 @@ v1::Placement::ReduceOp ReduceProto(Placement::Reduce r) {
 }
 
 }  // namespace
-
-uint64_t Fnv1a64(absl::string_view s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
                                         const LoweredGraph& lowered, const std::string& job_id,

@@ -26,9 +26,6 @@ absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
                                         const LoweredGraph& lowered, const std::string& job_id,
                                         int attempt, int rank);
 
-// FNV-1a 64 of s: ParamInit.tensor_key.
-uint64_t Fnv1a64(absl::string_view s);
-
 }  // namespace weft::planner
 
 #endif  // WEFT_COORDINATOR_PLANNER_EMIT_H_

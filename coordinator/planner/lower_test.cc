@@ -8,10 +8,9 @@ namespace weft::planner {
 namespace {
 
 using testing::MakeMesh;
-
-const Placement R = Placement::Replicate();
-Placement S(int a) { return Placement::Shard(a); }
-const Placement P = Placement::Partial();
+using testing::P;
+using testing::R;
+using testing::S;
 
 DistAttr A(const Mesh& mesh, std::vector<Placement> p) { return *DistAttr::Create(mesh, p, 2); }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 
+#include "common/philox.h"
 #include "coordinator/planner/emit.h"
 #include "coordinator/planner/test_util.h"
 
@@ -15,10 +16,9 @@ using testing::BufferName;
 using testing::Collectives;
 using testing::Count;
 using testing::Group;
+using testing::R;
+using testing::S;
 using testing::SpecBuilder;
-
-const Placement R = Placement::Replicate();
-Placement S(int a) { return Placement::Shard(a); }
 
 std::vector<v1::Program> MustPlan(const v1::JobSpec& spec) {
   absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", 2);
@@ -227,11 +227,6 @@ TEST(PlannerTest, InitKindsAndAdamW) {
     EXPECT_NE(init.kind(), v1::ParamInit::UNIFORM);
   }
   EXPECT_EQ(programs[0].init_from(), "/tmp/init.safetensors");
-}
-
-TEST(PlannerTest, Fnv1aMatchesTheReference) {
-  EXPECT_EQ(Fnv1a64(""), 0xcbf29ce484222325ull);
-  EXPECT_EQ(Fnv1a64("a"), 0xaf63dc4c8601ec8cull);
 }
 
 TEST(PlannerTest, ProgramsAreWellFormedOnManyMeshes) {

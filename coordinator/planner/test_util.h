@@ -16,6 +16,11 @@
 
 namespace weft::planner::testing {
 
+// Placement shorthand as rule comments spell it: {S(0), R}, {R, P}.
+inline const Placement R = Placement::Replicate();
+inline Placement S(int axis) { return Placement::Shard(axis); }
+inline const Placement P = Placement::Partial();
+
 class SpecBuilder {
  public:
   SpecBuilder(std::vector<int64_t> mesh, std::vector<std::string> names) {

@@ -11,10 +11,9 @@ namespace {
 using testing::AddPlaced;
 using testing::AddUnplaced;
 using testing::MakeMesh;
-
-const Placement R = Placement::Replicate();
-Placement S(int a) { return Placement::Shard(a); }
-const Placement P = Placement::Partial();
+using testing::P;
+using testing::R;
+using testing::S;
 
 struct Case {
   std::vector<Placement> x, w;

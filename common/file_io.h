@@ -1,0 +1,60 @@
+// Whole-file I/O on POSIX descriptors for the formats Weft reads and writes (npy, safetensors,
+// later checkpoints). Errors name the file: "<path>: no such file", "<path>: truncated: data ends
+// early".
+#ifndef WEFT_COMMON_FILE_IO_H_
+#define WEFT_COMMON_FILE_IO_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace weft {
+
+// A file opened read-only for positioned reads (pread), so copies can read concurrently without
+// a shared cursor. Copies share the descriptor, which closes with the last copy. The size is
+// taken once, at Open.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::Open("inputs.npy"));
+//   unsigned char magic[6];
+//   RETURN_IF_ERROR(f.ReadAt(/*offset=*/0, sizeof(magic), magic));
+class ReadOnlyFile {
+ public:
+  // NOT_FOUND "<path>: no such file" when missing, INVALID_ARGUMENT "<path>: cannot open: ..."
+  // for any other open error.
+  static absl::StatusOr<ReadOnlyFile> Open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  int64_t size() const { return size_; }
+
+  // Reads exactly n bytes at offset into buf. A file that ends first is INVALID_ARGUMENT
+  // "<path>: truncated: data ends early".
+  absl::Status ReadAt(int64_t offset, size_t n, void* buf) const;
+
+ private:
+  ReadOnlyFile(std::string path, std::shared_ptr<const int> fd, int64_t size)
+      : path_(std::move(path)), fd_(std::move(fd)), size_(size) {}
+
+  std::string path_;
+  std::shared_ptr<const int> fd_;  // shared by copies; closes on the last
+  int64_t size_ = 0;
+};
+
+// Creates or truncates `path` (mode 0644) and writes the chunks in order, then fsyncs and closes
+// it, so a file Weft reports written is on disk. Errors are INTERNAL naming the file and the step
+// ("<path>: cannot create: ...", "write failed", "fsync failed", "close failed").
+//
+// E.g.
+//   RETURN_IF_ERROR(WriteFile("x.npy", {header, absl::string_view(data, bytes)}));
+absl::Status WriteFile(const std::string& path, absl::Span<const absl::string_view> chunks);
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_FILE_IO_H_
