@@ -23,7 +23,7 @@ const std::map<std::string, CommandInfo>& Commands() {
   static const auto* commands = new std::map<std::string, CommandInfo>{
       {"submit", {1, 1, "SPEC"}}, {"get", {1, 1, "JOB"}},     {"list", {0, 0, ""}},
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
-      {"local", {1, 1, "SPEC"}},  {"help", {0, 1, "COMMAND"}},
+      {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
   };
   return *commands;
 }
@@ -36,7 +36,7 @@ struct FlagInfo {
 const std::map<std::string, FlagInfo>& Flags() {
   static const auto* flags = new std::map<std::string, FlagInfo>{
       {"coordinator", {true, {}}},
-      {"json", {false, {"submit", "get", "list", "watch", "workers", "local"}}},
+      {"json", {false, {"submit", "get", "list", "watch", "workers", "local", "plan"}}},
       {"watch", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
       {"coordinator_bin", {true, {"local"}}},
@@ -198,6 +198,11 @@ Commands:
                                    processes, run SPEC on them, stop them; exits 0 only if the
                                    job SUCCEEDED. N defaults to the spec's mesh size.
         [--coordinator_bin PATH] [--worker_bin PATH] [--keep_tmp]
+  plan SPEC [--json]               validate SPEC and plan it offline (no coordinator): per rank,
+                                   the instructions with local shapes, each collective with its
+                                   group and bytes sent, the memory for parameters, gradients,
+                                   optimizer states and peak activations; then the bytes moved
+                                   per step. --json: one JSON document
   help                             this text
 
 Flags:

@@ -20,7 +20,7 @@ namespace weft::client {
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
 struct CommandLine {
-  std::string command;                  // submit | get | list | cancel | watch | workers | local | help
+  std::string command;  // submit | get | list | cancel | watch | workers | local | plan | help
   std::vector<std::string> positional;  // after the command
   std::string coordinator;              // HOST:PORT
   bool json = false;

@@ -75,6 +75,26 @@ TEST(CliTest, SubmitWatchAndCancel) {
   EXPECT_THAT(cl->positional, ElementsAre("--odd-job-id"));
 }
 
+TEST(CliTest, PlanTakesASpecAndJson) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"plan", "--json", "job.yaml"},
+           {"--json", "plan", "job.yaml"},
+           {"plan", "job.yaml", "--json"}}) {
+    absl::StatusOr<CommandLine> cl = Parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    EXPECT_EQ(cl->command, "plan");
+    EXPECT_TRUE(cl->json);
+    EXPECT_THAT(cl->positional, ElementsAre("job.yaml"));
+  }
+  EXPECT_FALSE(Parse({"plan", "job.yaml"})->json);
+  EXPECT_THAT(std::string(Parse({"plan"}).status().message()), HasSubstr("'plan' needs SPEC"));
+  EXPECT_THAT(std::string(Parse({"plan", "a.yaml", "b.yaml"}).status().message()),
+              HasSubstr("'plan' takes one SPEC, got unexpected 'b.yaml'"));
+  EXPECT_THAT(std::string(Parse({"plan", "--ranks", "4", "a.yaml"}).status().message()),
+              HasSubstr("--ranks does not apply to 'plan'"));
+  EXPECT_THAT(UsageText(), HasSubstr("plan SPEC [--json]"));
+}
+
 TEST(CliTest, Help) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"-h"}, {"local", "--help"}}) {

@@ -33,7 +33,8 @@ std::string FormatStepJson(const v1::StepMetrics& step) {
   return absl::StrCat("{\"type\":\"step\",\"step\":", step.step(),
                       ",\"loss\":", JsonNumber(step.loss()),
                       ",\"step_seconds\":", JsonNumber(step.step_seconds()),
-                      ",\"samples_per_second\":", JsonNumber(step.samples_per_second()), "}");
+                      ",\"samples_per_second\":", JsonNumber(step.samples_per_second()),
+                      ",\"bytes_sent\":", step.bytes_sent(), "}");
 }
 
 std::string FormatStateJson(v1::JobState state, const std::string& message) {
@@ -74,6 +75,9 @@ std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps) {
   absl::StrAppend(&out, "  loss ", absl::StrFormat("%.6g", step.loss()));
   if (step.samples_per_second() > 0) {
     absl::StrAppend(&out, "  ", FormatThousands(step.samples_per_second()), " samples/s");
+  }
+  if (step.bytes_sent() > 0) {
+    absl::StrAppend(&out, "  ", absl::StrFormat("%.1f", step.bytes_sent() / 1e6), " MB/step");
   }
   if (step.step_seconds() > 0) {
     absl::StrAppend(&out, "  (", absl::StrFormat("%.3f", step.step_seconds()), " s)");

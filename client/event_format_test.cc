@@ -36,7 +36,7 @@ TEST(EventFormatTest, StepJsonLineRoundTripsTheLoss) {
   const std::string line = FormatEventJson(StepEvent(3, loss, 0.014, 2345.5));
   EXPECT_EQ(line,
             "{\"type\":\"step\",\"step\":3,\"loss\":0.30000000000000004,\"step_seconds\":"
-            "0.014,\"samples_per_second\":2345.5}");
+            "0.014,\"samples_per_second\":2345.5,\"bytes_sent\":0}");
   EXPECT_EQ(line.find('\n'), std::string::npos);
   const nlohmann::json j = nlohmann::json::parse(line);
   EXPECT_EQ(j["type"], "step");
@@ -47,6 +47,20 @@ TEST(EventFormatTest, StepJsonLineRoundTripsTheLoss) {
   for (double v : {1.0 / 3.0, 1e-300, 123456789.123456789, 5e-324, 1.7976931348623157e308}) {
     EXPECT_EQ(std::strtod(JsonNumber(v).c_str(), nullptr), v) << JsonNumber(v);
   }
+}
+
+// bytes_sent is an exact integer: a 2-rank DP step of the seed MLP sends 33,554,432 bytes.
+TEST(EventFormatTest, StepBytesSent) {
+  v1::JobEvent event = StepEvent(4, 0.5, 0.2, 2560);
+  event.mutable_step()->set_bytes_sent(33554432);
+  const std::string line = FormatEventJson(event);
+  EXPECT_THAT(line, HasSubstr(",\"bytes_sent\":33554432}"));
+  EXPECT_EQ(nlohmann::json::parse(line)["bytes_sent"].get<int64_t>(), 33554432);
+  EXPECT_EQ(FormatEventText(event, 10),
+            "step 4/10  loss 0.5  2,560 samples/s  33.6 MB/step  (0.200 s)");
+  event.mutable_step()->set_bytes_sent(int64_t{1} << 50);
+  EXPECT_EQ(nlohmann::json::parse(FormatEventJson(event))["bytes_sent"].get<int64_t>(),
+            int64_t{1} << 50);
 }
 
 TEST(EventFormatTest, NonFiniteNumbersAreNull) {

@@ -1,5 +1,6 @@
 // weftctl: the command line of Weft. Submits, watches, lists and cancels jobs on a coordinator,
-// and `weftctl local` runs a job on a coordinator and workers it starts itself. See UsageText()
+// `weftctl local` runs a job on a coordinator and workers it starts itself, and `weftctl plan`
+// shows what each rank would do without any daemon. See UsageText()
 // in cli.cc for the commands.
 #include <pthread.h>
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include "client/coordinator_client.h"
 #include "client/event_format.h"
 #include "client/local_cluster.h"
+#include "client/plan.h"
 #include "common/spec/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/json_util.h"
@@ -291,6 +293,13 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   return 0;
 }
 
+int RunPlan(const CommandLine& cl) {
+  absl::StatusOr<PlannedJob> job = PlanSpecFile(cl.positional[0]);
+  if (!job.ok()) return Fail(job.status());
+  std::cout << (cl.json ? FormatPlanJson(*job) + "\n" : FormatPlanText(*job)) << std::flush;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<CommandLine> cl =
@@ -310,6 +319,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "watch") return RunWatch(*cl);
   if (cl->command == "workers") return RunWorkers(*cl);
   if (cl->command == "local") return RunLocal(*cl, argv[0]);
+  if (cl->command == "plan") return RunPlan(*cl);
   std::cerr << "weftctl: unknown command " << cl->command << "\n";
   return 2;
 }

@@ -41,10 +41,7 @@ std::string HostOfPeer(const std::string& peer) {
   return last == std::string::npos ? addr : addr.substr(0, last);
 }
 
-absl::Status DefaultPrepareSpec(v1::JobSpec* spec) {
-  RETURN_IF_ERROR(ResolveDataShapes(spec));
-  return ValidateJobSpec(*spec);
-}
+absl::Status DefaultPrepareSpec(v1::JobSpec* spec) { return PrepareJobSpec(spec); }
 
 }  // namespace
 

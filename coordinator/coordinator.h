@@ -57,7 +57,7 @@ struct CoordinatorOptions {
   int64_t cancel_grace_ms = 5000;
   // Wall-clock milliseconds; tests substitute a manual clock.
   std::function<int64_t()> now_ms;
-  // Fills derived fields and checks a submitted spec (default: ResolveDataShapes, then
+  // Fills derived fields and checks a submitted spec (default: PrepareJobSpec:
   // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own.
   std::function<absl::Status(v1::JobSpec*)> prepare_spec;
   // One Program per rank (default: planner::PlanJob).

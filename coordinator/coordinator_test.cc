@@ -551,7 +551,7 @@ TEST_F(CoordinatorTest, ListWorkersReportsDeviceAndAssignment) {
   EXPECT_EQ(workers[0].pid(), 1234);
 }
 
-// The real ResolveDataShapes + ValidateJobSpec + planner behind SubmitJob.
+// The real PrepareJobSpec + planner behind SubmitJob.
 TEST(RealSpecAndPlannerTest, SubmitJobRejectsAnUnknownLayerType) {
   auto store = JobStore::Open(TempDir() + "/weft.db");
   ASSERT_TRUE(store.ok());

@@ -32,7 +32,12 @@ absl::StatusOr<std::optional<v1::StepMetrics>> StepAggregator::Add(const v1::Ste
   metrics.set_step(report.step());
   metrics.set_loss(partial.by_rank.at(0).loss());
   double slowest = 0;
-  for (const auto& [rank, r] : partial.by_rank) slowest = std::max(slowest, r.step_seconds());
+  int64_t bytes_sent = 0;
+  for (const auto& [rank, r] : partial.by_rank) {
+    slowest = std::max(slowest, r.step_seconds());
+    bytes_sent += r.bytes_sent();
+  }
+  metrics.set_bytes_sent(bytes_sent);
   metrics.set_step_seconds(slowest);
   metrics.set_samples_per_second(slowest > 0 ? static_cast<double>(batch_size_) / slowest : 0.0);
   partial_.erase(report.step());

@@ -1,6 +1,7 @@
 // Collects the per-rank StepReports of one job attempt and turns each step into one StepMetrics
 // once every rank has reported it: the loss of rank 0 (the loss buffer holds the replicated
-// global-mean loss), the slowest rank's step time, and the global batch over that time.
+// global-mean loss), the slowest rank's step time, the global batch over that time, and the
+// bytes all ranks sent during the step (the sum of their bytes_sent).
 //
 // E.g.
 //   StepAggregator steps(/*world_size=*/2, /*batch_size=*/8);

@@ -34,6 +34,27 @@ TEST(StepAggregatorTest, EmitsWhenAllRanksReported) {
   EXPECT_EQ(agg.incomplete_steps(), 0);
 }
 
+// Traffic is a sum over ranks: each rank reports what its own communicators sent.
+TEST(StepAggregatorTest, SumsBytesSentOverRanks) {
+  StepAggregator agg(3, 12);
+  for (int rank = 0; rank < 3; ++rank) {
+    v1::StepReport r = Report(rank, 1, 0.5, 0.1);
+    r.set_bytes_sent(1000 * (rank + 1));
+    auto m = agg.Add(r);
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (rank < 2) {
+      EXPECT_FALSE(m->has_value());
+    } else {
+      ASSERT_TRUE(m->has_value());
+      EXPECT_EQ((*m)->bytes_sent(), 6000);
+    }
+  }
+  // Ranks that send nothing (1-rank runs, reports from older workers) sum to 0.
+  auto only = StepAggregator(1, 4).Add(Report(0, 1, 0.5, 0.1));
+  ASSERT_TRUE(only.ok() && only->has_value());
+  EXPECT_EQ((*only)->bytes_sent(), 0);
+}
+
 TEST(StepAggregatorTest, KeepsStepsApart) {
   StepAggregator agg(2, 4);
   ASSERT_TRUE(agg.Add(Report(0, 1, 1.0, 1)).ok());

@@ -46,28 +46,36 @@ class BadInputTest : public ::testing::Test {
     delete work_dir_;
   }
 
-  // Parses (without validating) a spec written next to the job's files and submits it.
-  static grpc::Status Submit(const std::string& yaml, std::string* job_id = nullptr) {
-    auto spec = ParseJobSpecYaml(yaml, job_->dir);
-    EXPECT_TRUE(spec.ok()) << spec.status();
+  static grpc::Status SubmitSpec(const v1::JobSpec& spec, std::string* job_id = nullptr) {
     auto stub = v1::JobService::NewStub(*channel_);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::SubmitJobRequest req;
-    *req.mutable_spec() = *spec;
+    *req.mutable_spec() = spec;
     v1::SubmitJobResponse resp;
     grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
     if (job_id != nullptr) *job_id = resp.job_id();
     return s;
   }
 
-  static void ExpectRejected(const std::string& yaml, const std::vector<std::string>& words) {
-    grpc::Status s = Submit(yaml);
+  // Parses (without validating) a spec written next to the job's files and submits it.
+  static grpc::Status Submit(const std::string& yaml, std::string* job_id = nullptr) {
+    auto spec = ParseJobSpecYaml(yaml, job_->dir);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, "unparsable test spec");
+    return SubmitSpec(*spec, job_id);
+  }
+
+  static void ExpectRejected(const grpc::Status& s, const std::vector<std::string>& words) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     for (const auto& w : words) {
       EXPECT_NE(s.error_message().find(w), std::string::npos)
           << "error should name '" << w << "': " << s.error_message();
     }
+  }
+
+  static void ExpectRejected(const std::string& yaml, const std::vector<std::string>& words) {
+    ExpectRejected(Submit(yaml), words);
   }
 
   static v1::Job GetJob(const std::string& id) {
@@ -112,9 +120,12 @@ TEST_F(BadInputTest, MismatchedFeatures) {
                  {"model.layers[2]", "in_features"});
 }
 
-TEST_F(BadInputTest, BatchNotDivisibleByDpDegree) {
-  // 8 samples over dp = 3.
-  ExpectRejected(job_->SpecYaml("{shape: [3], dim_names: [dp]}"), {"data.batch_size", "dp"});
+TEST_F(BadInputTest, BatchSmallerThanItsShards) {
+  // Uneven batch shards are fine (8 over dp = 3 is 2, 2, 4); 2 samples over dp = 3 would leave a
+  // rank without one.
+  ExpectRejected(Replace(job_->SpecYaml("{shape: [3], dim_names: [dp]}"), "batch_size: 8",
+                         "batch_size: 2"),
+                 {"data.batch_size", "2 is smaller than the 3 shards", "dp"});
 }
 
 TEST_F(BadInputTest, MissingDataFile) {
@@ -134,6 +145,40 @@ TEST_F(BadInputTest, WeightShapeMismatch) {
   WriteSafetensorsF32(job_->dir + "/wrong.safetensors", wrong);
   ExpectRejected(Replace(Dp2(), "init_from: init.safetensors", "init_from: wrong.safetensors"),
                  {"fc1.weight", "[8,32]", "[16,16]"});
+}
+
+TEST_F(BadInputTest, ShardAxisOutOfRange) {
+  ExpectRejected(job_->SpecYaml("{shape: [2], dim_names: [dp]}", "",
+                                {{"fc1", "placements: {weight: [Shard(2)]}"}}),
+                 {"fc1", "weight", "Shard(2)"});
+}
+
+TEST_F(BadInputTest, PlacementsLongerThanTheMesh) {
+  ExpectRejected(job_->SpecYaml("{shape: [2], dim_names: [dp]}", "",
+                                {{"fc0", "placements: {bias: [Replicate(), Shard(0)]}"}}),
+                 {"fc0", "bias"});
+}
+
+TEST_F(BadInputTest, ParallelizeNamesAMissingLayer) {
+  // The YAML parser would already refuse it; a gRPC client can still send it.
+  auto spec = ParseJobSpecYaml(job_->SpecYaml("{shape: [2], dim_names: [mp]}"), job_->dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::ParallelizeConfig& entry = (*spec->mutable_parallelize())["mp"];
+  entry.set_dim("mp");
+  (*entry.mutable_plan())["fc9"] = "ColWiseParallel";
+  ExpectRejected(SubmitSpec(*spec), {"parallelize", "fc9"});
+}
+
+TEST_F(BadInputTest, ShardOnAMeshDimThatDoesNotExistIsRejectedByTheCli) {
+  std::string spec = job_->WriteSpec(
+      "no_such_dim.yaml", job_->SpecYaml("{shape: [2], dim_names: [dp]}", "",
+                                         {{"fc0", "placements: {weight: {mp: Shard(1)}}"}}));
+  CommandResult r = RunCommand(
+      {BinaryPath("client/weftctl"), "--coordinator", coordinator_->address(), "submit", spec}, 30);
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  for (const char* word : {"fc0", "weight", "mp", "Shard(1)"}) {
+    EXPECT_NE(r.err.find(word), std::string::npos) << "error should name " << word << ": " << r.err;
+  }
 }
 
 TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {

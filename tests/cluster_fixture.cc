@@ -2,14 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace weft::testing {
 
-MlpJob MlpJob::Create() {
+MlpJob MlpJob::Create(bool fc1_bias) {
   MlpJob job;
+  job.fc1_bias = fc1_bias;
   job.dir = MakeTempDir("mlp-job");
   job.inputs = TestValues(kSamples * kIn, 1, 1.0);
   job.labels = TestValues(kSamples * kOut, 2, 0.5);
@@ -22,6 +25,7 @@ MlpJob MlpJob::Create() {
       {"fc2.weight", {kHidden, kOut}, TestValues(kHidden * kOut, 6, 0.25)},
       {"fc2.bias", {kOut}, TestValues(kOut, 7, 0.1)},
   };
+  if (fc1_bias) job.init.push_back({"fc1.bias", {kHidden}, TestValues(kHidden, 8, 0.1)});
   WriteSafetensorsF32(job.dir + "/init.safetensors", job.init);
   job.optimizer.type = "adamw";
   job.optimizer.lr = 0.01;
@@ -29,17 +33,25 @@ MlpJob MlpJob::Create() {
   return job;
 }
 
-std::string MlpJob::SpecYaml(const std::string& mesh, const std::string& extra) const {
+std::string MlpJob::SpecYaml(const std::string& mesh, const std::string& extra,
+                             const std::map<std::string, std::string>& layer_extra) const {
+  auto more = [&](const std::string& layer) {
+    auto it = layer_extra.find(layer);
+    return it == layer_extra.end() ? std::string() : ", " + it->second;
+  };
   std::ostringstream s;
   s << "name: mlp-test\n"
     << "mesh: " << mesh << "\n"
     << "model:\n"
     << "  layers:\n"
-    << "    - {name: fc0, type: linear, in_features: 8, out_features: 16, bias: true}\n"
+    << "    - {name: fc0, type: linear, in_features: 8, out_features: 16, bias: true" << more("fc0")
+    << "}\n"
     << "    - {name: act0, type: gelu}\n"
-    << "    - {name: fc1, type: linear, in_features: 16, out_features: 16, bias: false}\n"
+    << "    - {name: fc1, type: linear, in_features: 16, out_features: 16, bias: "
+    << (fc1_bias ? "true" : "false") << more("fc1") << "}\n"
     << "    - {name: act1, type: relu}\n"
-    << "    - {name: fc2, type: linear, in_features: 16, out_features: 4, bias: true}\n"
+    << "    - {name: fc2, type: linear, in_features: 16, out_features: 4, bias: true" << more("fc2")
+    << "}\n"
     << "  loss: mse\n"
     << "data:\n"
     << "  source: npy\n"
@@ -62,12 +74,29 @@ std::string MlpJob::WriteSpec(const std::string& file, const std::string& yaml) 
 std::vector<double> MlpJob::ReferenceLosses() const {
   RefMlp mlp({{"fc0", "linear", kIn, kHidden, true},
               {"act0", "gelu"},
-              {"fc1", "linear", kHidden, kHidden, false},
+              {"fc1", "linear", kHidden, kHidden, fc1_bias},
               {"act1", "relu"},
               {"fc2", "linear", kHidden, kOut, true}});
   for (const auto& t : init) mlp.params[t.name] = t.values;
   return mlp.Train(inputs, labels, kSamples, kBatch, kSteps, optimizer);
 }
+
+std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks) {
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "local", "--ranks",
+                                std::to_string(ranks), "--json", "--coordinator_bin",
+                                BinaryPath("coordinator/weft-coordinator"), "--worker_bin",
+                                BinaryPath("worker/weft-worker"), spec_path},
+                               240);
+  EXPECT_EQ(r.exit_code, 0) << spec_path << " on " << ranks << " ranks\nstdout:\n"
+                            << r.out << "\nstderr:\n" << r.err;
+  std::string state;
+  std::vector<double> losses = ParseStepLosses(r.out, &state);
+  EXPECT_EQ(state, "SUCCEEDED") << r.out << r.err;
+  EXPECT_EQ(losses.size(), static_cast<size_t>(MlpJob::kSteps)) << r.out << r.err;
+  return losses;
+}
+
+double RelDiff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state) {
   std::vector<double> losses;

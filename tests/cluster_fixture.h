@@ -3,6 +3,7 @@
 #ifndef WEFT_TESTS_CLUSTER_FIXTURE_H_
 #define WEFT_TESTS_CLUSTER_FIXTURE_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,8 +12,8 @@
 
 namespace weft::testing {
 
-// fc0 8->16 (bias) -> gelu -> fc1 16->16 (no bias) -> relu -> fc2 16->4 (bias), mse, AdamW with
-// weight decay, 20 samples, batch 8 (so step 3 wraps around), 5 steps.
+// fc0 8->16 (bias) -> gelu -> fc1 16->16 (bias only if fc1_bias) -> relu -> fc2 16->4 (bias),
+// mse, AdamW with weight decay, 20 samples, batch 8 (so step 3 wraps around), 5 steps.
 struct MlpJob {
   static constexpr int kIn = 8, kHidden = 16, kOut = 4, kSamples = 20, kBatch = 8, kSteps = 5;
 
@@ -20,16 +21,26 @@ struct MlpJob {
   std::vector<double> inputs, labels;
   std::vector<NamedTensor> init;
   RefOptimizer optimizer;
+  bool fc1_bias = false;
 
   // Writes the data and init files into a fresh temporary folder.
-  static MlpJob Create();
-  // The YAML for a mesh (e.g. "{shape: [4], dim_names: [dp]}"); `extra` is appended verbatim.
-  std::string SpecYaml(const std::string& mesh, const std::string& extra = "") const;
+  static MlpJob Create(bool fc1_bias = false);
+  // The YAML for a mesh (e.g. "{shape: [4], dim_names: [dp]}"); `extra` is appended verbatim and
+  // layer_extra["fc0"] is added inside fc0's flow mapping (e.g. "placements: {weight: [Shard(1)]}").
+  std::string SpecYaml(const std::string& mesh, const std::string& extra = "",
+                       const std::map<std::string, std::string>& layer_extra = {}) const;
   // Writes SpecYaml to dir/<file> and returns its path.
   std::string WriteSpec(const std::string& file, const std::string& yaml) const;
   // Per-step losses of the float64 reference.
   std::vector<double> ReferenceLosses() const;
 };
+
+// Runs `weftctl local --ranks N --json SPEC` through the real binaries and returns the per-step
+// losses; fails the calling test unless the job SUCCEEDED with every step reported.
+std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks);
+
+// |a - b| / |b|.
+double RelDiff(double a, double b);
 
 // Losses parsed from `weftctl local --json` output; fails the calling test on a malformed line
 // and sets *final_state to the last state event.

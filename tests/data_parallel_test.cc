@@ -11,23 +11,11 @@
 namespace weft::testing {
 namespace {
 
-double RelDiff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
-
 std::vector<double> RunLocal(const MlpJob& job, int ranks) {
-  std::string spec = job.WriteSpec(
-      "dp" + std::to_string(ranks) + ".yaml",
-      job.SpecYaml("{shape: [" + std::to_string(ranks) + "], dim_names: [dp]}"));
-  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "local", "--ranks",
-                                std::to_string(ranks), "--json",
-                                "--coordinator_bin", BinaryPath("coordinator/weft-coordinator"),
-                                "--worker_bin", BinaryPath("worker/weft-worker"), spec},
-                               240);
-  EXPECT_EQ(r.exit_code, 0) << "ranks=" << ranks << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err;
-  std::string state;
-  std::vector<double> losses = ParseStepLosses(r.out, &state);
-  EXPECT_EQ(state, "SUCCEEDED") << r.out << r.err;
-  EXPECT_EQ(losses.size(), static_cast<size_t>(MlpJob::kSteps)) << r.out << r.err;
-  return losses;
+  return RunLocalLosses(
+      job.WriteSpec("dp" + std::to_string(ranks) + ".yaml",
+                    job.SpecYaml("{shape: [" + std::to_string(ranks) + "], dim_names: [dp]}")),
+      ranks);
 }
 
 TEST(DataParallelTest, LossesMatchAcrossRankCountsAndTheFloat64Reference) {

@@ -1,9 +1,12 @@
 // The central property on many configurations, without sockets: the planner's per-rank Programs,
 // run by the real executor with every rank a thread (in-process communicators), give the same
-// per-step losses and final parameters as the 1-rank run and as the float64 reference.
+// per-step losses and final parameters as the 1-rank run and as the float64 reference. Data
+// parallel, tensor parallel (column -> row), both on 2-d and 3-d meshes, uneven shards, Partial
+// batches and parameters, and a placement conflict the planner resolves with an all-to-all.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "common/spec/spec.h"
@@ -15,9 +18,19 @@
 namespace weft::testing {
 namespace {
 
+const char* const kParams[] = {"fc0.weight", "fc0.bias", "fc1.weight", "fc2.weight", "fc2.bias"};
+
+// One rank's piece of a parameter after training, and where it lies in the global tensor.
+struct Piece {
+  std::vector<float> values;
+  std::vector<int64_t> global_shape, offsets, lengths;
+  bool zeros_init = false;  // a Partial(sum) parameter not held by this rank
+};
+
 struct RunOutput {
-  std::vector<double> losses;                               // rank 0's
-  std::map<std::string, std::vector<float>> rank0_params;   // local pieces held by rank 0
+  std::vector<double> losses;                                     // rank 0's
+  std::vector<std::map<std::string, Piece>> pieces;               // by rank
+  std::map<v1::Instruction::Op, int> ops;                         // instruction counts, all ranks
 };
 
 // Plans `yaml` and runs every rank in its own thread; fails the test on any error or on ranks
@@ -34,20 +47,25 @@ RunOutput Simulate(const MlpJob& job, const std::string& yaml) {
   EXPECT_TRUE(programs.ok()) << programs.status();
   if (!programs.ok()) return out;
   const int world = static_cast<int>(programs->size());
+  for (const v1::Program& p : *programs) {
+    for (const v1::Instruction& ins : p.step()) ++out.ops[ins.op()];
+  }
   auto local_world = std::make_shared<LocalWorld>(world, absl::Seconds(30));
   std::vector<std::vector<double>> losses(world);
   std::vector<absl::Status> status(world);
+  out.pieces.resize(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
+      const v1::Program& program = (*programs)[r];
       LocalCommunicatorFactory factory(local_world, r);
-      auto exec = Executor::Create((*programs)[r], &factory);
+      auto exec = Executor::Create(program, &factory);
       if (!exec.ok()) {
         status[r] = exec.status();
         return;
       }
       status[r] = (*exec)->Initialize();
-      for (int64_t s = 1; status[r].ok() && s <= (*programs)[r].steps(); ++s) {
+      for (int64_t s = 1; status[r].ok() && s <= program.steps(); ++s) {
         auto loss = (*exec)->RunStep(s);
         if (!loss.ok()) {
           status[r] = loss.status();
@@ -55,12 +73,19 @@ RunOutput Simulate(const MlpJob& job, const std::string& yaml) {
         }
         losses[r].push_back(*loss);
       }
-      if (r == 0 && status[r].ok()) {
-        for (const char* name : {"fc0.weight", "fc0.bias", "fc1.weight", "fc2.weight", "fc2.bias"}) {
-          auto values = (*exec)->ReadBuffer(name);
-          EXPECT_TRUE(values.ok()) << name << ": " << values.status();
-          if (values.ok()) out.rank0_params[name] = *values;
-        }
+      if (!status[r].ok()) return;
+      for (const v1::ParamInit& init : program.init()) {
+        if (program.buffers(init.buffer()).role() != v1::Buffer::PARAM) continue;
+        auto values = (*exec)->ReadBuffer(init.name());
+        EXPECT_TRUE(values.ok()) << init.name() << ": " << values.status();
+        if (!values.ok()) continue;
+        Piece piece;
+        piece.values = *values;
+        piece.global_shape.assign(init.global_shape().begin(), init.global_shape().end());
+        piece.offsets.assign(init.box().offsets().begin(), init.box().offsets().end());
+        piece.lengths.assign(init.box().lengths().begin(), init.box().lengths().end());
+        piece.zeros_init = init.kind() == v1::ParamInit::ZEROS;
+        out.pieces[r][init.name()] = std::move(piece);
       }
     });
   }
@@ -73,11 +98,71 @@ RunOutput Simulate(const MlpJob& job, const std::string& yaml) {
   return out;
 }
 
-double RelDiff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+// The box of a row-major tensor of global_shape (1-d or 2-d).
+template <typename T>
+std::vector<double> Slice(const std::vector<T>& full, const Piece& piece) {
+  std::vector<double> out;
+  if (piece.global_shape.size() == 1) {
+    for (int64_t i = 0; i < piece.lengths[0]; ++i) out.push_back(full[piece.offsets[0] + i]);
+    return out;
+  }
+  const int64_t cols = piece.global_shape[1];
+  for (int64_t i = 0; i < piece.lengths[0]; ++i) {
+    for (int64_t j = 0; j < piece.lengths[1]; ++j) {
+      out.push_back(full[(piece.offsets[0] + i) * cols + piece.offsets[1] + j]);
+    }
+  }
+  return out;
+}
 
-class SimulatedRunTest : public ::testing::TestWithParam<std::string> {};
+double Rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
+
+struct Config {
+  std::string name;
+  std::string mesh;                                 // YAML flow mapping
+  std::map<std::string, std::string> layer_places;  // layer -> "weight: [...], bias: [...]"
+  std::string data_places;                          // "" or "[Shard(0), Replicate()]"
+  v1::Instruction::Op must_use = v1::Instruction::OP_UNSPECIFIED;
+};
+
+// Whether any rank holds a parameter in pieces (so the placements took effect).
+bool AnySharded(const RunOutput& out) {
+  for (const auto& rank : out.pieces) {
+    for (const auto& [name, piece] : rank) {
+      if (piece.lengths != piece.global_shape) return true;
+    }
+  }
+  return false;
+}
+
+std::ostream& operator<<(std::ostream& os, const Config& c) { return os << c.name; }
+
+// MlpJob's YAML with placements added to its layers and batch.
+std::string Yaml(const MlpJob& job, const Config& c) {
+  std::string yaml = job.SpecYaml(c.mesh);
+  for (const auto& [layer, places] : c.layer_places) {
+    const std::string key = "{name: " + layer + ",";
+    size_t at = yaml.find(key);
+    EXPECT_NE(at, std::string::npos) << layer;
+    if (at == std::string::npos) continue;
+    size_t close = yaml.find('}', at);
+    yaml.insert(close, ", placements: {" + places + "}");
+  }
+  if (!c.data_places.empty()) {
+    const std::string key = "  batch_size: 8\n";
+    size_t at = yaml.find(key);
+    EXPECT_NE(at, std::string::npos);
+    if (at != std::string::npos) {
+      yaml.insert(at + key.size(), "  placements: " + c.data_places + "\n");
+    }
+  }
+  return yaml;
+}
+
+class SimulatedRunTest : public ::testing::TestWithParam<Config> {};
 
 TEST_P(SimulatedRunTest, MatchesOneRankAndFloat64Reference) {
+  const Config& c = GetParam();
   MlpJob job = MlpJob::Create();
   RefMlp ref({{"fc0", "linear", MlpJob::kIn, MlpJob::kHidden, true},
               {"act0", "gelu"},
@@ -89,32 +174,100 @@ TEST_P(SimulatedRunTest, MatchesOneRankAndFloat64Reference) {
                                             MlpJob::kBatch, MlpJob::kSteps, job.optimizer);
 
   RunOutput single = Simulate(job, job.SpecYaml("{shape: [1], dim_names: [dp]}"));
-  RunOutput dist = Simulate(job, job.SpecYaml(GetParam()));
+  const std::string yaml = Yaml(job, c);
+  RunOutput dist = Simulate(job, yaml);
   ASSERT_EQ(single.losses.size(), reference.size());
-  ASSERT_EQ(dist.losses.size(), reference.size());
+  ASSERT_EQ(dist.losses.size(), reference.size()) << yaml;
   for (size_t s = 0; s < reference.size(); ++s) {
-    EXPECT_LE(RelDiff(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
-    EXPECT_LE(RelDiff(dist.losses[s], single.losses[s]), 1e-5) << "step " << s + 1;
+    EXPECT_LE(Rel(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
+    EXPECT_LE(Rel(dist.losses[s], single.losses[s]), 1e-5) << "step " << s + 1;
   }
-  // Parameters are replicated in these configurations: rank 0 holds each one whole.
-  for (const auto& [name, values] : dist.rank0_params) {
-    const auto& want = ref.params.at(name);
-    ASSERT_EQ(values.size(), want.size()) << name;
-    const auto& one = single.rank0_params.at(name);
-    for (size_t i = 0; i < want.size(); ++i) {
-      EXPECT_NEAR(values[i], want[i], 1e-4) << name << "[" << i << "] vs float64";
-      EXPECT_NEAR(values[i], one[i], 1e-5 * std::max(1.0, std::abs(static_cast<double>(one[i])))) << name << "[" << i << "]";
+  for (const auto& [layer, places] : c.layer_places) {
+    if (places.find("Shard") != std::string::npos) {
+      EXPECT_TRUE(AnySharded(dist)) << "no parameter is sharded in\n" << yaml;
+    }
+  }
+  if (c.must_use != v1::Instruction::OP_UNSPECIFIED) {
+    EXPECT_GT(dist.ops[c.must_use], 0) << v1::Instruction::Op_Name(c.must_use) << " in\n" << yaml;
+  }
+  // Each rank's piece of each parameter equals the slice of the reference and of the 1-rank
+  // run; a Partial(sum) parameter's other members hold zeros throughout.
+  ASSERT_FALSE(single.pieces.empty());
+  for (size_t r = 0; r < dist.pieces.size(); ++r) {
+    for (const char* name : kParams) {
+      auto it = dist.pieces[r].find(name);
+      ASSERT_NE(it, dist.pieces[r].end()) << "rank " << r << " has no " << name;
+      const Piece& piece = it->second;
+      std::vector<double> want = Slice(ref.params.at(name), piece);
+      std::vector<double> one = Slice(single.pieces[0].at(name).values, piece);
+      ASSERT_EQ(piece.values.size(), want.size()) << name;
+      for (size_t i = 0; i < want.size(); ++i) {
+        const std::string where = std::string(name) + "[" + std::to_string(i) + "] rank " +
+                                  std::to_string(r);
+        if (piece.zeros_init) {
+          EXPECT_EQ(piece.values[i], 0.0f) << where;
+          continue;
+        }
+        EXPECT_NEAR(piece.values[i], want[i], 1e-4) << where << " vs float64";
+        EXPECT_NEAR(piece.values[i], one[i], 1e-5 * std::max(1.0, std::abs(one[i]))) << where;
+      }
     }
   }
 }
 
+const std::string kColRow = "weight: [Shard(1)], bias: [Shard(0)]";
+
 INSTANTIATE_TEST_SUITE_P(
     Meshes, SimulatedRunTest,
-    ::testing::Values("{shape: [2], dim_names: [dp]}", "{shape: [4], dim_names: [dp]}",
-                      "{shape: [8], dim_names: [dp]}",
-                      // dp x mp with replicated parameters: the mp groups compute the same thing.
-                      "{shape: [2, 2], dim_names: [dp, mp]}",
-                      "{shape: [2, 2], dim_names: [mp, dp]}"));
+    ::testing::Values(
+        Config{"dp2", "{shape: [2], dim_names: [dp]}"},
+        Config{"dp4", "{shape: [4], dim_names: [dp]}"},
+        Config{"dp8", "{shape: [8], dim_names: [dp]}"},
+        // dp x mp with replicated parameters: the mp groups compute the same thing.
+        Config{"dp2xmp2_replicated", "{shape: [2, 2], dim_names: [dp, mp]}"},
+        Config{"mp2xdp2_replicated", "{shape: [2, 2], dim_names: [mp, dp]}"},
+        // Megatron column -> row on mp; hidden 16 over 3 is uneven (5, 5, 6).
+        Config{"mp2_col_row", "{shape: [2], dim_names: [mp]}",
+               {{"fc0", kColRow}, {"fc1", "weight: [Shard(0)]"}}},
+        Config{"mp4_col_row", "{shape: [4], dim_names: [mp]}",
+               {{"fc0", kColRow}, {"fc1", "weight: [Shard(0)]"}}},
+        Config{"mp3_uneven_col_row", "{shape: [3], dim_names: [mp]}",
+               {{"fc0", kColRow}, {"fc1", "weight: [Shard(0)]"}, {"fc2", "weight: [Shard(1)]"}}},
+        // The seed's DP2 x MP2.
+        Config{"dp2xmp2_seed", "{shape: [2, 2], dim_names: [dp, mp]}",
+               {{"fc0", "weight: [Replicate(), Shard(1)], bias: [Replicate(), Shard(0)]"},
+                {"fc1", "weight: [Replicate(), Shard(0)]"}},
+               "[Shard(0), Replicate()]"},
+        // A 3-d mesh: data parallel, column -> row on mp, fc1 also split by columns on x and
+        // fc2 column-parallel on x.
+        Config{"dp2xmp2xx2", "{shape: [2, 2, 2], dim_names: [dp, mp, x]}",
+               {{"fc0", "weight: [Replicate(), Shard(1), Replicate()], "
+                        "bias: [Replicate(), Shard(0), Replicate()]"},
+                {"fc1", "weight: [Replicate(), Shard(0), Shard(1)]"},
+                {"fc2", "weight: [Replicate(), Replicate(), Shard(1)], "
+                        "bias: [Replicate(), Replicate(), Shard(0)]"}},
+               "[Shard(0), Replicate(), Replicate()]"},
+        // Batch 8 over 3 ranks: 2, 2, 4 samples; the loss is still the global mean.
+        Config{"dp3_uneven_batch", "{shape: [3], dim_names: [dp]}"},
+        Config{"dp3xmp2_uneven", "{shape: [3, 2], dim_names: [dp, mp]}",
+               {{"fc0", "weight: [Replicate(), Shard(1)]"},
+                {"fc1", "weight: [Replicate(), Shard(0)]"}},
+               "[Shard(0), Replicate()]"},
+        // Partial batches: the sum (member 0 loads, the others hold zeros) or the mean.
+        Config{"dp2_partial_sum_batch", "{shape: [2], dim_names: [dp]}", {}, "[Partial(sum)]",
+               v1::Instruction::SCALE},
+        Config{"dp2xmp2_partial_avg_batch", "{shape: [2, 2], dim_names: [dp, mp]}",
+               {{"fc0", "weight: [Replicate(), Shard(1)]"}},
+               "[Shard(0), Partial(avg)]"},
+        // Partial parameters: fc1's weight a sum over mp, fc2's bias a mean over dp.
+        Config{"dp2xmp2_partial_params", "{shape: [2, 2], dim_names: [dp, mp]}",
+               {{"fc1", "weight: [Replicate(), Partial(sum)]"},
+                {"fc2", "bias: [Partial(avg), Replicate()]"}},
+               "[Shard(0), Replicate()]", v1::Instruction::SCALE},
+        // fc0's weight split by rows on the batch dim: the input moves Shard(0) -> Shard(1).
+        Config{"dp2_all_to_all", "{shape: [2], dim_names: [dp]}",
+               {{"fc0", "weight: [Shard(0)]"}}, "[Shard(0)]", v1::Instruction::ALL_TO_ALL}),
+    [](const ::testing::TestParamInfo<Config>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace weft::testing

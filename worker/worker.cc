@@ -30,6 +30,7 @@ class RendezvousGlooFactory : public CommunicatorFactory {
   absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override {
     return gloo_.Create(group);
   }
+  int64_t bytes_sent() const override { return gloo_.bytes_sent(); }
   RendezvousStore* store() { return store_.get(); }
 
  private:
@@ -160,8 +161,14 @@ absl::Status Task::RunSteps() {
     executor_ = nullptr;
   };
   RETURN_IF_ERROR(Annotate(executor->Initialize(), "initializing"));
+  // Every communicator of the attempt comes from comms.factory, so its total over the step is
+  // this rank's traffic for the step.
+  auto bytes_sent = [&comms] {
+    return comms.factory != nullptr ? comms.factory->bytes_sent() : int64_t{0};
+  };
   for (int64_t step = 1; step <= program.steps(); ++step) {
     if (cancelled()) return absl::CancelledError("cancelled");
+    const int64_t sent_before = bytes_sent();
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<float> loss = executor->RunStep(step);
     if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("step ", step));
@@ -174,6 +181,7 @@ absl::Status Task::RunSteps() {
     report->set_step(step);
     report->set_loss(*loss);
     report->set_step_seconds(took.count());
+    report->set_bytes_sent(bytes_sent() - sent_before);
     report_(msg);
   }
   return absl::OkStatus();

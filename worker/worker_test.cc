@@ -447,7 +447,12 @@ TEST(WorkerGlooTest, TwoWorkersAllReduceThroughTheRendezvousService) {
     }));
     std::vector<double> losses;
     for (const auto& m : coordinators[r].received()) {
-      if (m.has_step()) losses.push_back(m.step().loss());
+      if (m.has_step()) {
+        losses.push_back(m.step().loss());
+        // A 1-float ring all-reduce on 2 ranks: Gloo's segments put the float in chunk 0, so
+        // each rank sends it once (rank 1 reduce-scatters it to 0, rank 0 gathers it back).
+        EXPECT_EQ(m.step().bytes_sent(), 4) << "rank " << r;
+      }
       if (m.has_done()) {
         EXPECT_TRUE(m.done().ok()) << m.done().message();
       }

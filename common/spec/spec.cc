@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -179,6 +180,69 @@ absl::Status ReadPlacementList(const YAML::Node& node, const std::string& path,
   });
 }
 
+// (layer name, parameter, mesh dim index) of placements the user left to the default
+// Replicate(): a named placement map's unnamed dims. The parallelize shortcut may set those;
+// anything the user wrote is a conflict when it differs.
+using ImplicitDims = std::set<std::tuple<std::string, std::string, int>>;
+
+// d0, d1, ... when the spec names no mesh dim (part of ApplyJobSpecDefaults).
+void DefaultMeshDimNames(v1::Mesh* mesh) {
+  if (mesh->dim_names_size() == 0) {
+    for (int i = 0; i < mesh->shape_size(); ++i) mesh->add_dim_names(absl::StrCat("d", i));
+  }
+}
+
+std::string MeshDimList(const v1::Mesh& mesh) {
+  return absl::StrJoin(mesh.dim_names(), ", ");
+}
+
+// A placement list, positional (`[Replicate(), Shard(1)]`, one per mesh dim) or by mesh dim name
+// (`{mp: Shard(1)}`, unnamed dims Replicate()). Both become the positional list: the one
+// canonical representation. `implicit` (may be null) receives the dims a named map left out.
+absl::Status ReadPlacements(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                            google::protobuf::RepeatedPtrField<Placement>* out,
+                            std::vector<int>* implicit) {
+  if (!node.IsMap()) return ReadPlacementList(node, path, out);
+  if (mesh.dim_names_size() != mesh.shape_size()) {
+    return Invalid(path, node,
+                   absl::StrCat("placements by mesh dim name need one name per mesh dim; "
+                                "mesh.dim_names has ",
+                                mesh.dim_names_size(), " for ", mesh.shape_size(), " dim(s)"));
+  }
+  std::vector<Placement> by_dim(mesh.shape_size());
+  std::vector<bool> named(mesh.shape_size(), false);
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return Invalid(path, kv.first, "keys must be mesh dim names");
+    const std::string dim = kv.first.Scalar();
+    const std::string item_path = Join(path, dim);
+    ASSIGN_OR_RETURN(std::string text, ReadScalar(kv.second, item_path));
+    absl::StatusOr<Placement> p = ParsePlacement(text);
+    if (!p.ok()) return Invalid(item_path, kv.second, p.status().message());
+    auto it = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), dim);
+    if (it == mesh.dim_names().end()) {
+      return Invalid(item_path, kv.first,
+                     absl::StrCat(FormatPlacement(*p), " on mesh dim \"", dim,
+                                  "\": the mesh has no dim named ", dim, " (dims: ",
+                                  MeshDimList(mesh), ")"));
+    }
+    const int index = static_cast<int>(it - mesh.dim_names().begin());
+    if (named[index]) {
+      return Invalid(item_path, kv.first, absl::StrCat("duplicate mesh dim \"", dim, "\""));
+    }
+    named[index] = true;
+    by_dim[index] = *p;
+  }
+  out->Clear();
+  for (int i = 0; i < mesh.shape_size(); ++i) {
+    if (!named[i]) {
+      by_dim[i].set_kind(Placement::REPLICATE);
+      if (implicit != nullptr) implicit->push_back(i);
+    }
+    *out->Add() = by_dim[i];
+  }
+  return absl::OkStatus();
+}
+
 std::string ResolvePath(const std::string& path, const std::string& base_dir) {
   if (path.empty() || base_dir.empty()) return path;
   std::filesystem::path p(path);
@@ -202,7 +266,8 @@ absl::Status ParseMesh(const YAML::Node& node, const std::string& path, v1::Mesh
   return absl::OkStatus();
 }
 
-absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path, v1::Layer* layer) {
+absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
+                        const v1::Mesh& mesh, v1::Layer* layer, ImplicitDims* implicit) {
   std::string path = index_path;
   // Name the layer in every error when it has a readable name.
   if (node.IsMap() && node["name"] && node["name"].IsScalar()) {
@@ -235,20 +300,24 @@ absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path, v
     for (const char* param : {"weight", "bias"}) {
       if (!pm.Has(param)) continue;
       v1::PlacementList list;
-      RETURN_IF_ERROR(
-          ReadPlacementList(pm.Get(param), Join(ppath, param), list.mutable_placements()));
+      std::vector<int> unnamed;
+      RETURN_IF_ERROR(ReadPlacements(pm.Get(param), Join(ppath, param), mesh,
+                                     list.mutable_placements(), &unnamed));
+      for (int dim : unnamed) implicit->insert({layer->name(), param, dim});
       (*layer->mutable_placements())[param] = std::move(list);
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseModel(const YAML::Node& node, const std::string& path, v1::Model* model) {
+absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                        v1::Model* model, ImplicitDims* implicit) {
   ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"layers", "loss"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "layers"));
   RETURN_IF_ERROR(ForEachItem(m.Get("layers"), Join(path, "layers"),
                               [&](const YAML::Node& item, const std::string& item_path) {
-                                return ParseLayer(item, item_path, model->add_layers());
+                                return ParseLayer(item, item_path, mesh, model->add_layers(),
+                                                  implicit);
                               }));
   if (m.Has("loss")) {
     ASSIGN_OR_RETURN(*model->mutable_loss(), ReadString(m.Get("loss"), Join(path, "loss")));
@@ -256,7 +325,8 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& path, v1::Mod
   return absl::OkStatus();
 }
 
-absl::Status ParseData(const YAML::Node& node, const std::string& path, v1::Data* data) {
+absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                       v1::Data* data) {
   ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path,
                                                 {"source", "input", "label", "batch_size",
                                                  "placements", "sample_shape", "label_shape",
@@ -273,8 +343,8 @@ absl::Status ParseData(const YAML::Node& node, const std::string& path, v1::Data
   ASSIGN_OR_RETURN(int64_t batch, ReadInt<int64_t>(m.Get("batch_size"), Join(path, "batch_size")));
   data->set_batch_size(batch);
   if (m.Has("placements")) {
-    RETURN_IF_ERROR(ReadPlacementList(m.Get("placements"), Join(path, "placements"),
-                                      data->mutable_placements()));
+    RETURN_IF_ERROR(ReadPlacements(m.Get("placements"), Join(path, "placements"), mesh,
+                                   data->mutable_placements(), nullptr));
   }
   if (m.Has("sample_shape")) {
     RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("sample_shape"), Join(path, "sample_shape"),
@@ -332,6 +402,51 @@ absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Tra
   return absl::OkStatus();
 }
 
+// parallelize: {NAME: {dim: DIM, plan: {LAYER: STYLE}}}. Styles and names are checked when it
+// is applied (ApplyParallelize), so specs from the YAML and from gRPC get the same errors.
+absl::Status ParseParallelize(const YAML::Node& node, const std::string& path, JobSpec* spec) {
+  if (!node.IsMap()) {
+    return Invalid(path, node, absl::StrCat("expected a mapping, got ", KindName(node)));
+  }
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return Invalid(path, kv.first, "keys must be plain strings");
+    const std::string name = kv.first.Scalar();
+    const std::string entry_path = Join(path, name);
+    if (spec->parallelize().count(name) > 0) {
+      return Invalid(path, kv.first, absl::StrCat("duplicate key \"", name, "\""));
+    }
+    ASSIGN_OR_RETURN(MapReader m, MapReader::Read(kv.second, entry_path, {"dim", "plan"}));
+    RETURN_IF_ERROR(RequireKey(m, kv.second, entry_path, "dim"));
+    RETURN_IF_ERROR(RequireKey(m, kv.second, entry_path, "plan"));
+    v1::ParallelizeConfig entry;
+    ASSIGN_OR_RETURN(*entry.mutable_dim(), ReadString(m.Get("dim"), Join(entry_path, "dim")));
+    const std::string plan_path = Join(entry_path, "plan");
+    const YAML::Node plan = m.Get("plan");
+    if (!plan.IsMap()) {
+      return Invalid(plan_path, plan,
+                     absl::StrCat("expected a mapping {layer: ColWiseParallel | "
+                                  "RowWiseParallel}, got ",
+                                  KindName(plan)));
+    }
+    for (const auto& layer : plan) {
+      if (!layer.first.IsScalar()) {
+        return Invalid(plan_path, layer.first, "keys must be layer names");
+      }
+      const std::string layer_name = layer.first.Scalar();
+      if (entry.plan().count(layer_name) > 0) {
+        return Invalid(plan_path, layer.first,
+                       absl::StrCat("duplicate layer \"", layer_name, "\""));
+      }
+      ASSIGN_OR_RETURN(std::string style, ReadString(layer.second, Join(plan_path, layer_name)));
+      (*entry.mutable_plan())[layer_name] = style;
+    }
+    (*spec->mutable_parallelize())[name] = std::move(entry);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExpandParallelize(JobSpec* spec, const ImplicitDims& implicit);
+
 absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobSpec* spec) {
   if (!root.IsDefined() || root.IsNull()) {
     return absl::InvalidArgumentError("job spec is empty");
@@ -339,14 +454,18 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(root, "job spec",
                                    {"name", "mesh", "model", "data", "optimizer", "train",
-                                    "init_from", "device"}));
+                                    "init_from", "device", "parallelize"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
   ASSIGN_OR_RETURN(*spec->mutable_name(), ReadString(m.Get("name"), "name"));
   RETURN_IF_ERROR(ParseMesh(m.Get("mesh"), "mesh", spec->mutable_mesh()));
-  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mutable_model()));
-  RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mutable_data()));
+  // Placements by mesh dim name need the names, defaulted or not, before the model is read.
+  DefaultMeshDimNames(spec->mutable_mesh());
+  ImplicitDims implicit;
+  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), spec->mutable_model(),
+                             &implicit));
+  RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mesh(), spec->mutable_data()));
   RETURN_IF_ERROR(ParseOptimizer(m.Get("optimizer"), "optimizer", spec->mutable_optimizer()));
   RETURN_IF_ERROR(ParseTrain(m.Get("train"), "train", spec->mutable_train()));
   if (m.Has("init_from")) {
@@ -359,8 +478,11 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   v1::Data* data = spec->mutable_data();
   data->set_input(ResolvePath(data->input(), base_dir));
   data->set_label(ResolvePath(data->label(), base_dir));
+  if (m.Has("parallelize")) {
+    RETURN_IF_ERROR(ParseParallelize(m.Get("parallelize"), "parallelize", spec));
+  }
   ApplyJobSpecDefaults(spec);
-  return absl::OkStatus();
+  return ExpandParallelize(spec, implicit);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -380,8 +502,8 @@ std::string LayerPath(const v1::Layer& layer, int index) {
   return absl::StrCat("model.layers[", index, "] (", layer.name(), ")");
 }
 
-// One placement per mesh dim, shard axes in range for a tensor of `rank` axes, Partial only
-// where the tensor may hold partial values (never a parameter or a data batch).
+// One placement per mesh dim and shard axes in range for a tensor of `rank` axes. Partial is
+// allowed: a parameter or batch may start as partial sums that the planner reduces.
 absl::Status ValidatePlacements(const google::protobuf::RepeatedPtrField<Placement>& placements,
                                 const v1::Mesh& mesh, int rank, const std::string& path,
                                 absl::string_view what) {
@@ -396,22 +518,57 @@ absl::Status ValidatePlacements(const google::protobuf::RepeatedPtrField<Placeme
     const std::string item = absl::StrCat(path, "[", i, "]");
     switch (p.kind()) {
       case Placement::REPLICATE:
+      case Placement::PARTIAL:
         break;
       case Placement::SHARD:
         if (p.axis() < -rank || p.axis() >= rank) {
           return absl::InvalidArgumentError(absl::StrCat(
-              item, ": ", FormatPlacement(p), " is out of range for ", what, " of rank ", rank,
-              " (axes ", -rank, "..", rank - 1, ")"));
+              item, ": ", FormatPlacement(p), " on mesh dim ", mesh.dim_names(i),
+              " is out of range for ", what, " of rank ", rank, " (axes ", -rank, "..", rank - 1,
+              ")"));
         }
         break;
-      case Placement::PARTIAL:
-        return absl::InvalidArgumentError(absl::StrCat(
-            item, ": ", FormatPlacement(p), " is not allowed for ", what,
-            " (it must hold real values on every rank); use Replicate() or Shard(axis)"));
       default:
         return absl::InvalidArgumentError(
             absl::StrCat(item, ": placement kind is unspecified"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// How many shards each axis of a tensor of `rank` axes is split into, and over which mesh dims.
+// placements must have passed ValidatePlacements.
+struct AxisSplit {
+  int64_t shards = 1;
+  std::vector<std::string> dims;
+};
+std::vector<AxisSplit> AxisSplits(const google::protobuf::RepeatedPtrField<Placement>& placements,
+                                  const v1::Mesh& mesh, int rank) {
+  std::vector<AxisSplit> splits(rank);
+  for (int i = 0; i < placements.size(); ++i) {
+    const Placement& p = placements[i];
+    if (p.kind() != Placement::SHARD) continue;
+    const int axis = p.axis() < 0 ? p.axis() + rank : p.axis();
+    if (axis < 0 || axis >= rank) continue;
+    splits[axis].shards *= mesh.shape(i);
+    splits[axis].dims.push_back(mesh.dim_names(i));
+  }
+  return splits;
+}
+
+// Uneven shards are fine (the last takes the remainder); empty ones are not.
+absl::Status CheckNoEmptyShards(const google::protobuf::RepeatedPtrField<Placement>& placements,
+                                const v1::Mesh& mesh, const std::vector<int64_t>& shape,
+                                const std::string& path, absl::string_view what) {
+  const std::vector<AxisSplit> splits =
+      AxisSplits(placements, mesh, static_cast<int>(shape.size()));
+  for (size_t axis = 0; axis < shape.size(); ++axis) {
+    if (splits[axis].shards <= shape[axis]) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", FormatPlacements(placements), " splits axis ", axis, " of ", what, " ",
+        ShapeString(shape), " (length ", shape[axis], ") into ", splits[axis].shards,
+        " shards over mesh dim(s) ", absl::StrJoin(splits[axis].dims, ", "),
+        "; some shards would be empty"));
   }
   return absl::OkStatus();
 }
@@ -507,7 +664,10 @@ absl::Status ValidateModel(const v1::Model& model, const v1::Mesh& mesh, int64_t
       auto w = layer.placements().find("weight");
       if (w != layer.placements().end()) {
         RETURN_IF_ERROR(ValidatePlacements(w->second.placements(), mesh, 2,
-                                           path + ".placements.weight", "a parameter"));
+                                           path + ".placements.weight", "weight"));
+        RETURN_IF_ERROR(CheckNoEmptyShards(w->second.placements(), mesh,
+                                           {layer.in_features(), layer.out_features()},
+                                           path + ".placements.weight", "weight"));
       }
       auto b = layer.placements().find("bias");
       if (b != layer.placements().end()) {
@@ -516,7 +676,9 @@ absl::Status ValidateModel(const v1::Model& model, const v1::Mesh& mesh, int64_t
               absl::StrCat(path, ".placements.bias: the layer has bias: false"));
         }
         RETURN_IF_ERROR(ValidatePlacements(b->second.placements(), mesh, 1,
-                                           path + ".placements.bias", "a parameter"));
+                                           path + ".placements.bias", "bias"));
+        RETURN_IF_ERROR(CheckNoEmptyShards(b->second.placements(), mesh, {layer.out_features()},
+                                           path + ".placements.bias", "bias"));
       }
       if (bias) params->push_back({layer.name() + ".bias", {layer.out_features()}});
       width = layer.out_features();
@@ -680,23 +842,23 @@ absl::Status ValidateBatchPlacements(const JobSpec& spec, const std::vector<int6
   const int label_rank = 1 + static_cast<int>(label_shape.size());
   RETURN_IF_ERROR(ValidatePlacements(placements, spec.mesh(), std::min(input_rank, label_rank),
                                      "data.placements", "a data batch"));
-  // The batch axis must split evenly: every rank trains on the same number of samples.
-  int64_t batch = spec.data().batch_size();
-  for (int i = 0; i < placements.size(); ++i) {
-    const Placement& p = placements[i];
-    if (p.kind() != Placement::SHARD) continue;
-    const int axis = p.axis() < 0 ? p.axis() + input_rank : p.axis();
-    if (axis != 0) continue;
-    const int64_t degree = spec.mesh().shape(i);
-    if (batch % degree != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data.batch_size: ", spec.data().batch_size(), " is not divisible by mesh dim ",
-          spec.mesh().dim_names(i), " (size ", degree, ") that the batch is sharded on",
-          batch != spec.data().batch_size() ? " (after the other dims it is sharded on)" : ""));
-    }
-    batch /= degree;
+  // Uneven batch shards are fine (the last one takes the remainder), but every shard needs a
+  // sample.
+  const int64_t batch = spec.data().batch_size();
+  const AxisSplit split = AxisSplits(placements, spec.mesh(), input_rank)[0];
+  if (split.shards > batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", batch, " is smaller than the ", split.shards,
+        " shards the batch is split into over mesh dim(s) ", absl::StrJoin(split.dims, ", "),
+        " (data.placements ", FormatPlacements(placements),
+        "); every shard needs at least one sample"));
   }
-  return absl::OkStatus();
+  std::vector<int64_t> input_shape = {batch}, label = {batch};
+  input_shape.insert(input_shape.end(), sample_shape.begin(), sample_shape.end());
+  label.insert(label.end(), label_shape.begin(), label_shape.end());
+  RETURN_IF_ERROR(CheckNoEmptyShards(placements, spec.mesh(), input_shape, "data.placements",
+                                     "the input batch"));
+  return CheckNoEmptyShards(placements, spec.mesh(), label, "data.placements", "the label batch");
 }
 
 absl::Status ValidateOptimizer(const v1::Optimizer& opt) {
@@ -760,13 +922,145 @@ absl::Status ValidateInitFrom(const std::string& file, const std::vector<ParamSh
   return absl::OkStatus();
 }
 
+constexpr char kColWise[] = "ColWiseParallel";
+constexpr char kRowWise[] = "RowWiseParallel";
+
+Placement MakeShard(int axis) {
+  Placement p;
+  p.set_kind(Placement::SHARD);
+  p.set_axis(axis);
+  return p;
+}
+
+Placement MakeReplicate() {
+  Placement p;
+  p.set_kind(Placement::REPLICATE);
+  return p;
+}
+
+// Equal on a tensor of `rank` axes: Shard(-1) of a weight is Shard(1).
+bool SamePlacement(const Placement& a, const Placement& b, int rank) {
+  if (a.kind() == Placement::SHARD && b.kind() == Placement::SHARD) {
+    const int axis_a = a.axis() < 0 ? a.axis() + rank : a.axis();
+    const int axis_b = b.axis() < 0 ? b.axis() + rank : b.axis();
+    return axis_a == axis_b;
+  }
+  return FormatPlacement(a) == FormatPlacement(b);
+}
+
+// Writes each parallelize entry's placements into the layers, in entry-name then layer-name
+// order (proto maps have none). A placement the user wrote on the same dim must agree; one the
+// user left implicit (a named map's unnamed dim, or a parameter without placements) is set.
+absl::Status ExpandParallelize(JobSpec* spec, const ImplicitDims& implicit) {
+  if (spec->parallelize().empty()) return absl::OkStatus();
+  const v1::Mesh& mesh = spec->mesh();
+  RETURN_IF_ERROR(ValidateMesh(mesh));
+  const int rank = mesh.shape_size();
+  // Who set each (layer, parameter, dim) so far: "" for the implicit default, else the
+  // parallelize entry's description; absent means the user wrote it.
+  std::map<std::tuple<std::string, std::string, int>, std::string> setter;
+  for (const auto& key : implicit) setter[key] = "";
+
+  const std::map<std::string, v1::ParallelizeConfig> entries(spec->parallelize().begin(),
+                                                            spec->parallelize().end());
+  for (const auto& [entry_name, entry] : entries) {
+    const std::string path = absl::StrCat("parallelize.", entry_name);
+    auto dim_it = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), entry.dim());
+    if (dim_it == mesh.dim_names().end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".dim: the mesh has no dim named \"", entry.dim(), "\" (dims: ",
+                       MeshDimList(mesh), ")"));
+    }
+    const int dim = static_cast<int>(dim_it - mesh.dim_names().begin());
+    if (entry.plan().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ".plan: must name at least one layer"));
+    }
+    const std::map<std::string, std::string> plan(entry.plan().begin(), entry.plan().end());
+    for (const auto& [layer_name, style] : plan) {
+      const std::string layer_path = absl::StrCat(path, ".plan.", layer_name);
+      v1::Layer* layer = nullptr;
+      int index = -1;
+      std::vector<std::string> names;
+      for (int i = 0; i < spec->model().layers_size(); ++i) {
+        names.push_back(spec->model().layers(i).name());
+        if (layer == nullptr && spec->model().layers(i).name() == layer_name) {
+          layer = spec->mutable_model()->mutable_layers(i);
+          index = i;
+        }
+      }
+      if (layer == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(layer_path, ": the model has no layer named \"", layer_name,
+                         "\" (layers: ", absl::StrJoin(names, ", "), ")"));
+      }
+      std::vector<std::pair<std::string, Placement>> targets;
+      if (style == kColWise) {
+        targets = {{"weight", MakeShard(1)}, {"bias", MakeShard(0)}};
+      } else if (style == kRowWise) {
+        targets = {{"weight", MakeShard(0)}, {"bias", MakeReplicate()}};
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(layer_path, ": unknown style \"", style,
+                                                       "\"; known: ", kColWise, ", ", kRowWise));
+      }
+      if (layer->type() != "linear") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            layer_path, ": ", style, " applies to linear layers only; ", LayerPath(*layer, index),
+            " is a ", layer->type().empty() ? "layer without a type" : layer->type() + " layer"));
+      }
+      const bool has_bias = !layer->has_bias() || layer->bias();
+      const std::string by = absl::StrCat(path, " (", style, " on ", entry.dim(), ")");
+      for (const auto& [param, target] : targets) {
+        if (param == "bias" && !has_bias) continue;
+        const std::string param_path =
+            absl::StrCat(LayerPath(*layer, index), ".placements.", param);
+        auto& lists = *layer->mutable_placements();
+        if (lists.count(param) == 0) {
+          v1::PlacementList& list = lists[param];
+          for (int i = 0; i < rank; ++i) {
+            *list.add_placements() = MakeReplicate();
+            setter[{layer_name, param, i}] = "";
+          }
+        }
+        auto& list = *lists[param].mutable_placements();
+        if (list.size() != rank) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              param_path, ": ", list.size(), " placement(s) ", FormatPlacements(list),
+              " for a mesh of ", rank, " dim(s); give one per mesh dim (", MeshDimList(mesh),
+              ") or leave it to ", path));
+        }
+        const auto key = std::make_tuple(layer_name, param, dim);
+        if (SamePlacement(list[dim], target, param == "weight" ? 2 : 1)) {
+          if (setter.count(key) > 0) setter[key] = by;
+          continue;
+        }
+        auto set = setter.find(key);
+        if (set == setter.end() || !set->second.empty()) {
+          const std::string other =
+              set == setter.end() ? param_path : set->second;
+          return absl::InvalidArgumentError(absl::StrCat(
+              layer_path, ": ", style, " puts ", layer_name, ".", param, " at ",
+              FormatPlacement(target), " on mesh dim ", entry.dim(), ", but ", other, " gives ",
+              FormatPlacement(list[dim]), " there"));
+        }
+        *list.Mutable(dim) = target;
+        set->second = by;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ApplyParallelize(JobSpec* spec) {
+  DefaultMeshDimNames(spec->mutable_mesh());
+  return ExpandParallelize(spec, {});
+}
 
 void ApplyJobSpecDefaults(JobSpec* spec) {
   v1::Mesh* mesh = spec->mutable_mesh();
-  if (mesh->dim_names_size() == 0) {
-    for (int i = 0; i < mesh->shape_size(); ++i) mesh->add_dim_names(absl::StrCat("d", i));
-  }
+  DefaultMeshDimNames(mesh);
   v1::Model* model = spec->mutable_model();
   for (v1::Layer& layer : *model->mutable_layers()) {
     if (layer.type() == "linear" && !layer.has_bias()) layer.set_bias(true);
@@ -829,6 +1123,7 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
     return absl::InvalidArgumentError("name: must not be empty");
   }
   RETURN_IF_ERROR(ValidateMesh(spec.mesh()));
+  RETURN_IF_ERROR(ApplyParallelize(&spec));
   std::vector<int64_t> sample_shape, label_shape;
   RETURN_IF_ERROR(ValidateData(spec, &sample_shape, &label_shape));
   int64_t output_width = -1;
@@ -856,6 +1151,13 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
         absl::StrCat("device: unknown device \"", spec.device(), "\"; known: cpu, cuda"));
   }
   return absl::OkStatus();
+}
+
+absl::Status PrepareJobSpec(JobSpec* spec) {
+  ApplyJobSpecDefaults(spec);
+  RETURN_IF_ERROR(ApplyParallelize(spec));
+  RETURN_IF_ERROR(ResolveDataShapes(spec));
+  return ValidateJobSpec(*spec);
 }
 
 absl::Status ResolveDataShapes(JobSpec* spec) {

@@ -16,7 +16,9 @@ namespace weft {
 
 // Parses YAML text. Relative paths (data.input, data.label, init_from) are resolved against
 // base_dir. Applies the documented defaults (bias true, data placements, optimizer betas/eps,
-// device cpu, ...). Checks structure and types only, not files.
+// device cpu, ...) and the parallelize shortcut (ApplyParallelize). Placements given by mesh dim
+// name (`{mp: Shard(1)}`, unnamed dims Replicate()) become the positional list, the one
+// representation in JobSpec. Checks structure and types only, not files.
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir);
 
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
@@ -25,19 +27,35 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::
 // specs that arrive over gRPC without going through the YAML parser. Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
+// Writes the `parallelize` shortcut into plain placements, so that the planner never reads it:
+// on the entry's mesh dim, ColWiseParallel sets weight Shard(1) and bias Shard(0),
+// RowWiseParallel weight Shard(0) and bias Replicate(); the other dims of a parameter without
+// placements are Replicate(). A placement already on that dim must agree (an error names the
+// layer and both placements). A missing layer, a non-linear layer, an unknown style or mesh dim:
+// INVALID_ARGUMENT naming it. Idempotent; the parallelize field is kept. ParseJobSpecYaml,
+// PrepareJobSpec and ValidateJobSpec call it.
+absl::Status ApplyParallelize(v1::JobSpec* spec);
+
 // Reads and parses a spec file; base_dir is the file's folder.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 // Everything that can be checked before planning: mesh, layer chain (in/out features), layer
-// types, loss, optimizer, data (source, files exist and are float32 npy of matching shapes,
-// batch divisible by the degree of every mesh dim the batch is sharded on), init_from (a valid
-// safetensors file whose tensors match every parameter's shape), placements (one per mesh dim,
-// shard axes in range). Run by the coordinator at SubmitJob, so it must not crash on anything.
+// types, loss, optimizer, data (source, files exist and are float32 npy of matching shapes),
+// init_from (a valid safetensors file whose tensors match every parameter's shape), parallelize,
+// placements of parameters and of the batch (one per mesh dim, shard axes in range, no empty
+// shards: uneven splits are fine, the last shard takes the remainder, but a global batch smaller
+// than the number of shards it is split into is not). Run by the coordinator at SubmitJob, so it
+// must not crash on anything.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // For data.source npy: reads the .npy headers and fills data.sample_shape, data.label_shape and
-// data.num_samples (the planner does no I/O and needs them). No-op for synthetic data.
+// data.num_samples (the planner does no I/O). No-op for synthetic data.
 absl::Status ResolveDataShapes(v1::JobSpec* spec);
+
+// Everything SubmitJob does to a spec before planning, in one place for the coordinator,
+// `weftctl plan` and tests: ApplyJobSpecDefaults (a spec from gRPC has none applied),
+// ApplyParallelize, ResolveDataShapes, then ValidateJobSpec. The result is what PlanJob takes.
+absl::Status PrepareJobSpec(v1::JobSpec* spec);
 
 // "Replicate()", "Shard(1)", "Shard(-1)", "Partial()", "Partial(sum)", "Partial(avg)".
 absl::StatusOr<v1::Placement> ParsePlacement(absl::string_view text);

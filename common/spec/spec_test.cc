@@ -13,6 +13,8 @@
 #include "absl/strings/str_replace.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -357,19 +359,16 @@ TEST_F(SpecTest, ValidationErrorsNameTheField) {
             "model.layers[1] (act0).in_features: only linear layers"},
            {{{"loss: mse", "loss: xent"}}, "model.loss: unknown loss \"xent\""},
            // Placements.
-           {{{"weight: [Replicate()]", "weight: [Partial(sum)]"}},
-            "model.layers[2] (fc1).placements.weight[0]: Partial(sum) is not allowed for a "
-            "parameter"},
            {{{"weight: [Replicate()]", "weight: [Shard(2)]"}},
-            "model.layers[2] (fc1).placements.weight[0]: Shard(2) is out of range"},
+            "model.layers[2] (fc1).placements.weight[0]: Shard(2) on mesh dim dp is out of range "
+            "for weight of rank 2"},
            {{{"bias: [Replicate()]", "bias: [Shard(-2)]"}},
-            "model.layers[2] (fc1).placements.bias[0]: Shard(-2) is out of range"},
+            "model.layers[2] (fc1).placements.bias[0]: Shard(-2) on mesh dim dp is out of range"},
+
            {{{"weight: [Replicate()]", "weight: [Replicate(), Replicate()]"}},
             "model.layers[2] (fc1).placements.weight: 2 placement(s)"},
-           {{{"placements: [Shard(0)]", "placements: [Partial()]"}},
-            "data.placements[0]: Partial(sum) is not allowed for a data batch"},
            {{{"placements: [Shard(0)]", "placements: [Shard(2)]"}},
-            "data.placements[0]: Shard(2) is out of range"},
+            "data.placements[0]: Shard(2) on mesh dim dp is out of range"},
            {{{"placements: [Shard(0)]", "placements: [Shard(0), Replicate()]"}},
             "data.placements: 2 placement(s)"},
            // Mesh.
@@ -384,9 +383,9 @@ TEST_F(SpecTest, ValidationErrorsNameTheField) {
            {{{"{shape: [4], dim_names: [dp]}", "{shape: [65536, 65536], dim_names: [a, b]}"}},
             "mesh.shape"},
            // Data.
-           {{{"batch_size: 8", "batch_size: 6"}},
-            "data.batch_size: 6 is not divisible by mesh dim dp (size 4) that the batch is "
-            "sharded on"},
+           {{{"batch_size: 8", "batch_size: 3"}},
+            "data.batch_size: 3 is smaller than the 4 shards the batch is split into over mesh "
+            "dim(s) dp (data.placements [Shard(0)]); every shard needs at least one sample"},
            {{{"batch_size: 8", "batch_size: 0"}}, "data.batch_size: must be > 0"},
            {{{"source: npy", "source: csv"}}, "data.source: unknown source \"csv\""},
            {{{"input: inputs.npy", "input: other.npy"}}, "data.input"},
@@ -424,21 +423,62 @@ TEST_F(SpecTest, ModelNeedsALinearLayer) {
   EXPECT_INVALID(ValidateJobSpec(relu_only), "model.layers: the model has no linear layer");
 }
 
-TEST_F(SpecTest, BatchDivisibilityCountsEveryDimTheBatchIsShardedOn) {
+TEST_F(SpecTest, UnevenBatchShardsAreAllowedButNotEmptyOnes) {
   absl::StatusOr<v1::JobSpec> spec = Full(
       {{"{shape: [4], dim_names: [dp]}", "{shape: [2, 2], dim_names: [dp, mp]}"},
        {"placements: [Shard(0)]", "placements: [Shard(0), Shard(0)]"},
        {"weight: [Replicate()], bias: [Replicate()]",
         "weight: [Replicate(), Replicate()], bias: [Replicate(), Shard(0)]"},
-       {"batch_size: 8", "batch_size: 6"}});
+       {"batch_size: 8", "batch_size: 3"}});
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_INVALID(ValidateJobSpec(*spec), "data.batch_size: 6 is not divisible by mesh dim mp");
-  spec->mutable_data()->set_batch_size(8);
-  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
-  // Sharding the feature axis does not constrain the batch.
-  spec->mutable_data()->set_batch_size(6);
+  // Both dims split the batch axis: 4 shards.
+  EXPECT_INVALID(ValidateJobSpec(*spec),
+                 "data.batch_size: 3 is smaller than the 4 shards the batch is split into over "
+                 "mesh dim(s) dp, mp");
+  for (int64_t batch : {4, 6, 7, 8}) {
+    spec->mutable_data()->set_batch_size(batch);
+    EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << batch << ": " << ValidateJobSpec(*spec);
+  }
+  // Sharding the feature axis does not constrain the batch, but the features must cover the
+  // shards: 8 input and 4 label features over 4 shards.
+  spec->mutable_data()->set_batch_size(3);
   spec->mutable_data()->mutable_placements(0)->set_axis(-1);
   spec->mutable_data()->mutable_placements(1)->set_axis(-1);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  spec->mutable_data()->set_batch_size(1);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> narrow =
+      Full({{"{shape: [4], dim_names: [dp]}", "{shape: [8], dim_names: [dp]}"},
+            {"placements: [Shard(0)]", "placements: [Shard(-1)]"}});
+  ASSERT_TRUE(narrow.ok()) << narrow.status();
+  EXPECT_INVALID(ValidateJobSpec(*narrow),
+                 "data.placements: [Shard(-1)] splits axis 1 of the label batch [8,4] (length 4) "
+                 "into 8 shards over mesh dim(s) dp; some shards would be empty");
+}
+
+TEST_F(SpecTest, PartialPlacementsAreAllowedForParametersAndTheBatch) {
+  absl::StatusOr<v1::JobSpec> spec =
+      Full({{"weight: [Replicate()]", "weight: [Partial(sum)]"},
+            {"bias: [Replicate()]", "bias: [Partial(avg)]"},
+            {"placements: [Shard(0)]", "placements: [Partial()]"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(FormatPlacements(spec->data().placements()), "[Partial(sum)]");
+}
+
+TEST_F(SpecTest, ParameterShardsMustNotBeEmpty) {
+  // fc1.weight is [16, 4]: Shard(1) over dp = 8 leaves four ranks without columns.
+  absl::StatusOr<v1::JobSpec> spec =
+      Full({{"{shape: [4], dim_names: [dp]}", "{shape: [8], dim_names: [dp]}"},
+            {"weight: [Replicate()]", "weight: [Shard(1)]"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_INVALID(ValidateJobSpec(*spec),
+                 "model.layers[2] (fc1).placements.weight: [Shard(1)] splits axis 1 of weight "
+                 "[16,4] (length 4) into 8 shards over mesh dim(s) dp");
+  // Uneven is fine: 16 rows over 8 and 4 columns over 4 are even, 4 columns over 3 are not.
+  spec->mutable_mesh()->set_shape(0, 3);
+  spec->mutable_data()->set_batch_size(8);
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 }
 
@@ -487,7 +527,7 @@ TEST_F(SpecTest, SyntheticDataErrors) {
            {"sample_shape: [8]", "sample_shape: [0, 8]", "data.sample_shape[0]: must be > 0"},
            {"num_samples: 32", "num_samples: 0", "data.num_samples: must be > 0"},
            {"source: synthetic", "source: synthetic\n  input: x.npy", "data.input: only for"},
-           {"batch_size: 4", "batch_size: 3", "data.batch_size: 3 is not divisible"},
+           {"batch_size: 4", "batch_size: 1", "data.batch_size: 1 is smaller than the 2 shards"},
            {"{type: sgd, lr: 0.1}", "{type: sgd, lr: 0.1, betas: [0.9, 0.9]}",
             "optimizer.betas: only adamw"},
        }) {
@@ -526,6 +566,319 @@ TEST_F(SpecTest, InitFromErrors) {
   absl::Status s = ValidateJobSpec(*spec);
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr("init_from: "));
+}
+
+// DP2 x MP2 with fc0 column-parallel and fc1 row-parallel: by hand, by dim name, by parallelize.
+constexpr char kDpMpHand[] = R"(
+name: dpmp
+mesh: {shape: [2, 2], dim_names: [dp, mp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 16,
+       placements: {weight: [Replicate(), Shard(1)], bias: [Replicate(), Shard(0)]}}
+    - {name: act0, type: relu}
+    - {name: fc1, type: linear, in_features: 16, out_features: 4,
+       placements: {weight: [Replicate(), Shard(0)], bias: [Replicate(), Replicate()]}}
+data:
+  source: synthetic
+  sample_shape: [8]
+  label_shape: [4]
+  num_samples: 32
+  batch_size: 4
+  placements: [Shard(0), Replicate()]
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+)";
+
+constexpr char kDpMpNamed[] = R"(
+name: dpmp
+mesh: {shape: [2, 2], dim_names: [dp, mp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 16,
+       placements: {weight: {mp: Shard(1)}, bias: {mp: Shard(0)}}}
+    - {name: act0, type: relu}
+    - {name: fc1, type: linear, in_features: 16, out_features: 4,
+       placements: {weight: {mp: Shard(0)}, bias: {}}}
+data:
+  source: synthetic
+  sample_shape: [8]
+  label_shape: [4]
+  num_samples: 32
+  batch_size: 4
+  placements: {dp: Shard(0)}
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+)";
+
+constexpr char kDpMpParallelize[] = R"(
+name: dpmp
+mesh: {shape: [2, 2], dim_names: [dp, mp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 16}
+    - {name: act0, type: relu}
+    - {name: fc1, type: linear, in_features: 16, out_features: 4}
+parallelize:
+  mp: {dim: mp, plan: {fc0: ColWiseParallel, fc1: RowWiseParallel}}
+data:
+  source: synthetic
+  sample_shape: [8]
+  label_shape: [4]
+  num_samples: 32
+  batch_size: 4
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+)";
+
+// The spec without its parallelize field, serialized deterministically (map order).
+std::string Canonical(v1::JobSpec spec) {
+  spec.clear_parallelize();
+  std::string out;
+  google::protobuf::io::StringOutputStream stream(&out);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.SetSerializationDeterministic(true);
+  spec.SerializeToCodedStream(&coded);
+  coded.Trim();
+  return out;
+}
+
+std::string Placements(const v1::JobSpec& spec, int layer, const std::string& param) {
+  const auto& lists = spec.model().layers(layer).placements();
+  auto it = lists.find(param);
+  return it == lists.end() ? "absent" : FormatPlacements(it->second.placements());
+}
+
+TEST_F(SpecTest, PlacementsByMeshDimNameEqualPositionalOnes) {
+  absl::StatusOr<v1::JobSpec> hand = ParseJobSpecYaml(kDpMpHand, dir_);
+  absl::StatusOr<v1::JobSpec> named = ParseJobSpecYaml(kDpMpNamed, dir_);
+  ASSERT_TRUE(hand.ok()) << hand.status();
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(Placements(*named, 0, "weight"), "[Replicate(), Shard(1)]");
+  EXPECT_EQ(Placements(*named, 2, "bias"), "[Replicate(), Replicate()]");
+  EXPECT_EQ(FormatPlacements(named->data().placements()), "[Shard(0), Replicate()]");
+  EXPECT_EQ(Canonical(*named), Canonical(*hand));
+  EXPECT_TRUE(ValidateJobSpec(*named).ok()) << ValidateJobSpec(*named);
+
+  // Default dim names work too.
+  absl::StatusOr<v1::JobSpec> d1 = ParseJobSpecYaml(
+      absl::StrReplaceAll(kDpMpNamed, {{"dim_names: [dp, mp]", "dim_names: []"},
+                                       {"mp:", "d1:"}, {"dp:", "d0:"}}),
+      dir_);
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_EQ(Placements(*d1, 0, "weight"), "[Replicate(), Shard(1)]");
+}
+
+TEST_F(SpecTest, PlacementByNameErrorsNameTheLayerParameterAndPlacement) {
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"weight: {mp: Shard(1)}", "weight: {tp: Shard(1)}",
+            "model.layers[0] (fc0).placements.weight.tp: Shard(1) on mesh dim \"tp\": the mesh "
+            "has no dim named tp (dims: dp, mp)"},
+           {"placements: {dp: Shard(0)}", "placements: {batch: Shard(0)}",
+            "data.placements.batch: Shard(0) on mesh dim \"batch\": the mesh has no dim named "
+            "batch"},
+           {"weight: {mp: Shard(1)}", "weight: {mp: Shard(x)}",
+            "model.layers[0] (fc0).placements.weight.mp: invalid placement \"Shard(x)\""},
+           {"weight: {mp: Shard(1)}", "weight: {mp: [Shard(1)]}",
+            "model.layers[0] (fc0).placements.weight.mp: expected a scalar"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kDpMpNamed, {{c.from, c.to}}), dir_);
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), c.message);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+  // Validation names the layer, the parameter and the placement for the other faults too.
+  for (const Case& c : std::vector<Case>{
+           {"weight: {mp: Shard(1)}", "weight: {mp: Shard(2)}",
+            "model.layers[0] (fc0).placements.weight[1]: Shard(2) on mesh dim mp is out of range "
+            "for weight of rank 2"},
+           {"placements: {weight: {mp: Shard(1)}, bias: {mp: Shard(0)}}",
+            "placements: {weight: [Shard(1)], bias: {mp: Shard(0)}}",
+            "model.layers[0] (fc0).placements.weight: 1 placement(s) [Shard(1)] for a mesh of 2 "
+            "dim(s); give one per mesh dim (dp, mp)"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kDpMpNamed, {{c.from, c.to}}), dir_);
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_INVALID(ValidateJobSpec(*spec), c.message);
+  }
+}
+
+TEST_F(SpecTest, ParallelizeGivesTheSameSpecAsHandPlacements) {
+  absl::StatusOr<v1::JobSpec> hand = ParseJobSpecYaml(kDpMpHand, dir_);
+  absl::StatusOr<v1::JobSpec> par = ParseJobSpecYaml(kDpMpParallelize, dir_);
+  ASSERT_TRUE(hand.ok()) << hand.status();
+  ASSERT_TRUE(par.ok()) << par.status();
+  ASSERT_EQ(par->parallelize().size(), 1u);
+  EXPECT_EQ(par->parallelize().at("mp").dim(), "mp");
+  EXPECT_EQ(par->parallelize().at("mp").plan().at("fc0"), "ColWiseParallel");
+  EXPECT_EQ(Placements(*par, 0, "weight"), "[Replicate(), Shard(1)]");
+  EXPECT_EQ(Placements(*par, 0, "bias"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Placements(*par, 1, "weight"), "absent");
+  EXPECT_EQ(Placements(*par, 2, "weight"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Placements(*par, 2, "bias"), "[Replicate(), Replicate()]");
+  EXPECT_EQ(Canonical(*par), Canonical(*hand));
+  EXPECT_TRUE(ValidateJobSpec(*par).ok()) << ValidateJobSpec(*par);
+
+  // Applying it again changes nothing.
+  v1::JobSpec again = *par;
+  ASSERT_TRUE(ApplyParallelize(&again).ok());
+  EXPECT_EQ(Canonical(again), Canonical(*par));
+
+  // A spec that arrives over gRPC with only the shortcut and no defaults: the coordinator's
+  // PrepareJobSpec expands both before planning and validates the result.
+  v1::JobSpec grpc = *par;
+  for (v1::Layer& layer : *grpc.mutable_model()->mutable_layers()) layer.clear_placements();
+  grpc.mutable_model()->mutable_layers(0)->clear_bias();
+  EXPECT_TRUE(ValidateJobSpec(grpc).ok()) << ValidateJobSpec(grpc);
+  ASSERT_TRUE(PrepareJobSpec(&grpc).ok()) << PrepareJobSpec(&grpc);
+  EXPECT_EQ(Canonical(grpc), Canonical(*hand));
+}
+
+TEST_F(SpecTest, ParallelizeMergesWithPlacementsOnOtherDims) {
+  // fc0's weight sharded on dp by name (the mp dim left to parallelize), fc1 without bias, and
+  // an explicit placement that agrees with the plan.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      absl::StrReplaceAll(kDpMpParallelize,
+                          {{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+                            "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+                            "placements: {weight: {dp: Shard(0)}, "
+                            "bias: [Replicate(), Shard(-1)]}}"},
+                           {"in_features: 16, out_features: 4}",
+                            "in_features: 16, out_features: 4, bias: false}"}}),
+      dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(Placements(*spec, 0, "weight"), "[Shard(0), Shard(1)]");
+  EXPECT_EQ(Placements(*spec, 0, "bias"), "[Replicate(), Shard(-1)]");  // the same as Shard(0)
+  EXPECT_EQ(Placements(*spec, 2, "weight"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Placements(*spec, 2, "bias"), "absent");
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  // On a 1-d mesh: Megatron's column -> row MLP.
+  absl::StatusOr<v1::JobSpec> mp4 = ParseJobSpecYaml(
+      absl::StrReplaceAll(kDpMpParallelize, {{"{shape: [2, 2], dim_names: [dp, mp]}",
+                                              "{shape: [4], dim_names: [mp]}"}}),
+      dir_);
+  ASSERT_TRUE(mp4.ok()) << mp4.status();
+  EXPECT_EQ(Placements(*mp4, 0, "weight"), "[Shard(1)]");
+  EXPECT_EQ(Placements(*mp4, 2, "weight"), "[Shard(0)]");
+  EXPECT_EQ(FormatPlacements(mp4->data().placements()), "[Replicate()]");
+  EXPECT_TRUE(ValidateJobSpec(*mp4).ok()) << ValidateJobSpec(*mp4);
+}
+
+TEST_F(SpecTest, ParallelizeErrorsNameWhatIsWrong) {
+  const std::string plan = "mp: {dim: mp, plan: {fc0: ColWiseParallel, fc1: RowWiseParallel}}";
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> replace;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"fc1: RowWiseParallel", "fc9: RowWiseParallel"}},
+            "parallelize.mp.plan.fc9: the model has no layer named \"fc9\" (layers: fc0, act0, "
+            "fc1)"},
+           {{{"fc1: RowWiseParallel", "act0: RowWiseParallel"}},
+            "parallelize.mp.plan.act0: RowWiseParallel applies to linear layers only; "
+            "model.layers[1] (act0) is a relu layer"},
+           {{{"fc1: RowWiseParallel", "fc1: RowParallel"}},
+            "parallelize.mp.plan.fc1: unknown style \"RowParallel\"; known: ColWiseParallel, "
+            "RowWiseParallel"},
+           {{{"{dim: mp,", "{dim: tp,"}},
+            "parallelize.mp.dim: the mesh has no dim named \"tp\" (dims: dp, mp)"},
+           {{{"{dim: mp, plan: {fc0: ColWiseParallel, fc1: RowWiseParallel}}", "{dim: mp}"}},
+            "parallelize.mp.plan: is required"},
+           {{{"{dim: mp,", "{dim: mp, style: x,"}}, "unknown key \"style\""},
+           // A placement the user wrote on the same dim must agree.
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+              "placements: {weight: [Replicate(), Shard(0)]}}"}},
+            "parallelize.mp.plan.fc0: ColWiseParallel puts fc0.weight at Shard(1) on mesh dim mp, "
+            "but model.layers[0] (fc0).placements.weight gives Shard(0) there"},
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+              "placements: {bias: {mp: Replicate()}}}"}},
+            "parallelize.mp.plan.fc0: ColWiseParallel puts fc0.bias at Shard(0) on mesh dim mp, "
+            "but model.layers[0] (fc0).placements.bias gives Replicate() there"},
+           // Two entries on the same dim that disagree.
+           {{{plan, plan + "\n  again: {dim: mp, plan: {fc0: RowWiseParallel}}"}},
+            "parallelize.mp.plan.fc0: ColWiseParallel puts fc0.weight at Shard(1) on mesh dim mp, "
+            "but parallelize.again (RowWiseParallel on mp) gives Shard(0) there"},
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+              "placements: {weight: [Shard(1)]}}"}},
+            "model.layers[0] (fc0).placements.weight: 1 placement(s) [Shard(1)] for a mesh of 2"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kDpMpParallelize, c.replace), dir_);
+    ASSERT_FALSE(spec.ok()) << c.message;
+    EXPECT_INVALID(spec.status(), c.message);
+  }
+
+  // The same errors for a spec that arrives over gRPC.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kDpMpParallelize, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  (*spec->mutable_parallelize())["mp"].mutable_plan()->erase("fc1");
+  (*(*spec->mutable_parallelize())["mp"].mutable_plan())["fc7"] = "RowWiseParallel";
+  EXPECT_INVALID(ValidateJobSpec(*spec), "parallelize.mp.plan.fc7: the model has no layer");
+  v1::JobSpec resolved = *spec;
+  EXPECT_INVALID(PrepareJobSpec(&resolved), "parallelize.mp.plan.fc7");
+}
+
+TEST_F(SpecTest, TensorParallelExamplesAreValid) {
+  absl::StatusOr<v1::JobSpec> tp = LoadJobSpecFile("examples/tensor_parallel.yaml");
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  EXPECT_TRUE(ValidateJobSpec(*tp).ok()) << ValidateJobSpec(*tp);
+  EXPECT_EQ(WorldSize(*tp), 4);
+  EXPECT_EQ(Placements(*tp, 0, "weight"), "[Shard(1)]");
+  EXPECT_EQ(Placements(*tp, 0, "bias"), "[Shard(0)]");
+  EXPECT_EQ(Placements(*tp, 2, "weight"), "[Shard(0)]");
+  EXPECT_EQ(Placements(*tp, 2, "bias"), "[Replicate()]");
+
+  absl::StatusOr<v1::JobSpec> dpmp = LoadJobSpecFile("examples/dp_mp.yaml");
+  ASSERT_TRUE(dpmp.ok()) << dpmp.status();
+  EXPECT_TRUE(ValidateJobSpec(*dpmp).ok()) << ValidateJobSpec(*dpmp);
+  EXPECT_EQ(Placements(*dpmp, 0, "weight"), "[Replicate(), Shard(1)]");
+  EXPECT_EQ(Placements(*dpmp, 2, "weight"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(FormatPlacements(dpmp->data().placements()), "[Shard(0), Replicate()]");
+}
+
+TEST_F(SpecTest, NeverCrashesOnGarbledParallelizeOrNamedPlacements) {
+  std::mt19937 rng(7);
+  const std::string punct = "{}[]:,-'\"&*!|>#%@` \n\t\x01\xff";
+  for (const std::string text : {std::string(kDpMpParallelize), std::string(kDpMpNamed)}) {
+    for (size_t n = 0; n <= text.size(); ++n) {
+      absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.substr(0, n), dir_);
+      if (spec.ok()) (void)ValidateJobSpec(*spec);
+    }
+    for (int iter = 0; iter < 2000; ++iter) {
+      std::string s = text;
+      const int edits = 1 + rng() % 4;
+      for (int e = 0; e < edits && !s.empty(); ++e) {
+        const size_t pos = rng() % s.size();
+        switch (rng() % 3) {
+          case 0: s[pos] = punct[rng() % punct.size()]; break;
+          case 1: s.erase(pos, 1 + rng() % 8); break;
+          case 2: s.insert(pos, 1, punct[rng() % punct.size()]); break;
+        }
+      }
+      absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(s, dir_);
+      if (!spec.ok()) continue;
+      (void)ValidateJobSpec(*spec);
+      v1::JobSpec copy = *spec;
+      (void)ResolveDataShapes(&copy);
+    }
+  }
+  // A gRPC spec with parallelize and a mesh without names, or an empty one.
+  v1::JobSpec bare;
+  (*bare.mutable_parallelize())["x"].set_dim("d0");
+  (*(*bare.mutable_parallelize())["x"].mutable_plan())["fc0"] = "ColWiseParallel";
+  EXPECT_FALSE(ValidateJobSpec(bare).ok());
+  EXPECT_FALSE(ApplyParallelize(&bare).ok());
+  bare.mutable_mesh()->add_shape(2);
+  EXPECT_INVALID(ApplyParallelize(&bare), "parallelize.x.plan.fc0: the model has no layer");
 }
 
 TEST(PlacementTest, ParsesAndFormatsEveryForm) {

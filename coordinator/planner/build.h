@@ -16,7 +16,7 @@
 
 namespace weft::planner {
 
-// spec.data.sample_shape and label_shape must be filled (ResolveDataShapes).
+// spec.data.sample_shape and label_shape must be filled (PrepareJobSpec).
 absl::StatusOr<Graph> BuildGraph(const v1::JobSpec& spec);
 
 }  // namespace weft::planner

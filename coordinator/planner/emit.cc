@@ -33,6 +33,17 @@ v1::Placement::ReduceOp ReduceProto(Placement::Reduce r) {
   return r == Placement::Reduce::kAvg ? v1::Placement::AVG : v1::Placement::SUM;
 }
 
+// Whether rank holds the value of a tensor placed by attr: a Partial(sum) tensor lives on
+// member 0 of each Partial(sum) dim (zeros elsewhere, so that the pieces sum to it).
+bool HoldsValue(const DistAttr& attr, int rank) {
+  std::vector<int64_t> coord = attr.mesh().Coordinate(rank);
+  for (int d = 0; d < attr.mesh().ndim(); ++d) {
+    const Placement& p = attr.placement(d);
+    if (p.is_partial() && p.reduce == Placement::Reduce::kSum && coord[d] != 0) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
@@ -105,7 +116,7 @@ absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
     init->set_name(tensor.name);
     SetRepeated(init->mutable_global_shape(), tensor.shape);
     *init->mutable_box() = tensor.dist->Box(tensor.shape, rank);
-    if (state) {
+    if (state || !HoldsValue(*tensor.dist, rank)) {
       init->set_kind(v1::ParamInit::ZEROS);
     } else if (!spec.init_from().empty()) {
       init->set_kind(v1::ParamInit::FROM_FILE);
@@ -139,7 +150,9 @@ absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
         ins->set_comment(absl::StrCat(t.name, ": ", step.before.placement(d).ToString(), "->",
                                       step.after.placement(d).ToString(), " over ",
                                       mesh.dim_name(d)));
-        if (step.kind != v1::Instruction::SLICE) ins->set_group(group_id.at(d));
+        const bool local =
+            step.kind == v1::Instruction::SLICE || step.kind == v1::Instruction::SCALE;
+        if (!local) ins->set_group(group_id.at(d));
         std::vector<int> members = mesh.GroupRanks(rank, {d});
         switch (step.kind) {
           case v1::Instruction::ALL_REDUCE:
@@ -151,6 +164,17 @@ absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
           case v1::Instruction::REDUCE_SCATTER:
             ins->set_reduce(ReduceProto(step.reduce));
             for (int m : members) ins->add_split_sizes(step.after.LocalShape(t.shape, m)[step.axis]);
+            break;
+          case v1::Instruction::ALL_TO_ALL:
+            ins->set_concat_axis(step.concat_axis);
+            for (int m : members) {
+              ins->add_split_sizes(step.after.LocalShape(t.shape, m)[step.axis]);
+              ins->add_concat_split_sizes(step.before.LocalShape(t.shape, m)[step.concat_axis]);
+            }
+            break;
+          case v1::Instruction::SCALE:
+            ins->set_scale(step.first_member_only && members.front() != rank ? 0.0f
+                                                                              : step.scale);
             break;
           case v1::Instruction::SLICE: {
             v1::TensorBox before = step.before.Box(t.shape, rank);
@@ -172,6 +196,48 @@ absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
     }
     if (code == nullptr) {
       return absl::InternalError(absl::StrCat("emit: no instruction for ", OpLabel(op)));
+    }
+    if ((op.type == "load_input" || op.type == "load_label") &&
+        !HoldsValue(*g.tensors[op.outputs[0]].dist, rank)) {
+      // A Partial(sum) batch: member 0 loads it, the others hold zeros (buffers start zeroed
+      // and nothing else writes this one; the SCALE by 0 states it in the program).
+      v1::Instruction* ins = p.add_step();
+      ins->set_op(v1::Instruction::SCALE);
+      ins->add_inputs(buf[op.outputs[0]]);
+      ins->add_outputs(buf[op.outputs[0]]);
+      ins->set_scale(0.0f);
+      ins->set_comment(absl::StrCat(g.tensors[op.outputs[0]].name,
+                                    ": zeros (Partial(sum) batch, loaded by member 0)"));
+      continue;
+    }
+    const bool update = op.type == "sgd" || op.type == "adamw";
+    const bool holds = !update || HoldsValue(*g.tensors[op.inputs[0]].dist, rank);
+    if (update && !holds) {
+      // A Partial(sum) parameter not held here: p_i = p_i * (1 - lr*wd), the step goes to the
+      // member that holds the value. AdamW still advances m and v (replicated) with lr 0.
+      const int param = buf[op.inputs[0]];
+      if (op.type == "adamw") {
+        if (opt.betas_size() != 2) {
+          return absl::InvalidArgumentError("optimizer.betas: adamw needs [beta1, beta2]");
+        }
+        v1::Instruction* ins = p.add_step();
+        ins->set_op(v1::Instruction::ADAMW);
+        for (int in : op.inputs) ins->add_inputs(buf[in]);
+        ins->set_lr(0.0f);
+        ins->set_beta1(static_cast<float>(opt.betas(0)));
+        ins->set_beta2(static_cast<float>(opt.betas(1)));
+        ins->set_eps(static_cast<float>(opt.eps()));
+        ins->set_comment(absl::StrCat("adamw states of ", g.tensors[op.inputs[0]].name,
+                                      " (Partial(sum), step on member 0)"));
+      }
+      v1::Instruction* ins = p.add_step();
+      ins->set_op(v1::Instruction::SCALE);
+      ins->add_inputs(param);
+      ins->add_outputs(param);
+      ins->set_scale(1.0f - static_cast<float>(opt.lr()) * static_cast<float>(opt.weight_decay()));
+      ins->set_comment(absl::StrCat("weight decay of ", g.tensors[op.inputs[0]].name,
+                                    " (Partial(sum), step on member 0)"));
+      continue;
     }
     v1::Instruction* ins = p.add_step();
     ins->set_op(code->op);

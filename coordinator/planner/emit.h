@@ -3,7 +3,9 @@
 // with ids shared by all ranks; init covers parameters (UNIFORM with bound 1/sqrt(in_features)
 // and tensor_key FNV-1a 64 of the global name, or FROM_FILE when spec.init_from is set) and
 // optimizer states (ZEROS); the step list follows the graph's op order, reshards expanded into
-// their collectives.
+// their collectives. Partial(sum) parameters and batches hold their value on member 0 of each
+// Partial(sum) dim and zeros elsewhere (ZEROS init, SCALE 0 instead of a load); their updates
+// give the step to member 0 and only the weight decay to the others.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(v1::Program p, EmitProgram(spec, g, lowered, "job-1", 0, /*rank=*/3));

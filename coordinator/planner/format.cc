@@ -1,5 +1,6 @@
 #include "coordinator/planner/format.h"
 
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -55,6 +56,15 @@ int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
       return out * (k - 1) / k;
     case v1::Instruction::REDUCE_SCATTER:
       return in * (k - 1) / k;
+    case v1::Instruction::ALL_TO_ALL: {
+      // Every piece but this member's own leaves the rank.
+      int64_t total = 0;
+      for (int64_t len : ins.split_sizes()) total += len;
+      auto me = std::find(group->ranks().begin(), group->ranks().end(), p.rank());
+      const int index = static_cast<int>(me - group->ranks().begin());
+      if (ins.split_sizes_size() != k || total == 0 || index >= k) return in * (k - 1) / k;
+      return in * (total - ins.split_sizes(index)) / total;
+    }
     default:
       return in * (k - 1) / k;
   }

@@ -17,7 +17,8 @@ namespace weft::planner {
 std::string FormatProgram(const v1::Program& program);
 
 // Bytes this rank sends for one collective instruction (ring all-reduce 2(K-1)/K * n,
-// all-gather and reduce-scatter (K-1)/K of the full tensor); 0 for local instructions.
+// all-gather and reduce-scatter (K-1)/K of the full tensor, all-to-all every piece of the
+// local tensor but this member's own); 0 for local instructions.
 int64_t CollectiveBytes(const v1::Program& program, const v1::Instruction& instruction);
 
 }  // namespace weft::planner

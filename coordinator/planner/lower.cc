@@ -1,11 +1,98 @@
 #include "coordinator/planner/lower.h"
 
+#include <set>
+#include <tuple>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace weft::planner {
+namespace {
+
+// True when a mesh dim after d splits `axis`: then d's split of that axis is not the innermost
+// and cannot change without redoing the later one.
+bool SplitLater(const DistAttr& attr, int d, int axis) {
+  for (int d2 = d + 1; d2 < attr.mesh().ndim(); ++d2) {
+    const Placement& p = attr.placement(d2);
+    if (p.is_shard() && p.axis == axis && attr.mesh().dim_size(d2) > 1) return true;
+  }
+  return false;
+}
+
+struct Move {
+  int mesh_dim;
+  Placement to;
+};
+
+// A one-dim move as the step it lowers to; nullopt for a move that changes no data.
+std::optional<ReshardStep> StepOf(const DistAttr& before, const Move& move) {
+  const int d = move.mesh_dim;
+  const int64_t k = before.mesh().dim_size(d);
+  const Placement c = before.placement(d);
+  const Placement& t = move.to;
+  if (k == 1 || c == t) return std::nullopt;
+  ReshardStep s;
+  s.mesh_dim = d;
+  s.before = before;
+  s.after = before.With(d, t);
+  if (c.is_partial() && t.is_replicate()) {
+    s.kind = v1::Instruction::ALL_REDUCE;
+    s.reduce = c.reduce;
+  } else if (c.is_partial() && t.is_shard()) {
+    s.kind = v1::Instruction::REDUCE_SCATTER;
+    s.axis = t.axis;
+    s.reduce = c.reduce;
+  } else if (c.is_partial() && t.is_partial()) {
+    // sum_i v_i = mean_i (K v_i);  mean_i v_i = sum_i (v_i / K).
+    s.kind = v1::Instruction::SCALE;
+    s.scale = c.reduce == Placement::Reduce::kSum ? static_cast<float>(k)
+                                                  : 1.0f / static_cast<float>(k);
+  } else if (c.is_shard() && t.is_replicate()) {
+    s.kind = v1::Instruction::ALL_GATHER;
+    s.axis = c.axis;
+  } else if (c.is_shard() && t.is_shard()) {
+    s.kind = v1::Instruction::ALL_TO_ALL;
+    s.axis = t.axis;
+    s.concat_axis = c.axis;
+  } else if (c.is_replicate() && t.is_shard()) {
+    s.kind = v1::Instruction::SLICE;
+    s.axis = t.axis;
+  } else if (c.is_replicate() && t.is_partial()) {
+    if (t.reduce == Placement::Reduce::kAvg) return std::nullopt;  // the mean of equal terms
+    s.kind = v1::Instruction::SCALE;
+    s.first_member_only = true;
+  } else {
+    return std::nullopt;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
+                                const std::vector<int64_t>& shape) {
+  const Placement& c = before.placement(d);
+  const int64_t k = before.mesh().dim_size(d);
+  if (c == to || k == 1) return 0.0;
+  const double n = 4.0 * static_cast<double>(before.MaxLocalElements(shape));
+  const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
+  if (c.is_shard() && SplitLater(before, d, c.axis)) return std::nullopt;
+  if (to.is_shard() && SplitLater(before, d, to.axis)) return std::nullopt;
+  if (c.is_partial()) {
+    if (to.is_replicate()) return 2.0 * frac * n;  // ring all-reduce
+    if (to.is_shard()) return frac * n;            // reduce-scatter
+    return 0.0;                                    // local scale
+  }
+  if (c.is_shard()) {
+    if (to.is_replicate()) return static_cast<double>(k - 1) * n;  // all-gather
+    if (to.is_shard()) return frac * n;                             // all-to-all
+    return std::nullopt;  // Shard -> Partial goes through Replicate
+  }
+  return 0.0;  // Replicate -> Shard (slice) or Partial (scale): local
+}
 
 absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, const DistAttr& to,
+                                                      const std::vector<int64_t>& shape,
                                                       const std::string& tensor) {
   const Mesh& mesh = from.mesh();
   if (mesh != to.mesh()) {
@@ -14,51 +101,60 @@ absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, cons
                                                  " (send/recv) is not lowered yet"));
   }
   const int n = mesh.ndim();
-  std::vector<bool> unshard(n, false);
+  std::vector<std::vector<Placement>> candidates(n);
   for (int d = 0; d < n; ++d) {
-    const Placement& f = from.placement(d);
-    if (!f.is_shard()) continue;
-    unshard[d] = f != to.placement(d);
-    // A kept shard nested inside an outer dim that changes the same axis must be redone.
-    for (int d0 = 0; d0 < d && !unshard[d]; ++d0) {
-      const Placement& f0 = from.placement(d0);
-      const Placement& t0 = to.placement(d0);
-      bool touches = (f0.is_shard() && f0.axis == f.axis) || (t0.is_shard() && t0.axis == f.axis);
-      unshard[d] = f0 != t0 && touches;
+    for (const Placement& p : {from.placement(d), to.placement(d), Placement::Replicate()}) {
+      bool seen = false;
+      for (const Placement& q : candidates[d]) seen = seen || q == p;
+      if (!seen) candidates[d].push_back(p);
     }
   }
-  std::vector<ReshardStep> steps;
-  DistAttr cur = from;
-  auto add = [&](v1::Instruction::Op kind, int d, int axis, Placement::Reduce reduce,
-                 const Placement& next) {
-    DistAttr after = cur.With(d, next);
-    if (mesh.dim_size(d) > 1) steps.push_back({kind, d, axis, reduce, cur, after});
-    cur = after;
+  // Dijkstra over placements; a path is ranked by (bytes, steps, its spelling) so that equal
+  // costs resolve the same way on every run.
+  struct Path {
+    double bytes = 0;
+    int steps = 0;
+    std::string key;
+    DistAttr attr;
+    std::vector<Move> moves;
   };
-  for (int d = n - 1; d >= 0; --d) {
-    if (unshard[d]) {
-      add(v1::Instruction::ALL_GATHER, d, from.placement(d).axis, Placement::Reduce::kSum,
-          Placement::Replicate());
+  auto rank = [](const Path& p) { return std::make_tuple(p.bytes, p.steps, p.key); };
+  auto cmp = [&](const Path& a, const Path& b) { return rank(a) < rank(b); };
+  std::multiset<Path, decltype(cmp)> frontier(cmp);
+  std::set<std::string> done;
+  frontier.insert(Path{0, 0, "", from, {}});
+  while (!frontier.empty()) {
+    Path cur = *frontier.begin();
+    frontier.erase(frontier.begin());
+    const std::string state = cur.attr.ToString();
+    if (!done.insert(state).second) continue;
+    if (cur.attr == to) {
+      std::vector<ReshardStep> steps;
+      DistAttr attr = from;
+      for (const Move& m : cur.moves) {
+        if (std::optional<ReshardStep> s = StepOf(attr, m)) steps.push_back(*s);
+        attr = attr.With(m.mesh_dim, m.to);
+      }
+      return steps;
+    }
+    for (int d = 0; d < n; ++d) {
+      for (const Placement& p : candidates[d]) {
+        if (p == cur.attr.placement(d)) continue;
+        std::optional<double> bytes = MoveBytes(cur.attr, d, p, shape);
+        if (!bytes) continue;
+        Path next = cur;
+        next.bytes += *bytes;
+        next.steps += StepOf(cur.attr, Move{d, p}).has_value() ? 1 : 0;
+        absl::StrAppend(&next.key, d, ":", p.ToString(), ";");
+        next.attr = cur.attr.With(d, p);
+        next.moves.push_back(Move{d, p});
+        if (done.count(next.attr.ToString()) == 0) frontier.insert(std::move(next));
+      }
     }
   }
-  for (int d = 0; d < n; ++d) {
-    const Placement c = cur.placement(d);
-    const Placement& t = to.placement(d);
-    if (c == t) continue;
-    if (c.is_replicate() && t.is_shard()) {
-      add(v1::Instruction::SLICE, d, t.axis, Placement::Reduce::kSum, t);
-    } else if (c.is_partial() && t.is_replicate()) {
-      add(v1::Instruction::ALL_REDUCE, d, 0, c.reduce, t);
-    } else if (c.is_partial() && t.is_shard() && c.reduce == Placement::Reduce::kSum) {
-      add(v1::Instruction::REDUCE_SCATTER, d, t.axis, c.reduce, t);
-    } else {
-      return absl::UnimplementedError(absl::StrCat(
-          "reshard of ", tensor, " from ", from.ToString(), " to ", to.ToString(), ": ",
-          c.ToString(), "->", t.ToString(), " on mesh dim ", mesh.dim_name(d),
-          " has no lowering"));
-    }
-  }
-  return steps;
+  return absl::UnimplementedError(absl::StrCat("reshard of ", tensor, " from ", from.ToString(),
+                                               " to ", to.ToString(), " on mesh ",
+                                               mesh.ToString(), " has no lowering"));
 }
 
 absl::StatusOr<LoweredGraph> Lower(const Graph& g) {
@@ -70,9 +166,9 @@ absl::StatusOr<LoweredGraph> Lower(const Graph& g) {
     if (op.type != "reshard") continue;
     const Tensor& in = g.tensors[op.inputs[0]];
     const Tensor& out = g.tensors[op.outputs[0]];
-    ASSIGN_OR_RETURN(lowered.steps[i], LowerReshard(*in.dist, *out.dist, in.name));
+    ASSIGN_OR_RETURN(lowered.steps[i], LowerReshard(*in.dist, *out.dist, in.shape, in.name));
     for (const ReshardStep& step : lowered.steps[i]) {
-      if (step.kind == v1::Instruction::SLICE) continue;
+      if (step.kind == v1::Instruction::SLICE || step.kind == v1::Instruction::SCALE) continue;
       if (lowered.group_base.count(step.mesh_dim) > 0) continue;
       lowered.group_base[step.mesh_dim] = next_group;
       lowered.group_dims.push_back(step.mesh_dim);

@@ -1,21 +1,29 @@
-// Pass 6, lower: each `reshard` op becomes a sequence of collectives, one mesh dim at a time:
-//   Partial->Replicate: ALL_REDUCE     Partial->Shard: REDUCE_SCATTER
-//   Shard->Replicate:   ALL_GATHER     Replicate->Shard: SLICE (local, no traffic)
-//   Shard(i)->Shard(j): ALL_GATHER then SLICE (ALL_TO_ALL is a later optimization)
-// Shards are first gathered from the last mesh dim to the first, then new placements applied
-// from the first to the last, so that an axis split by several mesh dims keeps its nesting
-// (dist_attr.h). Mesh dims of size 1 need no step. The result is the same for every rank; emit
-// instantiates it per rank. Communicator groups get ids here: for each mesh dim in order of
-// first use, its groups in Mesh::AllGroups order.
+// Pass 6, lower: each `reshard` op becomes a sequence of steps, one mesh dim at a time:
+//   Partial->Replicate: ALL_REDUCE       Partial->Shard: REDUCE_SCATTER
+//   Shard->Replicate:   ALL_GATHER       Replicate->Shard: SLICE (local, no traffic)
+//   Shard(i)->Shard(j): ALL_TO_ALL       Replicate->Partial, Partial(sum)<->Partial(avg): SCALE
+//                                         (local: for Partial(sum) only group member 0 keeps the
+//                                         value; Replicate->Partial(avg) changes nothing)
+// A multi-dim reshard is a sequence of such one-dim moves. Which sequence is a small search
+// (Dijkstra over the placements each dim may pass through: its source, its target, Replicate),
+// priced by the bytes a rank sends, ties by fewer steps. A move on dim d that changes how axis
+// a is split is only legal when no later mesh dim splits a (dist_attr.h nests the splits in
+// mesh-dim order), which is what forces e.g. inner gathers before outer ones. Mesh dims of size
+// 1 need no step. The result is the same for every rank; emit instantiates it per rank.
+// Communicator groups get ids here: for each mesh dim in order of first use, its groups in
+// Mesh::AllGroups order.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::vector<ReshardStep> steps,
-//                    LowerReshard(/*from=*/[Partial(sum)], /*to=*/[Replicate()], "fc0.weight@grad"));
+//                    LowerReshard(/*from=*/[Partial(sum)], /*to=*/[Replicate()], {8, 16},
+//                                 "fc0.weight@grad"));
 //   // steps[0].kind == v1::Instruction::ALL_REDUCE, steps[0].mesh_dim == 0
 #ifndef WEFT_COORDINATOR_PLANNER_LOWER_H_
 #define WEFT_COORDINATOR_PLANNER_LOWER_H_
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,13 +35,23 @@
 namespace weft::planner {
 
 struct ReshardStep {
-  v1::Instruction::Op kind = v1::Instruction::OP_UNSPECIFIED;  // ALL_REDUCE ... SLICE
+  v1::Instruction::Op kind = v1::Instruction::OP_UNSPECIFIED;  // ALL_REDUCE ... SCALE
   int mesh_dim = 0;
-  int axis = 0;                                  // ALL_GATHER, REDUCE_SCATTER, SLICE
+  int axis = 0;         // ALL_GATHER, REDUCE_SCATTER, SLICE; ALL_TO_ALL: the axis split
+  int concat_axis = 0;  // ALL_TO_ALL: the axis concatenated (the old shard axis)
   Placement::Reduce reduce = Placement::Reduce::kSum;  // ALL_REDUCE, REDUCE_SCATTER
-  DistAttr before;                               // the tensor's attr before and after the step
+  // SCALE: out = scale * a; when first_member_only, members other than index 0 of the mesh
+  // dim's group use 0 instead (Replicate -> Partial(sum)).
+  float scale = 1.0f;
+  bool first_member_only = false;
+  DistAttr before;  // the tensor's attr before and after the step
   DistAttr after;
 };
+
+// Bytes one rank sends for one move on mesh dim d of a tensor with global `shape`, from
+// `before` to `before.With(d, to)`; nullopt when the move is not a single legal step.
+std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
+                                const std::vector<int64_t>& shape);
 
 struct LoweredGraph {
   std::vector<std::vector<ReshardStep>> steps;  // by op index; empty for other ops
@@ -41,8 +59,9 @@ struct LoweredGraph {
   std::map<int, int> group_base;                // mesh dim -> id of its first group
 };
 
-// `tensor` names the tensor in errors.
+// `tensor` names the tensor in errors; `shape` is its global shape (for the costs).
 absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, const DistAttr& to,
+                                                      const std::vector<int64_t>& shape,
                                                       const std::string& tensor);
 
 absl::StatusOr<LoweredGraph> Lower(const Graph& g);

@@ -12,10 +12,18 @@ absl::StatusOr<Graph> AppendOptimizer(const v1::JobSpec& spec, const RuleRegistr
   if (type != "sgd" && type != "adamw") {
     return absl::InvalidArgumentError(absl::StrCat("optimizer.type: unknown \"", type, "\""));
   }
+  // The gradient and the states of a parameter are placed like it, except that they are whole
+  // where it is Partial: the update needs the gradient of the global value.
   std::vector<int> grads;
+  std::vector<DistAttr> whole;
   for (int p : g.params) {
     const Tensor& param = g.tensors[p];
-    int grad = AppendReshard(&g, g.grad_of.at(p), *param.dist, Phase::kOptimizer, param.layer);
+    DistAttr attr = *param.dist;
+    for (int d = 0; d < attr.mesh().ndim(); ++d) {
+      if (attr.placement(d).is_partial()) attr = attr.With(d, Placement::Replicate());
+    }
+    whole.push_back(attr);
+    int grad = AppendReshard(&g, g.grad_of.at(p), attr, Phase::kOptimizer, param.layer);
     grads.push_back(grad);
   }
   for (size_t i = 0; i < g.params.size(); ++i) {
@@ -31,6 +39,7 @@ absl::StatusOr<Graph> AppendOptimizer(const v1::JobSpec& spec, const RuleRegistr
         Tensor t = g.tensors[p];
         t.name += state;
         t.role = v1::Buffer::OPTIMIZER_STATE;
+        t.dist = whole[i];
         op.inputs.push_back(g.AddTensor(std::move(t)));
       }
     }

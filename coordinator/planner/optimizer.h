@@ -1,7 +1,10 @@
 // Pass 4, optimizer: per parameter, reshard its gradient to the parameter's DistAttr (a
 // Partial(sum) gradient becomes an all-reduce), then one update op: sgd(param, grad) or
 // adamw(param, grad, m, v) with m and v optimizer-state tensors placed like the parameter.
-// All gradient reshards come before all updates.
+// Over a mesh dim where the parameter is Partial, its gradient and states are Replicate (the
+// gradient of the global value); emit gives the whole update step to the member holding the
+// value: for Partial(sum) p_i = p_i * (1 - lr*wd) - (member 0 ? step : 0), for Partial(avg)
+// every member takes the step. All gradient reshards come before all updates.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(g, AppendOptimizer(spec, BuiltinRules(), std::move(g)));

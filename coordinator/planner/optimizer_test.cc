@@ -73,5 +73,29 @@ TEST(OptimizerTest, UnknownTypeIsAnError) {
   EXPECT_NE(s.message().find("lion"), std::string::npos);
 }
 
+TEST(OptimizerTest, PartialParameterIsUpdatedFromTheWholeGradient) {
+  v1::JobSpec spec = SpecBuilder({2, 2}, {"dp", "mp"})
+                         .Batch(8, {6}, {2})
+                         .Linear("fc0", 6, 2, /*bias=*/false)
+                         .Place("weight", {testing::S(1), testing::P})
+                         .AdamW()
+                         .Spec();
+  absl::StatusOr<Graph> g = WithOptimizer(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  int updates = 0;
+  for (const Op& op : g->ops) {
+    if (op.type != "adamw") continue;
+    ++updates;
+    EXPECT_EQ(g->tensors[op.inputs[0]].dist->placements(),
+              (std::vector<Placement>{testing::S(1), testing::P}));
+    for (int i = 1; i < 4; ++i) {
+      EXPECT_EQ(g->tensors[op.inputs[i]].dist->placements(),
+                (std::vector<Placement>{testing::S(1), testing::R}))
+          << g->tensors[op.inputs[i]].name;
+    }
+  }
+  EXPECT_EQ(updates, 1);
+}
+
 }  // namespace
 }  // namespace weft::planner

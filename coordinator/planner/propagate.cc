@@ -13,11 +13,6 @@ absl::StatusOr<DistAttr> AttrFromProto(const Mesh& mesh,
   for (const v1::Placement& p : list) {
     absl::StatusOr<Placement> placement = Placement::FromProto(p);
     if (!placement.ok()) return Annotate(placement.status(), what);
-    if (placement->is_partial()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": placement ", placement->ToString(),
-                       " is not allowed here; only Replicate and Shard"));
-    }
     placements.push_back(*placement);
   }
   absl::StatusOr<DistAttr> attr = DistAttr::Create(mesh, std::move(placements), ndim);

@@ -1,6 +1,9 @@
 // Pass 2, propagate: gives every tensor a DistAttr. Parameters take their layer's placements
 // (absent: Replicate on every dim), input and label the batch placements (data.placements;
-// empty: Shard(0) on a mesh dim named "dp", Replicate elsewhere); every other op runs through
+// empty: Shard(0) on a mesh dim named "dp", Replicate elsewhere). Any placement is allowed for
+// both, Partial included: a Partial(sum) tensor's global value is the sum of the pieces (emit
+// puts the value on the member 0 of each Partial(sum) dim and zeros elsewhere), a Partial(avg)
+// tensor's the mean (every member holds the value). Every other op runs through
 // its SPMD rule, and where the rule needs an input placed otherwise a `reshard` op is inserted.
 // Finally the loss is resharded to Replicate (its sum over ranks is the global mean).
 //

@@ -87,16 +87,29 @@ TEST(PropagateTest, DefaultPlacementsOnTwoDimMesh) {
   EXPECT_EQ(Find(*g, "fc0.bias").dist->placements(), (std::vector<Placement>{R, R}));
 }
 
-TEST(PropagateTest, RejectsPartialAndMiscountedPlacements) {
+TEST(PropagateTest, PartialParametersAndBatchesAreAccepted) {
   v1::JobSpec spec = SpecBuilder({4}, {"dp"})
                          .Batch(8, {6}, {2})
                          .Linear("fc0", 6, 2)
                          .Place("weight", {P})
+                         .DataPlacements({P})
+                         .Spec();
+  absl::StatusOr<Graph> g = Placed(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->tensors[g->params[0]].dist->placements(), std::vector<Placement>{P});
+  EXPECT_EQ(g->tensors[g->input].dist->placements(), std::vector<Placement>{P});
+}
+
+TEST(PropagateTest, RejectsBadAndMiscountedPlacements) {
+  v1::JobSpec spec = SpecBuilder({4}, {"dp"})
+                         .Batch(8, {6}, {2})
+                         .Linear("fc0", 6, 2)
+                         .Place("bias", {S(1)})
                          .Spec();
   absl::Status s = Placed(spec).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(s.message().find("fc0.weight"), std::string::npos) << s;
-  EXPECT_NE(s.message().find("Partial(sum)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("fc0.bias"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("Shard(1)"), std::string::npos) << s;
 
   spec = SpecBuilder({4}, {"dp"})
              .Batch(8, {6}, {2})

@@ -3,6 +3,7 @@
 #include <limits>
 #include <tuple>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -33,6 +34,12 @@ const OpRule* RuleRegistry::Find(absl::string_view op_type) const {
   return it == rules_.end() ? nullptr : &it->second;
 }
 
+std::vector<std::string> RuleRegistry::OpTypes() const {
+  std::vector<std::string> types;
+  for (const auto& [type, rule] : rules_) types.push_back(type);
+  return types;
+}
+
 std::optional<double> SearchMoveCost(const Placement& from, const Placement& to, int64_t k,
                                      int64_t local_bytes) {
   if (from == to) return 0.0;
@@ -43,11 +50,14 @@ std::optional<double> SearchMoveCost(const Placement& from, const Placement& to,
   }
   if (to.is_shard()) {
     if (from.is_replicate()) return 0.0;                         // local slice
-    if (from.is_shard()) return (k - 1) * bytes;                 // all-gather, then slice
+    if (from.is_shard()) return static_cast<double>(k - 1) / k * bytes;  // all-to-all
   }
+  // Partial(sum) <-> Partial(avg) is a local scale.
+  if (to.is_partial() && from.is_partial()) return 0.0;
   // Partial->Shard (reduce-scatter) is cheaper than Partial->Replicate locally but changes the
   // sharding downstream ops see, which a greedy per-op search cannot price; it is reserved for
-  // explicit targets (optimizer).
+  // explicit targets (optimizer). Replicate->Partial is free but only moves the reduction
+  // downstream, so the search never makes it.
   return std::nullopt;
 }
 
@@ -103,9 +113,19 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
       bool reachable = true;
       for (size_t i = 0; i < op.inputs.size() && reachable; ++i) {
         const DistAttr& cur = *g.tensors[op.inputs[i]].dist;
+        const bool in_place = absl::c_linear_search(rule->updates_in_place, static_cast<int>(i));
+        if (in_place && cur.placement(d) != s.inputs[i]) {
+          reachable = false;
+          break;
+        }
         int64_t local_bytes = 4 * cur.MaxLocalElements(g.tensors[op.inputs[i]].shape);
         std::optional<double> c =
             SearchMoveCost(cur.placement(d), s.inputs[i], mesh.dim_size(d), local_bytes);
+        if (!c && !rule->updates_in_place.empty() && cur.placement(d).is_partial() &&
+            s.inputs[i].is_shard()) {
+          // A reduce-scatter; safe here because an update op has no downstream readers.
+          c = static_cast<double>(mesh.dim_size(d) - 1) / mesh.dim_size(d) * local_bytes;
+        }
         if (!c) {
           reachable = false;
           break;
@@ -123,9 +143,10 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
       }
     }
     if (best == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("no SPMD strategy for ", OpLabel(op), " on mesh dim ", mesh.dim_name(d),
-                       " with inputs ", DescribeInputs(g, op)));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no SPMD strategy for ", OpLabel(op), " on mesh dim ", mesh.dim_name(d),
+          " with inputs ", DescribeInputs(g, op),
+          rule->updates_in_place.empty() ? "" : " (inputs updated in place keep their placement)"));
     }
     decision.cost_bytes += std::get<0>(best_key);
     for (size_t i = 0; i < op.inputs.size(); ++i) {

@@ -48,6 +48,10 @@ using VjpFn = std::function<absl::Status(GradBuilder& builder)>;
 struct OpRule {
   StrategyFn strategies;
   VjpFn vjp;  // empty: the op is not differentiated (backward and update ops)
+  // Inputs the op writes in place (an optimizer's parameter and states). The search never
+  // reshards them, since the update would land in a copy; it moves the other inputs instead,
+  // with any move lowering can make (Partial -> Shard too: nothing reads them afterwards).
+  std::vector<int> updates_in_place = {};
 };
 
 class RuleRegistry {
@@ -55,6 +59,8 @@ class RuleRegistry {
   // A second rule for the same op type is an error (never last-one-wins).
   absl::Status Register(const std::string& op_type, OpRule rule);
   const OpRule* Find(absl::string_view op_type) const;
+  // Every registered op type, sorted (validators enumerate the registry with it).
+  std::vector<std::string> OpTypes() const;
 
  private:
   std::map<std::string, OpRule, std::less<>> rules_;
@@ -70,8 +76,8 @@ struct SpmdDecision {
 };
 
 // Bytes one rank moves to turn `from` into `to` on one mesh dim of size k, for a tensor whose
-// local piece is local_bytes. nullopt: not a move the strategy search makes (R->P, P->S,
-// Partial kinds that differ); lower still handles P->S for explicit targets.
+// local piece is local_bytes. nullopt: not a move the strategy search makes (R->P, P->S, S->P);
+// lower still handles them for explicit targets.
 std::optional<double> SearchMoveCost(const Placement& from, const Placement& to, int64_t k,
                                      int64_t local_bytes);
 

@@ -50,6 +50,12 @@ class Communicator {
   virtual absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) = 0;
   virtual absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) = 0;
   virtual absl::Status Barrier() = 0;
+
+  // Payload bytes this member has put on the wire since it was created, as the transport's
+  // algorithm really moves them (a ring all-reduce sends about 2 (K-1)/K of the buffer, not the
+  // buffer); framing, acknowledgements and the connection handshake are not counted. Recv and
+  // Barrier add nothing. Exact per transport in its header (Gloo: worker/comm/wire_bytes.h).
+  virtual int64_t bytes_sent() const = 0;
 };
 
 // Creates the communicator of one group for this rank. Every member calls Create for the same
@@ -58,6 +64,11 @@ class CommunicatorFactory {
  public:
   virtual ~CommunicatorFactory() = default;
   virtual absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) = 0;
+
+  // The sum of bytes_sent() over every communicator this factory created, those already
+  // destroyed included: the worker's traffic per step is the difference across the step.
+  // Thread-safe.
+  virtual int64_t bytes_sent() const = 0;
 };
 
 }  // namespace weft

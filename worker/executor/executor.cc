@@ -46,6 +46,10 @@ struct Step {
   std::vector<int64_t> member_offsets;    // offset of each member's split along the axis
   std::vector<int64_t> member_lengths;    // each member's split along the axis
   int64_t member = 0;                     // this rank's index in the group
+  // ALL_TO_ALL: received pieces, and the output viewed along concat_axis.
+  std::vector<int64_t> recv_counts, concat_offsets, concat_lengths;
+  int64_t c_outer = 1, c_len = 0, c_inner = 1;
+  int64_t scratch = 0;                    // floats of collective scratch the step needs
   float scale = 1.0f, lr = 0.0f, weight_decay = 0.0f;
   AdamWHyper adamw;
   BatchSource* source = nullptr;
@@ -178,11 +182,10 @@ absl::Status ProgramExecutor::Check() {
   for (int i = 0; i < program_.step_size(); ++i) {
     steps_[i].index = i;
     RETURN_IF_ERROR(Annotate(CheckInstruction(i, &steps_[i]), Context(steps_[i])));
-    if (steps_[i].outer > 1) {
-      int64_t total = 0;
-      for (int64_t c : steps_[i].counts) total += c;
-      scratch_size_ = std::max(scratch_size_, total);
+    if (steps_[i].outer > 1 && steps_[i].scratch == 0) {
+      for (int64_t c : steps_[i].counts) steps_[i].scratch += c;
     }
+    scratch_size_ = std::max(scratch_size_, steps_[i].scratch);
   }
   return absl::OkStatus();
 }
@@ -462,8 +465,52 @@ absl::Status ProgramExecutor::CheckInstruction(int index, Step* s) {
       }
       return absl::OkStatus();
     }
-    case Instruction::ALL_TO_ALL:
-      return absl::UnimplementedError("ALL_TO_ALL is reserved and not executed yet");
+    case Instruction::ALL_TO_ALL: {
+      // Pieces of a along `axis` go to the members; what comes back is concatenated along
+      // concat_axis. Both sides are packed through scratch ([send | receive]).
+      RETURN_IF_ERROR(need(1, 1));
+      RETURN_IF_ERROR(group());
+      RETURN_IF_ERROR(splits());
+      RETURN_IF_ERROR(axis_view(s->in[0]));
+      if (s->out == s->in[0]) return bad("output aliases the input");
+      const std::vector<int64_t>& in = shape(s->in[0]);
+      const int rank = static_cast<int>(in.size());
+      const int axis = ins.axis() < 0 ? ins.axis() + rank : ins.axis();
+      const int caxis = ins.concat_axis() < 0 ? ins.concat_axis() + rank : ins.concat_axis();
+      if (caxis < 0 || caxis >= rank) return bad("concat_axis ", ins.concat_axis(), " out of range for ", Dims(in));
+      if (caxis == axis) return bad("axis and concat_axis are both ", axis);
+      const int64_t total = s->member_offsets.back() + s->member_lengths.back();
+      if (s->axis_len != total) {
+        return bad("input ", Dims(in), " has ", s->axis_len, " along axis ", axis,
+                   ", split sizes sum to ", total);
+      }
+      if (ins.concat_split_sizes_size() != static_cast<int>(s->member_lengths.size())) {
+        return bad(ins.concat_split_sizes_size(), " concat_split_sizes for a group of ",
+                   s->member_lengths.size());
+      }
+      int64_t concat_total = 0;
+      for (int64_t len : ins.concat_split_sizes()) {
+        if (len < 0) return bad("negative concat split size");
+        s->concat_offsets.push_back(concat_total);
+        s->concat_lengths.push_back(len);
+        concat_total += len;
+      }
+      if (in[caxis] != s->concat_lengths[s->member]) {
+        return bad("input ", Dims(in), " has ", in[caxis], " along concat_axis ", caxis,
+                   ", this member's concat split size is ", s->concat_lengths[s->member]);
+      }
+      std::vector<int64_t> want = in;
+      want[axis] = s->member_lengths[s->member];
+      want[caxis] = concat_total;
+      if (shape(s->out) != want) return bad("output is ", Dims(shape(s->out)), ", expected ", Dims(want));
+      for (int64_t len : s->member_lengths) s->counts.push_back(s->outer * len * s->inner);
+      s->c_outer = Product(want, 0, caxis);
+      s->c_len = concat_total;
+      s->c_inner = Product(want, caxis + 1);
+      for (int64_t len : s->concat_lengths) s->recv_counts.push_back(s->c_outer * len * s->c_inner);
+      s->scratch = numel_[s->in[0]] + numel_[s->out];
+      return absl::OkStatus();
+    }
     default:
       return bad("unknown op ", static_cast<int>(ins.op()));
   }
@@ -623,6 +670,7 @@ absl::Status ProgramExecutor::Execute(const Step& s, int64_t step) {
     case Instruction::ALL_REDUCE:
     case Instruction::ALL_GATHER:
     case Instruction::REDUCE_SCATTER:
+    case Instruction::ALL_TO_ALL:
       return ExecuteCollective(s);
     default:
       return absl::InternalError("op passed Check but has no executor");
@@ -668,6 +716,24 @@ absl::Status ProgramExecutor::ExecuteCollective(const Step& s) {
         RETURN_IF_ERROR(comm.ReduceScatter(scratch_, out, s.counts));
       }
       if (s.reduce == ReduceOp::kAvg) k.Scale(out, out, s.numel, s.scale);
+      return absl::OkStatus();
+    }
+    case Instruction::ALL_TO_ALL: {
+      float* send = scratch_;
+      float* recv = scratch_ + numel_[s.in[0]];
+      float* chunk = send;
+      for (size_t j = 0; j < s.counts.size(); ++j) {
+        k.Slice(a, chunk, s.outer, s.axis_len, s.inner, s.member_offsets[j], s.member_lengths[j]);
+        chunk += s.counts[j];
+      }
+      RETURN_IF_ERROR(k.Synchronize());
+      RETURN_IF_ERROR(comm.AllToAll(send, s.counts, recv, s.recv_counts));
+      chunk = recv;
+      for (size_t i = 0; i < s.recv_counts.size(); ++i) {
+        k.Unslice(chunk, out, s.c_outer, s.c_len, s.c_inner, s.concat_offsets[i],
+                  s.concat_lengths[i]);
+        chunk += s.recv_counts[i];
+      }
       return absl::OkStatus();
     }
     default:

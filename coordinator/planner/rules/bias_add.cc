@@ -3,8 +3,10 @@
 //   x[R],    b[R]    -> out[R]
 //   x[S(i)], b[R]    -> out[S(i)]
 //   x[S(l)], b[S(0)] -> out[S(l)]       column-parallel bias
+//   x[P],    b[P]    -> out[P]          a Partial bias (sum or avg) with a Partial x
 //   dy[R] -> db[R];  dy[S(i)] -> db[Partial(sum)];  dy[S(l)] -> db[S(0)];  dy[P] -> db[P]
-// A Partial x must be reduced first: each rank would add the whole bias to its term.
+// A Partial x with a whole bias must be reduced first: each rank would add the whole bias to
+// its term.
 // VJP: dx = dy (no op), db = bias_grad(dy).
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
@@ -24,6 +26,10 @@ absl::StatusOr<std::vector<DimStrategy>> BiasAddStrategies(const OpSignature& si
   std::vector<DimStrategy> out = {{{R, R}, {R}}};
   for (int i = 0; i < last; ++i) out.push_back({{Placement::Shard(i), R}, {Placement::Shard(i)}});
   out.push_back({{Placement::Shard(last), Placement::Shard(0)}, {Placement::Shard(last)}});
+  // Both terms Partial: sum_i (x_i + b_i) = x + b (and the same for the mean).
+  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
+    out.push_back({{Placement::Partial(r), Placement::Partial(r)}, {Placement::Partial(r)}});
+  }
   return out;
 }
 

@@ -46,6 +46,10 @@ TEST(BiasAddRuleTest, Cases) {
   d = BiasAdd({S(1)}, {R});
   EXPECT_EQ(d.inputs[1].placements(), std::vector<Placement>{S(0)});
   EXPECT_EQ(d.cost_bytes, 0);
+  // A Partial x and a Partial bias add term by term.
+  d = BiasAdd({P}, {P});
+  EXPECT_EQ(d.outputs[0].placements(), std::vector<Placement>{P});
+  EXPECT_EQ(d.cost_bytes, 0);
   // A Partial x is all-reduced before adding the bias (row-parallel output).
   d = BiasAdd({P}, {R});
   EXPECT_EQ(d.inputs[0].placements(), std::vector<Placement>{R});

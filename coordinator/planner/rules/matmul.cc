@@ -5,7 +5,8 @@
 //   mk[R],    kn[S(n)] -> mn[S(n)]        column-parallel
 //   mk[S(k)], kn[S(k)] -> mn[Partial(sum)]  the contraction is split: each rank has a term
 //   mk[R],    kn[R]    -> mn[R]
-//   mk[P],    kn[R]    -> mn[P]   and   mk[R], kn[P] -> mn[P]   (linear in each argument)
+//   mk[P],    kn[R]    -> mn[P]   and   mk[R], kn[P] -> mn[P]   (linear in each argument;
+//                                    P(sum) or P(avg), kept)
 // Several k axes (x^T @ dy over [B, T, n] tensors) pair up by position.
 // VJP: dx = dy @ W^T, dW = x^T @ dy.
 #include "absl/strings/str_cat.h"
@@ -54,9 +55,12 @@ absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig
                      {Placement::Partial()}});
     }
   }
-  // Linear in each argument: a Partial operand times a whole one stays Partial.
-  out.push_back({{Placement::Partial(), R}, {Placement::Partial()}});
-  out.push_back({{R, Placement::Partial()}, {Placement::Partial()}});
+  // Linear in each argument: a Partial operand times a whole one stays Partial, of the same
+  // kind (the sum or the mean of the terms).
+  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
+    out.push_back({{Placement::Partial(r), R}, {Placement::Partial(r)}});
+    out.push_back({{R, Placement::Partial(r)}, {Placement::Partial(r)}});
+  }
   return out;
 }
 

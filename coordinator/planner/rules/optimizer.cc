@@ -1,6 +1,6 @@
 // sgd (param, grad) and adamw (param, grad, m, v): elementwise updates in place, no outputs.
 // Per mesh dim every input has the parameter's placement:
-//   p[R], g[R], m[R], v[R];  p[S(i)], g[S(i)], m[S(i)], v[S(i)]
+//   p[R], g[R], m[R], v[R];  p[S(i)], g[S(i)], m[S(i)], v[S(i)];  p[P], g[R], m[R], v[R]
 // The optimizer pass reshards the gradient to the parameter's DistAttr beforehand (Partial ->
 // Replicate: the data-parallel all-reduce), so the search finds a zero-move strategy.
 #include "common/status.h"
@@ -23,6 +23,13 @@ StrategyFn UpdateStrategies(size_t arity) {
     for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
       out.push_back({std::vector<Placement>(arity, p), {}});
     }
+    // A Partial parameter is updated from the whole gradient and whole states; emit gives the
+    // update step to the member that holds the value (Partial(sum)) or to all (Partial(avg)).
+    for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
+      std::vector<Placement> in(arity, Placement::Replicate());
+      in[0] = Placement::Partial(r);
+      out.push_back({in, {}});
+    }
     return out;
   };
 }
@@ -30,8 +37,8 @@ StrategyFn UpdateStrategies(size_t arity) {
 }  // namespace
 
 absl::Status RegisterOptimizerRules(RuleRegistry* registry) {
-  RETURN_IF_ERROR(registry->Register("sgd", {UpdateStrategies(2), nullptr}));
-  return registry->Register("adamw", {UpdateStrategies(4), nullptr});
+  RETURN_IF_ERROR(registry->Register("sgd", {UpdateStrategies(2), nullptr, {0}}));
+  return registry->Register("adamw", {UpdateStrategies(4), nullptr, {0, 2, 3}});
 }
 
 }  // namespace weft::planner

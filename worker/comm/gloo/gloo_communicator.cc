@@ -22,6 +22,7 @@
 #include "gloo/rendezvous/store.h"
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
+#include "worker/comm/wire_bytes.h"
 
 namespace weft {
 namespace {
@@ -104,7 +105,8 @@ GlooCommunicatorFactory::GlooCommunicatorFactory(gloo::rendezvous::Store* store,
     : store_(store),
       my_global_rank_(my_global_rank),
       bind_host_(std::move(bind_host)),
-      timeout_(ToChrono(timeout)) {}
+      timeout_(ToChrono(timeout)),
+      bytes_sent_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
 GlooCommunicatorFactory::~GlooCommunicatorFactory() = default;
 
@@ -141,7 +143,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
   const int size = ranks.size();
   if (size == 1) {
     return std::unique_ptr<Communicator>(
-        std::make_unique<GlooCommunicator>(nullptr, 0, 1, name, timeout_));
+        std::make_unique<GlooCommunicator>(nullptr, 0, 1, name, timeout_, bytes_sent_));
   }
   if (store_ == nullptr) {
     return absl::FailedPreconditionError(
@@ -157,20 +159,28 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
     return FromGlooException(std::current_exception(), absl::StrCat("connecting ", name));
   }
   return std::unique_ptr<Communicator>(
-      std::make_unique<GlooCommunicator>(std::move(context), rank, size, name, timeout_));
+      std::make_unique<GlooCommunicator>(std::move(context), rank, size, name, timeout_,
+                                         bytes_sent_));
 }
 
 // ---- GlooCommunicator ----
 
 GlooCommunicator::GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size,
-                                   std::string name, std::chrono::milliseconds timeout)
+                                   std::string name, std::chrono::milliseconds timeout,
+                                   std::shared_ptr<std::atomic<int64_t>> also_count)
     : context_(std::move(context)),
       rank_(rank),
       size_(size),
       name_(std::move(name)),
-      timeout_(timeout) {}
+      timeout_(timeout),
+      also_count_(std::move(also_count)) {}
 
 GlooCommunicator::~GlooCommunicator() = default;
+
+void GlooCommunicator::CountSent(int64_t bytes) {
+  bytes_sent_ += bytes;
+  if (also_count_ != nullptr) also_count_->fetch_add(bytes);
+}
 
 template <typename Fn>
 absl::Status GlooCommunicator::Run(const char* op_name, Fn&& op) {
@@ -226,6 +236,7 @@ absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
   }));
+  CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), rank_, size_));
   if (op == ReduceOp::kAvg && size_ > 1) {
     const float inv = 1.0f / static_cast<float>(size_);
     for (size_t i = 0; i < count; ++i) data[i] *= inv;
@@ -243,12 +254,14 @@ absl::Status GlooCommunicator::AllGather(const float* in, float* out,
     std::memmove(out + offset, in, counts[rank_] * sizeof(float));
   }
   if (Sum(counts) == 0) return Run("all_gather", [] {});
-  return Run("all_gather", [&] {
+  RETURN_IF_ERROR(Run("all_gather", [&] {
     gloo::AllgathervOptions opts(context_);
     opts.setOutput(out, std::vector<size_t>(counts.begin(), counts.end()));
     opts.setTimeout(timeout_);
     gloo::allgatherv(opts);
-  });
+  }));
+  CountSent(RingAllGatherBytesSent(counts, rank_));
+  return absl::OkStatus();
 }
 
 absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
@@ -270,6 +283,7 @@ absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
     opts.setTimeout(timeout_);
     gloo::alltoallv(opts);
   }));
+  CountSent(AllToAllBytesSent(counts, rank_));
   std::copy(received.begin(), received.begin() + mine, out);
   for (int j = 1; j < size_; ++j) {
     const float* chunk = received.data() + static_cast<size_t>(j) * mine;
@@ -291,14 +305,16 @@ absl::Status GlooCommunicator::AllToAll(const float* in, absl::Span<const int64_
     if (send_counts[0] > 0 && out != in) std::memmove(out, in, send_counts[0] * sizeof(float));
     return Run("all_to_all", [] {});
   }
-  return Run("all_to_all", [&] {
+  RETURN_IF_ERROR(Run("all_to_all", [&] {
     gloo::AlltoallvOptions opts(context_);
     opts.setInput(const_cast<float*>(in),
                   std::vector<int64_t>(send_counts.begin(), send_counts.end()));
     opts.setOutput(out, std::vector<int64_t>(recv_counts.begin(), recv_counts.end()));
     opts.setTimeout(timeout_);
     gloo::alltoallv(opts);
-  });
+  }));
+  CountSent(AllToAllBytesSent(send_counts, rank_));
+  return absl::OkStatus();
 }
 
 absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
@@ -307,13 +323,15 @@ absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
         absl::StrCat("broadcast on ", name_, ": root ", root, " out of range"));
   }
   if (count == 0) return Run("broadcast", [] {});
-  return Run("broadcast", [&] {
+  RETURN_IF_ERROR(Run("broadcast", [&] {
     gloo::BroadcastOptions opts(context_);
     opts.setOutput(data, count);
     opts.setRoot(root);
     opts.setTimeout(timeout_);
     gloo::broadcast(opts);
-  });
+  }));
+  CountSent(BinomialBroadcastBytesSent(static_cast<int64_t>(count), rank_, size_, root));
+  return absl::OkStatus();
 }
 
 // Point-to-point messages use the caller's tag as the Gloo slot. Collectives use slots with a
@@ -321,11 +339,13 @@ absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
 absl::Status GlooCommunicator::Send(const float* data, size_t count, int peer, uint32_t tag) {
   RETURN_IF_ERROR(CheckPeer("send", peer));
   if (count == 0) return Run("send", [] {});
-  return Run("send", [&] {
+  RETURN_IF_ERROR(Run("send", [&] {
     auto buf = context_->createUnboundBuffer(const_cast<float*>(data), count * sizeof(float));
     buf->send(peer, tag);
     if (!buf->waitSend(timeout_)) throw gloo::IoException("send aborted");
-  });
+  }));
+  CountSent(static_cast<int64_t>(count * sizeof(float)));
+  return absl::OkStatus();
 }
 
 absl::Status GlooCommunicator::Recv(float* data, size_t count, int peer, uint32_t tag) {

@@ -18,6 +18,7 @@
 #ifndef WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -59,6 +60,8 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
   // The store prefix of `group`'s keys.
   static std::string StorePrefix(const v1::CommGroup& group);
 
+  int64_t bytes_sent() const override { return bytes_sent_->load(); }
+
  private:
   absl::StatusOr<std::shared_ptr<gloo::transport::Device>> Device() ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -66,6 +69,8 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
   const int my_global_rank_;
   const std::string bind_host_;
   const std::chrono::milliseconds timeout_;
+  // Shared with every communicator created here, which add what they send.
+  const std::shared_ptr<std::atomic<int64_t>> bytes_sent_;
 
   absl::Mutex mu_;
   // One TCP device (one listening socket and event loop) shared by all of this rank's groups;
@@ -83,14 +88,22 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
 // what PyTorch's fallback (all-reduce of everything, then slice) moves, at the cost of a
 // temporary of size() * counts[rank] floats and size() - 1 concurrent peers per member.
 //
+// bytes_sent() counts the payload of each successful call as Gloo's algorithm sends it
+// (worker/comm/wire_bytes.h): all_reduce by the ring's segments, all_gather 4 * (sum(counts) -
+// counts[rank + 1]), reduce_scatter and all_to_all what goes to the other members, broadcast the
+// buffer once per child in the binomial tree, send the message; recv and barrier nothing. A
+// failed call adds nothing (how much got out before the failure is unknown).
+//
 // Send returns once the peer has posted the matching Recv (Gloo's TCP transport sends an unbound
 // buffer only to a waiting receiver), so two members that both Send to each other first wait
 // for each other until the timeout: one side must Recv first, as with NCCL.
 class GlooCommunicator : public Communicator {
  public:
-  // `context` is null for a group of one.
+  // `context` is null for a group of one. `also_count`, when set, receives every byte this
+  // communicator counts (its factory's total).
   GlooCommunicator(std::shared_ptr<gloo::Context> context, int rank, int size, std::string name,
-                   std::chrono::milliseconds timeout);
+                   std::chrono::milliseconds timeout,
+                   std::shared_ptr<std::atomic<int64_t>> also_count = nullptr);
   ~GlooCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -107,8 +120,10 @@ class GlooCommunicator : public Communicator {
   absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override;
   absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override;
   absl::Status Barrier() override;
+  int64_t bytes_sent() const override { return bytes_sent_; }
 
  private:
+  void CountSent(int64_t bytes);
   // Runs `op` (which calls into Gloo) and turns a Gloo exception into a status naming the
   // operation and the group; marks the communicator broken on failure.
   template <typename Fn>
@@ -123,6 +138,8 @@ class GlooCommunicator : public Communicator {
   const std::chrono::milliseconds timeout_;
   bool broken_ = false;
   std::string broken_reason_;
+  int64_t bytes_sent_ = 0;
+  const std::shared_ptr<std::atomic<int64_t>> also_count_;  // may be null
 };
 
 }  // namespace weft

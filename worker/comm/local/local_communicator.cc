@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "worker/comm/wire_bytes.h"
 
 namespace weft {
 namespace {
@@ -138,12 +139,14 @@ namespace {
 
 class LocalCommunicator final : public Communicator {
  public:
-  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
-      : group_(std::move(group)), rank_(rank) {}
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank,
+                    std::shared_ptr<std::atomic<int64_t>> also_count)
+      : group_(std::move(group)), rank_(rank), also_count_(std::move(also_count)) {}
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
   const std::string& name() const override { return group_->name(); }
+  int64_t bytes_sent() const override { return bytes_sent_; }
 
   absl::Status AllReduce(float* data, size_t count, ReduceOp op) override {
     const char* kOp = "all_reduce";
@@ -160,6 +163,7 @@ class LocalCommunicator final : public Communicator {
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
     std::copy(scratch_.begin(), scratch_.end(), data);
+    CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), rank_, size()));
     return absl::OkStatus();
   }
 
@@ -177,6 +181,7 @@ class LocalCommunicator final : public Communicator {
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
     std::copy(scratch_.begin(), scratch_.end(), out);
+    CountSent(RingAllGatherBytesSent(counts, rank_));
     return absl::OkStatus();
   }
 
@@ -195,6 +200,7 @@ class LocalCommunicator final : public Communicator {
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
     std::copy(scratch_.begin(), scratch_.end(), out);
+    CountSent(AllToAllBytesSent(counts, rank_));  // as GlooCommunicator's reduce-scatter
     return absl::OkStatus();
   }
 
@@ -227,6 +233,7 @@ class LocalCommunicator final : public Communicator {
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
     std::copy(scratch_.begin(), scratch_.end(), out);
+    CountSent(AllToAllBytesSent(send_counts, rank_));
     return absl::OkStatus();
   }
 
@@ -241,12 +248,16 @@ class LocalCommunicator final : public Communicator {
     if (rank_ != root) {
       std::memcpy(data, group_->post(root).in, count * sizeof(float));
     }
-    return group_->Leave(kOp);
+    RETURN_IF_ERROR(group_->Leave(kOp));
+    CountSent(BinomialBroadcastBytesSent(static_cast<int64_t>(count), rank_, size(), root));
+    return absl::OkStatus();
   }
 
   absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
     RETURN_IF_ERROR(CheckPeer("send", peer));
-    return group_->Send(rank_, peer, tag, data, count);
+    RETURN_IF_ERROR(group_->Send(rank_, peer, tag, data, count));
+    CountSent(static_cast<int64_t>(count * sizeof(float)));
+    return absl::OkStatus();
   }
 
   absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
@@ -261,6 +272,11 @@ class LocalCommunicator final : public Communicator {
   }
 
  private:
+  void CountSent(int64_t bytes) {
+    bytes_sent_ += bytes;
+    if (also_count_ != nullptr) also_count_->fetch_add(bytes);
+  }
+
   static int64_t Total(absl::Span<const int64_t> counts) {
     int64_t t = 0;
     for (int64_t c : counts) t += c;
@@ -332,6 +348,8 @@ class LocalCommunicator final : public Communicator {
   std::shared_ptr<LocalGroup> group_;
   const int rank_;
   std::vector<float> scratch_;  // this member's result until every member has read the inputs
+  int64_t bytes_sent_ = 0;
+  const std::shared_ptr<std::atomic<int64_t>> also_count_;  // the factory's total
 };
 
 }  // namespace
@@ -352,7 +370,9 @@ std::shared_ptr<LocalGroup> LocalWorld::GetGroup(const v1::CommGroup& group) {
 
 LocalCommunicatorFactory::LocalCommunicatorFactory(std::shared_ptr<LocalWorld> world,
                                                    int global_rank)
-    : world_(std::move(world)), global_rank_(global_rank) {}
+    : world_(std::move(world)),
+      global_rank_(global_rank),
+      bytes_sent_(std::make_shared<std::atomic<int64_t>>(0)) {}
 
 absl::StatusOr<std::unique_ptr<Communicator>> LocalCommunicatorFactory::Create(
     const v1::CommGroup& group) {
@@ -377,7 +397,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> LocalCommunicatorFactory::Create(
     return absl::InvalidArgumentError(absl::StrCat("creating communicator for ", name, ": rank ",
                                                    global_rank_, " is not a member"));
   }
-  auto comm = std::make_unique<LocalCommunicator>(world_->GetGroup(group), index);
+  auto comm = std::make_unique<LocalCommunicator>(world_->GetGroup(group), index, bytes_sent_);
   // Returns once every member has arrived, as a real transport's connect does.
   RETURN_IF_ERROR(Annotate(comm->Barrier(), absl::StrCat("creating communicator for ", name)));
   return std::unique_ptr<Communicator>(std::move(comm));

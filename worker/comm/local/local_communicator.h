@@ -3,6 +3,8 @@
 // planner-vs-reference simulations) without sockets. Collectives are computed in member order,
 // so every member gets bit-identical results, and members check that they called the same
 // collective with the same counts: a mismatch is an error naming both sides rather than a hang.
+// bytes_sent() counts what Gloo's algorithm would send for the same call (worker/comm/
+// wire_bytes.h; send counts its message), so simulated runs report the daemons' traffic.
 //
 // E.g.
 //   auto world = std::make_shared<LocalWorld>(/*world_size=*/2, absl::Seconds(10));
@@ -13,6 +15,8 @@
 #ifndef WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -54,10 +58,13 @@ class LocalCommunicatorFactory : public CommunicatorFactory {
   // Fails with INVALID_ARGUMENT if this rank is not in the group or the group names ranks
   // outside the world, DEADLINE_EXCEEDED if the other members do not arrive in time.
   absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override;
+  int64_t bytes_sent() const override { return bytes_sent_->load(); }
 
  private:
   std::shared_ptr<LocalWorld> world_;
   const int global_rank_;
+  // Shared with the communicators created here, which add what they send.
+  const std::shared_ptr<std::atomic<int64_t>> bytes_sent_;
 };
 
 }  // namespace weft

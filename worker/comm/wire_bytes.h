@@ -1,0 +1,41 @@
+// Wire bytes: the payload bytes one member of a group puts on the wire for each collective, as
+// the algorithms of Debian's Gloo snapshot (0.0~git20220518) do it. GlooCommunicator counts with
+// these, and LocalCommunicator too, so an in-process run reports the traffic the daemons would.
+//
+// Payload only: Gloo's TCP framing (a 48-byte preamble per message, and a preamble-only
+// "ready to receive" notice the receiver sends per message) and the rendezvous are not counted.
+//
+// E.g.
+//   RingAllReduceBytesSent(/*count=*/1 << 20, /*rank=*/0, /*size=*/2)  // 4 MiB: 2 (K-1)/K * 4n
+#ifndef WEFT_WORKER_COMM_WIRE_BYTES_H_
+#define WEFT_WORKER_COMM_WIRE_BYTES_H_
+
+#include <cstdint>
+
+#include "absl/types/span.h"
+
+namespace weft {
+
+// gloo::allreduce (ring; Gloo's default when no algorithm is set). The buffer is cut into
+// numSegments = roundUp(max(ceil(B / 1 MiB), 2K), K) segments of roundUp(ceil(B / numSegments),
+// 4) bytes, numSegments / K of them per chunk, the last ones clipped at B. In the
+// reduce-scatter phase member r sends every chunk but its own (r), in the all-gather phase
+// every chunk but r - 1's: 2B - chunk(r) - chunk(r - 1), which is 2 (K-1)/K * B when the
+// chunks are even.
+int64_t RingAllReduceBytesSent(int64_t count, int rank, int size);
+
+// gloo::allgatherv (ring): in K - 1 steps member r forwards chunks r, r-1, ..., r-K+2 to r+1,
+// i.e. every chunk except r+1's.
+int64_t RingAllGatherBytesSent(absl::Span<const int64_t> counts, int rank);
+
+// gloo::alltoallv: chunk j goes straight to member j; the member's own chunk is a local copy.
+// Also GlooCommunicator's reduce-scatter, which is an all-to-all followed by a local sum.
+int64_t AllToAllBytesSent(absl::Span<const int64_t> send_counts, int rank);
+
+// gloo::broadcast (binomial tree rooted at `root`): a member sends the whole buffer once to
+// each of its children in the tree (the root has ceil(log2 K) of them, leaves none).
+int64_t BinomialBroadcastBytesSent(int64_t count, int rank, int size, int root);
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COMM_WIRE_BYTES_H_
