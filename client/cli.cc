@@ -24,6 +24,7 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"submit", {1, 1, "SPEC"}}, {"get", {1, 1, "JOB"}},     {"list", {0, 0, ""}},
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
+      {"trace", {2, 2, "JOB FILE"}},
   };
   return *commands;
 }
@@ -42,6 +43,7 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"coordinator_bin", {true, {"local"}}},
       {"worker_bin", {true, {"local"}}},
       {"keep_tmp", {false, {"local"}}},
+      {"trace", {true, {"local"}}},
       {"reason", {true, {"cancel"}}},
       {"help", {false, {}}},
   };
@@ -149,6 +151,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.worker_bin = value;
     } else if (name == "reason") {
       cl.reason = value;
+    } else if (name == "trace") {
+      if (value.empty()) return absl::InvalidArgumentError("--trace: needs a FILE to write");
+      cl.trace = value;
     }
   }
 
@@ -176,7 +181,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   if (n > info.max_positional) {
     return absl::InvalidArgumentError(absl::StrCat(
         "'", cl.command, "' takes ",
-        info.max_positional == 0 ? "no arguments" : absl::StrCat("one ", info.positional_name),
+        info.max_positional == 0   ? std::string("no arguments")
+        : info.max_positional == 1 ? absl::StrCat("one ", info.positional_name)
+                                   : std::string(info.positional_name),
         ", got unexpected '", cl.positional[info.max_positional], "'"));
   }
   return cl;
@@ -197,12 +204,18 @@ Commands:
   local [--ranks N] [--json] SPEC  start a coordinator and N workers on 127.0.0.1 as child
                                    processes, run SPEC on them, stop them; exits 0 only if the
                                    job SUCCEEDED. N defaults to the spec's mesh size.
-        [--coordinator_bin PATH] [--worker_bin PATH] [--keep_tmp]
+        [--coordinator_bin PATH] [--worker_bin PATH] [--keep_tmp] [--trace FILE]
+                                   --trace FILE: record the job's timeline and write it to
+                                   FILE as a Chrome trace (also when the job fails)
   plan SPEC [--json]               validate SPEC and plan it offline (no coordinator): per rank,
                                    the instructions with local shapes, each collective with its
                                    group and bytes sent, the memory for parameters, gradients,
                                    optimizer states and peak activations; then the bytes moved
                                    per step. --json: one JSON document
+  trace JOB FILE                   write the timeline of a job submitted with 'trace: true' to
+                                   FILE as Chrome trace-event JSON (open it in ui.perfetto.dev
+                                   or chrome://tracing): one process per rank, a slice per
+                                   forward/backward block, send, recv and collective
   help                             this text
 
 Flags:

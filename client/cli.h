@@ -20,7 +20,8 @@ namespace weft::client {
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
 struct CommandLine {
-  std::string command;  // submit | get | list | cancel | watch | workers | local | plan | help
+  std::string command;  // submit | get | list | cancel | watch | workers | local | plan | trace |
+                        // help
   std::vector<std::string> positional;  // after the command
   std::string coordinator;              // HOST:PORT
   bool json = false;
@@ -29,6 +30,7 @@ struct CommandLine {
   std::string coordinator_bin;          // local
   std::string worker_bin;               // local
   bool keep_tmp = false;                // local: keep the temporary folder and its logs
+  std::string trace;                    // local: record a timeline and write it to this file
   std::string reason;                   // cancel
   bool help = false;
 };

@@ -95,6 +95,27 @@ TEST(CliTest, PlanTakesASpecAndJson) {
   EXPECT_THAT(UsageText(), HasSubstr("plan SPEC [--json]"));
 }
 
+TEST(CliTest, TraceCommandAndLocalTraceFlag) {
+  absl::StatusOr<CommandLine> cl = Parse({"trace", "job-000001", "t.json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->command, "trace");
+  EXPECT_THAT(cl->positional, ElementsAre("job-000001", "t.json"));
+  cl = Parse({"local", "--trace", "t.json", "job.yaml"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->trace, "t.json");
+  EXPECT_THAT(cl->positional, ElementsAre("job.yaml"));
+  EXPECT_TRUE(Parse({"local", "job.yaml"})->trace.empty());
+  EXPECT_THAT(std::string(Parse({"trace", "j"}).status().message()),
+              HasSubstr("'trace' needs JOB FILE"));
+  EXPECT_THAT(std::string(Parse({"trace", "j", "f", "g"}).status().message()),
+              HasSubstr("'trace' takes JOB FILE, got unexpected 'g'"));
+  EXPECT_THAT(std::string(Parse({"submit", "--trace", "t.json", "j.yaml"}).status().message()),
+              HasSubstr("--trace does not apply to 'submit'"));
+  EXPECT_THAT(std::string(Parse({"local", "--trace=", "j.yaml"}).status().message()),
+              HasSubstr("--trace: needs a FILE"));
+  EXPECT_THAT(UsageText(), HasSubstr("trace JOB FILE"));
+}
+
 TEST(CliTest, Help) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"-h"}, {"local", "--help"}}) {

@@ -61,6 +61,17 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
   return job;
 }
 
+absl::StatusOr<v1::JobTrace> CoordinatorClient::GetJobTrace(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::JobTrace trace;
+  absl::Status s = FromGrpc(stub_->GetJobTrace(&ctx, req, &trace), address_);
+  if (!s.ok()) return s;
+  return trace;
+}
+
 absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);

@@ -41,6 +41,7 @@ class CoordinatorClient {
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
+  absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);
 
   // Streams the job's events (the replay, then new ones) to on_event until the job is final,
   // the stream breaks, or ctx is cancelled (TryCancel from another thread). The caller owns ctx

@@ -25,6 +25,7 @@
 #include "client/event_format.h"
 #include "client/local_cluster.h"
 #include "client/plan.h"
+#include "client/trace_format.h"
 #include "common/spec/spec.h"
 #include "common/status.h"
 #include "google/protobuf/util/json_util.h"
@@ -190,6 +191,16 @@ int RunWatch(const CommandLine& cl) {
   return state == v1::SUCCEEDED ? 0 : 1;
 }
 
+int RunTrace(const CommandLine& cl) {
+  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<v1::JobTrace> trace = client.GetJobTrace(cl.positional[0]);
+  if (!trace.ok()) return Fail(trace.status());
+  absl::Status s = WriteChromeTrace(*trace, cl.positional[1]);
+  if (!s.ok()) return Fail(s);
+  PrintLine(absl::StrCat("wrote ", cl.positional[1], ": ", TraceSummary(*trace)));
+  return 0;
+}
+
 int RunWorkers(const CommandLine& cl) {
   CoordinatorClient client(cl.coordinator);
   absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
@@ -220,6 +231,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
 
   absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
   if (!spec.ok()) return Fail(spec.status());
+  if (!cl.trace.empty()) spec->set_trace(true);
   const int64_t world = WorldSize(*spec);
   const int ranks = cl.ranks > 0 ? cl.ranks : static_cast<int>(world);
   if (world != ranks) {
@@ -265,14 +277,30 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   if (!id.ok()) return fail(id.status());
   std::cerr << "weftctl: submitted job " << *id << " (" << spec->name() << ", " << ranks
             << " rank(s))" << std::endl;
+  // --trace: the timeline, whatever became of the job, with what the coordinator holds.
+  auto write_trace = [&]() -> absl::Status {
+    if (cl.trace.empty()) return absl::OkStatus();
+    absl::StatusOr<v1::JobTrace> trace = client.GetJobTrace(*id);
+    if (!trace.ok()) return Annotate(trace.status(), "fetching the trace");
+    RETURN_IF_ERROR(WriteChromeTrace(*trace, cl.trace));
+    std::cerr << "weftctl: wrote the trace to " << cl.trace << " (" << TraceSummary(*trace) << ")"
+              << std::endl;
+    return absl::OkStatus();
+  };
+  auto try_write_trace = [&] {
+    absl::Status t = write_trace();
+    if (!t.ok()) std::cerr << "weftctl: no trace written: " << t.message() << std::endl;
+  };
   const auto start = std::chrono::steady_clock::now();
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
   s = WatchAndPrint(client, *id, cl.json, &state);
   if (g_interrupted) {
     (void)client.CancelJob(*id, "weftctl local was interrupted");
+    try_write_trace();
     return fail(absl::CancelledError("interrupted"));
   }
   if (!s.ok()) {
+    try_write_trace();
     // The stream broke: a dead coordinator or worker is the likely cause.
     absl::Status children = cluster.CheckChildren();
     if (!children.ok()) s = Annotate(s, children.ToString());
@@ -281,6 +309,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (state != v1::SUCCEEDED) {
+    try_write_trace();
     std::cerr << "weftctl: job " << *id << " " << StateName(state) << "\n"
               << cluster.LogTails(kLogTailLines);
     if (!cl.keep_tmp) std::cerr << "weftctl: rerun with --keep_tmp to keep the logs" << std::endl;
@@ -289,6 +318,8 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   }
   std::cerr << "weftctl: job " << *id << " SUCCEEDED in " << absl::StrFormat("%.1f", seconds)
             << " s" << std::endl;
+  s = write_trace();
+  if (!s.ok()) return fail(s);
   cluster.Stop();
   return 0;
 }
@@ -320,6 +351,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "workers") return RunWorkers(*cl);
   if (cl->command == "local") return RunLocal(*cl, argv[0]);
   if (cl->command == "plan") return RunPlan(*cl);
+  if (cl->command == "trace") return RunTrace(*cl);
   std::cerr << "weftctl: unknown command " << cl->command << "\n";
   return 2;
 }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -172,6 +173,42 @@ TEST_F(WeftctlLocalTest, InterruptStopsEverything) {
   ExpectNothingLeft();
 }
 
+// The Chrome trace weftctl wrote: one process per rank, named, and spans with their args.
+void ExpectChromeTrace(const std::string& text, int ranks) {
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  std::set<int> named, with_spans;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e["ph"] == "M") {
+      if (e["name"] == "process_name") named.insert(e["pid"].get<int>());
+      continue;
+    }
+    EXPECT_EQ(e["ph"], "X");
+    EXPECT_TRUE(e["args"].contains("micro_batch")) << e;
+    EXPECT_TRUE(e["args"].contains("chunk")) << e;
+    EXPECT_GT(e["dur"].get<int64_t>(), 0) << e;
+    EXPECT_GE(e["ts"].get<int64_t>(), 0) << e;
+    with_spans.insert(e["pid"].get<int>());
+  }
+  EXPECT_EQ(static_cast<int>(named.size()), ranks);
+  EXPECT_EQ(named, with_spans);
+}
+
+TEST_F(WeftctlLocalTest, TraceFlagWritesAChromeTrace) {
+  std::vector<std::string> args = LocalArgs(Spec("quickstart"));
+  args.insert(args.begin() + 1, {"--trace", dir_ + "/trace.json"});
+  EXPECT_EQ(Wait(Start(args), 60), 0) << ReadFile(dir_ + "/err");
+  EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("wrote the trace to " + dir_ + "/trace.json"));
+  ExpectChromeTrace(ReadFile(dir_ + "/trace.json"), 4);
+  ExpectNothingLeft();
+
+  // A failed job still leaves its trace.
+  args = LocalArgs(Spec("fail"));
+  args.insert(args.begin() + 1, {"--trace", dir_ + "/failed.json"});
+  EXPECT_EQ(Wait(Start(args), 60), 1);
+  ExpectChromeTrace(ReadFile(dir_ + "/failed.json"), 4);
+  ExpectNothingLeft();
+}
+
 TEST_F(WeftctlLocalTest, MissingCoordinatorBinaryIsAClearError) {
   const pid_t pid = Start({"local", "--coordinator_bin", dir_ + "/nope", "--worker_bin", worker_,
                            Spec("quickstart")});
@@ -219,6 +256,18 @@ TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
   EXPECT_EQ(ReadFile(dir_ + "/out"), "job-1 CANCELLED\n");
   EXPECT_EQ(run({"workers"}), 0);
   EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("w-63"));
+  // trace: a job submitted without trace is a clear error; with it, a file.
+  EXPECT_EQ(run({"trace", "job-1", dir_ + "/t.json"}), 1);
+  EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("FAILED_PRECONDITION: job job-1 was not submitted"));
+  {
+    std::string text = ReadFile(Spec("traced"));
+    std::ofstream(dir_ + "/traced.yaml") << text << "trace: true\n";
+  }
+  EXPECT_EQ(run({"submit", dir_ + "/traced.yaml"}), 0) << ReadFile(dir_ + "/err");
+  EXPECT_EQ(ReadFile(dir_ + "/out"), "job-3\n");
+  EXPECT_EQ(run({"trace", "job-3", dir_ + "/t.json"}), 0) << ReadFile(dir_ + "/err");
+  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("4 ranks, 80 spans"));
+  ExpectChromeTrace(ReadFile(dir_ + "/t.json"), 4);
   kill(coord, SIGKILL);
   waitpid(coord, nullptr, 0);
   EXPECT_EQ(run({"list"}), 1);

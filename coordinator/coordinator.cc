@@ -67,7 +67,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
 }
 
 Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options)
-    : options_(std::move(options)), store_(std::move(store)) {}
+    : options_(std::move(options)), store_(std::move(store)), traces_(options_.trace_limits) {}
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -293,6 +293,20 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
   return out;
 }
 
+absl::StatusOr<v1::JobTrace> Coordinator::GetJobTrace(const std::string& job_id) {
+  ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+  if (!job.spec().trace()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " was not submitted with trace: true"));
+  }
+  std::optional<v1::JobTrace> trace = traces_.Get(job_id);
+  if (trace.has_value()) return *std::move(trace);
+  if (job.state() == v1::PENDING) return v1::JobTrace();
+  return absl::NotFoundError(absl::StrCat(
+      "the trace of job ", job_id, " is no longer held (traces live in the coordinator's memory: "
+      "it restarted since, or forgot the trace to make room for newer ones)"));
+}
+
 // ---- Scheduling ----
 
 void Coordinator::ScheduleLocked() {
@@ -363,6 +377,10 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
     return;
   }
 
+  if (job.spec().trace()) {
+    for (v1::Program& program : *programs) program.set_trace(true);
+    traces_.Begin(job_id, job.attempt(), workers);
+  }
   run.job.set_state(v1::RUNNING);
   run.job.set_start_time_ms(Now());
   run.job.set_message(absl::StrCat("running on ", world, " worker", world == 1 ? "" : "s"));
@@ -408,6 +426,7 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   if (it == runs_.end()) return;
   Run run = std::move(it->second);
   runs_.erase(it);
+  traces_.Finish(job_id);
 
   run.job.set_state(state);
   run.job.set_message(message);
@@ -526,6 +545,7 @@ void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
     return;
   }
   Run& run = it->second;
+  traces_.Add(run.job.id(), run.job.attempt(), report.rank(), report.spans());
   absl::StatusOr<std::optional<v1::StepMetrics>> metrics = run.steps->Add(report);
   if (!metrics.ok()) {
     spdlog::warn("job {}: {} ({})", run.job.id(), metrics.status().ToString(), w->id);

@@ -40,6 +40,7 @@
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/step_aggregator.h"
+#include "coordinator/trace_store.h"
 #include "coordinator/worker_connection.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
@@ -66,6 +67,8 @@ struct CoordinatorOptions {
       plan;
   // Mesh size (default: WorldSize).
   std::function<int64_t(const v1::JobSpec&)> world_size;
+  // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
+  TraceLimits trace_limits;
 };
 
 class Coordinator {
@@ -101,6 +104,10 @@ class Coordinator {
                         const std::function<bool(const v1::JobEvent&)>& emit,
                         const std::function<bool()>& cancelled);
   std::vector<v1::WorkerInfo> ListWorkers();
+  // The timeline of a job submitted with trace: its latest attempt's spans by rank (empty while
+  // pending). FAILED_PRECONDITION when the job is not traced, NOT_FOUND for an unknown job or a
+  // trace no longer held (the coordinator restarted, or it was forgotten to bound memory).
+  absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);
 
   // ---- WorkerService ----
   // Registers a worker that said Hello from `peer` (gRPC's "ipv4:1.2.3.4:5678" form); sends it
@@ -183,6 +190,8 @@ class Coordinator {
   absl::Mutex mu_;
   // Written under mu_ (so the stored order is the published order); it has its own lock.
   const std::unique_ptr<JobStore> store_;
+  // Written under mu_ (so spans land in the attempt they belong to); read without it.
+  TraceStore traces_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);  // registration order

@@ -313,6 +313,88 @@ TEST_F(CoordinatorTest, AggregatesStepsAndSucceeds) {
   EXPECT_EQ(steps, 2);
 }
 
+v1::WorkerMessage TracedStep(const std::string& job, int rank, int64_t step,
+                             const std::vector<std::string>& names) {
+  v1::WorkerMessage m;
+  v1::StepReport* r = m.mutable_step();
+  r->set_job_id(job);
+  r->set_rank(rank);
+  r->set_step(step);
+  r->set_loss(0.5);
+  for (const std::string& name : names) {
+    v1::TraceSpan* span = r->add_spans();
+    span->set_name(name);
+    span->set_category("forward");
+    span->set_start_us(1700000000000000 + step * 1000);
+    span->set_duration_us(10);
+  }
+  return m;
+}
+
+TEST_F(CoordinatorTest, KeepsTheSpansOfATracedJobByRankAfterItEnds) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  v1::JobSpec spec = Spec(2);
+  spec.set_trace(true);
+  std::string job = Submit(spec);
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  // The coordinator turns the spec's trace on in every program.
+  EXPECT_TRUE(c1->assignments()[0].program().trace());
+  EXPECT_TRUE(c2->assignments()[0].program().trace());
+
+  coordinator_->HandleWorkerMessage(w1, TracedStep(job, 0, 1, {"F mb0 c0", "send a to r1"}));
+  coordinator_->HandleWorkerMessage(w2, TracedStep(job, 1, 1, {"recv a from r0"}));
+  auto partial = coordinator_->GetJobTrace(job);
+  ASSERT_TRUE(partial.ok()) << partial.status();
+  ASSERT_EQ(partial->ranks_size(), 2);
+  EXPECT_EQ(partial->ranks(0).spans_size(), 2);
+
+  coordinator_->HandleWorkerMessage(w1, TracedStep(job, 0, 2, {"F mb0 c0"}));
+  coordinator_->HandleWorkerMessage(w2, TracedStep(job, 1, 2, {"recv a from r0"}));
+  // A report for a rank the worker does not hold adds nothing.
+  coordinator_->HandleWorkerMessage(w1, TracedStep(job, 1, 3, {"stray"}));
+  Done(w1, job, 0, true);
+  Done(w2, job, 1, true);
+  ASSERT_EQ(Get(job).state(), v1::SUCCEEDED);
+
+  auto trace = coordinator_->GetJobTrace(job);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(trace->ranks_size(), 2);
+  EXPECT_EQ(trace->ranks(0).rank(), 0);
+  EXPECT_EQ(trace->ranks(0).worker_id(), w1);
+  EXPECT_EQ(trace->ranks(1).worker_id(), w2);
+  ASSERT_EQ(trace->ranks(0).spans_size(), 3);
+  EXPECT_EQ(trace->ranks(0).spans(1).name(), "send a to r1");
+  ASSERT_EQ(trace->ranks(1).spans_size(), 2);
+  EXPECT_EQ(trace->ranks(1).spans(0).name(), "recv a from r0");
+  EXPECT_EQ(trace->dropped_spans(), 0);
+}
+
+TEST_F(CoordinatorTest, TraceOfAnUntracedOrUnknownJobIsAnError) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  EXPECT_EQ(coordinator_->GetJobTrace(job).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(coordinator_->GetJobTrace("job-999999").status().code(), absl::StatusCode::kNotFound);
+  // A pending traced job has an empty trace.
+  v1::JobSpec spec = Spec(2);
+  spec.set_trace(true);
+  std::string pending = Submit(spec);
+  auto trace = coordinator_->GetJobTrace(pending);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_EQ(trace->ranks_size(), 0);
+  // After a restart the trace of a finished traced job is gone: NOT_FOUND says why.
+  std::shared_ptr<FakeConnection> c2;
+  Done(w1, job, 0, true);
+  std::string w2 = Connect(&c2);
+  ASSERT_EQ(Get(pending).state(), v1::RUNNING);
+  Reopen();
+  auto gone = coordinator_->GetJobTrace(pending);
+  EXPECT_EQ(gone.status().code(), absl::StatusCode::kNotFound) << gone.status();
+  EXPECT_NE(gone.status().message().find("no longer held"), std::string::npos) << gone.status();
+}
+
 TEST_F(CoordinatorTest, FailedRankFailsTheJobAndCancelsTheOthers) {
   std::shared_ptr<FakeConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);

@@ -182,6 +182,8 @@ absl::Status Task::RunSteps() {
     report->set_loss(*loss);
     report->set_step_seconds(took.count());
     report->set_bytes_sent(bytes_sent() - sent_before);
+    // The step's timeline (Program.trace), sent with its report.
+    for (v1::TraceSpan& span : executor->TakeSpans()) *report->add_spans() = std::move(span);
     report_(msg);
   }
   return absl::OkStatus();

@@ -77,7 +77,8 @@ class GlooTaskEnvironment : public TaskEnvironment {
 };
 
 // One Assignment run on its own thread. `report` receives every StepReport (with the bytes the
-// attempt's communicators sent during the step) and then exactly one
+// attempt's communicators sent during the step, and the step's TraceSpans when the program is
+// traced) and then exactly one
 // TaskDone (ok, or the first error with context: "rank 2: step 3: all_reduce on group 1 ...",
 // or "cancelled: <reason>"); it is called from the task's thread.
 //

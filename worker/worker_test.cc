@@ -16,10 +16,12 @@
 namespace weft {
 namespace {
 
-// Loss 1/step; fails at step `fail_at`; with `block`, RunStep waits for Cancel.
+// Loss 1/step; fails at step `fail_at`; with `block`, RunStep waits for Cancel; with `trace`,
+// one span per step named after it.
 class FakeExecutor : public Executor {
  public:
-  FakeExecutor(int64_t fail_at, bool block) : fail_at_(fail_at), block_(block) {}
+  FakeExecutor(int64_t fail_at, bool block, bool trace = false)
+      : fail_at_(fail_at), block_(block), trace_(trace) {}
   absl::Status Initialize() override { return absl::OkStatus(); }
   absl::StatusOr<float> RunStep(int64_t step) override {
     if (step == fail_at_) {
@@ -27,8 +29,14 @@ class FakeExecutor : public Executor {
     }
     while (block_ && !cancelled_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (cancelled_) return absl::CancelledError("cancelled");
+    if (trace_) {
+      spans_.emplace_back();
+      spans_.back().set_name("step " + std::to_string(step));
+      spans_.back().set_duration_us(step);
+    }
     return 1.0f / step;
   }
+  std::vector<v1::TraceSpan> TakeSpans() override { return std::move(spans_); }
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string&) const override {
     return absl::NotFoundError("fake");
   }
@@ -37,6 +45,8 @@ class FakeExecutor : public Executor {
  private:
   const int64_t fail_at_;
   const bool block_;
+  const bool trace_;
+  std::vector<v1::TraceSpan> spans_;
   std::atomic<bool> cancelled_{false};
 };
 
@@ -52,7 +62,7 @@ class FakeEnvironment : public TaskEnvironment {
                                                          CommunicatorFactory*) override {
     if (program.job_id() == "bad-program") return absl::InvalidArgumentError("buffer 7 missing");
     return std::unique_ptr<Executor>(std::make_unique<FakeExecutor>(
-        program.job_id() == "fail-at-2" ? 2 : 0, program.job_id() == "block"));
+        program.job_id() == "fail-at-2" ? 2 : 0, program.job_id() == "block", program.trace()));
   }
   std::atomic<bool> comms_cancelled{false};
 };
@@ -106,6 +116,22 @@ TEST(TaskTest, ReportsEveryStepThenDone) {
   ASSERT_TRUE(msgs[3].has_done());
   EXPECT_TRUE(msgs[3].done().ok());
   EXPECT_TRUE(task.finished());
+}
+
+TEST(TaskTest, AttachesEachStepsSpansToItsReport) {
+  FakeEnvironment env;
+  Recorder rec;
+  v1::Assignment assignment = MakeAssignment("j", 1, 0, 2);
+  assignment.mutable_program()->set_trace(true);
+  Task task(assignment, &env, [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  task.Join();
+  auto msgs = rec.messages();
+  ASSERT_EQ(msgs.size(), 3u);
+  for (int s = 1; s <= 2; ++s) {
+    ASSERT_EQ(msgs[s - 1].step().spans_size(), 1);
+    EXPECT_EQ(msgs[s - 1].step().spans(0).name(), "step " + std::to_string(s));
+  }
 }
 
 TEST(TaskTest, ErrorCarriesRankAndStep) {

@@ -2,7 +2,8 @@
 // --data_dir), a JobService that reports 64 idle workers, accepts any job, and plays a scripted
 // run of it on WatchJob (RUNNING, one step event per train step, SUCCEEDED). A job named
 // "hang" stops after its first step and waits until the client goes away; one named "fail"
-// ends FAILED.
+// ends FAILED. GetJobTrace of a job submitted with trace returns a scripted timeline: per rank
+// of the mesh and train step, a forward slice and an all-reduce.
 //
 // E.g.
 //   fake_coordinator --listen 127.0.0.1:0 --port_file /tmp/port --data_dir /tmp/data
@@ -98,6 +99,47 @@ class FakeJobService final : public weft::v1::JobService::Service {
       done.set_state(weft::v1::SUCCEEDED);
     }
     writer->Write(done);
+    return grpc::Status::OK;
+  }
+  grpc::Status GetJobTrace(grpc::ServerContext*, const weft::v1::GetJobRequest* req,
+                           weft::v1::JobTrace* trace) override {
+    Job job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(req->job_id());
+      if (it == jobs_.end()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
+      }
+      job = it->second;
+    }
+    if (!job.spec().trace()) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "job " + job.id() + " was not submitted with trace: true");
+    }
+    int64_t ranks = 1;
+    for (int64_t d : job.spec().mesh().shape()) ranks *= d;
+    const int64_t base_us = 1700000000000000;
+    for (int64_t r = 0; r < ranks; ++r) {
+      weft::v1::RankTrace* rank = trace->add_ranks();
+      rank->set_rank(static_cast<int32_t>(r));
+      rank->set_worker_id("w-" + std::to_string(r));
+      for (int64_t s = 1; s <= job.spec().train().steps(); ++s) {
+        weft::v1::TraceSpan* f = rank->add_spans();
+        f->set_name("F mb0 c0");
+        f->set_category("forward");
+        f->set_start_us(base_us + s * 1000 + r * 10);
+        f->set_duration_us(300);
+        f->set_micro_batch(0);
+        f->set_chunk(0);
+        weft::v1::TraceSpan* ar = rank->add_spans();
+        ar->set_name("all_reduce fc0.weight@grad");
+        ar->set_category("collective");
+        ar->set_start_us(f->start_us() + f->duration_us());
+        ar->set_duration_us(200);
+        ar->set_micro_batch(-1);
+        ar->set_chunk(-1);
+      }
+    }
     return grpc::Status::OK;
   }
   grpc::Status ListWorkers(grpc::ServerContext*, const weft::v1::ListWorkersRequest*,

@@ -276,7 +276,7 @@ absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(node, path,
                                    {"name", "type", "in_features", "out_features", "bias",
-                                    "placements"}));
+                                    "placements", "stage"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "name"));
   RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
   ASSIGN_OR_RETURN(*layer->mutable_name(), ReadString(m.Get("name"), Join(path, "name")));
@@ -306,6 +306,10 @@ absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
       for (int dim : unnamed) implicit->insert({layer->name(), param, dim});
       (*layer->mutable_placements())[param] = std::move(list);
     }
+  }
+  if (m.Has("stage")) {
+    ASSIGN_OR_RETURN(int32_t v, ReadInt<int32_t>(m.Get("stage"), Join(path, "stage")));
+    layer->set_stage(v);
   }
   return absl::OkStatus();
 }
@@ -445,6 +449,35 @@ absl::Status ParseParallelize(const YAML::Node& node, const std::string& path, J
   return absl::OkStatus();
 }
 
+// pipeline: {dim, schedule, micro_batches, virtual_stages}. Counts below 1 are rejected here,
+// with their line: proto3 cannot tell a written 0 from an absent field, and the defaults turn an
+// absent one into 1. The rest (the dim, the schedule, how they combine) is checked by
+// ValidateJobSpec, so specs from the YAML and from gRPC get the same errors.
+absl::Status ParsePipeline(const YAML::Node& node, const std::string& path,
+                           v1::Pipeline* pipeline) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"dim", "schedule", "micro_batches",
+                                                             "virtual_stages"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "dim"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "schedule"));
+  ASSIGN_OR_RETURN(*pipeline->mutable_dim(), ReadString(m.Get("dim"), Join(path, "dim")));
+  ASSIGN_OR_RETURN(*pipeline->mutable_schedule(),
+                   ReadString(m.Get("schedule"), Join(path, "schedule")));
+  // Absent: 1.
+  auto read_count = [&](const std::string& key) -> absl::StatusOr<int32_t> {
+    if (!m.Has(key)) return 1;
+    ASSIGN_OR_RETURN(int32_t value, ReadInt<int32_t>(m.Get(key), Join(path, key)));
+    if (value < 1) {
+      return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", value));
+    }
+    return value;
+  };
+  ASSIGN_OR_RETURN(int32_t micro_batches, read_count("micro_batches"));
+  ASSIGN_OR_RETURN(int32_t virtual_stages, read_count("virtual_stages"));
+  pipeline->set_micro_batches(micro_batches);
+  pipeline->set_virtual_stages(virtual_stages);
+  return absl::OkStatus();
+}
+
 absl::Status ExpandParallelize(JobSpec* spec, const ImplicitDims& implicit);
 
 absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobSpec* spec) {
@@ -454,7 +487,8 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(root, "job spec",
                                    {"name", "mesh", "model", "data", "optimizer", "train",
-                                    "init_from", "device", "parallelize"}));
+                                    "init_from", "device", "parallelize", "pipeline",
+                                    "trace"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -480,6 +514,13 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   data->set_label(ResolvePath(data->label(), base_dir));
   if (m.Has("parallelize")) {
     RETURN_IF_ERROR(ParseParallelize(m.Get("parallelize"), "parallelize", spec));
+  }
+  if (m.Has("pipeline")) {
+    RETURN_IF_ERROR(ParsePipeline(m.Get("pipeline"), "pipeline", spec->mutable_pipeline()));
+  }
+  if (m.Has("trace")) {
+    ASSIGN_OR_RETURN(bool trace, ReadBool(m.Get("trace"), "trace"));
+    spec->set_trace(trace);
   }
   ApplyJobSpecDefaults(spec);
   return ExpandParallelize(spec, implicit);
@@ -861,6 +902,278 @@ absl::Status ValidateBatchPlacements(const JobSpec& spec, const std::vector<int6
   return CheckNoEmptyShards(placements, spec.mesh(), label, "data.placements", "the label batch");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pipeline.
+
+constexpr char kFThenB[] = "FThenB";
+constexpr char kOneFOneB[] = "1F1B";
+constexpr char kVpp[] = "VPP";
+
+// "4 pipeline chunk(s) (pp 4 x virtual_stages 1)": what the chunk count is made of.
+std::string ChunksString(const v1::Pipeline& pipeline, int64_t pp) {
+  const int64_t virtual_stages = std::max(1, pipeline.virtual_stages());
+  return absl::StrCat(pp * virtual_stages, " pipeline chunk(s) (", pipeline.dim(), " ", pp,
+                      " x virtual_stages ", virtual_stages, ")");
+}
+
+// Each layer's parameter count (0 without parameters), capped so that no sum over the model can
+// overflow whatever features a spec claims.
+std::vector<int64_t> LayerParamCounts(const v1::Model& model) {
+  const int64_t cap = (int64_t{1} << 61) / std::max(1, model.layers_size());
+  std::vector<int64_t> counts;
+  for (const v1::Layer& layer : model.layers()) {
+    const int64_t in = layer.in_features(), out = layer.out_features();
+    if (layer.type() != "linear" || in <= 0 || out <= 0) {
+      counts.push_back(0);
+      continue;
+    }
+    int64_t n = in > cap / out ? cap : in * out;
+    if (!layer.has_bias() || layer.bias()) n = std::min(cap, n + std::min(out, cap));
+    counts.push_back(n);
+  }
+  return counts;
+}
+
+// Splits `weights` (each > 0, at least `groups` of them) into `groups` contiguous non-empty
+// groups with the smallest possible largest sum; returns each item's group. Ties go to the
+// earliest groups: each is filled up to that bound while leaving an item for every later group.
+std::vector<int> BalancedSplit(const std::vector<int64_t>& weights, int64_t groups) {
+  auto groups_needed = [&](int64_t limit) {
+    int64_t needed = 1, sum = 0;
+    for (int64_t w : weights) {
+      if (sum + w > limit) {
+        ++needed;
+        sum = 0;
+      }
+      sum += w;
+    }
+    return needed;
+  };
+  int64_t lo = 0, hi = 0;
+  for (int64_t w : weights) {
+    lo = std::max(lo, w);
+    hi += w;
+  }
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (groups_needed(mid) <= groups) {
+      hi = mid;
+    } else {
+      lo = mid + 1;
+    }
+  }
+  const int64_t n = static_cast<int64_t>(weights.size());
+  std::vector<int> group(weights.size());
+  int64_t g = 0, sum = 0, count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (count > 0 && (sum + weights[i] > lo || n - i <= groups - 1 - g)) {
+      ++g;
+      sum = 0;
+      count = 0;
+    }
+    sum += weights[i];
+    ++count;
+    group[i] = static_cast<int>(g);
+  }
+  return group;
+}
+
+// The chunk of each layer on a pipeline dim of size `pp`: the stages the layers give (a layer
+// without one is in the previous layer's stage, the first layer's is 0), else a split by
+// parameter count where a layer without parameters goes with the layer before it. Errors name
+// the field.
+absl::StatusOr<std::vector<int>> LayerChunks(const JobSpec& spec, int64_t pp) {
+  const v1::Model& model = spec.model();
+  const int64_t chunks = pp * std::max(1, spec.pipeline().virtual_stages());
+  const std::vector<int64_t> counts = LayerParamCounts(model);
+  std::vector<int> chunk(model.layers_size(), 0);
+  const bool explicit_stages =
+      std::any_of(model.layers().begin(), model.layers().end(),
+                  [](const v1::Layer& layer) { return layer.has_stage(); });
+  if (explicit_stages) {
+    std::set<int64_t> with_params;
+    for (int i = 0; i < model.layers_size(); ++i) {
+      const v1::Layer& layer = model.layers(i);
+      const int64_t previous = i == 0 ? 0 : chunk[i - 1];
+      const int64_t stage = layer.has_stage() ? layer.stage() : previous;
+      if (stage < 0 || stage >= chunks) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            LayerPath(layer, i), ".stage: ", stage, " is out of range for ",
+            ChunksString(spec.pipeline(), pp), ": stages are 0..", chunks - 1));
+      }
+      if (i > 0 && stage < previous) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            LayerPath(layer, i), ".stage: ", stage, " comes after stage ", previous, " of ",
+            LayerPath(model.layers(i - 1), i - 1),
+            "; stages must not decrease along the model"));
+      }
+      chunk[i] = static_cast<int>(stage);
+      if (counts[i] > 0) with_params.insert(stage);
+    }
+    for (int64_t c = 0; c < chunks; ++c) {
+      if (with_params.count(c) > 0) continue;
+      std::vector<std::string> layers;
+      for (int i = 0; i < model.layers_size(); ++i) {
+        if (chunk[i] == c) layers.push_back(model.layers(i).name());
+      }
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model.layers: stage ", c, " has no layer with parameters (",
+          layers.empty() ? "no layers" : absl::StrCat("only ", absl::StrJoin(layers, ", ")),
+          "); with stages given, each of the ", ChunksString(spec.pipeline(), pp),
+          " needs at least one linear layer"));
+    }
+    return chunk;
+  }
+  std::vector<int64_t> weights;
+  for (int64_t n : counts) {
+    if (n > 0) weights.push_back(n);
+  }
+  if (static_cast<int64_t>(weights.size()) < chunks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.layers: ", weights.size(), " linear layer(s) cannot fill ",
+        ChunksString(spec.pipeline(), pp),
+        "; each chunk needs at least one layer with parameters (or give each layer a stage)"));
+  }
+  const std::vector<int> groups = BalancedSplit(weights, chunks);
+  size_t next = 0;
+  for (int i = 0; i < model.layers_size(); ++i) {
+    if (counts[i] > 0) {
+      chunk[i] = groups[next++];
+    } else {
+      chunk[i] = i == 0 ? 0 : chunk[i - 1];
+    }
+  }
+  return chunk;
+}
+
+// Index of the pipeline dim in the mesh, or an error naming pipeline.dim.
+absl::StatusOr<int> PipelineDimIndex(const JobSpec& spec) {
+  const v1::Mesh& mesh = spec.mesh();
+  auto it = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), spec.pipeline().dim());
+  if (it == mesh.dim_names().end() || mesh.dim_names_size() != mesh.shape_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.dim: the mesh has no dim named \"", spec.pipeline().dim(),
+                     "\" (dims: ", MeshDimList(mesh), ")"));
+  }
+  return static_cast<int>(it - mesh.dim_names().begin());
+}
+
+// The pipeline block, the layers' stages and what a pipeline asks of placements and the batch.
+// Runs after the model, data and batch placements have passed.
+absl::Status ValidatePipeline(const JobSpec& spec, const std::vector<int64_t>& sample_shape) {
+  const v1::Pipeline& pipeline = spec.pipeline();
+  const v1::Model& model = spec.model();
+  if (pipeline.dim().empty()) {
+    if (!pipeline.schedule().empty() || pipeline.micro_batches() != 0 ||
+        pipeline.virtual_stages() != 0) {
+      return absl::InvalidArgumentError(
+          "pipeline.dim: is required: name the mesh dim the stages are laid along");
+    }
+    for (int i = 0; i < model.layers_size(); ++i) {
+      if (model.layers(i).has_stage()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            LayerPath(model.layers(i), i),
+            ".stage: stages need a pipeline block (pipeline: {dim: ..., schedule: ...})"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  const v1::Mesh& mesh = spec.mesh();
+  ASSIGN_OR_RETURN(const int dim, PipelineDimIndex(spec));
+  const int64_t pp = mesh.shape(dim);
+  const std::string& schedule = pipeline.schedule();
+  if (schedule != kFThenB && schedule != kOneFOneB && schedule != kVpp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.schedule: unknown schedule \"", schedule, "\"; known: ", kFThenB,
+                     ", ", kOneFOneB, ", ", kVpp));
+  }
+  const int64_t micro_batches = pipeline.micro_batches();
+  const int64_t virtual_stages = pipeline.virtual_stages();
+  if (micro_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.micro_batches: must be >= 1, got ", micro_batches));
+  }
+  if (virtual_stages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.virtual_stages: must be >= 1, got ", virtual_stages));
+  }
+  if (schedule == kVpp && virtual_stages == 1) {
+    return absl::InvalidArgumentError(
+        "pipeline.virtual_stages: VPP needs virtual_stages > 1 (chunks per rank), got 1; "
+        "with one chunk per rank use 1F1B");
+  }
+  if (schedule != kVpp && virtual_stages > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.virtual_stages: ", virtual_stages,
+                     " chunks per rank need schedule VPP; ", schedule,
+                     " runs one chunk per rank (virtual_stages 1)"));
+  }
+  if (schedule == kOneFOneB && micro_batches < pp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.micro_batches: 1F1B needs at least pp micro-batches (", pipeline.dim(), " ", pp,
+        "), got ", micro_batches, "; use more micro-batches or FThenB"));
+  }
+  if (schedule == kVpp && micro_batches % pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.micro_batches: VPP needs a multiple of pp micro-batches (", pipeline.dim(), " ",
+        pp, "), got ", micro_batches));
+  }
+  RETURN_IF_ERROR(LayerChunks(spec, pp).status());
+
+  // A stage's parameters live on its own ranks only: nothing to shard or reduce along pp.
+  const std::map<std::string, v1::ParallelizeConfig> entries(spec.parallelize().begin(),
+                                                            spec.parallelize().end());
+  for (const auto& [name, entry] : entries) {
+    if (entry.dim() == pipeline.dim()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallelize.", name, ".dim: ", entry.dim(),
+          " is the pipeline dim (pipeline.dim); tensor parallelism needs another mesh dim"));
+    }
+  }
+  for (int i = 0; i < model.layers_size(); ++i) {
+    const v1::Layer& layer = model.layers(i);
+    for (const char* param : {"weight", "bias"}) {
+      auto it = layer.placements().find(param);
+      if (it == layer.placements().end() || it->second.placements_size() <= dim) continue;
+      const Placement& p = it->second.placements(dim);
+      if (p.kind() == Placement::REPLICATE) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          LayerPath(layer, i), ".placements.", param, "[", dim, "]: ", FormatPlacement(p),
+          " on mesh dim ", pipeline.dim(), ", the pipeline dim: a parameter lives on its "
+          "stage's ranks only, so it must be Replicate() there"));
+    }
+  }
+  const google::protobuf::RepeatedPtrField<Placement> data = EffectiveDataPlacements(spec);
+  if (data.size() > dim && data[dim].kind() != Placement::REPLICATE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.placements[", dim, "]: ", FormatPlacement(data[dim]), " on mesh dim ",
+        pipeline.dim(), ", the pipeline dim: the batch must be Replicate() there (every "
+        "micro-batch passes through every stage)"));
+  }
+
+  // Micro-batches: N // M samples each, the last one the remainder; each is then split like the
+  // batch (over dp, say) and every piece needs a sample.
+  const int64_t batch = spec.data().batch_size();
+  if (batch < micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", batch, " cannot be split into ", micro_batches,
+        " micro-batches (pipeline.micro_batches) without leaving some empty"));
+  }
+  const int64_t smallest = batch / micro_batches;
+  const AxisSplit split =
+      AxisSplits(data, mesh, 1 + static_cast<int>(sample_shape.size()))[0];
+  if (smallest < split.shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", batch, " in ", micro_batches,
+        " micro-batches (pipeline.micro_batches) gives micro-batches of ",
+        batch % micro_batches == 0 ? "" : "as few as ", smallest, " sample(s), fewer than the ",
+        split.shards, " shards each is split into over mesh dim(s) ",
+        absl::StrJoin(split.dims, ", "), " (data.placements ", FormatPlacements(data),
+        "); every shard of a micro-batch needs at least one sample"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateOptimizer(const v1::Optimizer& opt) {
   if (opt.type() != "sgd" && opt.type() != "adamw") {
     return absl::InvalidArgumentError(absl::StrCat("optimizer.type: unknown optimizer \"",
@@ -1076,6 +1389,22 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
     opt->add_betas(0.999);
   }
   if (spec->device().empty()) spec->set_device("cpu");
+  // Pipeline counts default to 1; with stages given, a layer without one is in the previous
+  // layer's stage (the first layer's is 0), so the planner reads a stage on every layer.
+  if (!spec->pipeline().dim().empty()) {
+    v1::Pipeline* pipeline = spec->mutable_pipeline();
+    if (pipeline->micro_batches() == 0) pipeline->set_micro_batches(1);
+    if (pipeline->virtual_stages() == 0) pipeline->set_virtual_stages(1);
+    const bool any_stage = std::any_of(model->layers().begin(), model->layers().end(),
+                                       [](const v1::Layer& layer) { return layer.has_stage(); });
+    if (any_stage) {
+      int32_t previous = 0;
+      for (v1::Layer& layer : *model->mutable_layers()) {
+        if (!layer.has_stage()) layer.set_stage(previous);
+        previous = layer.stage();
+      }
+    }
+  }
 }
 
 absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir) {
@@ -1140,6 +1469,7 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
         output_width, " features for inputs of shape ", ShapeString(sample_shape), ")"));
   }
   RETURN_IF_ERROR(ValidateBatchPlacements(spec, sample_shape, label_shape));
+  RETURN_IF_ERROR(ValidatePipeline(spec, sample_shape));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   if (spec.train().steps() <= 0) {
     return absl::InvalidArgumentError(
@@ -1151,6 +1481,18 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
         absl::StrCat("device: unknown device \"", spec.device(), "\"; known: cpu, cuda"));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int>> PipelineLayerChunks(const JobSpec& spec) {
+  if (spec.pipeline().dim().empty()) {
+    return absl::InvalidArgumentError("pipeline.dim: the spec has no pipeline");
+  }
+  ASSIGN_OR_RETURN(const int dim, PipelineDimIndex(spec));
+  if (spec.mesh().shape(dim) <= 0 || spec.mesh().shape(dim) > kMaxWorldSize ||
+      spec.pipeline().virtual_stages() < 0) {
+    return absl::InvalidArgumentError("pipeline: run ValidateJobSpec first");
+  }
+  return LayerChunks(spec, spec.mesh().shape(dim));
 }
 
 absl::Status PrepareJobSpec(JobSpec* spec) {

@@ -23,8 +23,10 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::
 
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
 // linear bias true; loss mse; data placements Shard(0) on a dim named dp, Replicate elsewhere;
-// adamw betas [0.9, 0.999]; device cpu. ParseJobSpecYaml calls it; the coordinator calls it on
-// specs that arrive over gRPC without going through the YAML parser. Idempotent.
+// adamw betas [0.9, 0.999]; device cpu; with a pipeline (pipeline.dim set), micro_batches and
+// virtual_stages 1 and, when any layer gives a stage, the stage of every layer that gives none:
+// the previous layer's (the first layer's is 0). ParseJobSpecYaml calls it; the coordinator
+// calls it on specs that arrive over gRPC without going through the YAML parser. Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Writes the `parallelize` shortcut into plain placements, so that the planner never reads it:
@@ -44,13 +46,28 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 // init_from (a valid safetensors file whose tensors match every parameter's shape), parallelize,
 // placements of parameters and of the batch (one per mesh dim, shard axes in range, no empty
 // shards: uneven splits are fine, the last shard takes the remainder, but a global batch smaller
-// than the number of shards it is split into is not). Run by the coordinator at SubmitJob, so it
+// than the number of shards it is split into is not), and the pipeline: its dim on the mesh, its
+// schedule (FThenB | 1F1B | VPP) with micro_batches and virtual_stages that it can run (1F1B:
+// micro_batches >= pp; VPP: virtual_stages > 1 and micro_batches a multiple of pp; others:
+// virtual_stages 1), layer stages in [0, pp x virtual_stages) and non-decreasing with a linear
+// layer in every stage (or, without stages, at least one linear layer per chunk), parameters and
+// the batch Replicate() on the pipeline dim, and no micro-batch or shard of one left empty.
+// A stage on a layer without a pipeline is an error. Run by the coordinator at SubmitJob, so it
 // must not crash on anything.
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // For data.source npy: reads the .npy headers and fills data.sample_shape, data.label_shape and
 // data.num_samples (the planner does no I/O). No-op for synthetic data.
 absl::Status ResolveDataShapes(v1::JobSpec* spec);
+
+// For a spec with a pipeline that passes ValidateJobSpec: the pipeline chunk of each model layer,
+// in order, in [0, pp x virtual_stages). With stages given, they are the layers' stages (a layer
+// without one takes the previous layer's); without, the linear layers are split into that many
+// contiguous chunks with the smallest possible largest parameter count (ties: earlier chunks
+// fuller), and a layer without parameters (relu, gelu) goes with the layer before it. Chunk c
+// runs on position c mod pp along the pipeline dim (VPP's interleaved placement; with one chunk
+// per rank, chunk c is on position c). The one definition of the split, for the planner and tests.
+absl::StatusOr<std::vector<int>> PipelineLayerChunks(const v1::JobSpec& spec);
 
 // Everything SubmitJob does to a spec before planning, in one place for the coordinator,
 // `weftctl plan` and tests: ApplyJobSpecDefaults (a spec from gRPC has none applied),

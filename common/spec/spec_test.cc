@@ -5,8 +5,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -848,7 +850,7 @@ TEST_F(SpecTest, TensorParallelExamplesAreValid) {
 TEST_F(SpecTest, NeverCrashesOnGarbledParallelizeOrNamedPlacements) {
   std::mt19937 rng(7);
   const std::string punct = "{}[]:,-'\"&*!|>#%@` \n\t\x01\xff";
-  for (const std::string text : {std::string(kDpMpParallelize), std::string(kDpMpNamed)}) {
+  for (const std::string& text : {std::string(kDpMpParallelize), std::string(kDpMpNamed)}) {
     for (size_t n = 0; n <= text.size(); ++n) {
       absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.substr(0, n), dir_);
       if (spec.ok()) (void)ValidateJobSpec(*spec);
@@ -879,6 +881,452 @@ TEST_F(SpecTest, NeverCrashesOnGarbledParallelizeOrNamedPlacements) {
   EXPECT_FALSE(ApplyParallelize(&bare).ok());
   bare.mutable_mesh()->add_shape(2);
   EXPECT_INVALID(ApplyParallelize(&bare), "parallelize.x.plan.fc0: the model has no layer");
+}
+
+// Pipeline: 4 linear layers on pp=4 with 1F1B over 4 micro-batches of 2.
+constexpr char kPipelineSpec[] = R"(
+name: pipe
+mesh: {shape: [4], dim_names: [pp]}
+pipeline: {dim: pp, schedule: 1F1B, micro_batches: 4, virtual_stages: 1}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 8}
+    - {name: act0, type: relu}
+    - {name: fc1, type: linear, in_features: 8, out_features: 8}
+    - {name: fc2, type: linear, in_features: 8, out_features: 8}
+    - {name: fc3, type: linear, in_features: 8, out_features: 4}
+data:
+  source: synthetic
+  sample_shape: [8]
+  label_shape: [4]
+  num_samples: 32
+  batch_size: 8
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+trace: true
+)";
+
+// Replacements giving layers of kPipelineSpec a stage: {{"fc1", "2"}} -> fc1 gets stage: 2.
+std::vector<std::pair<std::string, std::string>> Stages(
+    const std::vector<std::pair<std::string, std::string>>& stages) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [layer, stage] : stages) {
+    out.push_back({absl::StrCat("{name: ", layer, ","),
+                   absl::StrCat("{stage: ", stage, ", name: ", layer, ",")});
+  }
+  return out;
+}
+
+std::vector<int> Chunks(const v1::JobSpec& spec) {
+  absl::StatusOr<std::vector<int>> chunks = PipelineLayerChunks(spec);
+  EXPECT_TRUE(chunks.ok()) << chunks.status();
+  return chunks.ok() ? *chunks : std::vector<int>{};
+}
+
+TEST_F(SpecTest, ParsesThePipelineBlockStagesAndTrace) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      absl::StrReplaceAll(kPipelineSpec, Stages({{"fc0", "0"}, {"fc1", "1"}, {"fc2", "2"},
+                                                 {"fc3", "3"}})),
+      dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_pipeline());
+  EXPECT_EQ(spec->pipeline().dim(), "pp");
+  EXPECT_EQ(spec->pipeline().schedule(), "1F1B");
+  EXPECT_EQ(spec->pipeline().micro_batches(), 4);
+  EXPECT_EQ(spec->pipeline().virtual_stages(), 1);
+  EXPECT_TRUE(spec->trace());
+  const std::vector<int> want = {0, 0, 1, 2, 3};
+  for (int i = 0; i < spec->model().layers_size(); ++i) {
+    EXPECT_TRUE(spec->model().layers(i).has_stage()) << i;  // act0 takes fc0's
+    EXPECT_EQ(spec->model().layers(i).stage(), want[i]) << i;
+  }
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(Chunks(*spec), want);
+
+  // Round trip through the wire, as SubmitJob receives it: the same spec, valid, and preparing
+  // it changes nothing.
+  v1::JobSpec wire;
+  ASSERT_TRUE(wire.ParseFromString(spec->SerializeAsString()));
+  EXPECT_EQ(Canonical(wire), Canonical(*spec));
+  EXPECT_TRUE(wire.model().layers(1).has_stage());
+  EXPECT_TRUE(ValidateJobSpec(wire).ok()) << ValidateJobSpec(wire);
+  ASSERT_TRUE(PrepareJobSpec(&wire).ok()) << PrepareJobSpec(&wire);
+  EXPECT_EQ(Canonical(wire), Canonical(*spec));
+
+  // Schedules as written; the other forms of a bool.
+  for (const char* schedule : {"FThenB", "1F1B"}) {
+    absl::StatusOr<v1::JobSpec> s = ParseJobSpecYaml(
+        absl::StrReplaceAll(kPipelineSpec, {{"schedule: 1F1B", absl::StrCat("schedule: ",
+                                                                            schedule)},
+                                            {"trace: true", "trace: no"}}),
+        dir_);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->pipeline().schedule(), schedule);
+    EXPECT_FALSE(s->trace());
+    EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  }
+}
+
+TEST_F(SpecTest, PipelineDefaults) {
+  // micro_batches and virtual_stages default to 1, trace to false; no stages stay no stages.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      absl::StrReplaceAll(kPipelineSpec,
+                          {{"{dim: pp, schedule: 1F1B, micro_batches: 4, virtual_stages: 1}",
+                            "{dim: pp, schedule: FThenB}"},
+                           {"trace: true", ""}}),
+      dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->pipeline().micro_batches(), 1);
+  EXPECT_EQ(spec->pipeline().virtual_stages(), 1);
+  EXPECT_FALSE(spec->trace());
+  for (const v1::Layer& layer : spec->model().layers()) EXPECT_FALSE(layer.has_stage());
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  EXPECT_EQ(Chunks(*spec), (std::vector<int>{0, 0, 1, 2, 3}));
+
+  // A spec from gRPC with the counts left 0 and one stage: validation applies the defaults, and
+  // ApplyJobSpecDefaults writes them (idempotently).
+  v1::JobSpec grpc = *spec;
+  grpc.mutable_pipeline()->clear_micro_batches();
+  grpc.mutable_pipeline()->clear_virtual_stages();
+  grpc.mutable_model()->mutable_layers(3)->set_stage(2);
+  grpc.mutable_model()->mutable_layers(4)->set_stage(3);
+  grpc.mutable_model()->mutable_layers(2)->set_stage(1);
+  EXPECT_TRUE(ValidateJobSpec(grpc).ok()) << ValidateJobSpec(grpc);
+  ApplyJobSpecDefaults(&grpc);
+  EXPECT_EQ(grpc.pipeline().micro_batches(), 1);
+  EXPECT_EQ(grpc.pipeline().virtual_stages(), 1);
+  EXPECT_TRUE(grpc.model().layers(0).has_stage());
+  EXPECT_EQ(grpc.model().layers(0).stage(), 0);
+  EXPECT_EQ(grpc.model().layers(1).stage(), 0);
+  v1::JobSpec again = grpc;
+  ApplyJobSpecDefaults(&again);
+  EXPECT_EQ(Canonical(again), Canonical(grpc));
+
+  // Without a pipeline block nothing changes: no pipeline, no stages, no trace.
+  absl::StatusOr<v1::JobSpec> plain = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->has_pipeline());
+  EXPECT_FALSE(plain->trace());
+  for (const v1::Layer& layer : plain->model().layers()) EXPECT_FALSE(layer.has_stage());
+  v1::JobSpec prepared = *plain;
+  ASSERT_TRUE(PrepareJobSpec(&prepared).ok());
+  EXPECT_FALSE(prepared.has_pipeline());
+  EXPECT_EQ(Canonical(prepared), Canonical(*plain));
+  EXPECT_INVALID(PipelineLayerChunks(*plain).status(), "pipeline.dim");
+}
+
+TEST_F(SpecTest, PipelineParseErrorsNameTheFieldAndLine) {
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"micro_batches: 4", "micro_batch: 4", "pipeline: unknown key \"micro_batch\""},
+           {"virtual_stages: 1}", "virtual_stages: 1, stages: 2}", "unknown key \"stages\""},
+           {"{name: fc1,", "{name: fc1, stages: 1,",
+            "model.layers[2] (fc1): unknown key \"stages\""},
+           {"trace: true", "traces: true", "unknown key \"traces\""},
+           {"micro_batches: 4", "micro_batches: 0", "pipeline.micro_batches: must be >= 1, got 0"},
+           {"micro_batches: 4", "micro_batches: -3",
+            "pipeline.micro_batches: must be >= 1, got -3"},
+           {"micro_batches: 4", "micro_batches: four",
+            "pipeline.micro_batches: expected an integer"},
+           {"virtual_stages: 1", "virtual_stages: 0",
+            "pipeline.virtual_stages: must be >= 1, got 0"},
+           {"{dim: pp, schedule: 1F1B,", "{schedule: 1F1B,", "pipeline.dim: is required"},
+           {"schedule: 1F1B, ", "", "pipeline.schedule: is required"},
+           {"{name: fc1,", "{name: fc1, stage: one,",
+            "model.layers[2] (fc1).stage: expected an integer"},
+           {"{name: fc1,", "{name: fc1, stage: 99999999999,", "model.layers[2] (fc1).stage"},
+           {"trace: true", "trace: sometimes", "trace: expected true or false"},
+           {"pipeline: {dim: pp, schedule: 1F1B, micro_batches: 4, virtual_stages: 1}",
+            "pipeline: [pp]", "pipeline: expected a mapping"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kPipelineSpec, {{c.from, c.to}}), dir_);
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), c.message);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+}
+
+TEST_F(SpecTest, PipelineValidationErrorsNameTheField) {
+  const std::string two_by_two = "{shape: [2, 2], dim_names: [pp, dp]}";
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> replace;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           // The block.
+           {{{"{dim: pp,", "{dim: px,"}},
+            "pipeline.dim: the mesh has no dim named \"px\" (dims: pp)"},
+           {{{"schedule: 1F1B", "schedule: 1f1b"}},
+            "pipeline.schedule: unknown schedule \"1f1b\"; known: FThenB, 1F1B, VPP"},
+           {{{"schedule: 1F1B", "schedule: GPipe"}}, "pipeline.schedule: unknown schedule"},
+           {{{"schedule: 1F1B", "schedule: VPP"}},
+            "pipeline.virtual_stages: VPP needs virtual_stages > 1"},
+           {{{"virtual_stages: 1", "virtual_stages: 2"}},
+            "pipeline.virtual_stages: 2 chunks per rank need schedule VPP; 1F1B runs one chunk "
+            "per rank"},
+           {{{"schedule: 1F1B", "schedule: FThenB"}, {"virtual_stages: 1", "virtual_stages: 2"}},
+            "pipeline.virtual_stages: 2 chunks per rank need schedule VPP; FThenB"},
+           {{{"micro_batches: 4", "micro_batches: 3"}},
+            "pipeline.micro_batches: 1F1B needs at least pp micro-batches (pp 4), got 3"},
+           {{{"{shape: [4], dim_names: [pp]}", "{shape: [2], dim_names: [pp]}"},
+             {"schedule: 1F1B, micro_batches: 4, virtual_stages: 1",
+              "schedule: VPP, micro_batches: 3, virtual_stages: 2"}},
+            "pipeline.micro_batches: VPP needs a multiple of pp micro-batches (pp 2), got 3"},
+           // Stages.
+           {Stages({{"fc0", "0"}, {"fc1", "1"}, {"fc2", "2"}, {"fc3", "4"}}),
+            "model.layers[4] (fc3).stage: 4 is out of range for 4 pipeline chunk(s) (pp 4 x "
+            "virtual_stages 1): stages are 0..3"},
+           {Stages({{"fc0", "-1"}}), "model.layers[0] (fc0).stage: -1 is out of range"},
+           {Stages({{"fc0", "0"}, {"fc1", "2"}, {"fc2", "1"}, {"fc3", "3"}}),
+            "model.layers[3] (fc2).stage: 1 comes after stage 2 of model.layers[2] (fc1); "
+            "stages must not decrease along the model"},
+           {Stages({{"fc0", "0"}, {"act0", "1"}, {"fc1", "2"}, {"fc2", "2"}, {"fc3", "3"}}),
+            "model.layers: stage 1 has no layer with parameters (only act0); with stages given, "
+            "each of the 4 pipeline chunk(s) (pp 4 x virtual_stages 1) needs at least one linear "
+            "layer"},
+           {Stages({{"fc0", "0"}, {"fc2", "2"}, {"fc3", "3"}}),
+            "model.layers: stage 1 has no layer with parameters (no layers)"},
+           {Stages({{"fc0", "0"}, {"fc1", "1"}, {"fc2", "2"}}),
+            "model.layers: stage 3 has no layer with parameters"},
+           {{{"{shape: [4], dim_names: [pp]}", "{shape: [2], dim_names: [pp]}"},
+             {"schedule: 1F1B, micro_batches: 4, virtual_stages: 1",
+              "schedule: VPP, micro_batches: 4, virtual_stages: 3"}},
+            "model.layers: 4 linear layer(s) cannot fill 6 pipeline chunk(s) (pp 2 x "
+            "virtual_stages 3); each chunk needs at least one layer with parameters"},
+           // Placements along the pipeline dim.
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 8}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 8, "
+              "placements: {weight: [Shard(1)]}}"}},
+            "model.layers[0] (fc0).placements.weight[0]: Shard(1) on mesh dim pp, the pipeline "
+            "dim: a parameter lives on its stage's ranks only, so it must be Replicate() there"},
+           {{{"{name: fc2, type: linear, in_features: 8, out_features: 8}",
+              "{name: fc2, type: linear, in_features: 8, out_features: 8, "
+              "placements: {bias: {pp: Partial()}}}"}},
+            "model.layers[3] (fc2).placements.bias[0]: Partial(sum) on mesh dim pp"},
+           {{{"batch_size: 8", "batch_size: 8\n  placements: [Shard(0)]"}},
+            "data.placements[0]: Shard(0) on mesh dim pp, the pipeline dim: the batch must be "
+            "Replicate() there"},
+           {{{"trace: true", "parallelize: {tp: {dim: pp, plan: {fc0: ColWiseParallel}}}"}},
+            "parallelize.tp.dim: pp is the pipeline dim (pipeline.dim); tensor parallelism needs "
+            "another mesh dim"},
+           // Micro-batches.
+           {{{"batch_size: 8", "batch_size: 3"}},
+            "data.batch_size: 3 cannot be split into 4 micro-batches (pipeline.micro_batches) "
+            "without leaving some empty"},
+           {{{"{shape: [4], dim_names: [pp]}", two_by_two}, {"batch_size: 8", "batch_size: 4"}},
+            "data.batch_size: 4 in 4 micro-batches (pipeline.micro_batches) gives micro-batches "
+            "of 1 sample(s), fewer than the 2 shards each is split into over mesh dim(s) dp "
+            "(data.placements [Replicate(), Shard(0)]); every shard of a micro-batch needs at "
+            "least one sample"},
+           {{{"{shape: [4], dim_names: [pp]}", two_by_two}, {"batch_size: 8", "batch_size: 7"}},
+            "data.batch_size: 7 in 4 micro-batches (pipeline.micro_batches) gives micro-batches "
+            "of as few as 1 sample(s)"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kPipelineSpec, c.replace), dir_);
+    ASSERT_TRUE(spec.ok()) << c.message << ": " << spec.status();
+    absl::Status s = ValidateJobSpec(*spec);
+    EXPECT_INVALID(s, c.message);
+    v1::JobSpec prepared = *spec;
+    EXPECT_INVALID(PrepareJobSpec(&prepared), c.message);
+  }
+
+  // What only a spec from gRPC can hold.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kPipelineSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec negative = *spec;
+  negative.mutable_pipeline()->set_micro_batches(-2);
+  EXPECT_INVALID(ValidateJobSpec(negative), "pipeline.micro_batches: must be >= 1, got -2");
+  negative = *spec;
+  negative.mutable_pipeline()->set_virtual_stages(-1);
+  EXPECT_INVALID(ValidateJobSpec(negative), "pipeline.virtual_stages: must be >= 1, got -1");
+  v1::JobSpec no_dim = *spec;
+  no_dim.mutable_pipeline()->clear_dim();
+  EXPECT_INVALID(ValidateJobSpec(no_dim), "pipeline.dim: is required");
+  v1::JobSpec empty_block = *spec;
+  empty_block.mutable_pipeline()->Clear();  // present but empty: no pipeline
+  EXPECT_TRUE(ValidateJobSpec(empty_block).ok()) << ValidateJobSpec(empty_block);
+
+  // A stage without a pipeline.
+  absl::StatusOr<v1::JobSpec> plain = ParseJobSpecYaml(
+      absl::StrReplaceAll(kSyntheticSpec, {{"{name: fc1,", "{name: fc1, stage: 0,"}}), dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_INVALID(ValidateJobSpec(*plain),
+                 "model.layers[2] (fc1).stage: stages need a pipeline block");
+}
+
+TEST_F(SpecTest, PipelineCombinationsThatAreValid) {
+  for (const std::vector<std::pair<std::string, std::string>>& replace :
+       std::vector<std::vector<std::pair<std::string, std::string>>>{
+           // FThenB runs with fewer micro-batches than stages, even one.
+           {{"schedule: 1F1B, micro_batches: 4", "schedule: FThenB, micro_batches: 1"}},
+           {{"schedule: 1F1B, micro_batches: 4", "schedule: FThenB, micro_batches: 3"}},
+           // Uneven micro-batches: 9 = 2 + 2 + 2 + 3.
+           {{"batch_size: 8", "batch_size: 9"}},
+           // VPP: 2 x 2 chunks, micro-batches a multiple of pp.
+           {{"{shape: [4], dim_names: [pp]}", "{shape: [2], dim_names: [pp]}"},
+            {"schedule: 1F1B, micro_batches: 4, virtual_stages: 1",
+             "schedule: VPP, micro_batches: 4, virtual_stages: 2"}},
+           // pp x dp with the default batch placement (Shard(0) on dp, Replicate() on pp), and
+           // parameters sharded on other dims but Replicate() on pp.
+           {{"{shape: [4], dim_names: [pp]}", "{shape: [2, 2], dim_names: [dp, pp]}"}},
+           {{"{shape: [4], dim_names: [pp]}", "{shape: [2, 2], dim_names: [pp, mp]}"},
+            {"trace: true", "parallelize: {mp: {dim: mp, plan: {fc0: ColWiseParallel, "
+                            "fc1: RowWiseParallel}}}"}},
+           {{"{name: fc0, type: linear, in_features: 8, out_features: 8}",
+             "{name: fc0, type: linear, in_features: 8, out_features: 8, "
+             "placements: {weight: [Replicate()], bias: {pp: Replicate()}}}"}},
+           // pp of size 1 and a pipeline dim with a default name.
+           {{"{shape: [4], dim_names: [pp]}", "{shape: [1], dim_names: [pp]}"}},
+           {{"{shape: [4], dim_names: [pp]}", "{shape: [4]}"}, {"{dim: pp,", "{dim: d0,"}},
+           // Stages given on some layers only.
+           Stages({{"fc1", "1"}, {"fc2", "2"}, {"fc3", "3"}}),
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kPipelineSpec, replace), dir_);
+    ASSERT_TRUE(spec.ok()) << replace[0].second << ": " << spec.status();
+    EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << replace[0].second << ": "
+                                             << ValidateJobSpec(*spec);
+  }
+}
+
+TEST_F(SpecTest, PipelineChunksSplitByParameterCount) {
+  // Linear layers of 1 x w weights (no bias) hold w parameters.
+  auto model = [](const std::vector<int64_t>& widths, int pp, int virtual_stages) {
+    v1::JobSpec spec;
+    spec.mutable_mesh()->add_shape(pp);
+    spec.mutable_mesh()->add_dim_names("pp");
+    spec.mutable_pipeline()->set_dim("pp");
+    spec.mutable_pipeline()->set_virtual_stages(virtual_stages);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      v1::Layer* layer = spec.mutable_model()->add_layers();
+      layer->set_name(absl::StrCat("l", i));
+      if (widths[i] == 0) {
+        layer->set_type("relu");
+        continue;
+      }
+      layer->set_type("linear");
+      layer->set_in_features(1);
+      layer->set_out_features(widths[i]);
+      layer->set_bias(false);
+    }
+    return spec;
+  };
+  // Smallest largest chunk: 100 | 1 1 1 | 100.
+  EXPECT_EQ(Chunks(model({100, 1, 1, 1, 100}, 3, 1)), (std::vector<int>{0, 1, 1, 1, 2}));
+  // 102 | 101 beats 103 | 100.
+  EXPECT_EQ(Chunks(model({100, 1, 1, 1, 100}, 2, 1)), (std::vector<int>{0, 0, 0, 1, 1}));
+  // Equal layers: equal chunks; ties fill earlier chunks first.
+  EXPECT_EQ(Chunks(model({5, 5, 5, 5, 5, 5}, 3, 1)), (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(Chunks(model({5, 5, 5}, 2, 1)), (std::vector<int>{0, 0, 1}));
+  // As many chunks as layers: one each, whatever the weights.
+  EXPECT_EQ(Chunks(model({1, 1000, 1, 1}, 4, 1)), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(Chunks(model({1000, 1, 1, 1}, 2, 2)), (std::vector<int>{0, 1, 2, 3}));
+  // Layers without parameters go with the layer before them; leading ones with chunk 0.
+  EXPECT_EQ(Chunks(model({0, 4, 0, 4, 0, 4, 0, 4, 0}, 2, 1)),
+            (std::vector<int>{0, 0, 0, 0, 0, 1, 1, 1, 1}));
+  // Fewer linear layers than chunks; huge features do not overflow.
+  EXPECT_INVALID(PipelineLayerChunks(model({4, 0, 4}, 3, 1)).status(),
+                 "model.layers: 2 linear layer(s) cannot fill 3 pipeline chunk(s)");
+  v1::JobSpec huge = model({4, 4, 4}, 2, 1);
+  for (v1::Layer& layer : *huge.mutable_model()->mutable_layers()) {
+    layer.set_in_features(int64_t{1} << 62);
+    layer.set_out_features(int64_t{1} << 62);
+  }
+  EXPECT_EQ(Chunks(huge), (std::vector<int>{0, 0, 1}));
+  // A dim the mesh lacks.
+  v1::JobSpec other = model({4, 4}, 2, 1);
+  other.mutable_pipeline()->set_dim("pq");
+  EXPECT_INVALID(PipelineLayerChunks(other).status(), "pipeline.dim: the mesh has no dim");
+}
+
+TEST_F(SpecTest, PipelineExamplesAreValid) {
+  absl::StatusOr<v1::JobSpec> pp = LoadJobSpecFile("examples/pipeline.yaml");
+  ASSERT_TRUE(pp.ok()) << pp.status();
+  EXPECT_TRUE(ValidateJobSpec(*pp).ok()) << ValidateJobSpec(*pp);
+  EXPECT_EQ(WorldSize(*pp), 4);
+  EXPECT_EQ(pp->pipeline().schedule(), "1F1B");
+  EXPECT_EQ(pp->pipeline().micro_batches(), 8);
+  EXPECT_EQ(pp->model().layers_size(), 15);
+  // Two linear layers (and the relus after them) per stage.
+  EXPECT_EQ(Chunks(*pp), (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3}));
+  // The issue's other schedules on the same model.
+  for (const auto& [schedule, micro_batches, virtual_stages] :
+       std::vector<std::tuple<std::string, int, int>>{
+           {"FThenB", 8, 1}, {"1F1B", 4, 1}, {"VPP", 8, 2}}) {
+    v1::JobSpec s = *pp;
+    s.mutable_pipeline()->set_schedule(schedule);
+    s.mutable_pipeline()->set_micro_batches(micro_batches);
+    s.mutable_pipeline()->set_virtual_stages(virtual_stages);
+    EXPECT_TRUE(ValidateJobSpec(s).ok()) << schedule << ": " << ValidateJobSpec(s);
+  }
+  v1::JobSpec vpp = *pp;
+  vpp.mutable_pipeline()->set_schedule("VPP");
+  vpp.mutable_pipeline()->set_virtual_stages(2);
+  EXPECT_EQ(Chunks(vpp), (std::vector<int>{0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7}));
+
+  absl::StatusOr<v1::JobSpec> dp = LoadJobSpecFile("examples/pipeline_dp.yaml");
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  EXPECT_TRUE(ValidateJobSpec(*dp).ok()) << ValidateJobSpec(*dp);
+  EXPECT_EQ(WorldSize(*dp), 4);
+  EXPECT_EQ(FormatPlacements(dp->data().placements()), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Chunks(*dp), (std::vector<int>{0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1}));
+  // pp x mp on the same mesh: the planner engineer's third integration case.
+  v1::JobSpec mp = *dp;
+  mp.mutable_mesh()->set_dim_names(1, "mp");
+  mp.mutable_data()->clear_placements();
+  (*mp.mutable_parallelize())["mp"].set_dim("mp");
+  (*(*mp.mutable_parallelize())["mp"].mutable_plan())["fc0"] = "ColWiseParallel";
+  (*(*mp.mutable_parallelize())["mp"].mutable_plan())["fc1"] = "RowWiseParallel";
+  ASSERT_TRUE(PrepareJobSpec(&mp).ok()) << PrepareJobSpec(&mp);
+  EXPECT_EQ(Placements(mp, 0, "weight"), "[Replicate(), Shard(1)]");
+}
+
+TEST_F(SpecTest, NeverCrashesOnGarbledPipelineSpecs) {
+  std::mt19937 rng(11);
+  const std::string punct = "{}[]:,-'\"&*!|>#%@` \n\t\x01\xff" "0123456789";
+  const std::string text = absl::StrReplaceAll(
+      kPipelineSpec, Stages({{"fc0", "0"}, {"fc1", "1"}, {"fc2", "2"}, {"fc3", "3"}}));
+  for (size_t n = 0; n <= text.size(); ++n) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text.substr(0, n), dir_);
+    if (spec.ok()) (void)ValidateJobSpec(*spec);
+  }
+  for (int iter = 0; iter < 3000; ++iter) {
+    std::string s = text;
+    const int edits = 1 + rng() % 4;
+    for (int e = 0; e < edits && !s.empty(); ++e) {
+      const size_t pos = rng() % s.size();
+      switch (rng() % 3) {
+        case 0: s[pos] = punct[rng() % punct.size()]; break;
+        case 1: s.erase(pos, 1 + rng() % 8); break;
+        case 2: s.insert(pos, 1, punct[rng() % punct.size()]); break;
+      }
+    }
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(s, dir_);
+    if (!spec.ok()) continue;
+    if (ValidateJobSpec(*spec).ok() && !spec->pipeline().dim().empty()) {
+      EXPECT_TRUE(PipelineLayerChunks(*spec).ok()) << s;
+    }
+  }
+  // Extreme values from gRPC.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kPipelineSpec, dir_);
+  ASSERT_TRUE(spec.ok());
+  for (int32_t v : {std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min()}) {
+    v1::JobSpec s = *spec;
+    s.mutable_pipeline()->set_micro_batches(v);
+    (void)ValidateJobSpec(s);
+    s = *spec;
+    s.mutable_pipeline()->set_virtual_stages(v);
+    s.mutable_pipeline()->set_schedule("VPP");
+    (void)ValidateJobSpec(s);
+    (void)PipelineLayerChunks(s);
+    s = *spec;
+    s.mutable_model()->mutable_layers(4)->set_stage(v);
+    EXPECT_FALSE(ValidateJobSpec(s).ok());
+  }
 }
 
 TEST(PlacementTest, ParsesAndFormatsEveryForm) {

@@ -29,9 +29,15 @@ absl::StatusOr<int> GradBuilder::Emit(const std::string& type, std::vector<int> 
 }
 
 absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
+  return AutodiffFrom(registry, std::move(g), {}, {});
+}
+
+absl::StatusOr<Graph> AutodiffFrom(const RuleRegistry& registry, Graph g,
+                                   const std::map<int, int>& seeds, const std::vector<int>& wrt) {
   const size_t num_forward = g.ops.size();
   std::vector<bool> needs(g.tensors.size(), false);
   for (int p : g.params) needs[p] = true;
+  for (int t : wrt) needs[t] = true;
   for (size_t i = 0; i < num_forward; ++i) {
     const Op& op = g.ops[i];
     bool any = false;
@@ -39,14 +45,17 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
     for (int out : op.outputs) needs[out] = needs[out] || any;
   }
 
-  std::map<int, int> grads;  // forward tensor -> its gradient tensor
+  std::map<int, int> grads = seeds;  // forward tensor -> its gradient tensor
   int loss_op = -1;
   for (size_t i = 0; i < num_forward; ++i) {
     if (g.ops[i].type == "mse") loss_op = static_cast<int>(i);
   }
-  if (loss_op < 0) return absl::InvalidArgumentError("autodiff: the graph has no loss op");
+  if (loss_op < 0 && seeds.empty()) {
+    return absl::InvalidArgumentError("autodiff: the graph has no loss op");
+  }
+  const int last = loss_op >= 0 ? loss_op : static_cast<int>(num_forward) - 1;
 
-  for (int i = loss_op; i >= 0; --i) {
+  for (int i = last; i >= 0; --i) {
     const Op op = g.ops[i];  // copy: emitting appends to g.ops
     if (op.type == "load_input" || op.type == "load_label") continue;
     std::vector<int> out_grads;
@@ -98,6 +107,14 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
           absl::StrCat("autodiff: parameter ", g.tensors[p].name, " does not affect the loss"));
     }
     g.grad_of[p] = it->second;
+  }
+  for (int t : wrt) {
+    auto it = grads.find(t);
+    if (it == grads.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("autodiff: ", g.tensors[t].name, " does not affect the outputs"));
+    }
+    g.grad_of[t] = it->second;
   }
   return g;
 }

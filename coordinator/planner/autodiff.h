@@ -23,6 +23,13 @@ namespace weft::planner {
 
 absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g);
 
+// Autodiff of a graph that is one piece of a model (a pipeline chunk): `seeds` gives the
+// gradient tensor (already in g and placed) of each output whose gradient comes from outside;
+// the loss op, when g has one, is seeded with 1 as above. The gradients of the parameters and
+// of each tensor in `wrt` (e.g. the chunk's input) are recorded in g.grad_of.
+absl::StatusOr<Graph> AutodiffFrom(const RuleRegistry& registry, Graph g,
+                                   const std::map<int, int>& seeds, const std::vector<int>& wrt);
+
 // What a VJP rule sees: the forward op, the gradients of its outputs and which inputs need
 // gradients; it emits backward ops and records the gradient of each input that needs one.
 class GradBuilder {

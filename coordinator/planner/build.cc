@@ -6,6 +6,45 @@
 
 namespace weft::planner {
 
+absl::StatusOr<int> AppendLayer(const v1::Layer& layer, int index, int x, Graph* graph) {
+  Graph& g = *graph;
+  const std::string name = layer.name().empty() ? absl::StrCat("layer", index) : layer.name();
+  const std::string where = absl::StrCat("model.layers[", index, "] (", name, ")");
+  std::vector<int64_t> shape = g.tensors[x].shape;
+  if (layer.type() == "linear") {
+    if (layer.in_features() != shape.back() || layer.out_features() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": in_features ", layer.in_features(), " / out_features ", layer.out_features(),
+          " do not fit an input of shape [", absl::StrJoin(shape, ","), "]"));
+    }
+    const bool has_bias = !layer.has_bias() || layer.bias();
+    int w = g.AddTensor({absl::StrCat(name, ".weight"), {layer.in_features(), layer.out_features()},
+                         v1::Buffer::PARAM, name});
+    g.params.push_back(w);
+    shape.back() = layer.out_features();
+    int xw = g.AddTensor(
+        {absl::StrCat(name, has_bias ? ".xw" : ".out"), shape, v1::Buffer::ACTIVATION, name});
+    g.ops.push_back(Op{"matmul", {x, w}, {xw}, name, Phase::kForward});
+    x = xw;
+    if (has_bias) {
+      int b = g.AddTensor(
+          {absl::StrCat(name, ".bias"), {layer.out_features()}, v1::Buffer::PARAM, name});
+      g.params.push_back(b);
+      int out = g.AddTensor({absl::StrCat(name, ".out"), shape, v1::Buffer::ACTIVATION, name});
+      g.ops.push_back(Op{"bias_add", {xw, b}, {out}, name, Phase::kForward});
+      x = out;
+    }
+    return x;
+  }
+  if (layer.type() == "relu" || layer.type() == "gelu") {
+    int out = g.AddTensor({absl::StrCat(name, ".out"), shape, v1::Buffer::ACTIVATION, name});
+    g.ops.push_back(Op{layer.type(), {x}, {out}, name, Phase::kForward});
+    return out;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": unknown layer type \"", layer.type(), "\""));
+}
+
 absl::StatusOr<Graph> BuildGraph(const v1::JobSpec& spec) {
   Graph g;
   ASSIGN_OR_RETURN(g.mesh, Mesh::FromProto(spec.mesh()));
@@ -27,42 +66,7 @@ absl::StatusOr<Graph> BuildGraph(const v1::JobSpec& spec) {
 
   int x = g.input;
   for (int i = 0; i < spec.model().layers_size(); ++i) {
-    const v1::Layer& layer = spec.model().layers(i);
-    const std::string name = layer.name().empty() ? absl::StrCat("layer", i) : layer.name();
-    const std::string where = absl::StrCat("model.layers[", i, "] (", name, ")");
-    std::vector<int64_t> shape = g.tensors[x].shape;
-    if (layer.type() == "linear") {
-      if (layer.in_features() != shape.back() || layer.out_features() < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            where, ": in_features ", layer.in_features(), " / out_features ",
-            layer.out_features(), " do not fit an input of shape [", absl::StrJoin(shape, ","),
-            "]"));
-      }
-      const bool has_bias = !layer.has_bias() || layer.bias();
-      int w = g.AddTensor({absl::StrCat(name, ".weight"),
-                           {layer.in_features(), layer.out_features()}, v1::Buffer::PARAM, name});
-      g.params.push_back(w);
-      shape.back() = layer.out_features();
-      int xw = g.AddTensor(
-          {absl::StrCat(name, has_bias ? ".xw" : ".out"), shape, v1::Buffer::ACTIVATION, name});
-      g.ops.push_back(Op{"matmul", {x, w}, {xw}, name, Phase::kForward});
-      x = xw;
-      if (has_bias) {
-        int b = g.AddTensor(
-            {absl::StrCat(name, ".bias"), {layer.out_features()}, v1::Buffer::PARAM, name});
-        g.params.push_back(b);
-        int out = g.AddTensor({absl::StrCat(name, ".out"), shape, v1::Buffer::ACTIVATION, name});
-        g.ops.push_back(Op{"bias_add", {xw, b}, {out}, name, Phase::kForward});
-        x = out;
-      }
-    } else if (layer.type() == "relu" || layer.type() == "gelu") {
-      int out = g.AddTensor({absl::StrCat(name, ".out"), shape, v1::Buffer::ACTIVATION, name});
-      g.ops.push_back(Op{layer.type(), {x}, {out}, name, Phase::kForward});
-      x = out;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": unknown layer type \"", layer.type(), "\""));
-    }
+    ASSIGN_OR_RETURN(x, AppendLayer(spec.model().layers(i), i, x, &g));
   }
   if (spec.model().loss() != "mse") {
     return absl::InvalidArgumentError(

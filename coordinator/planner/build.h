@@ -19,6 +19,10 @@ namespace weft::planner {
 // spec.data.sample_shape and label_shape must be filled (PrepareJobSpec).
 absl::StatusOr<Graph> BuildGraph(const v1::JobSpec& spec);
 
+// Appends the ops of one spec layer (model.layers[index]) reading tensor x; returns the tensor
+// holding its output. Shared with the pipeline pass, which builds one graph per chunk.
+absl::StatusOr<int> AppendLayer(const v1::Layer& layer, int index, int x, Graph* g);
+
 }  // namespace weft::planner
 
 #endif  // WEFT_COORDINATOR_PLANNER_BUILD_H_

@@ -110,6 +110,17 @@ std::string FormatProgram(const v1::Program& p) {
       total_bytes += bytes;
       ++collectives;
     }
+    if (ins.op() == v1::Instruction::SEND || ins.op() == v1::Instruction::RECV) {
+      const v1::CommGroup* g = FindGroup(p, ins.group());
+      const int peer = g != nullptr && ins.peer() >= 0 && ins.peer() < g->ranks_size()
+                           ? g->ranks(ins.peer())
+                           : -1;
+      absl::StrAppend(&s, "  [g", ins.group(), " ", ins.op() == v1::Instruction::SEND ? "to" : "from",
+                      " rank ", peer, " tag ", ins.tag(), "]");
+    }
+    if (ins.micro_batch() >= 0) {
+      absl::StrAppend(&s, "  [mb", ins.micro_batch(), " c", ins.chunk(), "]");
+    }
     if (ins.op() == v1::Instruction::SLICE) {
       absl::StrAppend(&s, "  [axis ", ins.axis(), " ", ins.offset(), "+", ins.length(), "]");
     }

@@ -57,7 +57,7 @@ struct Graph {
   int label = -1;
   int loss = -1;  // after propagate: the replicated loss
   std::vector<int> params;        // tensor ids, in layer order
-  std::map<int, int> grad_of;     // param id -> gradient id (after autodiff)
+  std::map<int, int> grad_of;     // param (or requested) id -> gradient id (after autodiff)
 
   int AddTensor(Tensor t) {
     tensors.push_back(std::move(t));

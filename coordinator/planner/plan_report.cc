@@ -24,31 +24,45 @@ bool Transient(v1::Buffer::Role role) {
   return role == v1::Buffer::ACTIVATION || role == v1::Buffer::DATA || role == v1::Buffer::LOSS;
 }
 
-// Peak bytes of activation, data and loss buffers alive at once: a buffer lives from the
-// first instruction that touches it to the last that reads it (the loss to the end of the step,
-// where the worker reads it).
+// Peak bytes of activation, data and loss buffers alive at once. A buffer is alive from a write
+// to the last read of what it wrote (the loss to the end of the step, where the worker reads
+// it); a write that does not read the buffer (every op but ACCUMULATE, and those whose output
+// aliases an input) starts a new lifetime, so a buffer that pipeline micro-batches share
+// counts only while one of them holds it.
 int64_t PeakTransientBytes(const v1::Program& p) {
   const int n = p.step_size();
-  std::vector<int> first(p.buffers_size(), -1), last(p.buffers_size(), -1);
-  auto touch = [&](int b, int i, bool read) {
-    if (b < 0 || b >= p.buffers_size()) return;
-    if (first[b] < 0) first[b] = i;
-    if (read || last[b] < 0) last[b] = std::max(last[b], i);
+  std::vector<int64_t> delta(n + 1, 0);
+  std::vector<int> start(p.buffers_size(), -1), last(p.buffers_size(), -1);
+  auto close = [&](int b) {
+    if (start[b] < 0) return;
+    if (Transient(p.buffers(b).role())) {
+      delta[start[b]] += Bytes(p.buffers(b));
+      delta[std::max(last[b], start[b]) + 1] -= Bytes(p.buffers(b));
+    }
+    start[b] = -1;
   };
   for (int i = 0; i < n; ++i) {
-    for (int b : p.step(i).inputs()) touch(b, i, true);
-    for (int b : p.step(i).outputs()) touch(b, i, false);
+    const v1::Instruction& ins = p.step(i);
+    for (int b : ins.inputs()) {
+      if (b < 0 || b >= p.buffers_size()) continue;
+      if (start[b] < 0) start[b] = i;
+      last[b] = i;
+    }
+    for (int b : ins.outputs()) {
+      if (b < 0 || b >= p.buffers_size()) continue;
+      const bool reads = ins.op() == v1::Instruction::ACCUMULATE ||
+                         std::find(ins.inputs().begin(), ins.inputs().end(), b) !=
+                             ins.inputs().end();
+      if (!reads) close(b);
+      if (start[b] < 0) start[b] = i;
+      last[b] = i;
+    }
   }
-  if (p.loss_buffer() >= 0 && p.loss_buffer() < p.buffers_size() && first[p.loss_buffer()] >= 0) {
+  if (p.loss_buffer() >= 0 && p.loss_buffer() < p.buffers_size() &&
+      start[p.loss_buffer()] >= 0) {
     last[p.loss_buffer()] = n - 1;
   }
-  // Sweep: +bytes at first, -bytes after last.
-  std::vector<int64_t> delta(n + 1, 0);
-  for (int b = 0; b < p.buffers_size(); ++b) {
-    if (!Transient(p.buffers(b).role()) || first[b] < 0) continue;
-    delta[first[b]] += Bytes(p.buffers(b));
-    delta[last[b] + 1] -= Bytes(p.buffers(b));
-  }
+  for (int b = 0; b < p.buffers_size(); ++b) close(b);
   int64_t live = 0, peak = 0;
   for (int i = 0; i < n; ++i) {
     live += delta[i];
@@ -86,7 +100,9 @@ PlanReport ReportPlan(const std::vector<v1::Program>& programs) {
       const bool collective =
           ins.op() == v1::Instruction::ALL_REDUCE || ins.op() == v1::Instruction::ALL_GATHER ||
           ins.op() == v1::Instruction::REDUCE_SCATTER || ins.op() == v1::Instruction::ALL_TO_ALL;
-      if (!collective || group == nullptr) continue;
+      const bool send = ins.op() == v1::Instruction::SEND && ins.inputs_size() > 0 &&
+                        ins.inputs(0) >= 0 && ins.inputs(0) < p.buffers_size();
+      if ((!collective && !send) || group == nullptr) continue;
       CollectiveReport c;
       c.instruction = i;
       c.op = v1::Instruction::Op_Name(ins.op());
@@ -95,7 +111,7 @@ PlanReport ReportPlan(const std::vector<v1::Program>& programs) {
       }
       c.ranks.assign(group->ranks().begin(), group->ranks().end());
       c.mesh_dims = group->mesh_dims();
-      c.bytes_sent = CollectiveBytes(p, ins);
+      c.bytes_sent = send ? Bytes(p.buffers(ins.inputs(0))) : CollectiveBytes(p, ins);
       r.bytes_sent_per_step += c.bytes_sent;
       r.collectives.push_back(std::move(c));
     }

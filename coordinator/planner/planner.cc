@@ -7,6 +7,8 @@
 #include "coordinator/planner/emit.h"
 #include "coordinator/planner/lower.h"
 #include "coordinator/planner/optimizer.h"
+#include "coordinator/planner/pipeline/deadlock.h"
+#include "coordinator/planner/pipeline/pipeline.h"
 #include "coordinator/planner/propagate.h"
 #include "coordinator/planner/spmd.h"
 
@@ -15,6 +17,7 @@ namespace {
 
 absl::StatusOr<std::vector<v1::Program>> Plan(const v1::JobSpec& spec, const std::string& job_id,
                                               int attempt) {
+  if (!spec.pipeline().dim().empty()) return pipeline::PlanPipeline(spec, job_id, attempt);
   const RuleRegistry& rules = BuiltinRules();
   ASSIGN_OR_RETURN(Graph g, BuildGraph(spec));
   ASSIGN_OR_RETURN(g, Propagate(spec, rules, std::move(g)));
@@ -26,6 +29,7 @@ absl::StatusOr<std::vector<v1::Program>> Plan(const v1::JobSpec& spec, const std
     ASSIGN_OR_RETURN(v1::Program p, EmitProgram(spec, g, lowered, job_id, attempt, rank));
     programs.push_back(std::move(p));
   }
+  RETURN_IF_ERROR(pipeline::CheckDeadlockFree(programs));
   return programs;
 }
 

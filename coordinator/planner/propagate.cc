@@ -20,6 +20,8 @@ absl::StatusOr<DistAttr> AttrFromProto(const Mesh& mesh,
   return attr;
 }
 
+}  // namespace
+
 absl::StatusOr<DistAttr> BatchAttr(const v1::JobSpec& spec, const Mesh& mesh, int ndim) {
   if (spec.data().placements_size() > 0) {
     return AttrFromProto(mesh, spec.data().placements(), ndim, "data.placements");
@@ -28,8 +30,6 @@ absl::StatusOr<DistAttr> BatchAttr(const v1::JobSpec& spec, const Mesh& mesh, in
   if (std::optional<int> dp = mesh.FindDim("dp")) attr = attr.With(*dp, Placement::Shard(0));
   return attr;
 }
-
-}  // namespace
 
 int AppendReshard(Graph* g, int id, const DistAttr& target, Phase phase,
                   const std::string& layer) {
@@ -61,7 +61,8 @@ absl::Status AppendPlacedOp(const RuleRegistry& registry, Graph* g, Op op) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Graph> Propagate(const v1::JobSpec& spec, const RuleRegistry& registry, Graph g) {
+absl::Status PlaceParameters(const v1::JobSpec& spec, Graph* graph) {
+  Graph& g = *graph;
   // Parameters: the layer's placements by parameter kind.
   std::map<std::string, const v1::Layer*> layers;
   for (const v1::Layer& layer : spec.model().layers()) layers[layer.name()] = &layer;
@@ -86,6 +87,11 @@ absl::StatusOr<Graph> Propagate(const v1::JobSpec& spec, const RuleRegistry& reg
       t.dist = DistAttr::Replicated(g.mesh);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Graph> Propagate(const v1::JobSpec& spec, const RuleRegistry& registry, Graph g) {
+  RETURN_IF_ERROR(PlaceParameters(spec, &g));
   ASSIGN_OR_RETURN(g.tensors[g.input].dist,
                    BatchAttr(spec, g.mesh, static_cast<int>(g.tensors[g.input].shape.size())));
   ASSIGN_OR_RETURN(g.tensors[g.label].dist,

@@ -24,6 +24,13 @@ namespace weft::planner {
 
 absl::StatusOr<Graph> Propagate(const v1::JobSpec& spec, const RuleRegistry& registry, Graph g);
 
+// Gives every parameter of g its layer's placements (absent: Replicate on every dim).
+absl::Status PlaceParameters(const v1::JobSpec& spec, Graph* g);
+
+// The DistAttr of a batch tensor (input or label) of `ndim` dims: data.placements, or Shard(0)
+// on a mesh dim named "dp" and Replicate elsewhere.
+absl::StatusOr<DistAttr> BatchAttr(const v1::JobSpec& spec, const Mesh& mesh, int ndim);
+
 // Appends op to g after placing it: runs its SPMD rule on the inputs' DistAttrs, inserts a
 // reshard for each input whose required attr differs, sets the outputs' DistAttrs. Shared by
 // propagate, autodiff and optimizer so every op is placed by the same rules.

@@ -113,6 +113,14 @@ grpc::Status GrpcJobService::ListWorkers(grpc::ServerContext*, const v1::ListWor
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcJobService::GetJobTrace(grpc::ServerContext*, const v1::GetJobRequest* request,
+                                         v1::JobTrace* response) {
+  absl::StatusOr<v1::JobTrace> trace = coordinator_->GetJobTrace(request->job_id());
+  if (!trace.ok()) return ToGrpcStatus(trace.status());
+  *response = std::move(*trace);
+  return grpc::Status::OK;
+}
+
 // ---- WorkerService ----
 
 grpc::Status GrpcWorkerService::Connect(

@@ -32,6 +32,8 @@ class GrpcJobService final : public v1::JobService::Service {
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobRequest* request,
+                           v1::JobTrace* response) override;
 
  private:
   Coordinator* const coordinator_;  // not owned

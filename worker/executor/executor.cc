@@ -1,8 +1,10 @@
 #include "worker/executor/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/philox.h"
@@ -54,6 +56,96 @@ struct Step {
   AdamWHyper adamw;
   BatchSource* source = nullptr;
   const v1::TensorBox* box = nullptr;
+  // SEND / RECV: member index in the group, and the message tag.
+  int peer = -1;
+  uint32_t tag = 0;
+  // Trace: index into the executor's span templates; a new span starts where it changes.
+  int span = -1;
+};
+
+bool IsCommunication(Instruction::Op op) {
+  switch (op) {
+    case Instruction::SEND:
+    case Instruction::RECV:
+    case Instruction::ALL_REDUCE:
+    case Instruction::ALL_GATHER:
+    case Instruction::REDUCE_SCATTER:
+    case Instruction::ALL_TO_ALL:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// "mb3 c0": the parts that are set (-1: none).
+std::string WorkItem(int micro_batch, int chunk) {
+  std::string out;
+  if (micro_batch >= 0) absl::StrAppend(&out, "mb", micro_batch);
+  if (chunk >= 0) absl::StrAppend(&out, out.empty() ? "" : " ", "c", chunk);
+  return out;
+}
+
+// An instruction's span starts from its micro-batch and chunk; without a phase (programs that
+// are not pipelined) it has none, whatever the proto3 defaults say.
+v1::TraceSpan SpanOf(const Instruction& ins) {
+  v1::TraceSpan span;
+  const bool phased = ins.phase() != Instruction::PHASE_UNSPECIFIED;
+  span.set_micro_batch(phased ? ins.micro_batch() : -1);
+  span.set_chunk(phased ? ins.chunk() : -1);
+  return span;
+}
+
+// The span a compute instruction belongs to: loads are "data", the rest by phase. Instructions
+// without a phase are "compute", the optimizer ops excepted.
+v1::TraceSpan ComputeSpan(const Instruction& ins) {
+  v1::TraceSpan span = SpanOf(ins);
+  const std::string item = WorkItem(span.micro_batch(), span.chunk());
+  auto named = [&](const char* prefix) {
+    return item.empty() ? std::string(prefix) : absl::StrCat(prefix, " ", item);
+  };
+  if (ins.op() == Instruction::LOAD_INPUT || ins.op() == Instruction::LOAD_LABEL) {
+    span.set_category("data");
+    span.set_name(named("load"));
+  } else if (ins.phase() == Instruction::FORWARD) {
+    span.set_category("forward");
+    span.set_name(named("F"));
+  } else if (ins.phase() == Instruction::BACKWARD) {
+    span.set_category("backward");
+    span.set_name(named("B"));
+  } else if (ins.phase() == Instruction::OPTIMIZER || ins.op() == Instruction::SGD ||
+             ins.op() == Instruction::ADAMW) {
+    span.set_category("optimizer");
+    span.set_name("optimizer");
+  } else {
+    span.set_category("compute");
+    span.set_name(named("compute"));
+  }
+  return span;
+}
+
+bool SameSpan(const v1::TraceSpan& a, const v1::TraceSpan& b) {
+  return a.category() == b.category() && a.name() == b.name() &&
+         a.micro_batch() == b.micro_batch() && a.chunk() == b.chunk();
+}
+
+// Wall-clock microseconds read off a steady clock anchored once per step, so that spans within
+// a step never go backwards when the system clock is adjusted.
+class StepClock {
+ public:
+  StepClock()
+      : wall_us_(std::chrono::duration_cast<std::chrono::microseconds>(
+                     std::chrono::system_clock::now().time_since_epoch())
+                     .count()),
+        steady_(std::chrono::steady_clock::now()) {}
+  int64_t NowUs() const {
+    return wall_us_ + std::chrono::duration_cast<std::chrono::microseconds>(
+                          std::chrono::steady_clock::now() - steady_)
+                          .count();
+  }
+
+ private:
+  const int64_t wall_us_;
+  const std::chrono::steady_clock::time_point steady_;
 };
 
 class ProgramExecutor final : public Executor {
@@ -73,6 +165,11 @@ class ProgramExecutor final : public Executor {
   absl::StatusOr<float> RunStep(int64_t step) override;
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const override;
   void Cancel() override { cancelled_.store(true, std::memory_order_relaxed); }
+  std::vector<v1::TraceSpan> TakeSpans() override {
+    std::vector<v1::TraceSpan> out;
+    out.swap(spans_);
+    return out;
+  }
 
  private:
   absl::Status CheckInstruction(int index, Step* s);
@@ -80,6 +177,10 @@ class ProgramExecutor final : public Executor {
   absl::Status RunInit(const v1::ParamInit& init, const SafetensorsFile* file);
   absl::Status Execute(const Step& s, int64_t step);
   absl::Status ExecuteCollective(const Step& s);
+  absl::Status ExecutePointToPoint(const Step& s);
+  // Runs the step list, timing it into spans_ (Program.trace).
+  absl::Status RunTraced(int64_t step);
+  void BuildSpanTemplates();
   std::string Context(const Step& s) const;
 
   const v1::Program program_;
@@ -98,6 +199,10 @@ class ProgramExecutor final : public Executor {
   float* scratch_ = nullptr;  // packing for collectives along a non-leading axis
   int64_t scratch_size_ = 0;
   std::vector<float> host_staging_;  // data loads when buffers are not host memory
+  // Trace only: one template per span of the step (name, category, micro-batch, chunk), and the
+  // last step's spans with their times.
+  std::vector<v1::TraceSpan> span_templates_;
+  std::vector<v1::TraceSpan> spans_;
   bool initialized_ = false;
   std::atomic<bool> cancelled_{false};
 };
@@ -187,7 +292,39 @@ absl::Status ProgramExecutor::Check() {
     }
     scratch_size_ = std::max(scratch_size_, steps_[i].scratch);
   }
+  if (program_.trace()) BuildSpanTemplates();
   return absl::OkStatus();
+}
+
+void ProgramExecutor::BuildSpanTemplates() {
+  for (Step& s : steps_) {
+    const Instruction& ins = program_.step(s.index);
+    if (IsCommunication(s.op)) {
+      v1::TraceSpan span = SpanOf(ins);
+      const v1::CommGroup& group = program_.groups(s.comm);
+      if (s.op == Instruction::SEND) {
+        span.set_category("send");
+        span.set_name(absl::StrCat("send ", program_.buffers(s.in[0]).name(), " to r",
+                                   group.ranks(s.peer)));
+      } else if (s.op == Instruction::RECV) {
+        span.set_category("recv");
+        span.set_name(absl::StrCat("recv ", program_.buffers(s.out).name(), " from r",
+                                   group.ranks(s.peer)));
+      } else {
+        span.set_category("collective");
+        span.set_name(absl::StrCat(absl::AsciiStrToLower(Instruction::Op_Name(s.op)), " ",
+                                   program_.buffers(s.in[0]).name()));
+      }
+      span_templates_.push_back(std::move(span));
+    } else {
+      v1::TraceSpan span = ComputeSpan(ins);
+      // Consecutive compute instructions of the same work item share one span.
+      const bool extend = s.index > 0 && !IsCommunication(steps_[s.index - 1].op) &&
+                          SameSpan(span_templates_.back(), span);
+      if (!extend) span_templates_.push_back(std::move(span));
+    }
+    s.span = static_cast<int>(span_templates_.size()) - 1;
+  }
 }
 
 absl::Status ProgramExecutor::CheckInit(const v1::ParamInit& init) {
@@ -511,6 +648,34 @@ absl::Status ProgramExecutor::CheckInstruction(int index, Step* s) {
       s->scratch = numel_[s->in[0]] + numel_[s->out];
       return absl::OkStatus();
     }
+    case Instruction::SEND:
+    case Instruction::RECV: {
+      const bool send = ins.op() == Instruction::SEND;
+      RETURN_IF_ERROR(send ? need(1, 0) : need(0, 1));
+      RETURN_IF_ERROR(group());
+      const int members = program_.groups(s->comm).ranks_size();
+      if (ins.peer() < 0 || ins.peer() >= members) {
+        return bad("peer ", ins.peer(), " is not a member of group ", ins.group(), " (",
+                   program_.groups(s->comm).mesh_dims(), ", ", members, " members)");
+      }
+      if (ins.peer() == s->member) {
+        return bad("peer ", ins.peer(), " is this rank itself");
+      }
+      s->peer = ins.peer();
+      s->tag = ins.tag();
+      s->numel = numel_[send ? s->in[0] : s->out];
+      return absl::OkStatus();
+    }
+    case Instruction::ACCUMULATE:
+      RETURN_IF_ERROR(need(1, 1));
+      if (s->out == s->in[0]) return bad("output aliases the input");
+      s->numel = numel_[s->out];
+      return same_numel(s->in[0], s->out, "input", "output");
+    case Instruction::FILL:
+      RETURN_IF_ERROR(need(0, 1));
+      s->numel = numel_[s->out];
+      s->scale = ins.scale();
+      return absl::OkStatus();
     default:
       return bad("unknown op ", static_cast<int>(ins.op()));
   }
@@ -601,18 +766,57 @@ absl::Status ProgramExecutor::RunInit(const v1::ParamInit& init, const Safetenso
 absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   if (!initialized_) return absl::FailedPreconditionError("RunStep before Initialize");
   if (step < 1) return absl::InvalidArgumentError(absl::StrCat("step ", step, " (steps count from 1)"));
-  for (const Step& s : steps_) {
-    if (cancelled_.load(std::memory_order_relaxed)) {
-      return absl::CancelledError(
-          absl::StrCat("step ", step, " cancelled before instruction ", s.index));
+  spans_.clear();
+  if (program_.trace()) {
+    RETURN_IF_ERROR(RunTraced(step));
+  } else {
+    for (const Step& s : steps_) {
+      if (cancelled_.load(std::memory_order_relaxed)) {
+        return absl::CancelledError(
+            absl::StrCat("step ", step, " cancelled before instruction ", s.index));
+      }
+      absl::Status status = Execute(s, step);
+      if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
     }
-    absl::Status status = Execute(s, step);
-    if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
   }
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));
   float loss = 0.0f;
   kernels_->CopyToHost(ptr_[program_.loss_buffer()], &loss, 1);
   return loss;
+}
+
+absl::Status ProgramExecutor::RunTraced(int64_t step) {
+  // One clock read per span boundary. The kernels are synchronized there so that an asynchronous
+  // backend's work lands in the span that issued it. A span lasts at least 1 us so that every
+  // slice shows; a boundary moves by at most that much per shorter span before it.
+  const StepClock clock;
+  std::vector<v1::TraceSpan> spans;
+  spans.reserve(span_templates_.size());
+  int64_t boundary_us = clock.NowUs();
+  auto close = [&]() -> absl::Status {
+    RETURN_IF_ERROR(kernels_->Synchronize());
+    boundary_us = std::max(clock.NowUs(), boundary_us + 1);
+    spans.back().set_duration_us(boundary_us - spans.back().start_us());
+    return absl::OkStatus();
+  };
+  int current = -1;
+  for (const Step& s : steps_) {
+    if (cancelled_.load(std::memory_order_relaxed)) {
+      return absl::CancelledError(
+          absl::StrCat("step ", step, " cancelled before instruction ", s.index));
+    }
+    if (s.span != current) {
+      if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
+      current = s.span;
+      spans.push_back(span_templates_[current]);
+      spans.back().set_start_us(boundary_us);
+    }
+    absl::Status status = Execute(s, step);
+    if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
+  }
+  if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
+  spans_ = std::move(spans);
+  return absl::OkStatus();
 }
 
 absl::Status ProgramExecutor::Execute(const Step& s, int64_t step) {
@@ -667,14 +871,34 @@ absl::Status ProgramExecutor::Execute(const Step& s, int64_t step) {
       k.CopyFromHost(host_staging_.data(), p[s.out], n);
       return absl::OkStatus();
     }
+    case Instruction::ACCUMULATE:
+      // out += a as a one-row bias add (out may alias its first operand).
+      k.AddBias(p[s.out], p[s.in[0]], p[s.out], 1, s.numel);
+      return absl::OkStatus();
+    case Instruction::FILL:
+      k.Fill(p[s.out], s.numel, s.scale);
+      return absl::OkStatus();
     case Instruction::ALL_REDUCE:
     case Instruction::ALL_GATHER:
     case Instruction::REDUCE_SCATTER:
     case Instruction::ALL_TO_ALL:
       return ExecuteCollective(s);
+    case Instruction::SEND:
+    case Instruction::RECV:
+      return ExecutePointToPoint(s);
     default:
       return absl::InternalError("op passed Check but has no executor");
   }
+}
+
+absl::Status ProgramExecutor::ExecutePointToPoint(const Step& s) {
+  Communicator& comm = *comms_[s.comm];
+  // The transport reads and writes memory directly: pending kernels must be done first.
+  RETURN_IF_ERROR(kernels_->Synchronize());
+  if (s.op == Instruction::SEND) {
+    return comm.Send(ptr_[s.in[0]], static_cast<size_t>(s.numel), s.peer, s.tag);
+  }
+  return comm.Recv(ptr_[s.out], static_cast<size_t>(s.numel), s.peer, s.tag);
 }
 
 absl::Status ProgramExecutor::ExecuteCollective(const Step& s) {

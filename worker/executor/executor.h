@@ -1,12 +1,14 @@
 // Executor: an interpreter over a Program's instructions. It owns the rank's buffers, runs the
 // init list once and the step list once per step, and knows nothing of parallelism beyond the
-// collectives the instructions name.
+// collectives and point-to-point transfers the instructions name. With Program.trace it also
+// records the step's timeline (TakeSpans).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(auto exec, Executor::Create(program, &comm_factory));
 //   RETURN_IF_ERROR(exec->Initialize());
 //   for (int64_t s = 1; s <= program.steps(); ++s) {
 //     ASSIGN_OR_RETURN(float loss, exec->RunStep(s));
+//     std::vector<v1::TraceSpan> spans = exec->TakeSpans();  // empty unless Program.trace
 //   }
 #ifndef WEFT_WORKER_EXECUTOR_EXECUTOR_H_
 #define WEFT_WORKER_EXECUTOR_EXECUTOR_H_
@@ -20,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "weft/v1/program.pb.h"
+#include "weft/v1/service.pb.h"
 #include "worker/comm/communicator.h"
 
 namespace weft {
@@ -37,6 +40,12 @@ class Executor {
   virtual absl::Status Initialize() = 0;
   // Runs one step (from 1) and returns the replicated mean loss (Program.loss_buffer).
   virtual absl::StatusOr<float> RunStep(int64_t step) = 0;
+  // The timeline of the last successful RunStep when Program.trace is set, in instruction order
+  // (wall clock, Unix microseconds); empty otherwise. Moves them out: a second call returns none.
+  // One span per maximal run of consecutive compute instructions with the same phase,
+  // micro-batch and chunk ("F mb3 c0", "B mb3 c0", "optimizer", "load mb3"), and one per SEND,
+  // RECV and collective ("send fc3.out to r2", "all_reduce fc0.weight@grad").
+  virtual std::vector<v1::TraceSpan> TakeSpans() { return {}; }
   // Read access to a buffer by global name, for tests and checkpoints.
   virtual absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const = 0;
   // Makes RunStep return CANCELLED at the next instruction boundary. Thread-safe.

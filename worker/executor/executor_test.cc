@@ -680,5 +680,248 @@ TEST(ExecutorTest, CancelStopsAtTheNextInstruction) {
   EXPECT_EQ((*e)->RunStep(2).status().code(), absl::StatusCode::kCancelled);
 }
 
+// ---- Pipeline: the data-parallel test's MLP cut in two stages, fc0+relu on rank 0 and fc1+mse
+// on rank 1, the global batch in 2 micro-batches (FThenB): activations go forward with SEND/RECV,
+// their gradients come back, ACCUMULATE sums the weight gradients and the loss over the
+// micro-batches, FILL zeroes the accumulators, and rank 1 sends the loss back to rank 0 ----
+
+constexpr int kMicroBatches = 2;
+constexpr int64_t kMb = kB / kMicroBatches;
+
+// Tags: activation of micro-batch m = 2m, its gradient 2m + 1, the loss 100.
+constexpr uint32_t kLossTag = 100;
+
+Instruction* Tagged(Instruction* ins, Instruction::Phase phase, int micro_batch) {
+  ins->set_phase(phase);
+  ins->set_micro_batch(micro_batch);
+  ins->set_chunk(micro_batch < 0 ? -1 : 0);
+  return ins;
+}
+
+Instruction* PointToPoint(ProgramBuilder& b, Instruction::Op op, int buffer, int peer,
+                          uint32_t tag) {
+  Instruction* ins = op == Instruction::SEND ? b.Op(op, {buffer}, {}) : b.Op(op, {}, {buffer});
+  ins->set_group(0);
+  ins->set_peer(peer);
+  ins->set_tag(tag);
+  return ins;
+}
+
+v1::Program PipelineProgram(int rank, bool trace) {
+  ProgramBuilder b(rank, 2);
+  b.program().set_trace(trace);
+  v1::Data* data = b.program().mutable_data();
+  data->set_source("synthetic");
+  data->set_batch_size(kB);
+  data->set_num_samples(kSamples);
+  data->add_sample_shape(kF);
+  data->add_label_shape(kO);
+  b.Group(0, {0, 1}, "pp");
+  const auto F = Instruction::FORWARD;
+  const auto B = Instruction::BACKWARD;
+  const auto O = Instruction::OPTIMIZER;
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  std::vector<int> act, dact;  // by micro-batch: relu0.out and its gradient
+  if (rank == 0) {
+    const int w0 = b.Buffer("fc0.weight", {kF, kH}, v1::Buffer::PARAM);
+    const int b0 = b.Buffer("fc0.bias", {kH}, v1::Buffer::PARAM);
+    const int dw0 = b.Buffer("fc0.weight@grad", {kF, kH}, v1::Buffer::GRAD);
+    const int db0 = b.Buffer("fc0.bias@grad", {kH}, v1::Buffer::GRAD);
+    const int dw0_mb = b.Buffer("fc0.weight@grad.mb", {kF, kH}, v1::Buffer::GRAD);
+    const int db0_mb = b.Buffer("fc0.bias@grad.mb", {kH}, v1::Buffer::GRAD);
+    b.Uniform(w0, {kF, kH}, 0.5f);
+    b.Uniform(b0, {kH}, 0.3f);
+    std::vector<int> x, h, dh;
+    for (int m = 0; m < kMicroBatches; ++m) {
+      const std::string mb = "@mb" + std::to_string(m);
+      x.push_back(b.Buffer("data.input" + mb, {kMb, kF}, v1::Buffer::DATA));
+      h.push_back(b.Buffer("fc0.out" + mb, {kMb, kH}));
+      act.push_back(b.Buffer("relu0.out" + mb, {kMb, kH}));
+      dact.push_back(b.Buffer("relu0.out@grad" + mb, {kMb, kH}, v1::Buffer::GRAD));
+      dh.push_back(b.Buffer("fc0.out@grad" + mb, {kMb, kH}, v1::Buffer::GRAD));
+    }
+    b.Op(Instruction::FILL, {}, {dw0})->set_scale(0.0f);
+    b.Op(Instruction::FILL, {}, {db0})->set_scale(0.0f);
+    for (int m = 0; m < kMicroBatches; ++m) {
+      Tagged(b.Load(Instruction::LOAD_INPUT, x[m], {m * kMb, 0}, {kMb, kF}), F, m);
+      Tagged(b.Op(Instruction::MATMUL, {x[m], w0}, {h[m]}), F, m);
+      Tagged(b.Op(Instruction::ADD_BIAS, {h[m], b0}, {h[m]}), F, m);
+      Tagged(b.Op(Instruction::RELU, {h[m]}, {act[m]}), F, m);
+      Tagged(PointToPoint(b, Instruction::SEND, act[m], 1, 2 * m), F, m);
+    }
+    for (int m = 0; m < kMicroBatches; ++m) {
+      Tagged(PointToPoint(b, Instruction::RECV, dact[m], 1, 2 * m + 1), B, m);
+      Tagged(b.Op(Instruction::RELU_GRAD, {h[m], dact[m]}, {dh[m]}), B, m);
+      Tagged(b.Op(Instruction::MATMUL, {x[m], dh[m]}, {dw0_mb}), B, m)->set_transpose_a(true);
+      Tagged(b.Op(Instruction::ACCUMULATE, {dw0_mb}, {dw0}), B, m);
+      Tagged(b.Op(Instruction::BIAS_GRAD, {dh[m]}, {db0_mb}), B, m);
+      Tagged(b.Op(Instruction::ACCUMULATE, {db0_mb}, {db0}), B, m);
+    }
+    Tagged(PointToPoint(b, Instruction::RECV, loss, 1, kLossTag), O, -1);
+    Instruction* sgd = Tagged(b.Op(Instruction::SGD, {w0, dw0}, {w0}), O, -1);
+    sgd->set_lr(kLr);
+    sgd->set_weight_decay(kWd);
+    Tagged(b.Op(Instruction::SGD, {b0, db0}, {b0}), O, -1)->set_lr(kLr);
+  } else {
+    const int w1 = b.Buffer("fc1.weight", {kH, kO}, v1::Buffer::PARAM);
+    const int dw1 = b.Buffer("fc1.weight@grad", {kH, kO}, v1::Buffer::GRAD);
+    const int dw1_mb = b.Buffer("fc1.weight@grad.mb", {kH, kO}, v1::Buffer::GRAD);
+    const int loss_mb = b.Buffer("loss.mb", {1}, v1::Buffer::LOSS);
+    b.Uniform(w1, {kH, kO}, 0.5f);
+    std::vector<int> y, pred, dpred;
+    for (int m = 0; m < kMicroBatches; ++m) {
+      const std::string mb = "@mb" + std::to_string(m);
+      act.push_back(b.Buffer("relu0.out" + mb, {kMb, kH}));
+      dact.push_back(b.Buffer("relu0.out@grad" + mb, {kMb, kH}, v1::Buffer::GRAD));
+      y.push_back(b.Buffer("data.label" + mb, {kMb, kO}, v1::Buffer::DATA));
+      pred.push_back(b.Buffer("fc1.out" + mb, {kMb, kO}));
+      dpred.push_back(b.Buffer("fc1.out@grad" + mb, {kMb, kO}, v1::Buffer::GRAD));
+    }
+    b.Op(Instruction::FILL, {}, {dw1})->set_scale(0.0f);
+    b.Op(Instruction::FILL, {}, {loss})->set_scale(0.0f);
+    for (int m = 0; m < kMicroBatches; ++m) {
+      Tagged(PointToPoint(b, Instruction::RECV, act[m], 0, 2 * m), F, m);
+      Tagged(b.Load(Instruction::LOAD_LABEL, y[m], {m * kMb, 0}, {kMb, kO}), F, m);
+      Tagged(b.Op(Instruction::MATMUL, {act[m], w1}, {pred[m]}), F, m);
+      Tagged(b.Op(Instruction::MSE_LOSS, {pred[m], y[m]}, {loss_mb}), F, m)
+          ->set_scale(1.0f / (kB * kO));
+      Tagged(b.Op(Instruction::ACCUMULATE, {loss_mb}, {loss}), F, m);
+    }
+    for (int m = 0; m < kMicroBatches; ++m) {
+      Tagged(b.Op(Instruction::MSE_GRAD, {pred[m], y[m]}, {dpred[m]}), B, m)
+          ->set_scale(2.0f / (kB * kO));
+      Tagged(b.Op(Instruction::MATMUL, {act[m], dpred[m]}, {dw1_mb}), B, m)->set_transpose_a(true);
+      Tagged(b.Op(Instruction::ACCUMULATE, {dw1_mb}, {dw1}), B, m);
+      Tagged(b.Op(Instruction::MATMUL, {dpred[m], w1}, {dact[m]}), B, m)->set_transpose_b(true);
+      Tagged(PointToPoint(b, Instruction::SEND, dact[m], 0, 2 * m + 1), B, m);
+    }
+    Tagged(PointToPoint(b, Instruction::SEND, loss, 0, kLossTag), O, -1);
+    Tagged(b.Op(Instruction::SGD, {w1, dw1}, {w1}), O, -1)->set_lr(kLr);
+  }
+  return b.program();
+}
+
+TEST(ExecutorTest, TwoStagePipelineMatchesFloat64Reference) {
+  const int kSteps = 3;
+  MlpReference ref;
+  ref.Run(20240607, kSteps);
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({PipelineProgram(0, false), PipelineProgram(1, false)}, kSteps, &losses, &execs);
+  ASSERT_EQ(losses[0].size(), kSteps);
+  ASSERT_EQ(losses[1].size(), kSteps);
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_NEAR(losses[1][s], ref.losses[s], 1e-5 * ref.losses[s]) << "step " << s + 1;
+    EXPECT_EQ(losses[0][s], losses[1][s]) << "step " << s + 1;  // sent back to stage 0
+  }
+  auto w0 = execs[0]->ReadBuffer("fc0.weight");
+  auto b0 = execs[0]->ReadBuffer("fc0.bias");
+  auto w1 = execs[1]->ReadBuffer("fc1.weight");
+  ASSERT_TRUE(w0.ok() && b0.ok() && w1.ok());
+  ExpectAllClose(*w0, ref.w0, 1e-5, 1e-6, "fc0.weight");
+  ExpectAllClose(*b0, ref.b0, 1e-5, 1e-6, "fc0.bias");
+  ExpectAllClose(*w1, ref.w1, 1e-5, 1e-6, "fc1.weight");
+  // Untraced: no spans.
+  EXPECT_TRUE(execs[0]->TakeSpans().empty());
+}
+
+TEST(ExecutorTest, TraceHasOneSpanPerWorkItemAndPerTransfer) {
+  const int64_t before_us = absl::ToUnixMicros(absl::Now());
+  std::vector<std::vector<float>> losses, traced_losses;
+  std::vector<std::unique_ptr<Executor>> execs, traced;
+  RunAll({PipelineProgram(0, false), PipelineProgram(1, false)}, 1, &losses, &execs);
+  RunAll({PipelineProgram(0, true), PipelineProgram(1, true)}, 1, &traced_losses, &traced);
+  const int64_t after_us = absl::ToUnixMicros(absl::Now());
+  // Tracing changes no number.
+  EXPECT_EQ(losses[0], traced_losses[0]);
+
+  struct Want {
+    std::string name, category;
+    int micro_batch, chunk;
+  };
+  const std::vector<std::vector<Want>> want = {
+      {{"compute", "compute", -1, -1},
+       {"load mb0 c0", "data", 0, 0},
+       {"F mb0 c0", "forward", 0, 0},
+       {"send relu0.out@mb0 to r1", "send", 0, 0},
+       {"load mb1 c0", "data", 1, 0},
+       {"F mb1 c0", "forward", 1, 0},
+       {"send relu0.out@mb1 to r1", "send", 1, 0},
+       {"recv relu0.out@grad@mb0 from r1", "recv", 0, 0},
+       {"B mb0 c0", "backward", 0, 0},
+       {"recv relu0.out@grad@mb1 from r1", "recv", 1, 0},
+       {"B mb1 c0", "backward", 1, 0},
+       {"recv loss from r1", "recv", -1, -1},
+       {"optimizer", "optimizer", -1, -1}},
+      {{"compute", "compute", -1, -1},
+       {"recv relu0.out@mb0 from r0", "recv", 0, 0},
+       {"load mb0 c0", "data", 0, 0},
+       {"F mb0 c0", "forward", 0, 0},
+       {"recv relu0.out@mb1 from r0", "recv", 1, 0},
+       {"load mb1 c0", "data", 1, 0},
+       {"F mb1 c0", "forward", 1, 0},
+       {"B mb0 c0", "backward", 0, 0},
+       {"send relu0.out@grad@mb0 to r0", "send", 0, 0},
+       {"B mb1 c0", "backward", 1, 0},
+       {"send relu0.out@grad@mb1 to r0", "send", 1, 0},
+       {"send loss to r0", "send", -1, -1},
+       {"optimizer", "optimizer", -1, -1}},
+  };
+  for (int r = 0; r < 2; ++r) {
+    std::vector<v1::TraceSpan> spans = traced[r]->TakeSpans();
+    ASSERT_EQ(spans.size(), want[r].size()) << "rank " << r;
+    for (size_t i = 0; i < spans.size(); ++i) {
+      const v1::TraceSpan& span = spans[i];
+      EXPECT_EQ(span.name(), want[r][i].name) << "rank " << r << " span " << i;
+      EXPECT_EQ(span.category(), want[r][i].category) << span.name();
+      EXPECT_EQ(span.micro_batch(), want[r][i].micro_batch) << span.name();
+      EXPECT_EQ(span.chunk(), want[r][i].chunk) << span.name();
+      EXPECT_GE(span.duration_us(), 1) << span.name();
+      EXPECT_GE(span.start_us(), before_us) << span.name();
+      EXPECT_LE(span.start_us() + span.duration_us(), after_us + 1000) << span.name();
+      // The spans tile the step: each starts where the previous one ended.
+      if (i > 0) {
+        EXPECT_EQ(span.start_us(), spans[i - 1].start_us() + spans[i - 1].duration_us())
+            << span.name();
+      }
+    }
+    EXPECT_TRUE(traced[r]->TakeSpans().empty()) << "TakeSpans moves them out";
+  }
+}
+
+TEST(ExecutorTest, CreateRejectsBadPointToPointAndAccumulate) {
+  LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(2, absl::Seconds(1)), 0);
+  auto expect_error = [&](const v1::Program& p, const std::string& text) {
+    absl::Status s = Executor::Create(p, &factory).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(text), std::string::npos) << s;
+  };
+  auto first = [](v1::Program& p, Instruction::Op op) {
+    for (Instruction& ins : *p.mutable_step()) {
+      if (ins.op() == op) return &ins;
+    }
+    return static_cast<Instruction*>(nullptr);
+  };
+  v1::Program p = PipelineProgram(0, false);
+  first(p, Instruction::SEND)->set_peer(2);
+  expect_error(p, "peer 2 is not a member of group 0 (pp, 2 members)");
+  p = PipelineProgram(0, false);
+  first(p, Instruction::SEND)->set_peer(0);
+  expect_error(p, "peer 0 is this rank itself");
+  p = PipelineProgram(0, false);
+  first(p, Instruction::RECV)->add_inputs(0);
+  expect_error(p, "RECV");
+  p = PipelineProgram(0, false);
+  first(p, Instruction::SEND)->set_group(3);
+  expect_error(p, "group 3 is not in the program");
+  p = PipelineProgram(0, false);
+  first(p, Instruction::ACCUMULATE)->set_inputs(0, 0);  // fc0.weight@grad += loss
+  expect_error(p, "ACCUMULATE");
+  p = PipelineProgram(0, false);
+  first(p, Instruction::FILL)->add_inputs(1);
+  expect_error(p, "expects 0 inputs and 1 outputs");
+}
+
 }  // namespace
 }  // namespace weft

@@ -1,5 +1,5 @@
 // mse: loss[1] = scale * sum((pred - label)^2), scale = 1/N_global; mse_grad: dpred =
-// scale * (pred - label), scale = 2/N_global. Per mesh dim, for any axis i:
+// scale * (pred - label), scale = 2/N_global (twice the loss's scale). Per mesh dim, for any axis i:
 //   pred[R],    label[R]    -> loss[R]            dpred[R]
 //   pred[S(i)], label[S(i)] -> loss[Partial(sum)]  dpred[S(i)]
 // A sharded prediction gives each rank its term of the global mean; resharding the loss to
@@ -41,10 +41,10 @@ absl::StatusOr<std::vector<DimStrategy>> MseGradStrategies(const OpSignature& si
 absl::Status MseVjp(GradBuilder& b) {
   const int pred = b.op().inputs[0], label = b.op().inputs[1];
   if (b.needs_grad(1)) return absl::UnimplementedError("gradient of the label");
-  int64_t n = 1;
-  for (int64_t d : b.tensor(pred).shape) n *= d;
-  ASSIGN_OR_RETURN(int dpred, b.Emit("mse_grad", {pred, label}, pred, false, false,
-                                     static_cast<float>(2.0 / static_cast<double>(n))));
+  // d/dpred of scale * sum((pred - label)^2); scale is 1/N of the whole batch, which a
+  // pipeline micro-batch's prediction is only a part of.
+  ASSIGN_OR_RETURN(int dpred,
+                   b.Emit("mse_grad", {pred, label}, pred, false, false, 2.0f * b.op().scale));
   b.set_input_grad(0, dpred);
   return absl::OkStatus();
 }
