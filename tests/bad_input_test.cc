@@ -181,6 +181,33 @@ TEST_F(BadInputTest, ShardOnAMeshDimThatDoesNotExistIsRejectedByTheCli) {
   }
 }
 
+TEST_F(BadInputTest, PipelineDimMissingFromTheMesh) {
+  ExpectRejected(job_->SpecYaml("{shape: [2], dim_names: [dp]}",
+                                "pipeline: {dim: pp, schedule: FThenB, micro_batches: 2}\n"),
+                 {"pipeline.dim", "pp"});
+}
+
+TEST_F(BadInputTest, VppWithOneVirtualStage) {
+  ExpectRejected(job_->SpecYaml("{shape: [2], dim_names: [pp]}",
+                                "pipeline: {dim: pp, schedule: VPP, micro_batches: 2, "
+                                "virtual_stages: 1}\n"),
+                 {"virtual_stages", "VPP"});
+}
+
+TEST_F(BadInputTest, DecreasingStages) {
+  ExpectRejected(job_->SpecYaml("{shape: [2], dim_names: [pp]}",
+                                "pipeline: {dim: pp, schedule: FThenB, micro_batches: 2}\n",
+                                {{"fc0", "stage: 1"}, {"fc1", "stage: 0"}}),
+                 {"fc1", "stage", "must not decrease"});
+}
+
+TEST_F(BadInputTest, StageOutOfRange) {
+  ExpectRejected(job_->SpecYaml("{shape: [2], dim_names: [pp]}",
+                                "pipeline: {dim: pp, schedule: FThenB, micro_batches: 2}\n",
+                                {{"fc0", "stage: 0"}, {"fc1", "stage: 1"}, {"fc2", "stage: 2"}}),
+                 {"stage", "fc2"});
+}
+
 TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {
   std::string big_id;
   grpc::Status s = Submit(job_->SpecYaml("{shape: [4], dim_names: [dp]}"), &big_id);

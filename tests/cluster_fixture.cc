@@ -81,7 +81,7 @@ std::vector<double> MlpJob::ReferenceLosses() const {
   return mlp.Train(inputs, labels, kSamples, kBatch, kSteps, optimizer);
 }
 
-std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks) {
+std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks, int steps) {
   CommandResult r = RunCommand({BinaryPath("client/weftctl"), "local", "--ranks",
                                 std::to_string(ranks), "--json", "--coordinator_bin",
                                 BinaryPath("coordinator/weft-coordinator"), "--worker_bin",
@@ -92,7 +92,7 @@ std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks) {
   std::string state;
   std::vector<double> losses = ParseStepLosses(r.out, &state);
   EXPECT_EQ(state, "SUCCEEDED") << r.out << r.err;
-  EXPECT_EQ(losses.size(), static_cast<size_t>(MlpJob::kSteps)) << r.out << r.err;
+  EXPECT_EQ(losses.size(), static_cast<size_t>(steps)) << r.out << r.err;
   return losses;
 }
 

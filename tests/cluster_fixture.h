@@ -37,7 +37,8 @@ struct MlpJob {
 
 // Runs `weftctl local --ranks N --json SPEC` through the real binaries and returns the per-step
 // losses; fails the calling test unless the job SUCCEEDED with every step reported.
-std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks);
+std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks,
+                                   int steps = MlpJob::kSteps);
 
 // |a - b| / |b|.
 double RelDiff(double a, double b);

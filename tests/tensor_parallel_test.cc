@@ -33,6 +33,8 @@ std::string SpecFor(const MlpJob& job, const TpCase& c) {
   return job.SpecYaml(c.mesh, "", layers);
 }
 
+void PrintTo(const TpCase& c, std::ostream* os) { *os << c.name; }
+
 class TensorParallelTest : public ::testing::TestWithParam<TpCase> {};
 
 TEST_P(TensorParallelTest, LossesMatchOneRankAndFloat64Reference) {
