@@ -7,30 +7,21 @@
 
 #include <cmath>
 #include <map>
-#include <thread>
 
 #include "common/spec/spec.h"
 #include "coordinator/planner/planner.h"
 #include "tests/cluster_fixture.h"
-#include "worker/comm/local/local_communicator.h"
-#include "worker/executor/executor.h"
+#include "tests/rank_simulation.h"
 
 namespace weft::testing {
 namespace {
 
 const char* const kParams[] = {"fc0.weight", "fc0.bias", "fc1.weight", "fc2.weight", "fc2.bias"};
 
-// One rank's piece of a parameter after training, and where it lies in the global tensor.
-struct Piece {
-  std::vector<float> values;
-  std::vector<int64_t> global_shape, offsets, lengths;
-  bool zeros_init = false;  // a Partial(sum) parameter not held by this rank
-};
-
 struct RunOutput {
-  std::vector<double> losses;                                     // rank 0's
-  std::vector<std::map<std::string, Piece>> pieces;               // by rank
-  std::map<v1::Instruction::Op, int> ops;                         // instruction counts, all ranks
+  std::vector<double> losses;                             // rank 0's
+  std::vector<std::map<std::string, ParamPiece>> pieces;  // by rank
+  std::map<v1::Instruction::Op, int> ops;                 // instruction counts, all ranks
 };
 
 // Plans `yaml` and runs every rank in its own thread; fails the test on any error or on ranks
@@ -46,61 +37,23 @@ RunOutput Simulate(const MlpJob& job, const std::string& yaml) {
   auto programs = planner::PlanJob(*spec, "sim", 0);
   EXPECT_TRUE(programs.ok()) << programs.status();
   if (!programs.ok()) return out;
-  const int world = static_cast<int>(programs->size());
   for (const v1::Program& p : *programs) {
     for (const v1::Instruction& ins : p.step()) ++out.ops[ins.op()];
   }
-  auto local_world = std::make_shared<LocalWorld>(world, absl::Seconds(30));
-  std::vector<std::vector<double>> losses(world);
-  std::vector<absl::Status> status(world);
-  out.pieces.resize(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      const v1::Program& program = (*programs)[r];
-      LocalCommunicatorFactory factory(local_world, r);
-      auto exec = Executor::Create(program, &factory);
-      if (!exec.ok()) {
-        status[r] = exec.status();
-        return;
-      }
-      status[r] = (*exec)->Initialize();
-      for (int64_t s = 1; status[r].ok() && s <= program.steps(); ++s) {
-        auto loss = (*exec)->RunStep(s);
-        if (!loss.ok()) {
-          status[r] = loss.status();
-          break;
-        }
-        losses[r].push_back(*loss);
-      }
-      if (!status[r].ok()) return;
-      for (const v1::ParamInit& init : program.init()) {
-        if (program.buffers(init.buffer()).role() != v1::Buffer::PARAM) continue;
-        auto values = (*exec)->ReadBuffer(init.name());
-        EXPECT_TRUE(values.ok()) << init.name() << ": " << values.status();
-        if (!values.ok()) continue;
-        Piece piece;
-        piece.values = *values;
-        piece.global_shape.assign(init.global_shape().begin(), init.global_shape().end());
-        piece.offsets.assign(init.box().offsets().begin(), init.box().offsets().end());
-        piece.lengths.assign(init.box().lengths().begin(), init.box().lengths().end());
-        piece.zeros_init = init.kind() == v1::ParamInit::ZEROS;
-        out.pieces[r][init.name()] = std::move(piece);
-      }
-    });
+  std::vector<RankRun> ranks = SimulateRanks(*programs);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
+    EXPECT_EQ(ranks[r].losses, ranks[0].losses)
+        << "rank " << r << " reports a different loss than rank 0";
+    out.pieces.push_back(std::move(ranks[r].params));
   }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) {
-    EXPECT_TRUE(status[r].ok()) << "rank " << r << ": " << status[r];
-    EXPECT_EQ(losses[r], losses[0]) << "rank " << r << " reports a different loss than rank 0";
-  }
-  out.losses = losses[0];
+  out.losses = ranks[0].losses;
   return out;
 }
 
 // The box of a row-major tensor of global_shape (1-d or 2-d).
 template <typename T>
-std::vector<double> Slice(const std::vector<T>& full, const Piece& piece) {
+std::vector<double> Slice(const std::vector<T>& full, const ParamPiece& piece) {
   std::vector<double> out;
   if (piece.global_shape.size() == 1) {
     for (int64_t i = 0; i < piece.lengths[0]; ++i) out.push_back(full[piece.offsets[0] + i]);
@@ -197,7 +150,7 @@ TEST_P(SimulatedRunTest, MatchesOneRankAndFloat64Reference) {
     for (const char* name : kParams) {
       auto it = dist.pieces[r].find(name);
       ASSERT_NE(it, dist.pieces[r].end()) << "rank " << r << " has no " << name;
-      const Piece& piece = it->second;
+      const ParamPiece& piece = it->second;
       std::vector<double> want = Slice(ref.params.at(name), piece);
       std::vector<double> one = Slice(single.pieces[0].at(name).values, piece);
       ASSERT_EQ(piece.values.size(), want.size()) << name;

@@ -10,19 +10,6 @@
 namespace weft::planner {
 namespace {
 
-int64_t Elements(const v1::Buffer& b) {
-  int64_t n = 1;
-  for (int64_t d : b.shape()) n *= d;
-  return n;
-}
-
-const v1::CommGroup* FindGroup(const v1::Program& p, int id) {
-  for (const v1::CommGroup& g : p.groups()) {
-    if (g.id() == id) return &g;
-  }
-  return nullptr;
-}
-
 bool IsCollective(v1::Instruction::Op op) {
   return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
          op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
@@ -42,13 +29,26 @@ std::string Bytes(int64_t n) {
 
 }  // namespace
 
+const v1::CommGroup* FindGroup(const v1::Program& program, int group_id) {
+  for (const v1::CommGroup& g : program.groups()) {
+    if (g.id() == group_id) return &g;
+  }
+  return nullptr;
+}
+
+int64_t BufferElements(const v1::Buffer& buffer) {
+  int64_t n = 1;
+  for (int64_t d : buffer.shape()) n *= d;
+  return n;
+}
+
 int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
   if (!IsCollective(ins.op())) return 0;
   const v1::CommGroup* group = FindGroup(p, ins.group());
   if (group == nullptr || ins.inputs_size() == 0 || ins.outputs_size() == 0) return 0;
   const int64_t k = group->ranks_size();
-  const int64_t in = 4 * Elements(p.buffers(ins.inputs(0)));
-  const int64_t out = 4 * Elements(p.buffers(ins.outputs(0)));
+  const int64_t in = 4 * BufferElements(p.buffers(ins.inputs(0)));
+  const int64_t out = 4 * BufferElements(p.buffers(ins.outputs(0)));
   switch (ins.op()) {
     case v1::Instruction::ALL_REDUCE:
       return 2 * (k - 1) * in / k;
@@ -130,8 +130,8 @@ std::string FormatProgram(const v1::Program& p) {
   std::map<std::string, int64_t> by_role;
   int64_t memory = 0;
   for (const v1::Buffer& b : p.buffers()) {
-    by_role[v1::Buffer::Role_Name(b.role())] += 4 * Elements(b);
-    memory += 4 * Elements(b);
+    by_role[v1::Buffer::Role_Name(b.role())] += 4 * BufferElements(b);
+    memory += 4 * BufferElements(b);
   }
   absl::StrAppend(&s, "totals: ", p.step_size(), " instructions, ", collectives,
                   " collectives, ", Bytes(total_bytes), " sent per step; memory ", Bytes(memory),

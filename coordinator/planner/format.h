@@ -16,6 +16,12 @@ namespace weft::planner {
 
 std::string FormatProgram(const v1::Program& program);
 
+// The group of `program` with id `group_id`, or null when it has none.
+const v1::CommGroup* FindGroup(const v1::Program& program, int group_id);
+
+// Number of elements of `buffer` (the product of its local shape; 1 for a scalar).
+int64_t BufferElements(const v1::Buffer& buffer);
+
 // Bytes this rank sends for one collective instruction (ring all-reduce 2(K-1)/K * n,
 // all-gather and reduce-scatter (K-1)/K of the full tensor, all-to-all every piece of the
 // local tensor but this member's own); 0 for local instructions.

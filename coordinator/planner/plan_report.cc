@@ -7,18 +7,8 @@
 namespace weft::planner {
 namespace {
 
-int64_t Bytes(const v1::Buffer& b) {
-  int64_t n = 4;
-  for (int64_t d : b.shape()) n *= d;
-  return n;
-}
-
-const v1::CommGroup* FindGroup(const v1::Program& p, int id) {
-  for (const v1::CommGroup& g : p.groups()) {
-    if (g.id() == id) return &g;
-  }
-  return nullptr;
-}
+// float32 throughout.
+int64_t Bytes(const v1::Buffer& b) { return 4 * BufferElements(b); }
 
 bool Transient(v1::Buffer::Role role) {
   return role == v1::Buffer::ACTIVATION || role == v1::Buffer::DATA || role == v1::Buffer::LOSS;

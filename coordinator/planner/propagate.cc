@@ -90,6 +90,19 @@ absl::Status PlaceParameters(const v1::JobSpec& spec, Graph* graph) {
   return absl::OkStatus();
 }
 
+absl::Status PlaceOps(const RuleRegistry& registry, Graph* g) {
+  std::vector<Op> ops = std::move(g->ops);
+  g->ops.clear();
+  for (Op& op : ops) {
+    if (op.type == "load_input" || op.type == "load_label") {
+      g->ops.push_back(std::move(op));
+      continue;
+    }
+    RETURN_IF_ERROR(AppendPlacedOp(registry, g, std::move(op)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Graph> Propagate(const v1::JobSpec& spec, const RuleRegistry& registry, Graph g) {
   RETURN_IF_ERROR(PlaceParameters(spec, &g));
   ASSIGN_OR_RETURN(g.tensors[g.input].dist,
@@ -97,15 +110,7 @@ absl::StatusOr<Graph> Propagate(const v1::JobSpec& spec, const RuleRegistry& reg
   ASSIGN_OR_RETURN(g.tensors[g.label].dist,
                    BatchAttr(spec, g.mesh, static_cast<int>(g.tensors[g.label].shape.size())));
 
-  std::vector<Op> ops = std::move(g.ops);
-  g.ops.clear();
-  for (Op& op : ops) {
-    if (op.type == "load_input" || op.type == "load_label") {
-      g.ops.push_back(std::move(op));
-      continue;
-    }
-    RETURN_IF_ERROR(AppendPlacedOp(registry, &g, std::move(op)));
-  }
+  RETURN_IF_ERROR(PlaceOps(registry, &g));
   g.loss = AppendReshard(&g, g.loss, DistAttr::Replicated(g.mesh), Phase::kForward, "");
   return g;
 }

@@ -36,6 +36,10 @@ absl::StatusOr<DistAttr> BatchAttr(const v1::JobSpec& spec, const Mesh& mesh, in
 // propagate, autodiff and optimizer so every op is placed by the same rules.
 absl::Status AppendPlacedOp(const RuleRegistry& registry, Graph* g, Op op);
 
+// Re-adds every op of g through AppendPlacedOp, in order (data loads, already placed, pass
+// through): the forward pass of a graph whose parameters and batch have their placements.
+absl::Status PlaceOps(const RuleRegistry& registry, Graph* g);
+
 // Appends `reshard` of tensor `id` to `target` (no-op when equal) and returns the id holding
 // the result: a new tensor with the same name, shape and role.
 int AppendReshard(Graph* g, int id, const DistAttr& target, Phase phase, const std::string& layer);

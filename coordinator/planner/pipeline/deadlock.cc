@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/planner/format.h"
 
 namespace weft::planner::pipeline {
 namespace {
@@ -199,11 +200,10 @@ std::map<int, std::vector<int>> Groups(const std::vector<v1::Program>& programs)
   return groups;
 }
 
+// -1 for an index that names no buffer, so such a transfer matches no well-formed peer.
 int64_t Elements(const v1::Program& p, int buffer) {
   if (buffer < 0 || buffer >= p.buffers_size()) return -1;
-  int64_t n = 1;
-  for (int64_t d : p.buffers(buffer).shape()) n *= d;
-  return n;
+  return BufferElements(p.buffers(buffer));
 }
 
 }  // namespace

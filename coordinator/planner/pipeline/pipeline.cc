@@ -120,15 +120,7 @@ absl::StatusOr<ChunkGraph> BuildChunk(const v1::JobSpec& spec, const Plan& plan,
     g.ops.push_back(mse);
   }
   RETURN_IF_ERROR(CheckReplicatedOnPipelineDim(g, plan.dim, "batch"));
-  std::vector<Op> pending = std::move(g.ops);
-  g.ops.clear();
-  for (Op& op : pending) {
-    if (op.type == "load_input" || op.type == "load_label") {
-      g.ops.push_back(std::move(op));
-      continue;
-    }
-    RETURN_IF_ERROR(AppendPlacedOp(rules, &g, std::move(op)));
-  }
+  RETURN_IF_ERROR(PlaceOps(rules, &g));
   return cg;
 }
 

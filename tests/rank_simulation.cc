@@ -1,0 +1,70 @@
+#include "tests/rank_simulation.h"
+
+#include <functional>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "worker/comm/local/local_communicator.h"
+#include "worker/executor/executor.h"
+
+namespace weft::testing {
+namespace {
+
+// Rank `rank`'s whole run: create, initialize, every step, then read back its parameters.
+void RunRank(const v1::Program& program, const std::shared_ptr<LocalWorld>& world, int rank,
+             RankRun* out) {
+  LocalCommunicatorFactory factory(world, rank);
+  auto exec = Executor::Create(program, &factory);
+  if (!exec.ok()) {
+    out->status = exec.status();
+    return;
+  }
+  out->status = (*exec)->Initialize();
+  for (int64_t s = 1; out->status.ok() && s <= program.steps(); ++s) {
+    auto loss = (*exec)->RunStep(s);
+    if (!loss.ok()) {
+      out->status = loss.status();
+      break;
+    }
+    out->losses.push_back(*loss);
+  }
+  if (!out->status.ok()) return;
+  for (const v1::ParamInit& init : program.init()) {
+    if (program.buffers(init.buffer()).role() != v1::Buffer::PARAM) continue;
+    auto values = (*exec)->ReadBuffer(init.name());
+    if (!values.ok()) {
+      // Keep reading the others; the first failure is the rank's status.
+      if (out->status.ok()) {
+        out->status = absl::Status(values.status().code(),
+                                   absl::StrCat("reading ", init.name(), " after the last step: ",
+                                                values.status().message()));
+      }
+      continue;
+    }
+    ParamPiece piece;
+    piece.values = *std::move(values);
+    piece.global_shape.assign(init.global_shape().begin(), init.global_shape().end());
+    piece.offsets.assign(init.box().offsets().begin(), init.box().offsets().end());
+    piece.lengths.assign(init.box().lengths().begin(), init.box().lengths().end());
+    piece.zeros_init = init.kind() == v1::ParamInit::ZEROS;
+    out->params[init.name()] = std::move(piece);
+  }
+}
+
+}  // namespace
+
+std::vector<RankRun> SimulateRanks(const std::vector<v1::Program>& programs) {
+  const int world_size = static_cast<int>(programs.size());
+  auto world = std::make_shared<LocalWorld>(world_size, absl::Seconds(30));
+  std::vector<RankRun> ranks(world_size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world_size; ++r) {
+    threads.emplace_back(RunRank, std::cref(programs[r]), std::cref(world), r, &ranks[r]);
+  }
+  for (std::thread& t : threads) t.join();
+  return ranks;
+}
+
+}  // namespace weft::testing
