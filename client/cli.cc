@@ -24,7 +24,7 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"submit", {1, 1, "SPEC"}}, {"get", {1, 1, "JOB"}},     {"list", {0, 0, ""}},
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
-      {"trace", {2, 2, "JOB FILE"}},
+      {"trace", {2, 2, "JOB FILE"}},      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT"}},
   };
   return *commands;
 }
@@ -37,7 +37,7 @@ struct FlagInfo {
 const std::map<std::string, FlagInfo>& Flags() {
   static const auto* flags = new std::map<std::string, FlagInfo>{
       {"coordinator", {true, {}}},
-      {"json", {false, {"submit", "get", "list", "watch", "workers", "local", "plan"}}},
+      {"json", {false, {"submit", "get", "list", "watch", "workers", "local", "plan", "ckpt"}}},
       {"watch", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
       {"coordinator_bin", {true, {"local"}}},
@@ -186,6 +186,21 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
                                    : std::string(info.positional_name),
         ", got unexpected '", cl.positional[info.max_positional], "'"));
   }
+  if (cl.command == "ckpt") {
+    const std::string& sub = cl.positional[0];
+    const int want = sub == "export" ? 3 : 2;
+    if (sub != "inspect" && sub != "verify" && sub != "export") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "unknown 'ckpt' command '", sub, "'; known: inspect, verify, export"));
+    }
+    if (n != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'ckpt ", sub, "' takes ", sub == "export" ? "DIR OUT.safetensors" : "one DIR"));
+    }
+    if (cl.json && sub != "inspect") {
+      return absl::InvalidArgumentError("--json applies to 'ckpt inspect' only");
+    }
+  }
   return cl;
 }
 
@@ -216,6 +231,14 @@ Commands:
                                    FILE as Chrome trace-event JSON (open it in ui.perfetto.dev
                                    or chrome://tracing): one process per rank, a slice per
                                    forward/backward block, send, recv and collective
+  ckpt inspect DIR [--json]        a checkpoint (DIR: a step folder, or a checkpoint folder for
+                                   its latest committed step): per tensor its dtype, global
+                                   shape and chunks (offsets, lengths, file, byte range,
+                                   crc32c); the files and their sizes; the totals
+  ckpt verify DIR                  read every chunk and check its crc32c and that each tensor
+                                   is covered; exits 1 naming each bad tensor and file
+  ckpt export DIR OUT.safetensors  write every tensor whole (F32, by global name) into one
+                                   safetensors file, atomically
   help                             this text
 
 Flags:

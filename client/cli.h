@@ -21,7 +21,8 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
 struct CommandLine {
   std::string command;  // submit | get | list | cancel | watch | workers | local | plan | trace |
-                        // help
+                        // ckpt | help
+  // ckpt: positional[0] is inspect | verify | export, checked with its arguments.
   std::vector<std::string> positional;  // after the command
   std::string coordinator;              // HOST:PORT
   bool json = false;

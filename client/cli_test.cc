@@ -155,5 +155,25 @@ TEST(CliTest, Errors) {
   }
 }
 
+TEST(CliTest, CkptSubcommands) {
+  absl::StatusOr<CommandLine> cl = Parse({"ckpt", "inspect", "ckpt_dir", "--json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->command, "ckpt");
+  EXPECT_THAT(cl->positional, ElementsAre("inspect", "ckpt_dir"));
+  EXPECT_TRUE(cl->json);
+  cl = Parse({"ckpt", "export", "ckpt_dir", "out.safetensors"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->positional, ElementsAre("export", "ckpt_dir", "out.safetensors"));
+  EXPECT_THAT(Parse({"ckpt", "frob", "d"}).status().message(),
+              HasSubstr("unknown 'ckpt' command 'frob'"));
+  EXPECT_THAT(Parse({"ckpt", "verify", "d", "x"}).status().message(),
+              HasSubstr("'ckpt verify' takes one DIR"));
+  EXPECT_THAT(Parse({"ckpt", "export", "d"}).status().message(),
+              HasSubstr("'ckpt export' takes DIR OUT.safetensors"));
+  EXPECT_THAT(Parse({"ckpt", "verify", "d", "--json"}).status().message(),
+              HasSubstr("--json applies to 'ckpt inspect' only"));
+  EXPECT_THAT(Parse({"ckpt", "inspect"}).status().message(), HasSubstr("'ckpt' needs"));
+}
+
 }  // namespace
 }  // namespace weft::client

@@ -52,9 +52,23 @@ std::string FormatEventJson(const v1::JobEvent& event) {
       return FormatStepJson(event.step());
     case v1::JobEvent::kState:
       return FormatStateJson(event.state(), event.message());
+    case v1::JobEvent::kSaved:
+      return FormatSavedJson(event.saved());
     default:
       return "";
   }
+}
+
+std::string FormatSavedJson(const v1::CheckpointSaved& saved) {
+  return absl::StrCat("{\"type\":\"checkpoint\",\"step\":", saved.step(),
+                      ",\"bytes\":", saved.bytes(), ",\"seconds\":", JsonNumber(saved.seconds()),
+                      ",\"path\":", JsonString(saved.path()), "}");
+}
+
+std::string FormatSavedText(const v1::CheckpointSaved& saved) {
+  return absl::StrCat("checkpoint step ", saved.step(), "  ",
+                      absl::StrFormat("%.1f", saved.bytes() / 1e6), " MB  (",
+                      absl::StrFormat("%.3f", saved.seconds()), " s)  ", saved.path());
 }
 
 std::string FormatThousands(double value) {
@@ -96,6 +110,8 @@ std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps) {
       return FormatStepText(event.step(), total_steps);
     case v1::JobEvent::kState:
       return FormatStateText(event.state(), event.message());
+    case v1::JobEvent::kSaved:
+      return FormatSavedText(event.saved());
     default:
       return "";
   }

@@ -34,7 +34,9 @@ std::string FormatStepJson(const v1::StepMetrics& step);
 // {"type":"state","state":"FAILED","message":"..."}; the message is always present for FAILED
 // and CANCELLED, and for other states when non-empty.
 std::string FormatStateJson(v1::JobState state, const std::string& message);
-// One of the two above; empty for an event with neither a state nor a step.
+// {"type":"checkpoint","step":S,"bytes":N,"seconds":T,"path":"<dir>/step-<S>"}
+std::string FormatSavedJson(const v1::CheckpointSaved& saved);
+// One of the three above; empty for an event with neither a state, a step nor a checkpoint.
 std::string FormatEventJson(const v1::JobEvent& event);
 
 // "step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  (0.014 s)" (total_steps 0:
@@ -42,6 +44,8 @@ std::string FormatEventJson(const v1::JobEvent& event);
 std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps);
 // "state RUNNING" or "state FAILED: <message>"
 std::string FormatStateText(v1::JobState state, const std::string& message);
+// "checkpoint step 100  12.3 MB  (0.045 s)  /data/ckpt/step-100"
+std::string FormatSavedText(const v1::CheckpointSaved& saved);
 std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps);
 
 // 2345.6 -> "2,346"

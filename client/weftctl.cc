@@ -1,6 +1,7 @@
 // weftctl: the command line of Weft. Submits, watches, lists and cancels jobs on a coordinator,
 // `weftctl local` runs a job on a coordinator and workers it starts itself, and `weftctl plan`
-// shows what each rank would do without any daemon. See UsageText()
+// shows what each rank would do without any daemon; `weftctl ckpt` inspects, verifies and exports
+// checkpoints. See UsageText()
 // in cli.cc for the commands.
 #include <pthread.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/ckpt.h"
 #include "client/cli.h"
 #include "client/coordinator_client.h"
 #include "client/event_format.h"
@@ -331,6 +333,38 @@ int RunPlan(const CommandLine& cl) {
   return 0;
 }
 
+int RunCkpt(const CommandLine& cl) {
+  const std::string& sub = cl.positional[0];
+  absl::StatusOr<std::string> step_dir = ResolveCheckpoint(cl.positional[1]);
+  if (!step_dir.ok()) return Fail(step_dir.status());
+  absl::StatusOr<checkpoint::CheckpointReader> reader =
+      checkpoint::CheckpointReader::Open(*step_dir);
+  if (!reader.ok()) return Fail(reader.status());
+  if (sub == "inspect") {
+    std::cout << (cl.json ? FormatCheckpointJson(*reader) + "\n" : FormatCheckpointText(*reader))
+              << std::flush;
+    return 0;
+  }
+  if (sub == "verify") {
+    int64_t bytes = 0;
+    const std::vector<absl::Status> problems = VerifyCheckpoint(*reader, &bytes);
+    for (const absl::Status& s : problems) Fail(s);
+    if (!problems.empty()) {
+      std::cerr << "weftctl: " << *step_dir << ": " << problems.size() << " problem(s)"
+                << std::endl;
+      return 1;
+    }
+    PrintLine(absl::StrCat(*step_dir, ": OK: ", reader->index().tensors.size(), " tensor(s), ",
+                           bytes, " bytes checked"));
+    return 0;
+  }
+  absl::Status s = ExportCheckpoint(*reader, cl.positional[2]);
+  if (!s.ok()) return Fail(s);
+  PrintLine(absl::StrCat("wrote ", cl.positional[2], ": ", reader->index().tensors.size(),
+                         " tensor(s) from ", *step_dir));
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   absl::StatusOr<CommandLine> cl =
@@ -352,6 +386,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "local") return RunLocal(*cl, argv[0]);
   if (cl->command == "plan") return RunPlan(*cl);
   if (cl->command == "trace") return RunTrace(*cl);
+  if (cl->command == "ckpt") return RunCkpt(*cl);
   std::cerr << "weftctl: unknown command " << cl->command << "\n";
   return 2;
 }

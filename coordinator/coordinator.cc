@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/checkpoint/checkpoint.h"
 #include "common/spec/spec.h"
 #include "common/status.h"
 #include "coordinator/planner/planner.h"
@@ -60,6 +61,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   ASSIGN_OR_RETURN(std::vector<v1::Job> pending, store->ListJobsInState(v1::PENDING));
 
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options)));
+  c->committer_ = std::thread([coordinator = c.get()] { coordinator->CommitLoop(); });
   absl::MutexLock lock(&c->mu_);
   if (!pending.empty()) spdlog::info("{} pending job(s) queued again", pending.size());
   c->pending_ = std::move(pending);
@@ -97,6 +99,10 @@ void Coordinator::Shutdown() {
   rendezvous_.Shutdown();
   if (!stop_ticker_.HasBeenNotified()) stop_ticker_.Notify();
   if (ticker_.joinable() && ticker_.get_id() != std::this_thread::get_id()) ticker_.join();
+  if (!stop_committer_.HasBeenNotified()) stop_committer_.Notify();
+  if (committer_.joinable() && committer_.get_id() != std::this_thread::get_id()) {
+    committer_.join();
+  }
 }
 
 Coordinator::Worker* Coordinator::FindWorker(const std::string& worker_id) {
@@ -356,6 +362,7 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   run.workers = workers;
   run.done.assign(world, false);
   run.steps = std::make_unique<StepAggregator>(world, job.spec().data().batch_size());
+  run.saves = std::make_unique<CheckpointAggregator>(world);
   for (int r = 0; r < world; ++r) {
     Worker* w = FindWorker(workers[r]);
     w->status = WorkerStatus::kBusy;
@@ -370,11 +377,25 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
     programs = absl::InternalError(absl::StrCat("the planner made ", programs->size(),
                                                 " programs for ", world, " ranks"));
   }
+  // Where the starting state comes from: train.resume or init_from naming a checkpoint.
+  absl::StatusOr<CheckpointLoad> load = CheckpointLoad();
+  if (programs.ok()) load = ResolveCheckpointLoad(job.spec());
+  if (programs.ok() && !load.ok()) programs = load.status();
+  if (programs.ok() && load->optimizer_states && load->step >= job.spec().train().steps()) {
+    programs = absl::InvalidArgumentError(
+        absl::StrCat("train.steps: ", job.spec().train().steps(), " leaves nothing to resume: ",
+                     load->step_dir, " is at step ", load->step));
+  }
   if (!programs.ok()) {
     run.done.assign(world, true);  // nobody got anything to cancel
     FinishRunLocked(job_id, v1::FAILED,
                     absl::StrCat("planning failed: ", programs.status().message()));
     return;
+  }
+  for (v1::Program& program : *programs) {
+    program.set_load_checkpoint(load->step_dir);
+    program.set_load_optimizer_states(load->optimizer_states);
+    program.set_start_step(load->step);
   }
 
   if (job.spec().trace()) {
@@ -384,6 +405,11 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   run.job.set_state(v1::RUNNING);
   run.job.set_start_time_ms(Now());
   run.job.set_message(absl::StrCat("running on ", world, " worker", world == 1 ? "" : "s"));
+  if (load->optimizer_states) {
+    absl::StrAppend(run.job.mutable_message(), ", resuming from ", load->step_dir);
+  } else if (!load->step_dir.empty()) {
+    absl::StrAppend(run.job.mutable_message(), ", parameters from ", load->step_dir);
+  }
   for (const std::string& w : workers) run.job.add_workers(w);
   v1::JobEvent running = StateEvent(run.job);
   SaveJob(run.job, &running);
@@ -479,6 +505,10 @@ void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string&
     return;
   }
   if (all_done) {
+    if (run->commits_in_flight > 0) {
+      run->finish_after_commits = true;  // CommittedLocked finishes it
+      return;
+    }
     const size_t n = run->workers.size();
     FinishRunLocked(run->job.id(), v1::SUCCEEDED,
                     absl::StrCat("all ", n, " rank", n == 1 ? "" : "s", " finished"));
@@ -526,6 +556,9 @@ void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::Wo
     case v1::WorkerMessage::kDone:
       HandleDoneLocked(w, msg.done());
       break;
+    case v1::WorkerMessage::kCheckpoint:
+      HandleCheckpointLocked(w, msg.checkpoint());
+      break;
     case v1::WorkerMessage::kHello:
       spdlog::warn("{}: ignoring a second Hello", worker_id);
       break;
@@ -562,6 +595,109 @@ void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
     return;
   }
   Publish(event);
+}
+
+void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& report) {
+  auto it = runs_.find(report.job_id());
+  if (it == runs_.end() || it->second.job.attempt() != report.attempt() ||
+      w->job_id != report.job_id() || w->attempt != report.attempt() || w->rank != report.rank()) {
+    spdlog::warn("{}: ignoring a checkpoint report for {} attempt {} rank {}", w->id,
+                 report.job_id(), report.attempt(), report.rank());
+    return;
+  }
+  Run& run = it->second;
+  const v1::JobSpec& spec = run.job.spec();
+  if (spec.checkpoint().dir().empty()) {
+    spdlog::warn("job {}: ignoring a checkpoint report: the job has no checkpoint.dir",
+                 run.job.id());
+    return;
+  }
+  absl::StatusOr<std::optional<CompleteSave>> save = run.saves->Add(report);
+  if (!save.ok()) {
+    spdlog::warn("job {}: {} ({})", run.job.id(), save.status().ToString(), w->id);
+    return;
+  }
+  if (!save->has_value()) return;
+  Commit commit;
+  commit.job_id = run.job.id();
+  commit.attempt = run.job.attempt();
+  commit.dir = spec.checkpoint().dir();
+  commit.keep = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : kDefaultCheckpointKeep;
+  commit.metadata = {{"job_id", run.job.id()},
+                     {"job_name", spec.name()},
+                     {"attempt", absl::StrCat(run.job.attempt())},
+                     {"optimizer", spec.optimizer().type()}};
+  commit.save = **std::move(save);
+  ++run.commits_in_flight;
+  commits_.push_back(std::move(commit));
+}
+
+void Coordinator::CommitLoop() {
+  const absl::Duration pause = absl::Milliseconds(options_.debug_pause_before_commit_ms);
+  while (true) {
+    Commit commit;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(this, &Coordinator::CommitReadyLocked));
+      // Saves still queued are not committed; their staging folders are ignored by readers.
+      if (shutting_down_) return;
+      commit = std::move(commits_.front());
+      commits_.pop_front();
+    }
+    if (pause > absl::ZeroDuration()) {
+      spdlog::warn("job {}: pausing {} before committing step {} (--debug_pause_before_commit_ms)",
+                   commit.job_id, absl::FormatDuration(pause), commit.save.step);
+      if (stop_committer_.WaitForNotificationWithTimeout(pause)) return;
+    }
+    const absl::Time start = absl::Now();
+    const absl::Status status = checkpoint::CommitCheckpoint(
+        commit.dir, commit.save.step, commit.save.chunks, commit.keep, commit.metadata);
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    absl::MutexLock lock(&mu_);
+    CommittedLocked(commit, status, seconds, checkpoint::StepDir(commit.dir, commit.save.step));
+  }
+}
+
+void Coordinator::CommittedLocked(const Commit& commit, const absl::Status& status,
+                                  double seconds, const std::string& path) {
+  auto it = runs_.find(commit.job_id);
+  const bool live = it != runs_.end() && it->second.job.attempt() == commit.attempt;
+  if (!status.ok()) {
+    spdlog::error("job {}: committing the checkpoint of step {}: {}", commit.job_id,
+                  commit.save.step, status.ToString());
+    if (live) {
+      FinishRunLocked(commit.job_id, v1::FAILED,
+                      absl::StrCat("committing the checkpoint of step ", commit.save.step, ": ",
+                                   status.message()));
+    }
+    return;
+  }
+  spdlog::info("job {}: checkpoint of step {} committed: {} bytes, {:.3f} s writing + {:.3f} s "
+               "committing, {}",
+               commit.job_id, commit.save.step, commit.save.bytes, commit.save.write_seconds,
+               seconds, path);
+  if (!live) return;  // the attempt ended meanwhile; its events are final
+  Run& run = it->second;
+  --run.commits_in_flight;
+  v1::JobEvent event;
+  event.set_job_id(commit.job_id);
+  event.set_time_ms(Now());
+  v1::CheckpointSaved* saved = event.mutable_saved();
+  saved->set_step(commit.save.step);
+  saved->set_bytes(commit.save.bytes);
+  saved->set_seconds(commit.save.write_seconds + seconds);
+  saved->set_path(path);
+  absl::Status s = store_->AppendEvent(commit.job_id, commit.attempt, event);
+  if (!s.ok()) {
+    spdlog::error("job {}: {}", commit.job_id, s.ToString());
+  } else {
+    Publish(event);
+  }
+  if (run.finish_after_commits && run.commits_in_flight == 0) {
+    const size_t n = run.workers.size();
+    FinishRunLocked(commit.job_id, v1::SUCCEEDED,
+                    absl::StrCat("all ", n, " rank", n == 1 ? "" : "s", " finished"));
+  }
 }
 
 void Coordinator::HandleDoneLocked(Worker* w, const v1::TaskDone& done) {

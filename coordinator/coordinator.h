@@ -10,6 +10,14 @@
 // registration order. Tick() (called by the background thread Start() launches, or by tests with
 // a fake clock) finds workers whose heartbeats stopped and cancellations whose grace ran out.
 //
+// Checkpoints: a job with checkpoint.dir has its ranks write their shards into a staging folder
+// and report the chunks (CheckpointReport); once every rank of the attempt reported a step, a
+// committer thread runs checkpoint::CommitCheckpoint off the main lock and the job gets a
+// CheckpointSaved event. A job whose ranks all finished SUCCEEDS only after its last commit. A
+// save some rank never reported (it died, the job failed) is never committed. A job with
+// train.resume (or init_from naming a checkpoint) gets the step folder to load from in its
+// Programs, resolved when the attempt starts.
+//
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(dir + "/weft.db"));
 //   ASSIGN_OR_RETURN(std::unique_ptr<Coordinator> coordinator,
@@ -37,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/step_aggregator.h"
@@ -69,6 +78,9 @@ struct CoordinatorOptions {
   std::function<int64_t(const v1::JobSpec&)> world_size;
   // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
   TraceLimits trace_limits;
+  // Test hook (crash tests): wait this long after every rank wrote a checkpoint's shards and
+  // before committing it, so that a test can kill the coordinator in between. 0 in production.
+  int64_t debug_pause_before_commit_ms = 0;
 };
 
 class Coordinator {
@@ -144,9 +156,21 @@ class Coordinator {
     std::vector<std::string> workers;  // worker id by global rank
     std::vector<bool> done;            // by rank: TaskDone received (or worker lost)
     std::unique_ptr<StepAggregator> steps;
+    std::unique_ptr<CheckpointAggregator> saves;
+    int commits_in_flight = 0;       // complete saves queued or being committed
+    bool finish_after_commits = false;  // every rank finished; SUCCEEDED once commits are done
     bool cancelling = false;
     std::string cancel_reason;
     int64_t cancel_deadline_ms = 0;
+  };
+  // A complete save waiting for the committer thread.
+  struct Commit {
+    std::string job_id;
+    int attempt = 0;
+    std::string dir;
+    int keep = 0;
+    std::map<std::string, std::string> metadata;
+    CompleteSave save;
   };
   // One WatchJob call's queue of live events.
   struct Watcher {
@@ -181,6 +205,17 @@ class Coordinator {
   void HandleStepLocked(Worker* worker, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleDoneLocked(Worker* worker, const v1::TaskDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void HandleCheckpointLocked(Worker* worker, const v1::CheckpointReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The committer thread: commits queued saves in order until Shutdown.
+  void CommitLoop();
+  bool CommitReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || !commits_.empty();
+  }
+  // A commit's outcome: the CheckpointSaved event, or the job FAILED; finishes a job that was
+  // waiting for it.
+  void CommittedLocked(const Commit& commit, const absl::Status& status, double seconds,
+                       const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendCancelLocked(const Run& run, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -198,9 +233,12 @@ class Coordinator {
   std::vector<v1::Job> pending_ ABSL_GUARDED_BY(mu_);                  // submit order
   std::map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);               // by job id
   std::map<std::string, std::vector<std::shared_ptr<Watcher>>> watchers_ ABSL_GUARDED_BY(mu_);
+  std::deque<Commit> commits_ ABSL_GUARDED_BY(mu_);  // for the committer thread, in order
 
   absl::Notification stop_ticker_;
-  std::thread ticker_;  // owned; joined by Shutdown
+  std::thread ticker_;     // owned; joined by Shutdown
+  absl::Notification stop_committer_;
+  std::thread committer_;  // owned; started by Create, joined by Shutdown
 };
 
 }  // namespace weft::coordinator

@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here (atomically) once serving");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
 ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
+ABSL_FLAG(int64_t, debug_pause_before_commit_ms, 0,
+          "test hook: wait this long between the last shard of a checkpoint being reported and "
+          "its commit, so that a crash test can kill the coordinator in between; 0 in production");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
 
@@ -89,6 +92,7 @@ int Run() {
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
+  options.debug_pause_before_commit_ms = absl::GetFlag(FLAGS_debug_pause_before_commit_ms);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
     return 2;

@@ -42,13 +42,22 @@ struct ExecArgs {
   }
 };
 
-void KillGroup(pid_t pid) {
+// SIGTERM to the child's process group, SIGKILL after 5 s if the child has not exited. The child
+// itself is reaped here (a zombie would still count as alive for kill(-pgid, 0)); returns its
+// wait status.
+int StopGroup(pid_t pid) {
   kill(-pid, SIGTERM);
-  for (int i = 0; i < 50; ++i) {
-    if (kill(-pid, 0) != 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  int status = 0;
+  for (int i = 0; i < 500; ++i) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      kill(-pid, SIGKILL);  // anything the child left behind in its group
+      return status;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   kill(-pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return status;
 }
 
 }  // namespace
@@ -87,7 +96,6 @@ CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s,
                                        .count());
     if (left_ms <= 0) {
       result.timed_out = true;
-      KillGroup(pid);
       break;
     }
     if (poll(fds, 2, left_ms) <= 0) continue;
@@ -107,9 +115,13 @@ CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s,
     if (f.fd >= 0) close(f.fd);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
-  // Whatever the command left behind in its group (a daemon it failed to stop) dies with it.
-  kill(-pid, SIGKILL);
+  if (result.timed_out) {
+    status = StopGroup(pid);
+  } else {
+    waitpid(pid, &status, 0);
+    // Whatever the command left behind in its group (a daemon it failed to stop) dies with it.
+    kill(-pid, SIGKILL);
+  }
   result.exit_code = WIFEXITED(status) && !result.timed_out ? WEXITSTATUS(status) : -1;
   return result;
 }
@@ -137,8 +149,8 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
 
 ChildProcess::~ChildProcess() {
   if (!reaped_) {
-    KillGroup(pid_);
-    Wait();
+    status_ = StopGroup(pid_);
+    reaped_ = true;
   }
 }
 

@@ -166,7 +166,7 @@ absl::Status Task::RunSteps() {
   auto bytes_sent = [&comms] {
     return comms.factory != nullptr ? comms.factory->bytes_sent() : int64_t{0};
   };
-  for (int64_t step = 1; step <= program.steps(); ++step) {
+  for (int64_t step = program.start_step() + 1; step <= program.steps(); ++step) {
     if (cancelled()) return absl::CancelledError("cancelled");
     const int64_t sent_before = bytes_sent();
     const auto start = std::chrono::steady_clock::now();
@@ -185,8 +185,48 @@ absl::Status Task::RunSteps() {
     // The step's timeline (Program.trace), sent with its report.
     for (v1::TraceSpan& span : executor->TakeSpans()) *report->add_spans() = std::move(span);
     report_(msg);
+    if (SavesCheckpoint(program, step)) RETURN_IF_ERROR(SaveCheckpoint(executor.get(), step));
   }
   return absl::OkStatus();
+}
+
+absl::Status Task::SaveCheckpoint(Executor* executor, int64_t step) {
+  const v1::Program& program = assignment_.program();
+  if (cancelled()) return absl::CancelledError("cancelled");
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<std::vector<checkpoint::IndexedChunk>> chunks =
+      executor->WriteCheckpointShard(step);
+  if (!chunks.ok()) return Annotate(chunks.status(), absl::StrCat("checkpoint of step ", step));
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  v1::WorkerMessage msg;
+  v1::CheckpointReport* report = msg.mutable_checkpoint();
+  report->set_job_id(program.job_id());
+  report->set_attempt(program.attempt());
+  report->set_rank(program.rank());
+  report->set_step(step);
+  int64_t bytes = 0;
+  for (const checkpoint::IndexedChunk& c : *chunks) {
+    v1::CheckpointChunk* out = report->add_chunks();
+    out->set_tensor(c.tensor);
+    for (int64_t d : c.global_shape) out->add_global_shape(d);
+    for (int64_t d : c.chunk.offsets) out->add_offsets(d);
+    for (int64_t d : c.chunk.lengths) out->add_lengths(d);
+    out->set_file(c.chunk.file);
+    out->set_begin(c.chunk.begin);
+    out->set_end(c.chunk.end);
+    out->set_crc32c(c.chunk.crc32c);
+    bytes += c.chunk.end - c.chunk.begin;
+  }
+  report->set_bytes(bytes);
+  report->set_seconds(took.count());
+  report_(msg);
+  return absl::OkStatus();
+}
+
+bool SavesCheckpoint(const v1::Program& program, int64_t step) {
+  if (program.checkpoint_dir().empty()) return false;
+  return step == program.steps() ||
+         (program.checkpoint_every() > 0 && step % program.checkpoint_every() == 0);
 }
 
 // ---- LocalCpuDevice ----
@@ -432,7 +472,7 @@ void Worker::Send(const v1::WorkerMessage& msg, int64_t session) {
   if (stream_ == nullptr || session != session_) {
     if (!msg.has_heartbeat()) {
       spdlog::warn("dropping a {} message: its stream to the coordinator is gone",
-                   msg.has_done() ? "task-done" : "step");
+                   msg.has_done() ? "task-done" : msg.has_checkpoint() ? "checkpoint" : "step");
     }
     return;
   }

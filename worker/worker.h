@@ -76,10 +76,11 @@ class GlooTaskEnvironment : public TaskEnvironment {
   const ExecutorFactory make_executor_;
 };
 
-// One Assignment run on its own thread. `report` receives every StepReport (with the bytes the
-// attempt's communicators sent during the step, and the step's TraceSpans when the program is
-// traced) and then exactly one
-// TaskDone (ok, or the first error with context: "rank 2: step 3: all_reduce on group 1 ...",
+// One Assignment run on its own thread, steps Program.start_step+1 .. steps. `report` receives
+// every StepReport (with the bytes the attempt's communicators sent during the step, and the
+// step's TraceSpans when the program is traced), after the StepReport of each step that saves a
+// checkpoint (SavesCheckpoint) a CheckpointReport with the chunks this rank wrote, and then exactly
+// one TaskDone (ok, or the first error with context: "rank 2: step 3: all_reduce on group 1 ...",
 // or "cancelled: <reason>"); it is called from the task's thread.
 //
 // E.g.
@@ -108,6 +109,8 @@ class Task {
  private:
   void Run();
   absl::Status RunSteps();
+  // Writes this rank's shard of step `step` and sends its CheckpointReport.
+  absl::Status SaveCheckpoint(Executor* executor, int64_t step);
   bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
 
   const v1::Assignment assignment_;
@@ -122,6 +125,10 @@ class Task {
   Executor* executor_ ABSL_GUARDED_BY(mu_) = nullptr;        // owned by RunSteps while set
   std::function<void()> cancel_comms_ ABSL_GUARDED_BY(mu_);  // from AttemptComms
 };
+
+// Whether a rank saves a checkpoint after `step`: Program.checkpoint_dir is set and the step is a
+// multiple of checkpoint_every, or the last one.
+bool SavesCheckpoint(const v1::Program& program, int64_t step);
 
 // This machine's CPU as a DeviceInfo: model from /proc/cpuinfo, memory and cores from sysconf.
 v1::DeviceInfo LocalCpuDevice();

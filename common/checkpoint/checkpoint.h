@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_io.h"
 #include "common/safetensors.h"
 
 namespace weft::checkpoint {
@@ -95,6 +96,10 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
 // staging folders.
 absl::StatusOr<std::string> FindLatest(const std::string& dir);
 
+// FindLatest without removing anything, for readers that may run beside a save in progress
+// (weftctl ckpt): staging folders are only ignored.
+absl::StatusOr<std::string> FindLatestReadOnly(const std::string& dir);
+
 class CheckpointReader {
  public:
   // Reads and checks index.json (its own crc32c, format version, chunk files present).
@@ -111,15 +116,31 @@ class CheckpointReader {
   absl::Status ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
                        const std::vector<int64_t>& lengths, float* out) const;
 
-  // Reads every chunk of every tensor and checks its crc32c.
+  // Reads every chunk of every tensor and checks its crc32c, and that each tensor's chunks
+  // cover it.
   absl::Status VerifyAll() const;
+
+  // Checks that the chunks of tensor `name` cover its global shape; the error names the tensor
+  // and a region no chunk holds. Reads no data.
+  absl::Status CheckCoverage(const std::string& name) const;
+
+  // Reads one chunk of tensor `name` (in blocks, whatever its size) and checks its crc32c.
+  absl::Status VerifyChunk(const std::string& name, const Chunk& chunk) const;
 
  private:
   std::string step_dir_;
   Index index_;
+  std::map<std::string, ReadOnlyFile> files_;  // by Chunk::file, opened once by Open
 };
 
-// index.json text <-> Index (the text's own crc32c is checked on parse).
+// index.json text <-> Index (the text's own crc32c is checked on parse). The text is one JSON
+// object {"format_version", "step", "metadata": {k: v}, "tensors": {name: {"dtype", "shape",
+// "chunks": [{"offsets", "lengths", "file", "byte_range": [begin, end], "crc32c"}]}},
+// "checksum"}. "checksum" is the crc32c of the object without the "checksum" member, serialized
+// compactly with keys sorted and strings as UTF-8 (nlohmann's dump(); in Python
+// json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)), so the file may be
+// laid out with any whitespace. ParseIndex also checks the structure: version, F32 dtype, chunk
+// ranks and bounds, byte ranges of 4 bytes per element, no overlapping chunks.
 std::string SerializeIndex(const Index& index);
 absl::StatusOr<Index> ParseIndex(const std::string& text, const std::string& path);
 

@@ -21,6 +21,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/checkpoint/checkpoint.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -395,13 +396,43 @@ absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1:
 }
 
 absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Train* train) {
-  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"steps", "seed"}));
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"steps", "seed", "resume"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "steps"));
   ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get("steps"), Join(path, "steps")));
   train->set_steps(steps);
   if (m.Has("seed")) {
     ASSIGN_OR_RETURN(uint64_t seed, ReadInt<uint64_t>(m.Get("seed"), Join(path, "seed")));
     train->set_seed(seed);
+  }
+  if (m.Has("resume")) {
+    ASSIGN_OR_RETURN(bool resume, ReadBool(m.Get("resume"), Join(path, "resume")));
+    train->set_resume(resume);
+  }
+  return absl::OkStatus();
+}
+
+// checkpoint: {dir, every, keep}. Counts below 1 are rejected here with their line (proto3 cannot
+// tell a written 0 from an absent field; the defaults fill absent ones).
+absl::Status ParseCheckpoint(const YAML::Node& node, const std::string& path,
+                             const std::string& base_dir, v1::Checkpoint* checkpoint) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"dir", "every", "keep"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "dir"));
+  ASSIGN_OR_RETURN(std::string dir, ReadString(m.Get("dir"), Join(path, "dir")));
+  if (dir.empty()) return Invalid(Join(path, "dir"), m.Get("dir"), "must not be empty");
+  checkpoint->set_dir(ResolvePath(dir, base_dir));
+  if (m.Has("every")) {
+    ASSIGN_OR_RETURN(int64_t every, ReadInt<int64_t>(m.Get("every"), Join(path, "every")));
+    if (every < 1) {
+      return Invalid(Join(path, "every"), m.Get("every"), absl::StrCat("must be >= 1, got ", every));
+    }
+    checkpoint->set_every(every);
+  }
+  if (m.Has("keep")) {
+    ASSIGN_OR_RETURN(int32_t keep, ReadInt<int32_t>(m.Get("keep"), Join(path, "keep")));
+    if (keep < 1) {
+      return Invalid(Join(path, "keep"), m.Get("keep"), absl::StrCat("must be >= 1, got ", keep));
+    }
+    checkpoint->set_keep(keep);
   }
   return absl::OkStatus();
 }
@@ -488,7 +519,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
                    MapReader::Read(root, "job spec",
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
-                                    "trace"}));
+                                    "trace", "checkpoint"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -521,6 +552,10 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   if (m.Has("trace")) {
     ASSIGN_OR_RETURN(bool trace, ReadBool(m.Get("trace"), "trace"));
     spec->set_trace(trace);
+  }
+  if (m.Has("checkpoint")) {
+    RETURN_IF_ERROR(ParseCheckpoint(m.Get("checkpoint"), "checkpoint", base_dir,
+                                    spec->mutable_checkpoint()));
   }
   ApplyJobSpecDefaults(spec);
   return ExpandParallelize(spec, implicit);
@@ -1235,6 +1270,103 @@ absl::Status ValidateInitFrom(const std::string& file, const std::vector<ParamSh
   return absl::OkStatus();
 }
 
+// The folder init_from names when it is a checkpoint (a directory): the step folder itself when
+// it holds an index, else the newest committed step in it. Empty for a file.
+absl::StatusOr<std::string> InitFromCheckpointFolder(const std::string& init_from) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(init_from, ec)) return std::string();
+  if (std::filesystem::exists(std::filesystem::path(init_from) / "index.json", ec)) {
+    return init_from;
+  }
+  absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(init_from);
+  if (absl::IsNotFound(latest.status())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "init_from: ", init_from, " is a folder without a committed checkpoint (no step-<N> "
+        "folder with a valid index.json)"));
+  }
+  if (!latest.ok()) return AsInvalid(latest.status(), "init_from");
+  return *latest;
+}
+
+// The checkpoint's tensors cover what the model needs with the same shapes.
+absl::Status CheckCheckpointTensors(const checkpoint::Index& index, const std::string& folder,
+                                    const std::vector<ParamShape>& needed,
+                                    const std::string& field) {
+  for (const ParamShape& p : needed) {
+    auto it = index.tensors.find(p.name);
+    if (it == index.tensors.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": checkpoint ", folder,
+                                                     " has no tensor ", p.name, " (shape ",
+                                                     ShapeString(p.shape),
+                                                     ") that the job needs"));
+    }
+    if (it->second.global_shape != p.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ": checkpoint ", folder, ": ", p.name, " has shape ",
+          ShapeString(it->second.global_shape), ", the model needs ", ShapeString(p.shape)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCheckpointing(const JobSpec& spec, const std::vector<ParamShape>& params) {
+  const v1::Checkpoint& ckpt = spec.checkpoint();
+  if (!ckpt.dir().empty()) {
+    if (!std::filesystem::path(ckpt.dir()).is_absolute()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint.dir: \"", ckpt.dir(), "\" must be absolute (weftctl resolves a relative "
+          "one against the spec's folder)"));
+    }
+    if (ckpt.every() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint.every: must be >= 1, got ", ckpt.every()));
+    }
+    if (ckpt.keep() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint.keep: must be >= 1, got ", ckpt.keep()));
+    }
+  } else if (ckpt.every() != 0 || ckpt.keep() != 0) {
+    return absl::InvalidArgumentError("checkpoint.dir: is required with checkpoint.every or keep");
+  }
+  if (spec.train().resume()) {
+    if (ckpt.dir().empty()) {
+      return absl::InvalidArgumentError(
+          "train.resume: needs checkpoint.dir, the folder whose newest checkpoint it resumes from");
+    }
+    absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(ckpt.dir());
+    if (absl::IsNotFound(latest.status())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train.resume: checkpoint.dir ", ckpt.dir(), " holds no committed checkpoint"));
+    }
+    if (!latest.ok()) return AsInvalid(latest.status(), "train.resume");
+    absl::StatusOr<checkpoint::CheckpointReader> reader = checkpoint::CheckpointReader::Open(*latest);
+    if (!reader.ok()) return AsInvalid(reader.status(), "train.resume");
+    const checkpoint::Index& index = reader->index();
+    if (index.step >= spec.train().steps()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train.steps: ", spec.train().steps(), " leaves nothing to resume: the newest checkpoint ",
+          *latest, " is at step ", index.step));
+    }
+    std::vector<ParamShape> needed = params;
+    for (const ParamShape& p : params) {
+      for (const std::string& state : OptimizerStateNames(spec.optimizer().type())) {
+        needed.push_back({CheckpointStateName(p.name, spec.optimizer().type(), state), p.shape});
+      }
+    }
+    RETURN_IF_ERROR(CheckCheckpointTensors(index, *latest, needed, "train.resume"));
+  }
+  if (!spec.init_from().empty() && !spec.train().resume()) {
+    ASSIGN_OR_RETURN(std::string folder, InitFromCheckpointFolder(spec.init_from()));
+    if (!folder.empty()) {
+      absl::StatusOr<checkpoint::CheckpointReader> reader =
+          checkpoint::CheckpointReader::Open(folder);
+      if (!reader.ok()) return AsInvalid(reader.status(), "init_from");
+      RETURN_IF_ERROR(CheckCheckpointTensors(reader->index(), folder, params, "init_from"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 constexpr char kColWise[] = "ColWiseParallel";
 constexpr char kRowWise[] = "RowWiseParallel";
 
@@ -1389,6 +1521,11 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
     opt->add_betas(0.999);
   }
   if (spec->device().empty()) spec->set_device("cpu");
+  if (!spec->checkpoint().dir().empty()) {
+    v1::Checkpoint* checkpoint = spec->mutable_checkpoint();
+    if (checkpoint->every() == 0) checkpoint->set_every(kDefaultCheckpointEvery);
+    if (checkpoint->keep() == 0) checkpoint->set_keep(kDefaultCheckpointKeep);
+  }
   // Pipeline counts default to 1; with stages given, a layer without one is in the previous
   // layer's stage (the first layer's is 0), so the planner reads a stage on every layer.
   if (!spec->pipeline().dim().empty()) {
@@ -1475,7 +1612,13 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
     return absl::InvalidArgumentError(
         absl::StrCat("train.steps: must be > 0, got ", spec.train().steps()));
   }
-  if (!spec.init_from().empty()) RETURN_IF_ERROR(ValidateInitFrom(spec.init_from(), params));
+  RETURN_IF_ERROR(ValidateCheckpointing(spec, params));
+  if (!spec.init_from().empty() && !spec.train().resume()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(spec.init_from(), ec)) {
+      RETURN_IF_ERROR(ValidateInitFrom(spec.init_from(), params));
+    }
+  }
   if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("device: unknown device \"", spec.device(), "\"; known: cpu, cuda"));
@@ -1569,6 +1712,38 @@ std::string FormatPlacements(const google::protobuf::RepeatedPtrField<Placement>
   std::vector<std::string> parts;
   for (const Placement& p : placements) parts.push_back(FormatPlacement(p));
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
+}
+
+std::vector<std::string> OptimizerStateNames(const std::string& optimizer) {
+  if (optimizer == "adamw") return {"m", "v"};
+  return {};
+}
+
+std::string CheckpointStateName(const std::string& param, const std::string& optimizer,
+                                const std::string& state) {
+  return absl::StrCat(param, "/", optimizer, ".", state);
+}
+
+absl::StatusOr<CheckpointLoad> ResolveCheckpointLoad(const JobSpec& spec) {
+  CheckpointLoad load;
+  if (spec.train().resume()) {
+    if (spec.checkpoint().dir().empty()) {
+      return absl::InvalidArgumentError("train.resume: needs checkpoint.dir");
+    }
+    absl::StatusOr<std::string> latest = checkpoint::FindLatest(spec.checkpoint().dir());
+    if (!latest.ok()) return Annotate(latest.status(), "train.resume");
+    absl::StatusOr<checkpoint::CheckpointReader> reader =
+        checkpoint::CheckpointReader::Open(*latest);
+    if (!reader.ok()) return Annotate(reader.status(), "train.resume");
+    load.step = reader->index().step;
+    load.step_dir = *latest;
+    load.optimizer_states = true;
+    return load;
+  }
+  if (!spec.init_from().empty()) {
+    ASSIGN_OR_RETURN(load.step_dir, InitFromCheckpointFolder(spec.init_from()));
+  }
+  return load;
 }
 
 int64_t WorldSize(const JobSpec& spec) {

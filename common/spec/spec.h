@@ -14,19 +14,20 @@
 
 namespace weft {
 
-// Parses YAML text. Relative paths (data.input, data.label, init_from) are resolved against
-// base_dir. Applies the documented defaults (bias true, data placements, optimizer betas/eps,
-// device cpu, ...) and the parallelize shortcut (ApplyParallelize). Placements given by mesh dim
-// name (`{mp: Shard(1)}`, unnamed dims Replicate()) become the positional list, the one
-// representation in JobSpec. Checks structure and types only, not files.
+// Parses YAML text. Relative paths (data.input, data.label, init_from, checkpoint.dir) are
+// resolved against base_dir. Applies the documented defaults (bias true, data placements,
+// optimizer betas/eps, device cpu, ...) and the parallelize shortcut (ApplyParallelize).
+// Placements given by mesh dim name (`{mp: Shard(1)}`, unnamed dims Replicate()) become the
+// positional list, the one representation in JobSpec. Checks structure and types only, not files.
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir);
 
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
 // linear bias true; loss mse; data placements Shard(0) on a dim named dp, Replicate elsewhere;
-// adamw betas [0.9, 0.999]; device cpu; with a pipeline (pipeline.dim set), micro_batches and
-// virtual_stages 1 and, when any layer gives a stage, the stage of every layer that gives none:
-// the previous layer's (the first layer's is 0). ParseJobSpecYaml calls it; the coordinator
-// calls it on specs that arrive over gRPC without going through the YAML parser. Idempotent.
+// adamw betas [0.9, 0.999]; device cpu; checkpoint every 100 and keep 3 when it has a dir; with a
+// pipeline (pipeline.dim set), micro_batches and virtual_stages 1 and, when any layer gives a
+// stage, the stage of every layer that gives none: the previous layer's (the first layer's is 0).
+// ParseJobSpecYaml calls it; the coordinator calls it on specs that arrive over gRPC without
+// going through the YAML parser. Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // Writes the `parallelize` shortcut into plain placements, so that the planner never reads it:
@@ -43,7 +44,10 @@ absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 // Everything that can be checked before planning: mesh, layer chain (in/out features), layer
 // types, loss, optimizer, data (source, files exist and are float32 npy of matching shapes),
-// init_from (a valid safetensors file whose tensors match every parameter's shape), parallelize,
+// init_from (a valid safetensors file, or a checkpoint folder with a committed checkpoint, whose
+// tensors match every parameter's shape), checkpoint (dir absolute, every >= 1, keep >= 1),
+// train.resume (needs checkpoint.dir holding a committed checkpoint before train.steps with every
+// parameter and optimizer state of the model; init_from is then not read), parallelize,
 // placements of parameters and of the batch (one per mesh dim, shard axes in range, no empty
 // shards: uneven splits are fine, the last shard takes the remainder, but a global batch smaller
 // than the number of shards it is split into is not), and the pipeline: its dim on the mesh, its
@@ -81,6 +85,28 @@ std::string FormatPlacements(const google::protobuf::RepeatedPtrField<v1::Placem
 
 // Number of ranks the spec's mesh needs (product of mesh.shape).
 int64_t WorldSize(const v1::JobSpec& spec);
+
+// checkpoint.every and checkpoint.keep when the spec gives a checkpoint.dir without them.
+inline constexpr int64_t kDefaultCheckpointEvery = 100;
+inline constexpr int32_t kDefaultCheckpointKeep = 3;
+
+// The states an optimizer keeps per parameter, in checkpoint order: adamw {"m", "v"}, sgd none.
+std::vector<std::string> OptimizerStateNames(const std::string& optimizer);
+// A state's tensor name in checkpoints: CheckpointStateName("fc0.weight", "adamw", "m") is
+// "fc0.weight/adamw.m". Parameters keep their own name (fc0.weight).
+std::string CheckpointStateName(const std::string& param, const std::string& optimizer,
+                                const std::string& state);
+
+// Where a job's starting state comes from besides its Programs' ParamInit.
+struct CheckpointLoad {
+  std::string step_dir;           // a committed step folder; empty: none
+  int64_t step = 0;               // resume: the checkpoint's step (training goes on at step + 1)
+  bool optimizer_states = false;  // resume: optimizer states too; init_from: parameters only
+};
+// train.resume: the newest committed checkpoint in checkpoint.dir (leftover staging folders there
+// are removed). init_from naming a folder: that step folder, or the newest committed step of that
+// checkpoint dir. Otherwise none. For a spec that passed ValidateJobSpec; errors name the field.
+absl::StatusOr<CheckpointLoad> ResolveCheckpointLoad(const v1::JobSpec& spec);
 
 }  // namespace weft
 

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/checkpoint/checkpoint.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "google/protobuf/io/coded_stream.h"
@@ -1363,6 +1364,137 @@ TEST(PlacementTest, ParsesAndFormatsEveryForm) {
   *list.Add() = *ParsePlacement("Shard(0)");
   *list.Add() = *ParsePlacement("Replicate()");
   EXPECT_EQ(FormatPlacements(list), "[Shard(0), Replicate()]");
+}
+
+}  // namespace
+}  // namespace weft
+
+namespace weft {
+namespace {
+
+class CheckpointSpecTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ckpt_spec_test_", getpid(), "_",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  absl::StatusOr<v1::JobSpec> Parse(const std::string& extra, const std::string& train =
+                                                                   "train: {steps: 3}") {
+    return ParseJobSpecYaml(absl::StrReplaceAll(kSyntheticSpec, {{"train: {steps: 3}", train}}) +
+                                extra,
+                            dir_);
+  }
+
+  // A committed checkpoint of the synthetic spec's model (sgd: parameters only) at `step`.
+  void Commit(const std::string& dir, int64_t step,
+              const std::vector<std::pair<std::string, std::vector<int64_t>>>& tensors) {
+    std::vector<std::vector<float>> data;
+    std::vector<checkpoint::ShardPiece> pieces;
+    for (const auto& [name, shape] : tensors) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      data.emplace_back(n, 0.25f);
+      pieces.push_back({name, shape, std::vector<int64_t>(shape.size(), 0), shape,
+                        data.back().data()});
+    }
+    auto chunks = checkpoint::WriteShard(checkpoint::StagingDir(dir, step), 0, pieces);
+    ASSERT_TRUE(chunks.ok()) << chunks.status();
+    ASSERT_TRUE(checkpoint::CommitCheckpoint(dir, step, *chunks, 3).ok());
+  }
+
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> kParams = {
+      {"fc0.weight", {8, 16}}, {"fc0.bias", {16}}, {"fc1.weight", {16, 4}}, {"fc1.bias", {4}}};
+  std::string dir_;
+};
+
+TEST_F(CheckpointSpecTest, ParsesTheBlockWithDefaultsAndAbsoluteDir) {
+  absl::StatusOr<v1::JobSpec> spec = Parse("checkpoint: {dir: ckpt}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().dir(), dir_ + "/ckpt");
+  EXPECT_EQ(spec->checkpoint().every(), kDefaultCheckpointEvery);
+  EXPECT_EQ(spec->checkpoint().keep(), kDefaultCheckpointKeep);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  spec = Parse("checkpoint: {dir: /abs/ckpt, every: 7, keep: 1}\n", "train: {steps: 3, resume: false}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().dir(), "/abs/ckpt");
+  EXPECT_EQ(spec->checkpoint().every(), 7);
+  EXPECT_EQ(spec->checkpoint().keep(), 1);
+  EXPECT_FALSE(spec->train().resume());
+}
+
+TEST_F(CheckpointSpecTest, ErrorsNameTheField) {
+  EXPECT_INVALID(Parse("checkpoint: {dir: c, every: 0}\n").status(), "checkpoint.every");
+  EXPECT_INVALID(Parse("checkpoint: {dir: c, keep: -1}\n").status(), "checkpoint.keep");
+  EXPECT_INVALID(Parse("checkpoint: {every: 2}\n").status(), "checkpoint.dir");
+  EXPECT_INVALID(Parse("checkpoint: {dir: c, evry: 2}\n").status(), "evry");
+
+  absl::StatusOr<v1::JobSpec> spec = Parse("", "train: {steps: 3, resume: true}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_INVALID(ValidateJobSpec(*spec), "train.resume: needs checkpoint.dir");
+
+  spec = Parse("checkpoint: {dir: empty}\n", "train: {steps: 3, resume: true}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_INVALID(ValidateJobSpec(*spec), "train.resume: checkpoint.dir");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "no committed checkpoint");
+
+  std::filesystem::create_directories(dir_ + "/nothing");
+  spec = Parse("init_from: nothing\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_INVALID(ValidateJobSpec(*spec), "init_from");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "without a committed checkpoint");
+
+  v1::JobSpec relative = *Parse("checkpoint: {dir: c}\n");
+  relative.mutable_checkpoint()->set_dir("relative/c");
+  EXPECT_INVALID(ValidateJobSpec(relative), "checkpoint.dir");
+}
+
+TEST_F(CheckpointSpecTest, ResumeAndInitFromCheckTheCheckpoint) {
+  Commit(dir_ + "/ckpt", 2, kParams);
+  absl::StatusOr<v1::JobSpec> spec =
+      Parse("checkpoint: {dir: ckpt}\n", "train: {steps: 3, resume: true}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  absl::StatusOr<CheckpointLoad> load = ResolveCheckpointLoad(*spec);
+  ASSERT_TRUE(load.ok()) << load.status();
+  EXPECT_EQ(load->step_dir, dir_ + "/ckpt/step-2");
+  EXPECT_EQ(load->step, 2);
+  EXPECT_TRUE(load->optimizer_states);
+
+  // Nothing left to run.
+  spec = Parse("checkpoint: {dir: ckpt}\n", "train: {steps: 2, resume: true}");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "train.steps");
+  // AdamW needs its states, which an sgd checkpoint lacks.
+  spec = Parse("checkpoint: {dir: ckpt}\n", "train: {steps: 3, resume: true}");
+  spec->mutable_optimizer()->set_type("adamw");
+  spec->mutable_optimizer()->add_betas(0.9);
+  spec->mutable_optimizer()->add_betas(0.999);
+  EXPECT_INVALID(ValidateJobSpec(*spec), "has no tensor fc0.weight/adamw.m");
+
+  // init_from: the checkpoint dir or a step folder; parameters only.
+  for (const std::string& from : {"ckpt", "ckpt/step-2"}) {
+    spec = Parse("init_from: " + from + "\n");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+    load = ResolveCheckpointLoad(*spec);
+    ASSERT_TRUE(load.ok()) << load.status();
+    EXPECT_EQ(load->step_dir, dir_ + "/ckpt/step-2");
+    EXPECT_EQ(load->step, 0);
+    EXPECT_FALSE(load->optimizer_states);
+  }
+  // A shape the model does not have.
+  Commit(dir_ + "/other", 1, {{"fc0.weight", {8, 8}}});
+  spec = Parse("init_from: other\n");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "fc0.weight has shape [8,8], the model needs [8,16]");
+}
+
+TEST(CheckpointNamesTest, OptimizerStatesAreNamedAfterTheirParameter) {
+  EXPECT_EQ(CheckpointStateName("fc0.weight", "adamw", "m"), "fc0.weight/adamw.m");
+  EXPECT_EQ(OptimizerStateNames("adamw"), (std::vector<std::string>{"m", "v"}));
+  EXPECT_TRUE(OptimizerStateNames("sgd").empty());
 }
 
 }  // namespace

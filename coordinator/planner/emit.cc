@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/philox.h"
+#include "common/spec/spec.h"
 #include "common/status.h"
 
 namespace weft::planner {
@@ -74,6 +75,8 @@ RankEmitter::RankEmitter(const v1::JobSpec& spec, const Mesh& mesh, const std::s
   p.set_init_from(spec.init_from());
   p.set_device(spec.device());
   p.set_trace(spec.trace());
+  p.set_checkpoint_dir(spec.checkpoint().dir());
+  p.set_checkpoint_every(spec.checkpoint().every());
 }
 
 void RankEmitter::AddGroups(const LoweredGraph& lowered) {
@@ -152,6 +155,9 @@ absl::Status RankEmitter::AddInits(const Graph& g, const std::vector<int>& buf) 
     init->set_name(tensor.name);
     SetRepeated(init->mutable_global_shape(), tensor.shape);
     *init->mutable_box() = tensor.dist->Box(tensor.shape, rank_);
+    if (HoldsValue(*tensor.dist, rank_)) {
+      RETURN_IF_ERROR(AddCheckpointItem(tensor, buf[t], init->box()));
+    }
     if (state || !HoldsValue(*tensor.dist, rank_)) {
       init->set_kind(v1::ParamInit::ZEROS);
     } else if (!spec_.init_from().empty()) {
@@ -164,6 +170,43 @@ absl::Status RankEmitter::AddInits(const Graph& g, const std::vector<int>& buf) 
       init->set_tensor_key(Fnv1a64(tensor.name));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status RankEmitter::AddCheckpointItem(const Tensor& tensor, int buffer,
+                                            const v1::TensorBox& box) {
+  v1::CheckpointItem* item = program_->add_checkpoint_items();
+  item->set_buffer(buffer);
+  item->set_role(tensor.role);
+  if (tensor.role == v1::Buffer::OPTIMIZER_STATE) {
+    // The optimizer pass names a state <param>.<state> (fc0.weight.m).
+    const size_t dot = tensor.name.rfind('.');
+    if (dot == std::string::npos) {
+      return absl::InternalError(absl::StrCat("emit: optimizer state ", tensor.name,
+                                              " is not named <param>.<state>"));
+    }
+    item->set_name(CheckpointStateName(tensor.name.substr(0, dot), spec_.optimizer().type(),
+                                       tensor.name.substr(dot + 1)));
+  } else {
+    item->set_name(tensor.name);
+  }
+  SetRepeated(item->mutable_global_shape(), tensor.shape);
+  *item->mutable_box() = box;
+  // Identical copies: the ranks that differ from this one only along the dims where the tensor
+  // is whole (Replicate, or Partial(avg) of equal pieces). Partial(sum) dims are not among them:
+  // only member 0 holds the value there.
+  const DistAttr& attr = *tensor.dist;
+  std::vector<int> dims;
+  for (int d = 0; d < attr.mesh().ndim(); ++d) {
+    const Placement& p = attr.placement(d);
+    if (p.is_replicate() || (p.is_partial() && p.reduce == Placement::Reduce::kAvg)) {
+      dims.push_back(d);
+    }
+  }
+  std::vector<int> replicas = attr.mesh().GroupRanks(rank_, dims);
+  std::sort(replicas.begin(), replicas.end());
+  for (int r : replicas) item->add_replicas(r);
+  item->set_write(replicas.size() == 1);
   return absl::OkStatus();
 }
 

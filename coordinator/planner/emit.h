@@ -5,7 +5,9 @@
 // optimizer states (ZEROS); the step list follows the graph's op order, reshards expanded into
 // their collectives. Partial(sum) parameters and batches hold their value on member 0 of each
 // Partial(sum) dim and zeros elsewhere (ZEROS init, SCALE 0 instead of a load); their updates
-// give the step to member 0 and only the weight decay to the others.
+// give the step to member 0 and only the weight decay to the others. Each parameter and optimizer
+// state a rank holds the value of gets a checkpoint item (checkpoint name, global shape, box,
+// the ranks holding the same copy); checkpoint dir and interval come from spec.checkpoint.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(v1::Program p, EmitProgram(spec, g, lowered, "job-1", 0, /*rank=*/3));
@@ -62,7 +64,9 @@ class RankEmitter {
   // with the tensor's local shape. Tensors without a placement are an error.
   absl::StatusOr<std::vector<int>> AssignBuffers(const Graph& g, const LoweredGraph& lowered,
                                                  const std::function<int(int)>& existing);
-  // Init of g's parameters (those in g.params) and optimizer states, with buffers buf.
+  // Init of g's parameters (those in g.params) and optimizer states, with buffers buf, and their
+  // checkpoint items where this rank holds the value (writers are chosen later, over all ranks:
+  // AssignCheckpointWriters).
   absl::Status AddInits(const Graph& g, const std::vector<int>& buf);
   // Appends the instructions of g.ops[op_index] to `out`; intermediate reshard buffers are
   // added to the program. Instructions get their phase from the op; micro_batch and chunk -1.
@@ -70,6 +74,8 @@ class RankEmitter {
                       const std::vector<int>& buf, InstructionList* out);
 
  private:
+  absl::Status AddCheckpointItem(const Tensor& tensor, int buffer, const v1::TensorBox& box);
+
   const v1::JobSpec& spec_;
   const Mesh& mesh_;
   const int rank_;

@@ -4,6 +4,7 @@
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/build.h"
+#include "coordinator/planner/checkpoint_writers.h"
 #include "coordinator/planner/emit.h"
 #include "coordinator/planner/lower.h"
 #include "coordinator/planner/optimizer.h"
@@ -38,6 +39,10 @@ absl::StatusOr<std::vector<v1::Program>> Plan(const v1::JobSpec& spec, const std
 absl::StatusOr<std::vector<v1::Program>> PlanJob(const v1::JobSpec& spec,
                                                  const std::string& job_id, int attempt) {
   absl::StatusOr<std::vector<v1::Program>> programs = Plan(spec, job_id, attempt);
+  if (programs.ok()) {
+    absl::Status writers = AssignCheckpointWriters(&*programs);
+    if (!writers.ok()) programs = writers;
+  }
   if (!programs.ok()) {
     return Annotate(programs.status(), absl::StrCat("planning job ", spec.name()));
   }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <set>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -164,6 +165,8 @@ class ProgramExecutor final : public Executor {
   absl::Status Initialize() override;
   absl::StatusOr<float> RunStep(int64_t step) override;
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const override;
+  absl::StatusOr<std::vector<checkpoint::IndexedChunk>> WriteCheckpointShard(
+      int64_t step) override;
   void Cancel() override { cancelled_.store(true, std::memory_order_relaxed); }
   std::vector<v1::TraceSpan> TakeSpans() override {
     std::vector<v1::TraceSpan> out;
@@ -174,6 +177,9 @@ class ProgramExecutor final : public Executor {
  private:
   absl::Status CheckInstruction(int index, Step* s);
   absl::Status CheckInit(const v1::ParamInit& init);
+  absl::Status CheckCheckpointItem(const v1::CheckpointItem& item);
+  // Reads Program.load_checkpoint into the buffers of its items; returns the buffers filled.
+  absl::StatusOr<std::set<int>> LoadCheckpoint();
   absl::Status RunInit(const v1::ParamInit& init, const SafetensorsFile* file);
   absl::Status Execute(const Step& s, int64_t step);
   absl::Status ExecuteCollective(const Step& s);
@@ -266,6 +272,15 @@ absl::Status ProgramExecutor::Check() {
     RETURN_IF_ERROR(Annotate(CheckInit(init),
                              absl::StrCat("init of '", init.name(), "' (buffer ", init.buffer(), ")")));
   }
+  for (const v1::CheckpointItem& item : program_.checkpoint_items()) {
+    RETURN_IF_ERROR(Annotate(CheckCheckpointItem(item),
+                             absl::StrCat("checkpoint item '", item.name(), "' (buffer ",
+                                          item.buffer(), ")")));
+  }
+  if (program_.start_step() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("start_step ", program_.start_step(), " is negative"));
+  }
   // Data sources are opened only when the program loads data.
   for (const Instruction& ins : program_.step()) {
     if (ins.op() == Instruction::LOAD_INPUT && inputs_ == nullptr) {
@@ -325,6 +340,95 @@ void ProgramExecutor::BuildSpanTemplates() {
     }
     s.span = static_cast<int>(span_templates_.size()) - 1;
   }
+}
+
+absl::Status ProgramExecutor::CheckCheckpointItem(const v1::CheckpointItem& item) {
+  if (item.buffer() < 0 || item.buffer() >= program_.buffers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer id ", item.buffer(), " out of range"));
+  }
+  const std::vector<int64_t> global(item.global_shape().begin(), item.global_shape().end());
+  const std::vector<int64_t> offsets(item.box().offsets().begin(), item.box().offsets().end());
+  const std::vector<int64_t> lengths(item.box().lengths().begin(), item.box().lengths().end());
+  if (offsets.size() != global.size() || lengths.size() != global.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("box offsets ", Dims(offsets), " lengths ",
+                                                   Dims(lengths), " do not match global shape ",
+                                                   Dims(global)));
+  }
+  for (size_t d = 0; d < global.size(); ++d) {
+    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > global[d]) {
+      return absl::InvalidArgumentError(absl::StrCat("box offsets ", Dims(offsets), " lengths ",
+                                                     Dims(lengths), " fall outside global shape ",
+                                                     Dims(global)));
+    }
+  }
+  if (Product(lengths) != numel_[item.buffer()]) {
+    return absl::InvalidArgumentError(absl::StrCat("box lengths ", Dims(lengths), " hold ",
+                                                   Product(lengths), " elements, buffer shape ",
+                                                   Dims(shapes_[item.buffer()]), " holds ",
+                                                   numel_[item.buffer()]));
+  }
+  if (item.role() != v1::Buffer::PARAM && item.role() != v1::Buffer::OPTIMIZER_STATE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "role ", v1::Buffer::Role_Name(item.role()), "; expected PARAM or OPTIMIZER_STATE"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::set<int>> ProgramExecutor::LoadCheckpoint() {
+  std::set<int> loaded;
+  const std::string& folder = program_.load_checkpoint();
+  if (folder.empty()) return loaded;
+  absl::StatusOr<checkpoint::CheckpointReader> reader = checkpoint::CheckpointReader::Open(folder);
+  if (!reader.ok()) return Annotate(reader.status(), absl::StrCat("loading checkpoint ", folder));
+  std::vector<float> host;
+  for (const v1::CheckpointItem& item : program_.checkpoint_items()) {
+    if (item.role() == v1::Buffer::OPTIMIZER_STATE && !program_.load_optimizer_states()) continue;
+    const std::vector<int64_t> offsets(item.box().offsets().begin(), item.box().offsets().end());
+    const std::vector<int64_t> lengths(item.box().lengths().begin(), item.box().lengths().end());
+    host.resize(static_cast<size_t>(numel_[item.buffer()]));
+    RETURN_IF_ERROR(Annotate(reader->ReadBox(item.name(), offsets, lengths, host.data()),
+                             absl::StrCat("loading ", item.name(), " box offsets ",
+                                          Dims(offsets), " lengths ", Dims(lengths),
+                                          " from ", folder)));
+    kernels_->CopyFromHost(host.data(), ptr_[item.buffer()], numel_[item.buffer()]);
+    loaded.insert(item.buffer());
+  }
+  return loaded;
+}
+
+absl::StatusOr<std::vector<checkpoint::IndexedChunk>> ProgramExecutor::WriteCheckpointShard(
+    int64_t step) {
+  if (!initialized_) return absl::FailedPreconditionError("checkpoint before Initialize");
+  if (program_.checkpoint_dir().empty()) {
+    return absl::FailedPreconditionError("the program has no checkpoint_dir");
+  }
+  std::vector<std::vector<float>> host;
+  std::vector<checkpoint::ShardPiece> pieces;
+  for (const v1::CheckpointItem& item : program_.checkpoint_items()) {
+    if (!item.write()) continue;
+    host.emplace_back(static_cast<size_t>(numel_[item.buffer()]));
+    kernels_->CopyToHost(ptr_[item.buffer()], host.back().data(), numel_[item.buffer()]);
+  }
+  RETURN_IF_ERROR(kernels_->Synchronize());
+  size_t next = 0;
+  for (const v1::CheckpointItem& item : program_.checkpoint_items()) {
+    if (!item.write()) continue;
+    checkpoint::ShardPiece piece;
+    piece.name = item.name();
+    piece.global_shape.assign(item.global_shape().begin(), item.global_shape().end());
+    piece.offsets.assign(item.box().offsets().begin(), item.box().offsets().end());
+    piece.lengths.assign(item.box().lengths().begin(), item.box().lengths().end());
+    piece.data = host[next++].data();
+    pieces.push_back(std::move(piece));
+  }
+  if (pieces.empty()) return std::vector<checkpoint::IndexedChunk>();
+  const std::string staging = checkpoint::StagingDir(program_.checkpoint_dir(), step);
+  absl::StatusOr<std::vector<checkpoint::IndexedChunk>> chunks =
+      checkpoint::WriteShard(staging, program_.rank(), pieces);
+  if (!chunks.ok()) {
+    return Annotate(chunks.status(), absl::StrCat("saving step ", step, " into ", staging));
+  }
+  return chunks;
 }
 
 absl::Status ProgramExecutor::CheckInit(const v1::ParamInit& init) {
@@ -707,8 +811,11 @@ absl::Status ProgramExecutor::Initialize() {
     }
     comms_.push_back(*std::move(comm));
   }
+  // Buffers a checkpoint covers skip their ParamInit (init_from may then name a folder).
+  ASSIGN_OR_RETURN(const std::set<int> loaded, LoadCheckpoint());
   std::unique_ptr<SafetensorsFile> file;
   for (const v1::ParamInit& init : program_.init()) {
+    if (loaded.count(init.buffer()) > 0) continue;
     if (init.kind() == v1::ParamInit::FROM_FILE && file == nullptr) {
       absl::StatusOr<SafetensorsFile> opened = SafetensorsFile::Open(program_.init_from());
       if (!opened.ok()) {

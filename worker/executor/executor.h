@@ -1,13 +1,15 @@
 // Executor: an interpreter over a Program's instructions. It owns the rank's buffers, runs the
-// init list once and the step list once per step, and knows nothing of parallelism beyond the
-// collectives and point-to-point transfers the instructions name. With Program.trace it also
+// init list once (the buffers a Program.load_checkpoint covers are read from it instead) and the
+// step list once per step, and knows nothing of parallelism beyond the collectives and
+// point-to-point transfers the instructions name. With Program.trace it also
 // records the step's timeline (TakeSpans).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(auto exec, Executor::Create(program, &comm_factory));
 //   RETURN_IF_ERROR(exec->Initialize());
-//   for (int64_t s = 1; s <= program.steps(); ++s) {
+//   for (int64_t s = program.start_step() + 1; s <= program.steps(); ++s) {
 //     ASSIGN_OR_RETURN(float loss, exec->RunStep(s));
+//     ASSIGN_OR_RETURN(auto chunks, exec->WriteCheckpointShard(s));  // when it saves step s
 //     std::vector<v1::TraceSpan> spans = exec->TakeSpans();  // empty unless Program.trace
 //   }
 #ifndef WEFT_WORKER_EXECUTOR_EXECUTOR_H_
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/checkpoint/checkpoint.h"
 #include "weft/v1/program.pb.h"
 #include "weft/v1/service.pb.h"
 #include "worker/comm/communicator.h"
@@ -48,6 +51,13 @@ class Executor {
   virtual std::vector<v1::TraceSpan> TakeSpans() { return {}; }
   // Read access to a buffer by global name, for tests and checkpoints.
   virtual absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const = 0;
+  // Writes this rank's share of a checkpoint of the buffers as they are now (the
+  // Program.checkpoint_items marked write) into checkpoint::StagingDir(checkpoint_dir, step) and
+  // returns the chunks written: none, and no file, when the rank writes nothing.
+  virtual absl::StatusOr<std::vector<checkpoint::IndexedChunk>> WriteCheckpointShard(
+      int64_t step) {
+    return absl::UnimplementedError("this executor does not write checkpoints");
+  }
   // Makes RunStep return CANCELLED at the next instruction boundary. Thread-safe.
   virtual void Cancel() = 0;
 };

@@ -1,0 +1,417 @@
+// Checkpoint save, commit and resume through the real daemons on 127.0.0.1 (a weft-coordinator
+// and weft-worker processes, jobs sent over gRPC as weftctl sends them):
+//  - resume: 4 steps straight equal 2 steps then 2 resumed, bit for bit (losses of steps 3-4 and
+//    every saved tensor, optimizer states included); resumed on another mesh within 1e-5;
+//  - init_from a checkpoint folder, onto another mesh;
+//  - dedup: on dp=4 the shards hold one copy of every replicated tensor, spread over ranks;
+//  - crashes: workers SIGKILLed during a save, and the coordinator SIGKILLed after every shard
+//    was written but before the commit (--debug_pause_before_commit_ms) leave the previous
+//    checkpoint loadable and the partial one ignored, and a resume then works.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "common/checkpoint/checkpoint.h"
+#include "common/spec/spec.h"
+#include "tests/cluster_fixture.h"
+#include "tests/process.h"
+#include "weft/v1/service.grpc.pb.h"
+
+namespace weft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A coordinator (with extra flags) and `workers` workers, all children of the test.
+class Cluster {
+ public:
+  static std::unique_ptr<Cluster> Start(int workers,
+                                        const std::vector<std::string>& coordinator_flags = {}) {
+    auto c = std::unique_ptr<Cluster>(new Cluster());
+    c->dir_ = MakeTempDir("ckpt-cluster");
+    const std::string port_file = c->dir_ + "/coordinator.port";
+    std::vector<std::string> argv = {BinaryPath("coordinator/weft-coordinator"), "--listen",
+                                     "127.0.0.1:0", "--data_dir", c->dir_ + "/data",
+                                     "--port_file", port_file};
+    argv.insert(argv.end(), coordinator_flags.begin(), coordinator_flags.end());
+    auto coord = ChildProcess::Start(argv, c->log());
+    EXPECT_TRUE(coord.ok()) << coord.status();
+    if (!coord.ok()) return nullptr;
+    c->coordinator_ = *std::move(coord);
+    for (int i = 0; i < 300 && c->address_.empty(); ++i) {
+      std::string port = ReadFileOrEmpty(port_file);
+      while (!port.empty() && (port.back() == '\n' || port.back() == ' ')) port.pop_back();
+      if (!port.empty()) c->address_ = "127.0.0.1:" + port;
+      if (c->address_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    EXPECT_FALSE(c->address_.empty()) << ReadFileOrEmpty(c->log());
+    if (c->address_.empty()) return nullptr;
+    for (int i = 0; i < workers; ++i) {
+      auto w = ChildProcess::Start({BinaryPath("worker/weft-worker"), "--coordinator",
+                                    c->address_, "--device", "cpu"},
+                                   c->dir_ + "/worker" + std::to_string(i) + ".log");
+      EXPECT_TRUE(w.ok()) << w.status();
+      c->workers_.push_back(*std::move(w));
+    }
+    c->channel_ = grpc::CreateChannel(c->address_, grpc::InsecureChannelCredentials());
+    return c;
+  }
+
+  std::string log() const { return dir_ + "/coordinator.log"; }
+  ChildProcess& coordinator() { return *coordinator_; }
+  ChildProcess& worker(int i) { return *workers_[i]; }
+
+  // Loads the spec file as weftctl does and submits it; "" on error (the test fails).
+  std::string Submit(const std::string& spec_path) {
+    absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    if (!spec.ok()) return "";
+    auto stub = v1::JobService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = *spec;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job_id();
+  }
+
+  // Every event of the job until it ends (or timeout_s).
+  std::vector<v1::JobEvent> Watch(const std::string& job_id, int timeout_s = 240) {
+    auto stub = v1::JobService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    auto reader = stub->WatchJob(&ctx, req);
+    std::vector<v1::JobEvent> events;
+    v1::JobEvent event;
+    while (reader->Read(&event)) events.push_back(event);
+    reader->Finish();
+    return events;
+  }
+
+  v1::JobState State(const std::string& job_id) {
+    auto stub = v1::JobService::NewStub(channel_);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GetJobRequest req;
+    req.set_job_id(job_id);
+    v1::Job job;
+    if (!stub->GetJob(&ctx, req, &job).ok()) return v1::JOB_STATE_UNSPECIFIED;
+    return job.state();
+  }
+
+  std::string Logs() const {
+    std::string out = "coordinator:\n" + ReadFileOrEmpty(log());
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      out += "\nworker " + std::to_string(i) + ":\n" +
+             ReadFileOrEmpty(dir_ + "/worker" + std::to_string(i) + ".log");
+    }
+    return out;
+  }
+
+ private:
+  std::string dir_, address_;
+  std::unique_ptr<ChildProcess> coordinator_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+struct RunResult {
+  std::map<int64_t, double> losses;  // by step
+  std::vector<v1::CheckpointSaved> saves;
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  std::string message;
+};
+
+RunResult Summarize(const std::vector<v1::JobEvent>& events) {
+  RunResult r;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_step()) r.losses[e.step().step()] = e.step().loss();
+    if (e.has_saved()) r.saves.push_back(e.saved());
+    if (e.event_case() == v1::JobEvent::kState) {
+      r.state = e.state();
+      r.message = e.message();
+    }
+  }
+  return r;
+}
+
+// Runs a spec on a fresh cluster of `ranks` workers to its end.
+RunResult RunJob(const std::string& spec_path, int ranks) {
+  std::unique_ptr<Cluster> cluster = Cluster::Start(ranks);
+  if (cluster == nullptr) return {};
+  const std::string id = cluster->Submit(spec_path);
+  if (id.empty()) return {};
+  RunResult r = Summarize(cluster->Watch(id));
+  EXPECT_EQ(r.state, v1::SUCCEEDED) << spec_path << ": " << r.message << "\n" << cluster->Logs();
+  return r;
+}
+
+// The MLP job with its train block and a checkpoint block.
+std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
+                    const std::string& checkpoint, bool resume,
+                    const std::map<std::string, std::string>& layer_extra = {},
+                    const std::string& init_from = "") {
+  std::string yaml = job.SpecYaml(mesh, checkpoint.empty() ? "" : "checkpoint: " + checkpoint + "\n",
+                                  layer_extra);
+  const std::string train = "train: {steps: 5, seed: 7}";
+  yaml.replace(yaml.find(train), train.size(),
+               "train: {steps: " + std::to_string(steps) + ", seed: 7" +
+                   (resume ? ", resume: true" : "") + "}");
+  if (!init_from.empty()) {
+    const std::string init = "init_from: init.safetensors";
+    yaml.replace(yaml.find(init), init.size(), "init_from: " + init_from);
+  }
+  return yaml;
+}
+
+const std::map<std::string, std::string> kMp2 = {
+    {"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
+    {"fc1", "placements: {weight: [Shard(0)]}"},
+};
+
+// Every tensor of two checkpoints, read whole, is identical bit for bit.
+void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir) {
+  auto a = checkpoint::CheckpointReader::Open(a_dir);
+  auto b = checkpoint::CheckpointReader::Open(b_dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::set<std::string> names_a, names_b;
+  for (const auto& [name, t] : a->index().tensors) names_a.insert(name);
+  for (const auto& [name, t] : b->index().tensors) names_b.insert(name);
+  EXPECT_EQ(names_a, names_b);
+  for (const auto& [name, t] : a->index().tensors) {
+    if (names_b.count(name) == 0) continue;
+    int64_t n = 1;
+    for (int64_t d : t.global_shape) n *= d;
+    std::vector<float> va(n), vb(n);
+    const std::vector<int64_t> zeros(t.global_shape.size(), 0);
+    ASSERT_TRUE(a->ReadBox(name, zeros, t.global_shape, va.data()).ok()) << name;
+    ASSERT_TRUE(b->ReadBox(name, zeros, t.global_shape, vb.data()).ok()) << name;
+    EXPECT_EQ(std::memcmp(va.data(), vb.data(), n * sizeof(float)), 0) << name << " differs";
+  }
+}
+
+void CopyDir(const std::string& from, const std::string& to) {
+  fs::copy(from, to, fs::copy_options::recursive);
+}
+
+TEST(CheckpointTest, ResumeOnTheSameMeshIsBitExact) {
+  MlpJob job = MlpJob::Create();
+  const std::string dp2 = "{shape: [2], dim_names: [dp]}";
+  // 4 steps straight, saving the last.
+  RunResult straight = RunJob(
+      job.WriteSpec("straight.yaml", MlpSpec(job, dp2, 4, "{dir: straight, every: 4}", false)), 2);
+  ASSERT_EQ(straight.losses.size(), 4u);
+  ASSERT_EQ(straight.saves.size(), 1u);
+  EXPECT_EQ(straight.saves[0].step(), 4);
+  EXPECT_GT(straight.saves[0].bytes(), 0);
+  EXPECT_EQ(straight.saves[0].path(), job.dir + "/straight/step-4");
+
+  // 2 steps, then the same job resumed for 2 more.
+  RunResult first = RunJob(
+      job.WriteSpec("first.yaml", MlpSpec(job, dp2, 2, "{dir: split, every: 1}", false)), 2);
+  ASSERT_EQ(first.saves.size(), 2u);
+  EXPECT_EQ(first.losses, (std::map<int64_t, double>{{1, straight.losses[1]},
+                                                      {2, straight.losses[2]}}));
+  RunResult resumed = RunJob(
+      job.WriteSpec("resumed.yaml", MlpSpec(job, dp2, 4, "{dir: split, every: 1}", true)), 2);
+  ASSERT_EQ(resumed.losses.size(), 2u) << "only steps 3 and 4 run";
+  EXPECT_EQ(resumed.losses[3], straight.losses[3]);  // bit for bit
+  EXPECT_EQ(resumed.losses[4], straight.losses[4]);
+  ExpectSameTensors(job.dir + "/straight/step-4", job.dir + "/split/step-4");
+}
+
+TEST(CheckpointTest, ResumeOnAnotherMeshMatchesWithinTolerance) {
+  MlpJob job = MlpJob::Create();
+  const std::string dp2 = "{shape: [2], dim_names: [dp]}";
+  RunResult straight =
+      RunJob(job.WriteSpec("straight.yaml", MlpSpec(job, dp2, 4, "", false)), 2);
+  ASSERT_EQ(straight.losses.size(), 4u);
+  RunResult first = RunJob(
+      job.WriteSpec("first.yaml", MlpSpec(job, dp2, 2, "{dir: saved, every: 2}", false)), 2);
+  ASSERT_EQ(first.saves.size(), 1u);
+  CopyDir(job.dir + "/saved", job.dir + "/for_mp");
+  CopyDir(job.dir + "/saved", job.dir + "/for_one");
+
+  RunResult on_mp = RunJob(
+      job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 4,
+                                       "{dir: for_mp}", true, kMp2)),
+      2);
+  RunResult on_one = RunJob(
+      job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 4, "{dir: for_one}", true)), 1);
+  for (const RunResult* r : {&on_mp, &on_one}) {
+    ASSERT_EQ(r->losses.size(), 2u);
+    for (int64_t s : {3, 4}) {
+      EXPECT_LE(RelDiff(r->losses.at(s), straight.losses[s]), 1e-5)
+          << "step " << s << ": " << r->losses.at(s) << " vs " << straight.losses[s];
+    }
+  }
+  ExpectSameTensors(job.dir + "/for_mp/step-2", job.dir + "/saved/step-2");
+}
+
+TEST(CheckpointTest, InitFromACheckpointLoadsParametersOntoAnyMesh) {
+  MlpJob job = MlpJob::Create();
+  RunResult saved = RunJob(
+      job.WriteSpec("save.yaml", MlpSpec(job, "{shape: [2], dim_names: [dp]}", 3,
+                                         "{dir: trained}", false)),
+      2);
+  ASSERT_EQ(saved.saves.size(), 1u);
+  RunResult fresh = RunJob(job.WriteSpec("fresh.yaml", MlpSpec(job, "{shape: [1]}", 2, "", false)), 1);
+  // The checkpoint dir (its newest step) and the step folder itself.
+  RunResult on_one = RunJob(job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 2, "", false,
+                                                              {}, "trained")),
+                            1);
+  RunResult on_mp = RunJob(
+      job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 2, "", false, kMp2,
+                                       "trained/step-3")),
+      2);
+  ASSERT_EQ(on_one.losses.size(), 2u);
+  ASSERT_EQ(on_mp.losses.size(), 2u);
+  ASSERT_EQ(fresh.losses.size(), 2u);
+  EXPECT_NE(on_one.losses[1], fresh.losses[1]) << "the trained parameters were not loaded";
+  for (int64_t s : {1, 2}) EXPECT_LE(RelDiff(on_mp.losses[s], on_one.losses[s]), 1e-5);
+}
+
+TEST(CheckpointTest, DataParallelWritesOneCopyOfReplicatedTensors) {
+  MlpJob job = MlpJob::Create();
+  RunResult r = RunJob(job.WriteSpec("dp4.yaml", MlpSpec(job, "{shape: [4], dim_names: [dp]}", 1,
+                                                         "{dir: dp4}", false)),
+                       4);
+  ASSERT_EQ(r.saves.size(), 1u);
+  auto reader = checkpoint::CheckpointReader::Open(job.dir + "/dp4/step-1");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  int64_t one_copy = 0, written = 0;
+  std::set<std::string> files;
+  for (const auto& [name, t] : reader->index().tensors) {
+    int64_t n = 4;
+    for (int64_t d : t.global_shape) n *= d;
+    one_copy += n;
+    for (const checkpoint::Chunk& c : t.chunks) {
+      written += c.end - c.begin;
+      files.insert(c.file);
+    }
+  }
+  // 5 parameters and their AdamW m and v.
+  EXPECT_EQ(reader->index().tensors.size(), 15u);
+  EXPECT_EQ(written, one_copy);
+  EXPECT_EQ(r.saves[0].bytes(), one_copy);
+  EXPECT_GT(files.size(), 1u) << "the writes should be spread over ranks";
+  for (const std::string& f : files) EXPECT_TRUE(fs::exists(job.dir + "/dp4/step-1/" + f)) << f;
+  EXPECT_TRUE(reader->VerifyAll().ok());
+}
+
+// A model large enough that writing a shard takes a while: 3 x [1024, 1024] with AdamW states.
+std::string LargeSpec(const std::string& dir, int steps, bool resume) {
+  std::ostringstream s;
+  s << "name: ckpt-crash\nmesh: {shape: [2], dim_names: [dp]}\nmodel:\n  layers:\n"
+    << "    - {name: fc0, type: linear, in_features: 1024, out_features: 1024}\n"
+    << "    - {name: act0, type: relu}\n"
+    << "    - {name: fc1, type: linear, in_features: 1024, out_features: 1024}\n"
+    << "    - {name: act1, type: relu}\n"
+    << "    - {name: fc2, type: linear, in_features: 1024, out_features: 1024}\n"
+    << "  loss: mse\n"
+    << "data: {source: synthetic, batch_size: 8, sample_shape: [1024], label_shape: [1024], "
+       "num_samples: 32}\n"
+    << "optimizer: {type: adamw, lr: 0.001}\n"
+    << "train: {steps: " << steps << ", seed: 5" << (resume ? ", resume: true" : "") << "}\n"
+    << "checkpoint: {dir: " << dir << ", every: 1, keep: 5}\n";
+  return s.str();
+}
+
+void ExpectLoadable(const std::string& dir, int64_t step) {
+  absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(dir);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, checkpoint::StepDir(dir, step));
+  auto reader = checkpoint::CheckpointReader::Open(*latest);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(reader->index().step, step);
+  EXPECT_TRUE(reader->VerifyAll().ok());
+}
+
+bool WaitFor(const std::function<bool()>& done, int timeout_s) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return false;
+}
+
+TEST(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
+  const std::string dir = MakeTempDir("ckpt-worker-crash") + "/ckpt";
+  const std::string spec_dir = MakeTempDir("ckpt-worker-crash-spec");
+  std::string spec = spec_dir + "/job.yaml";
+  std::ofstream(spec) << LargeSpec(dir, 3, false);
+  {
+    std::unique_ptr<Cluster> cluster = Cluster::Start(2);
+    ASSERT_NE(cluster, nullptr);
+    const std::string id = cluster->Submit(spec);
+    ASSERT_FALSE(id.empty());
+    // Kill both workers as soon as the save of step 2 starts.
+    const std::string staging = checkpoint::StagingDir(dir, 2);
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(staging); }, 120)) << cluster->Logs();
+    cluster->worker(0).Signal(SIGKILL);
+    cluster->worker(1).Signal(SIGKILL);
+    ASSERT_TRUE(WaitFor([&] { return cluster->State(id) == v1::FAILED; }, 60)) << cluster->Logs();
+    // The save of step 1 was complete before: it is committed (the commit may still be running).
+    ASSERT_TRUE(WaitFor([&] { return fs::exists(checkpoint::StepDir(dir, 1)); }, 30));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    EXPECT_FALSE(fs::exists(checkpoint::StepDir(dir, 2))) << "a partial save was committed";
+  }
+  ExpectLoadable(dir, 1);
+
+  std::ofstream(spec) << LargeSpec(dir, 3, true);
+  RunResult resumed = RunJob(spec, 2);
+  EXPECT_EQ(resumed.losses.size(), 2u);
+  EXPECT_EQ(resumed.losses.count(2), 1u);
+  ExpectLoadable(dir, 3);
+  EXPECT_FALSE(fs::exists(checkpoint::StagingDir(dir, 2))) << "leftover staging not removed";
+}
+
+TEST(CheckpointTest, CoordinatorKilledBeforeTheCommitLeavesThePreviousCheckpoint) {
+  MlpJob job = MlpJob::Create();
+  const std::string dp2 = "{shape: [2], dim_names: [dp]}";
+  RunResult first =
+      RunJob(job.WriteSpec("first.yaml", MlpSpec(job, dp2, 1, "{dir: ckpt, every: 1}", false)), 2);
+  ASSERT_EQ(first.saves.size(), 1u);
+  const std::string dir = job.dir + "/ckpt";
+  const std::string resume = job.WriteSpec("resume.yaml", MlpSpec(job, dp2, 2, "{dir: ckpt}", true));
+  {
+    std::unique_ptr<Cluster> cluster =
+        Cluster::Start(2, {"--debug_pause_before_commit_ms", "600000"});
+    ASSERT_NE(cluster, nullptr);
+    const std::string id = cluster->Submit(resume);
+    ASSERT_FALSE(id.empty());
+    // Every shard of step 2 is written and reported once the coordinator pauses before its commit.
+    ASSERT_TRUE(WaitFor(
+        [&] { return ReadFileOrEmpty(cluster->log()).find("before committing step 2") !=
+                     std::string::npos; },
+        120))
+        << cluster->Logs();
+    cluster->coordinator().Signal(SIGKILL);
+    cluster->coordinator().Wait();
+  }
+  EXPECT_TRUE(fs::exists(checkpoint::StagingDir(dir, 2)));
+  EXPECT_FALSE(fs::exists(checkpoint::StepDir(dir, 2)));
+  ExpectLoadable(dir, 1);
+
+  RunResult resumed = RunJob(resume, 2);
+  EXPECT_EQ(resumed.losses.size(), 1u);
+  EXPECT_EQ(resumed.losses.count(2), 1u);
+  ExpectLoadable(dir, 2);
+}
+
+}  // namespace
+}  // namespace weft::testing
