@@ -177,6 +177,11 @@ class ProgramExecutor final : public Executor {
  private:
   absl::Status CheckInstruction(int index, Step* s);
   absl::Status CheckInit(const v1::ParamInit& init);
+  // A buffer that holds the box of a global tensor: id in range, box inside the shape, the
+  // box's volume equal to the buffer's size.
+  absl::Status CheckBoxedBuffer(int buffer,
+                                const google::protobuf::RepeatedField<int64_t>& global_shape,
+                                const v1::TensorBox& box) const;
   absl::Status CheckCheckpointItem(const v1::CheckpointItem& item);
   // Reads Program.load_checkpoint into the buffers of its items; returns the buffers filled.
   absl::StatusOr<std::set<int>> LoadCheckpoint();
@@ -342,13 +347,15 @@ void ProgramExecutor::BuildSpanTemplates() {
   }
 }
 
-absl::Status ProgramExecutor::CheckCheckpointItem(const v1::CheckpointItem& item) {
-  if (item.buffer() < 0 || item.buffer() >= program_.buffers_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("buffer id ", item.buffer(), " out of range"));
+absl::Status ProgramExecutor::CheckBoxedBuffer(
+    int buffer, const google::protobuf::RepeatedField<int64_t>& global_shape,
+    const v1::TensorBox& box) const {
+  if (buffer < 0 || buffer >= program_.buffers_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer id ", buffer, " out of range"));
   }
-  const std::vector<int64_t> global(item.global_shape().begin(), item.global_shape().end());
-  const std::vector<int64_t> offsets(item.box().offsets().begin(), item.box().offsets().end());
-  const std::vector<int64_t> lengths(item.box().lengths().begin(), item.box().lengths().end());
+  const std::vector<int64_t> global(global_shape.begin(), global_shape.end());
+  const std::vector<int64_t> offsets(box.offsets().begin(), box.offsets().end());
+  const std::vector<int64_t> lengths(box.lengths().begin(), box.lengths().end());
   if (offsets.size() != global.size() || lengths.size() != global.size()) {
     return absl::InvalidArgumentError(absl::StrCat("box offsets ", Dims(offsets), " lengths ",
                                                    Dims(lengths), " do not match global shape ",
@@ -361,12 +368,17 @@ absl::Status ProgramExecutor::CheckCheckpointItem(const v1::CheckpointItem& item
                                                      Dims(global)));
     }
   }
-  if (Product(lengths) != numel_[item.buffer()]) {
+  if (Product(lengths) != numel_[buffer]) {
     return absl::InvalidArgumentError(absl::StrCat("box lengths ", Dims(lengths), " hold ",
                                                    Product(lengths), " elements, buffer shape ",
-                                                   Dims(shapes_[item.buffer()]), " holds ",
-                                                   numel_[item.buffer()]));
+                                                   Dims(shapes_[buffer]), " holds ",
+                                                   numel_[buffer]));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ProgramExecutor::CheckCheckpointItem(const v1::CheckpointItem& item) {
+  RETURN_IF_ERROR(CheckBoxedBuffer(item.buffer(), item.global_shape(), item.box()));
   if (item.role() != v1::Buffer::PARAM && item.role() != v1::Buffer::OPTIMIZER_STATE) {
     return absl::InvalidArgumentError(absl::StrCat(
         "role ", v1::Buffer::Role_Name(item.role()), "; expected PARAM or OPTIMIZER_STATE"));
@@ -432,30 +444,7 @@ absl::StatusOr<std::vector<checkpoint::IndexedChunk>> ProgramExecutor::WriteChec
 }
 
 absl::Status ProgramExecutor::CheckInit(const v1::ParamInit& init) {
-  if (init.buffer() < 0 || init.buffer() >= program_.buffers_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("buffer id ", init.buffer(), " out of range"));
-  }
-  const std::vector<int64_t> global(init.global_shape().begin(), init.global_shape().end());
-  const std::vector<int64_t> offsets(init.box().offsets().begin(), init.box().offsets().end());
-  const std::vector<int64_t> lengths(init.box().lengths().begin(), init.box().lengths().end());
-  if (offsets.size() != global.size() || lengths.size() != global.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("box offsets ", Dims(offsets), " lengths ",
-                                                   Dims(lengths), " do not match global shape ",
-                                                   Dims(global)));
-  }
-  for (size_t d = 0; d < global.size(); ++d) {
-    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > global[d]) {
-      return absl::InvalidArgumentError(absl::StrCat("box offsets ", Dims(offsets), " lengths ",
-                                                     Dims(lengths), " fall outside global shape ",
-                                                     Dims(global)));
-    }
-  }
-  if (Product(lengths) != numel_[init.buffer()]) {
-    return absl::InvalidArgumentError(absl::StrCat("box lengths ", Dims(lengths), " hold ",
-                                                   Product(lengths), " elements, buffer shape ",
-                                                   Dims(shapes_[init.buffer()]), " holds ",
-                                                   numel_[init.buffer()]));
-  }
+  RETURN_IF_ERROR(CheckBoxedBuffer(init.buffer(), init.global_shape(), init.box()));
   switch (init.kind()) {
     case v1::ParamInit::UNIFORM:
     case v1::ParamInit::ZEROS:
