@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "worker/comm/testing/bytes_sent_check.h"
 
 namespace weft {
 namespace {
@@ -122,58 +123,7 @@ TEST(LocalCommunicatorTest, BytesSentAsGlooSendsThem) {
       LocalCommunicatorFactory factory(world, r);
       auto created = factory.Create(Group(1, ranks));
       ASSERT_TRUE(created.ok()) << created.status();
-      Communicator& comm = **created;
-      int64_t want = 0;
-      auto check = [&](const char* what, int64_t bytes) {
-        want += bytes;
-        ASSERT_EQ(comm.bytes_sent(), want) << what << " on " << k << " ranks, member " << r;
-        ASSERT_EQ(factory.bytes_sent(), want) << what;
-      };
-      auto sum = [](const std::vector<int64_t>& v) {
-        int64_t t = 0;
-        for (int64_t x : v) t += x;
-        return t;
-      };
-      for (int64_t count : {int64_t{24}, int64_t{300000}}) {
-        std::vector<float> data(count, 1.0f);
-        ASSERT_TRUE(comm.AllReduce(data.data(), count, ReduceOp::kAvg).ok());
-        check("all_reduce", 2 * (k - 1) * 4 * count / k);
-      }
-      std::vector<int64_t> counts;
-      for (int m = 0; m < k; ++m) counts.push_back(m + 1);
-      std::vector<float> in(counts[r], 1.0f), out(sum(counts));
-      ASSERT_TRUE(comm.AllGather(in.data(), out.data(), counts).ok());
-      check("all_gather", k == 1 ? 0 : 4 * (sum(counts) - counts[(r + 1) % k]));
-      std::vector<float> full(sum(counts), 1.0f), mine(counts[r]);
-      ASSERT_TRUE(comm.ReduceScatter(full.data(), mine.data(), counts).ok());
-      check("reduce_scatter", 4 * (sum(counts) - counts[r]));
-      std::vector<int64_t> send, recv;
-      for (int j = 0; j < k; ++j) {
-        send.push_back(r + j + 1);
-        recv.push_back(j + r + 1);
-      }
-      std::vector<float> a2a_in(sum(send), 1.0f), a2a_out(sum(recv));
-      ASSERT_TRUE(comm.AllToAll(a2a_in.data(), send, a2a_out.data(), recv).ok());
-      check("all_to_all", 4 * (sum(send) - send[r]));
-      for (int root = 0; root < k; ++root) {
-        std::vector<float> data(11, 1.0f);
-        ASSERT_TRUE(comm.Broadcast(data.data(), data.size(), root).ok());
-        const int v = (r - root + k) % k;
-        const int children[4][4] = {{0}, {1, 0}, {2, 0, 0}, {2, 1, 0, 0}};
-        check("broadcast", 44 * children[k - 1][v]);
-      }
-      ASSERT_TRUE(comm.Barrier().ok());
-      check("barrier", 0);
-      if (k >= 2) {
-        std::vector<float> msg(5, 1.0f);
-        if (r == 0) {
-          ASSERT_TRUE(comm.Send(msg.data(), msg.size(), 1, 7).ok());
-          check("send", 20);
-        } else if (r == 1) {
-          ASSERT_TRUE(comm.Recv(msg.data(), msg.size(), 0, 7).ok());
-          check("recv", 0);
-        }
-      }
+      testing::ExpectBytesSentFollowTheAlgorithms(**created, factory, k, r, ReduceOp::kAvg);
     });
   }
 }
