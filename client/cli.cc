@@ -44,6 +44,7 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"worker_bin", {true, {"local"}}},
       {"keep_tmp", {false, {"local"}}},
       {"trace", {true, {"local"}}},
+      {"device", {true, {"local"}}},
       {"reason", {true, {"cancel"}}},
       {"help", {false, {}}},
   };
@@ -151,6 +152,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.worker_bin = value;
     } else if (name == "reason") {
       cl.reason = value;
+    } else if (name == "device") {
+      if (value != "cpu" && value != "cuda") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--device: expected cpu or cuda, got \"", value, "\""));
+      }
+      cl.device = value;
     } else if (name == "trace") {
       if (value.empty()) return absl::InvalidArgumentError("--trace: needs a FILE to write");
       cl.trace = value;
@@ -220,8 +227,11 @@ Commands:
                                    processes, run SPEC on them, stop them; exits 0 only if the
                                    job SUCCEEDED. N defaults to the spec's mesh size.
         [--coordinator_bin PATH] [--worker_bin PATH] [--keep_tmp] [--trace FILE]
+        [--device cpu|cuda]
                                    --trace FILE: record the job's timeline and write it to
                                    FILE as a Chrome trace (also when the job fails)
+                                   --device: run the job on cpu or cuda (rank r on cuda:r)
+                                   whatever the spec's device says
   plan SPEC [--json]               validate SPEC and plan it offline (no coordinator): per rank,
                                    the instructions with local shapes, each collective with its
                                    group and bytes sent, the memory for parameters, gradients,

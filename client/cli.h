@@ -32,6 +32,7 @@ struct CommandLine {
   std::string worker_bin;               // local
   bool keep_tmp = false;                // local: keep the temporary folder and its logs
   std::string trace;                    // local: record a timeline and write it to this file
+  std::string device;                   // local: cpu | cuda, overrides the spec's device
   std::string reason;                   // cancel
   bool help = false;
 };

@@ -116,6 +116,17 @@ TEST(CliTest, TraceCommandAndLocalTraceFlag) {
   EXPECT_THAT(UsageText(), HasSubstr("trace JOB FILE"));
 }
 
+TEST(CliTest, LocalDeviceFlag) {
+  absl::StatusOr<CommandLine> cl = Parse({"local", "--device", "cuda", "job.yaml"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->device, "cuda");
+  EXPECT_TRUE(Parse({"local", "job.yaml"})->device.empty());
+  EXPECT_THAT(std::string(Parse({"local", "--device", "cuda:0", "j.yaml"}).status().message()),
+              HasSubstr("--device: expected cpu or cuda, got \"cuda:0\""));
+  EXPECT_THAT(std::string(Parse({"submit", "--device", "cuda", "j.yaml"}).status().message()),
+              HasSubstr("--device does not apply to 'submit'"));
+}
+
 TEST(CliTest, Help) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"help"}, {"--help"}, {"-h"}, {"local", "--help"}}) {

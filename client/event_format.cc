@@ -157,12 +157,36 @@ std::string FormatJobsTable(const std::vector<v1::Job>& jobs, int64_t now_ms) {
   return FormatTable(rows);
 }
 
+namespace {
+std::string Gib(int64_t bytes) { return absl::StrFormat("%.1f GiB", bytes / 1073741824.0); }
+}  // namespace
+
+std::string FormatDevice(const v1::DeviceInfo& d) {
+  if (d.kind().empty()) return "-";
+  std::vector<std::string> facts;
+  if (d.kind() == "cuda") {
+    // "cuda NVIDIA H100 80GB HBM3 (79.1 GiB, cc 9.0, 132 SMs)"
+    std::string out = d.kind();
+    if (!d.name().empty()) absl::StrAppend(&out, " ", d.name());
+    if (d.memory_bytes() > 0) facts.push_back(Gib(d.memory_bytes()));
+    if (!d.compute_capability().empty()) {
+      facts.push_back(absl::StrCat("cc ", d.compute_capability()));
+    }
+    if (d.cores() > 0) facts.push_back(absl::StrCat(d.cores(), " SMs"));
+    if (!facts.empty()) absl::StrAppend(&out, " (", absl::StrJoin(facts, ", "), ")");
+    return out;
+  }
+  // "cpu (8 cores, 31.3 GiB)": the CPU model is long and in `workers --json`.
+  if (d.cores() > 0) facts.push_back(absl::StrCat(d.cores(), " cores"));
+  if (d.memory_bytes() > 0) facts.push_back(Gib(d.memory_bytes()));
+  return facts.empty() ? d.kind() : absl::StrCat(d.kind(), " (", absl::StrJoin(facts, ", "), ")");
+}
+
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64_t now_ms) {
   std::vector<std::vector<std::string>> rows = {
       {"ID", "HOST", "DEVICE", "STATE", "JOB/RANK", "HEARTBEAT"}};
   for (const v1::WorkerInfo& w : workers) {
-    std::string device = w.device().kind().empty() ? "-" : w.device().kind();
-    if (w.device().cores() > 0) absl::StrAppend(&device, " (", w.device().cores(), " cores)");
+    const std::string device = FormatDevice(w.device());
     const std::string job =
         w.job_id().empty() ? "-" : absl::StrCat(w.job_id(), "/", w.rank());
     const std::string beat =

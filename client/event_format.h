@@ -59,6 +59,10 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 // Columns: ID NAME STATE STEPS LOSS AGE.
 std::string FormatJobsTable(const std::vector<v1::Job>& jobs, int64_t now_ms);
 // Columns: ID HOST DEVICE STATE JOB/RANK HEARTBEAT.
+// A worker's device in one cell: "cpu (8 cores, 31.3 GiB)", or
+// "cuda NVIDIA H100 80GB HBM3 (79.2 GiB, cc 9.0, 132 SMs)".
+std::string FormatDevice(const v1::DeviceInfo& device);
+
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64_t now_ms);
 // A few "key: value" lines about one job.
 std::string FormatJobDetails(const v1::Job& job, int64_t now_ms);

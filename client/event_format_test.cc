@@ -144,9 +144,18 @@ TEST(EventFormatTest, Tables) {
   w.set_job_id("job-1");
   w.set_rank(2);
   w.set_last_heartbeat_ms(1000);
-  const std::string workers = FormatWorkersTable({w}, 3000);
-  EXPECT_THAT(workers, HasSubstr("ID   HOST       DEVICE         STATE  JOB/RANK  HEARTBEAT"));
-  EXPECT_THAT(workers, HasSubstr("w-1  127.0.0.1  cpu (8 cores)  busy   job-1/2   2s ago"));
+  v1::WorkerInfo gpu = w;
+  gpu.set_worker_id("w-2");
+  gpu.mutable_device()->set_kind("cuda");
+  gpu.mutable_device()->set_name("NVIDIA H100 80GB HBM3");
+  gpu.mutable_device()->set_memory_bytes(int64_t{85} * 1000 * 1000 * 1000);
+  gpu.mutable_device()->set_cores(132);
+  gpu.mutable_device()->set_compute_capability("9.0");
+  const std::string workers = FormatWorkersTable({w, gpu}, 3000);
+  EXPECT_THAT(workers, HasSubstr("ID   HOST       DEVICE  "));
+  EXPECT_THAT(workers, HasSubstr("w-1  127.0.0.1  cpu (8 cores)  "));
+  EXPECT_THAT(workers, HasSubstr(
+      "w-2  127.0.0.1  cuda NVIDIA H100 80GB HBM3 (79.2 GiB, cc 9.0, 132 SMs)  busy   job-1/2"));
 
   const std::string details = FormatJobDetails(job, 31000);
   EXPECT_THAT(details, HasSubstr("state:    RUNNING"));

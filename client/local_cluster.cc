@@ -142,8 +142,9 @@ absl::Status LocalCluster::Start() {
   if (!s.ok()) return s;
   Progress(absl::StrCat("coordinator listening on ", address_, " (folder ", dir_, ")"));
   for (int r = 0; r < options_.ranks; ++r) {
+    const std::string device = options_.device == "cuda" ? absl::StrCat("cuda:", r) : "cpu";
     s = Spawn(absl::StrCat("worker-", r),
-              {options_.worker_bin, "--coordinator", address_, "--device", "cpu"});
+              {options_.worker_bin, "--coordinator", address_, "--device", device});
     if (!s.ok()) return s;
   }
   s = WaitForWorkers();

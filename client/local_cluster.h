@@ -47,6 +47,7 @@ std::string TailLines(const std::string& text, int lines);
 
 struct LocalClusterOptions {
   int ranks = 1;
+  std::string device = "cpu";  // cpu, or cuda: worker r runs on cuda:r
   std::string coordinator_bin;
   std::string worker_bin;
   bool keep_tmp = false;                // keep the folder (logs, job store) after Stop

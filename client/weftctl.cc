@@ -234,6 +234,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
   if (!spec.ok()) return Fail(spec.status());
   if (!cl.trace.empty()) spec->set_trace(true);
+  if (!cl.device.empty()) spec->set_device(cl.device);
   const int64_t world = WorldSize(*spec);
   const int ranks = cl.ranks > 0 ? cl.ranks : static_cast<int>(world);
   if (world != ranks) {
@@ -251,6 +252,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
 
   LocalClusterOptions options;
   options.ranks = ranks;
+  options.device = spec->device();
   options.coordinator_bin = *coordinator_bin;
   options.worker_bin = *worker_bin;
   options.keep_tmp = cl.keep_tmp;

@@ -71,13 +71,14 @@ std::string MlpJob::WriteSpec(const std::string& file, const std::string& yaml) 
   return path;
 }
 
-std::vector<double> MlpJob::ReferenceLosses() const {
+std::vector<double> MlpJob::ReferenceLosses(bool bf16_matmul) const {
   RefMlp mlp({{"fc0", "linear", kIn, kHidden, true},
               {"act0", "gelu"},
               {"fc1", "linear", kHidden, kHidden, fc1_bias},
               {"act1", "relu"},
               {"fc2", "linear", kHidden, kOut, true}});
   for (const auto& t : init) mlp.params[t.name] = t.values;
+  mlp.bf16_matmul = bf16_matmul;
   return mlp.Train(inputs, labels, kSamples, kBatch, kSteps, optimizer);
 }
 

@@ -31,8 +31,9 @@ struct MlpJob {
                        const std::map<std::string, std::string>& layer_extra = {}) const;
   // Writes SpecYaml to dir/<file> and returns its path.
   std::string WriteSpec(const std::string& file, const std::string& yaml) const;
-  // Per-step losses of the float64 reference.
-  std::vector<double> ReferenceLosses() const;
+  // Per-step losses of the float64 reference; with bf16_matmul, of `precision: bf16` (matmul
+  // operands rounded to bfloat16).
+  std::vector<double> ReferenceLosses(bool bf16_matmul = false) const;
 };
 
 // Runs `weftctl local --ranks N --json SPEC` through the real binaries and returns the per-step

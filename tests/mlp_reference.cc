@@ -1,6 +1,7 @@
 #include "tests/mlp_reference.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -18,6 +19,18 @@ double GeluGrad(double x) {
 
 }  // namespace
 
+double RoundToBf16(double v) {
+  const float f = static_cast<float>(v);
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if (std::isnan(f)) return v;
+  bits += 0x7fffu + ((bits >> 16) & 1u);  // to nearest, ties to the even bf16
+  bits &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &bits, sizeof(r));
+  return r;
+}
+
 std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
                                   const std::vector<double>& labels, int num_samples, int batch,
                                   int steps, const RefOptimizer& opt) {
@@ -26,6 +39,13 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
   for (const auto& l : layers_) {
     if (l.type == "linear") out_last = l.out;
   }
+  // The matmul operands as the run sees them.
+  auto operand = [this](std::vector<double> v) {
+    if (bf16_matmul) {
+      for (double& e : v) e = RoundToBf16(e);
+    }
+    return v;
+  };
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
     // Batch rows.
@@ -45,12 +65,13 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
       const int w_in = widths.back();
       std::vector<double> o;
       if (l.type == "linear") {
-        const auto& w = params.at(l.name + ".weight");
+        const std::vector<double> w = operand(params.at(l.name + ".weight"));
+        const std::vector<double> xa = operand(a);
         o.assign(static_cast<size_t>(batch) * l.out, 0.0);
         for (int b = 0; b < batch; ++b) {
           for (int n = 0; n < l.out; ++n) {
             double s = l.bias ? params.at(l.name + ".bias")[n] : 0.0;
-            for (int k = 0; k < l.in; ++k) s += a[b * l.in + k] * w[k * l.out + n];
+            for (int k = 0; k < l.in; ++k) s += xa[b * l.in + k] * w[k * l.out + n];
             o[b * l.out + n] = s;
           }
         }
@@ -76,16 +97,18 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
     std::map<std::string, std::vector<double>> grads;
     for (int li = static_cast<int>(layers_.size()) - 1; li >= 0; --li) {
       const auto& l = layers_[li];
-      const auto& a = acts[li];
-      std::vector<double> gin(a.size(), 0.0);
+      const auto& act = acts[li];
+      std::vector<double> gin(act.size(), 0.0);
       if (l.type == "linear") {
-        const auto& w = params.at(l.name + ".weight");
+        const std::vector<double> w = operand(params.at(l.name + ".weight"));
+        const std::vector<double> a = operand(act);
+        const std::vector<double> g = operand(grad);
         std::vector<double> gw(static_cast<size_t>(l.in) * l.out, 0.0);
         for (int b = 0; b < batch; ++b) {
           for (int k = 0; k < l.in; ++k) {
             for (int n = 0; n < l.out; ++n) {
-              gw[k * l.out + n] += a[b * l.in + k] * grad[b * l.out + n];
-              gin[b * l.in + k] += grad[b * l.out + n] * w[k * l.out + n];
+              gw[k * l.out + n] += a[b * l.in + k] * g[b * l.out + n];
+              gin[b * l.in + k] += g[b * l.out + n] * w[k * l.out + n];
             }
           }
         }
@@ -98,8 +121,8 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
           grads[l.name + ".bias"] = gb;
         }
       } else {
-        for (size_t i = 0; i < a.size(); ++i) {
-          gin[i] = grad[i] * (l.type == "relu" ? (a[i] > 0 ? 1.0 : 0.0) : GeluGrad(a[i]));
+        for (size_t i = 0; i < act.size(); ++i) {
+          gin[i] = grad[i] * (l.type == "relu" ? (act[i] > 0 ? 1.0 : 0.0) : GeluGrad(act[i]));
         }
       }
       grad = std::move(gin);

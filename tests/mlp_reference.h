@@ -40,6 +40,10 @@ class RefMlp {
 
   // Parameters by global name ("fc0.weight" [in,out], "fc0.bias" [out]), row-major.
   std::map<std::string, std::vector<double>> params;
+  // `precision: bf16`: every matmul operand (forward and both backward products) is rounded to
+  // float32 and then to bfloat16 (nearest even) before the products; everything else stays
+  // float64.
+  bool bf16_matmul = false;
 
   // Trains for `steps` steps and returns the loss of each step, computed before its update.
   // inputs: [num_samples, in of the first layer]; labels: [num_samples, out of the last].
@@ -60,6 +64,9 @@ struct NamedTensor {
   std::vector<double> values;
 };
 void WriteSafetensorsF32(const std::string& path, const std::vector<NamedTensor>& tensors);
+
+// v rounded to float32, then to bfloat16 (round to nearest even), as a double.
+double RoundToBf16(double v);
 
 // Deterministic values in [-scale, scale), never exactly zero, from a small LCG.
 std::vector<double> TestValues(size_t n, uint64_t seed, double scale);

@@ -59,3 +59,30 @@ TEST(MlpReferenceTest, AdamWReducesTheLoss) {
 
 }  // namespace
 }  // namespace weft::testing
+
+namespace weft::testing {
+namespace {
+
+TEST(MlpReferenceTest, RoundToBf16KeepsEightSignificantBitsNearestEven) {
+  EXPECT_EQ(RoundToBf16(1.0), 1.0);
+  EXPECT_EQ(RoundToBf16(-2.5), -2.5);
+  // bf16 spacing at 1 is 2^-7: 1 + 2^-8 is a tie and goes to the even 1; 1 + 3*2^-8 rounds up to
+  // 1 + 2^-6 (even); just above the tie rounds up.
+  EXPECT_EQ(RoundToBf16(1.0 + std::ldexp(1.0, -8)), 1.0);
+  EXPECT_EQ(RoundToBf16(1.0 + 3 * std::ldexp(1.0, -8)), 1.0 + std::ldexp(1.0, -6));
+  EXPECT_EQ(RoundToBf16(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -20)),
+            1.0 + std::ldexp(1.0, -7));
+  EXPECT_EQ(RoundToBf16(0.1), 0.10009765625);
+  // A bf16 run differs from the float64 one: the reference really rounds.
+  std::vector<double> x = TestValues(24, 31, 1.0), y = TestValues(16, 32, 1.0);
+  RefMlp exact({{"fc0", "linear", 3, 2, false}}), bf16({{"fc0", "linear", 3, 2, false}});
+  exact.params["fc0.weight"] = bf16.params["fc0.weight"] = TestValues(6, 33, 0.8);
+  bf16.bf16_matmul = true;
+  const double a = exact.Train(x, y, 8, 8, 1, RefOptimizer())[0];
+  const double b = bf16.Train(x, y, 8, 8, 1, RefOptimizer())[0];
+  EXPECT_NE(a, b);
+  EXPECT_NEAR(a, b, 1e-2 * std::fabs(a));
+}
+
+}  // namespace
+}  // namespace weft::testing

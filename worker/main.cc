@@ -10,22 +10,27 @@
 #include <atomic>
 #include <cstdio>
 #include <ctime>
+#include <memory>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 #include "worker/executor/executor.h"
+#include "worker/kernels/backend.h"
 #include "worker/worker.h"
+#ifdef WEFT_CUDA
+#include "worker/nccl_environment.h"
+#endif
 
 ABSL_FLAG(std::string, coordinator, "", "Coordinator address HOST:PORT (required).");
-ABSL_FLAG(std::string, device, "cpu", "Device to run on: cpu (cuda:N needs a CUDA build).");
+ABSL_FLAG(std::string, device, "cpu",
+          "Device to run on: cpu, or cuda:N (GPU N; needs a --config=cuda build and a GPU).");
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address the other workers reach this worker's collectives on.");
 ABSL_FLAG(int, heartbeat_ms, 0, "Heartbeat interval; 0 uses the coordinator's.");
@@ -48,16 +53,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string device = absl::GetFlag(FLAGS_device);
-  if (absl::StartsWith(device, "cuda")) {
-    std::fprintf(stderr,
-                 "weft-worker: --device=%s: CUDA is not available in this build or on this "
-                 "machine; use --device=cpu\n",
-                 device.c_str());
+  const absl::StatusOr<std::pair<std::string, int>> parsed = weft::ParseDevice(device);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "weft-worker: --device=%s: %s\n", device.c_str(),
+                 std::string(parsed.status().message()).c_str());
     return 2;
   }
-  if (device != "cpu") {
-    std::fprintf(stderr, "weft-worker: --device=%s: unknown device (cpu or cuda:N)\n",
-                 device.c_str());
+  // Probed before anything starts: a GPU worker without a usable GPU exits at once with the
+  // CUDA error, instead of registering and failing every job it is given.
+  const absl::StatusOr<weft::DeviceDescription> described = weft::ProbeDevice(device);
+  if (!described.ok()) {
+    std::fprintf(stderr, "weft-worker: --device=%s: %s\n", device.c_str(),
+                 std::string(described.status().message()).c_str());
     return 2;
   }
   if (absl::GetFlag(FLAGS_collective_timeout_s) <= 0 || absl::GetFlag(FLAGS_heartbeat_ms) < 0) {
@@ -82,12 +89,22 @@ int main(int argc, char** argv) {
 
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials());
-  weft::GlooTaskEnvironment env(channel, options.host,
-                                absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s)),
-                                &weft::Executor::Create);
-  weft::Worker worker(options, weft::LocalCpuDevice(), &env,
+  const absl::Duration collective_timeout =
+      absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
+  std::unique_ptr<weft::TaskEnvironment> env;
+  if (parsed->first == "cpu") {
+    env = std::make_unique<weft::GlooTaskEnvironment>(channel, options.host, collective_timeout,
+                                                      &weft::Executor::Create);
+  } else {
+#ifdef WEFT_CUDA
+    env = std::make_unique<weft::NcclTaskEnvironment>(channel, parsed->second,
+                                                      collective_timeout);
+#endif
+  }
+  weft::Worker worker(options, weft::ToDeviceInfo(*described), env.get(),
                       weft::v1::WorkerService::NewStub(channel));
-  spdlog::info("pid {}, coordinator {}, collectives on {}", getpid(), coordinator, options.host);
+  spdlog::info("pid {}, coordinator {}, device {} ({}), collectives on {}", getpid(), coordinator,
+               device, described->name, options.host);
 
   absl::Status status;
   std::atomic<bool> done{false};

@@ -4,18 +4,17 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/gloo/rendezvous_store.h"
+#include "worker/kernels/backend.h"
 
 namespace weft {
 namespace {
@@ -75,6 +74,7 @@ absl::StatusOr<AttemptComms> GlooTaskEnvironment::MakeComms(const v1::Assignment
 
 absl::StatusOr<std::unique_ptr<Executor>> GlooTaskEnvironment::MakeExecutor(
     const v1::Program& program, CommunicatorFactory* comm_factory) {
+  RETURN_IF_ERROR(CheckProgramDevice(program, "cpu"));
   return make_executor_(program, comm_factory);
 }
 
@@ -229,29 +229,29 @@ bool SavesCheckpoint(const v1::Program& program, int64_t step) {
          (program.checkpoint_every() > 0 && step % program.checkpoint_every() == 0);
 }
 
-// ---- LocalCpuDevice ----
+// ---- Devices ----
+
+v1::DeviceInfo ToDeviceInfo(const DeviceDescription& d) {
+  v1::DeviceInfo device;
+  device.set_kind(d.kind);
+  device.set_name(d.name);
+  device.set_memory_bytes(d.memory_bytes);
+  device.set_cores(d.cores);
+  device.set_compute_capability(d.compute_capability);
+  return device;
+}
 
 v1::DeviceInfo LocalCpuDevice() {
-  v1::DeviceInfo device;
-  device.set_kind("cpu");
-  std::ifstream cpuinfo("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(cpuinfo, line)) {
-    if (absl::StartsWith(line, "model name")) {
-      size_t colon = line.find(':');
-      if (colon != std::string::npos) {
-        device.set_name(std::string(absl::StripAsciiWhitespace(line.substr(colon + 1))));
-      }
-      break;
-    }
-  }
-  if (device.name().empty()) device.set_name("cpu");
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page_size = sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page_size > 0) device.set_memory_bytes(int64_t{pages} * page_size);
-  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  device.set_cores(cores > 0 ? static_cast<int32_t>(cores) : 1);
-  return device;
+  absl::StatusOr<DeviceDescription> cpu = ProbeDevice("cpu");
+  return ToDeviceInfo(cpu.ok() ? *cpu : DeviceDescription{"cpu", "cpu"});
+}
+
+absl::Status CheckProgramDevice(const v1::Program& program, const std::string& kind) {
+  const std::string wants = program.device().empty() ? "cpu" : program.device();
+  if (wants == kind) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("job ", program.job_id(), " rank ",
+                                                    program.rank(), " needs a ", wants,
+                                                    " worker; this worker runs on ", kind));
 }
 
 // ---- Worker ----

@@ -34,6 +34,7 @@
 #include "weft/v1/service.grpc.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/executor/executor.h"
+#include "worker/kernels/kernels.h"
 
 namespace weft {
 
@@ -130,8 +131,13 @@ class Task {
 // multiple of checkpoint_every, or the last one.
 bool SavesCheckpoint(const v1::Program& program, int64_t step);
 
+// A device as the hello reports it.
+v1::DeviceInfo ToDeviceInfo(const DeviceDescription& d);
 // This machine's CPU as a DeviceInfo: model from /proc/cpuinfo, memory and cores from sysconf.
 v1::DeviceInfo LocalCpuDevice();
+// FAILED_PRECONDITION unless the program runs on `kind` ("cpu", "cuda"): a worker never runs a
+// program meant for another device (the scheduler does not place one there either).
+absl::Status CheckProgramDevice(const v1::Program& program, const std::string& kind);
 
 struct WorkerOptions {
   std::string coordinator;  // host:port

@@ -519,7 +519,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
                    MapReader::Read(root, "job spec",
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
-                                    "trace", "checkpoint"}));
+                                    "trace", "checkpoint", "precision", "allow_tf32"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -552,6 +552,13 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   if (m.Has("trace")) {
     ASSIGN_OR_RETURN(bool trace, ReadBool(m.Get("trace"), "trace"));
     spec->set_trace(trace);
+  }
+  if (m.Has("precision")) {
+    ASSIGN_OR_RETURN(*spec->mutable_precision(), ReadString(m.Get("precision"), "precision"));
+  }
+  if (m.Has("allow_tf32")) {
+    ASSIGN_OR_RETURN(bool allow_tf32, ReadBool(m.Get("allow_tf32"), "allow_tf32"));
+    spec->set_allow_tf32(allow_tf32);
   }
   if (m.Has("checkpoint")) {
     RETURN_IF_ERROR(ParseCheckpoint(m.Get("checkpoint"), "checkpoint", base_dir,
@@ -1521,6 +1528,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
     opt->add_betas(0.999);
   }
   if (spec->device().empty()) spec->set_device("cpu");
+  if (spec->precision().empty()) spec->set_precision("f32");
   if (!spec->checkpoint().dir().empty()) {
     v1::Checkpoint* checkpoint = spec->mutable_checkpoint();
     if (checkpoint->every() == 0) checkpoint->set_every(kDefaultCheckpointEvery);
@@ -1622,6 +1630,10 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {
     return absl::InvalidArgumentError(
         absl::StrCat("device: unknown device \"", spec.device(), "\"; known: cpu, cuda"));
+  }
+  if (!spec.precision().empty() && spec.precision() != "f32" && spec.precision() != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision: unknown precision \"", spec.precision(), "\"; known: f32, bf16"));
   }
   return absl::OkStatus();
 }

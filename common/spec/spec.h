@@ -23,9 +23,10 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::
 
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
 // linear bias true; loss mse; data placements Shard(0) on a dim named dp, Replicate elsewhere;
-// adamw betas [0.9, 0.999]; device cpu; checkpoint every 100 and keep 3 when it has a dir; with a
-// pipeline (pipeline.dim set), micro_batches and virtual_stages 1 and, when any layer gives a
-// stage, the stage of every layer that gives none: the previous layer's (the first layer's is 0).
+// adamw betas [0.9, 0.999]; device cpu; precision f32; checkpoint every 100 and keep 3 when it
+// has a dir; with a pipeline (pipeline.dim set), micro_batches and virtual_stages 1 and, when any
+// layer gives a stage, the stage of every layer that gives none: the previous layer's (the first
+// layer's is 0).
 // ParseJobSpecYaml calls it; the coordinator calls it on specs that arrive over gRPC without
 // going through the YAML parser. Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);

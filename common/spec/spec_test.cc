@@ -181,7 +181,22 @@ TEST_F(SpecTest, AppliesDefaults) {
   EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0);
   EXPECT_EQ(spec->train().seed(), 0u);
   EXPECT_EQ(spec->device(), "cpu");
+  EXPECT_EQ(spec->precision(), "f32");
+  EXPECT_FALSE(spec->allow_tf32());
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> gpu = ParseJobSpecYaml(
+      absl::StrCat(kSyntheticSpec, "device: cuda\nprecision: bf16\nallow_tf32: true\n"), dir_);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->device(), "cuda");
+  EXPECT_EQ(gpu->precision(), "bf16");
+  EXPECT_TRUE(gpu->allow_tf32());
+  EXPECT_TRUE(ValidateJobSpec(*gpu).ok()) << ValidateJobSpec(*gpu);
+  EXPECT_THAT(std::string(ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "allow_tf32: maybe\n"),
+                                           dir_)
+                              .status()
+                              .message()),
+              HasSubstr("allow_tf32"));
 
   absl::StatusOr<v1::JobSpec> adam = ParseJobSpecYaml(
       absl::StrReplaceAll(kSyntheticSpec, {{"{type: sgd, lr: 0.1}", "{type: adamw, lr: 0.1}"},
@@ -402,6 +417,8 @@ TEST_F(SpecTest, ValidationErrorsNameTheField) {
            {{{"eps: 1.0e-8", "eps: nan"}}, "optimizer.eps"},
            {{{"steps: 10", "steps: 0"}}, "train.steps: must be > 0"},
            {{{"device: cpu", "device: tpu"}}, "device: unknown device \"tpu\""},
+           {{{"device: cpu", "device: cpu\nprecision: fp8"}},
+            "precision: unknown precision \"fp8\"; known: f32, bf16"},
            {{{"name: tiny", "name: \"\""}}, "name: must not be empty"},
        }) {
     absl::StatusOr<v1::JobSpec> spec = Full(c.replace);

@@ -74,6 +74,8 @@ RankEmitter::RankEmitter(const v1::JobSpec& spec, const Mesh& mesh, const std::s
   p.set_seed(spec.train().seed());
   p.set_init_from(spec.init_from());
   p.set_device(spec.device());
+  p.set_precision(spec.precision());
+  p.set_allow_tf32(spec.allow_tf32());
   p.set_trace(spec.trace());
   p.set_checkpoint_dir(spec.checkpoint().dir());
   p.set_checkpoint_every(spec.checkpoint().every());

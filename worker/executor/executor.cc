@@ -12,7 +12,7 @@
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "worker/data/batch_source.h"
-#include "worker/kernels/cpu/cpu_kernels.h"
+#include "worker/kernels/backend.h"
 #include "worker/kernels/kernels.h"
 
 namespace weft {
@@ -151,8 +151,9 @@ class StepClock {
 
 class ProgramExecutor final : public Executor {
  public:
-  ProgramExecutor(const v1::Program& program, CommunicatorFactory* factory)
-      : program_(program), factory_(factory), kernels_(NewCpuKernels()) {}
+  ProgramExecutor(const v1::Program& program, CommunicatorFactory* factory,
+                  std::unique_ptr<Kernels> kernels)
+      : program_(program), factory_(factory), kernels_(std::move(kernels)) {}
 
   ~ProgramExecutor() override {
     for (float* p : ptr_) {
@@ -1076,9 +1077,35 @@ absl::StatusOr<std::vector<float>> ProgramExecutor::ReadBuffer(const std::string
 
 }  // namespace
 
+KernelOptions KernelOptionsFor(const v1::Program& program, int device_index) {
+  KernelOptions options;
+  options.device = program.device().empty() ? "cpu" : program.device();
+  options.device_index = device_index;
+  options.allow_tf32 = program.allow_tf32();
+  options.precision =
+      program.precision() == "bf16" ? MatmulPrecision::kBf16 : MatmulPrecision::kF32;
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const v1::Program& program,
                                                            CommunicatorFactory* comm_factory) {
-  auto exec = std::make_unique<ProgramExecutor>(program, comm_factory);
+  absl::StatusOr<std::unique_ptr<Kernels>> kernels = NewKernels(KernelOptionsFor(program, 0));
+  if (!kernels.ok()) {
+    return Annotate(kernels.status(), absl::StrCat("rank ", program.rank(), " (job ",
+                                                   program.job_id(), ") on ", program.device()));
+  }
+  return CreateWithKernels(program, comm_factory, std::move(kernels).value());
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::CreateWithKernels(
+    const v1::Program& program, CommunicatorFactory* comm_factory,
+    std::unique_ptr<Kernels> kernels) {
+  if (program.precision() != "" && program.precision() != "f32" &&
+      program.precision() != "bf16") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("program precision \"", program.precision(), "\": expected f32 or bf16"));
+  }
+  auto exec = std::make_unique<ProgramExecutor>(program, comm_factory, std::move(kernels));
   RETURN_IF_ERROR(Annotate(exec->Check(), absl::StrCat("checking the program of rank ",
                                                       program.rank(), " (job ", program.job_id(),
                                                       ")")));

@@ -27,16 +27,28 @@
 #include "weft/v1/program.pb.h"
 #include "weft/v1/service.pb.h"
 #include "worker/comm/communicator.h"
+#include "worker/kernels/kernels.h"
 
 namespace weft {
+
+// The kernel options a program asks for (Program.device, precision, allow_tf32) on device
+// `device_index` of its kind.
+KernelOptions KernelOptionsFor(const v1::Program& program, int device_index);
 
 class Executor {
  public:
   // Checks the program (buffer ids in range, shapes consistent with each instruction) and opens
   // the data source. comm_factory must outlive Initialize(); may be null for a program with no
   // groups.
+  // The kernels are NewKernels(KernelOptionsFor(program, 0)): the program's device (cpu, or
+  // cuda:0), precision and TF32 setting.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const v1::Program& program,
                                                           CommunicatorFactory* comm_factory);
+  // The same on the given kernels (a worker's cuda:N; the communicators must work on the same
+  // memory: NCCL with CUDA kernels, Gloo or the local one with CPU kernels).
+  static absl::StatusOr<std::unique_ptr<Executor>> CreateWithKernels(
+      const v1::Program& program, CommunicatorFactory* comm_factory,
+      std::unique_ptr<Kernels> kernels);
   virtual ~Executor() = default;
 
   // Allocates buffers, creates one communicator per group, runs the init list.

@@ -15,6 +15,7 @@
 #define WEFT_WORKER_KERNELS_KERNELS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 
@@ -26,6 +27,30 @@ struct AdamWHyper {
   float beta2 = 0.999f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
+};
+
+// Matmul operand precision. kBf16 rounds both operands to bfloat16 (round to nearest even) and
+// accumulates in float32 into a float32 result, as cuBLAS's bf16 GEMM does: parameters stay
+// float32 master copies, only the products see bf16 (spec `precision: bf16`).
+enum class MatmulPrecision { kF32, kBf16 };
+
+// What to build a backend for (NewKernels in backend.h).
+struct KernelOptions {
+  std::string device = "cpu";  // "cpu" | "cuda"
+  int device_index = 0;        // cuda:N
+  // CUDA only: let cuBLAS use TF32 tensor cores for float32 matmuls (10-bit mantissa products).
+  // Off by default so results stay comparable with the CPU backend (spec `allow_tf32: true`).
+  bool allow_tf32 = false;
+  MatmulPrecision precision = MatmulPrecision::kF32;
+};
+
+// A device as a worker reports it in its hello.
+struct DeviceDescription {
+  std::string kind;                // "cpu" | "cuda"
+  std::string name;                // CPU model or GPU name
+  int64_t memory_bytes = 0;        // RAM, or the GPU's global memory
+  int cores = 0;                   // CPU cores, or the GPU's multiprocessors
+  std::string compute_capability;  // CUDA: "9.0"
 };
 
 class Kernels {
@@ -44,8 +69,11 @@ class Kernels {
   virtual void Copy(const float* src, float* dst, int64_t n) = 0;
   virtual void Fill(float* dst, int64_t n, float value) = 0;
   virtual absl::Status Synchronize() = 0;
+  // The backend's compute stream (a cudaStream_t for CUDA), so a communicator can order its own
+  // stream against it with events; null for a synchronous backend.
+  virtual void* stream() const { return nullptr; }
 
-  // c[m, n] = op(a) @ op(b). op(a) is [m, k]: a is stored [m, k], or [k, m] when trans_a.
+  // c[m, n] = op(a) @ op(b), in the backend's MatmulPrecision. op(a) is [m, k]: a is stored [m, k], or [k, m] when trans_a.
   // op(b) is [k, n]: b is stored [k, n], or [n, k] when trans_b. c must not alias a or b.
   virtual void Matmul(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
                       bool trans_a, bool trans_b) = 0;

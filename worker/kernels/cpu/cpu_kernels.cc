@@ -3,8 +3,10 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 namespace weft {
 namespace {
@@ -12,8 +14,30 @@ namespace {
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
+// dst[i] = src[i] rounded to bfloat16 (round to nearest even), kept in a float. NaN stays NaN: its
+// quiet bit is set before the low half is dropped, so a payload only in the low bits cannot
+// become infinity. Branch-free integer ops on the bits, so the loop vectorizes.
+void RoundToBf16(const float* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[i], sizeof(bits));
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+    const uint32_t quiet_nan = (bits | 0x00400000u) & 0xFFFF0000u;
+    const uint32_t out = (bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
+    std::memcpy(&dst[i], &out, sizeof(out));
+  }
+}
+
+// Matmul in MatmulPrecision::kBf16 rounds both operands to bf16 into scratch copies owned by the
+// object and runs cblas_sgemm on them. A product of two bf16 values has at most 16 significant
+// bits, so it is exact in float32 and only the float32 accumulation rounds: the result is cuBLAS's
+// bf16 GEMM (float32 compute) up to summation order. The scratch makes Matmul non-reentrant, as
+// every method already is (one caller at a time). kF32 calls cblas_sgemm on the operands as given.
 class CpuKernels final : public Kernels {
  public:
+  explicit CpuKernels(MatmulPrecision precision) : precision_(precision) {}
+
   const char* name() const override { return "cpu"; }
   bool host_accessible() const override { return true; }
 
@@ -38,6 +62,15 @@ class CpuKernels final : public Kernels {
     if (k == 0) {
       Fill(c, m * n, 0.0f);
       return;
+    }
+    if (precision_ == MatmulPrecision::kBf16) {
+      // Rounding is elementwise, so the copies keep a's and b's layouts (and leading dims).
+      if (static_cast<int64_t>(a_bf16_.size()) < m * k) a_bf16_.resize(m * k);
+      if (static_cast<int64_t>(b_bf16_.size()) < k * n) b_bf16_.resize(k * n);
+      RoundToBf16(a, a_bf16_.data(), m * k);
+      RoundToBf16(b, b_bf16_.data(), k * n);
+      a = a_bf16_.data();
+      b = b_bf16_.data();
     }
     const int lda = static_cast<int>(trans_a ? m : k);
     const int ldb = static_cast<int>(trans_b ? k : n);
@@ -148,10 +181,19 @@ class CpuKernels final : public Kernels {
       std::memcpy(out + (o * axis_len + offset) * inner, a + o * length * inner, run);
     }
   }
+
+ private:
+  const MatmulPrecision precision_;
+  // kBf16 only: Matmul's operands rounded to bf16. Owned here and grown to the largest operand
+  // seen, so steady-state steps do not allocate.
+  std::vector<float> a_bf16_;
+  std::vector<float> b_bf16_;
 };
 
 }  // namespace
 
-std::unique_ptr<Kernels> NewCpuKernels() { return std::make_unique<CpuKernels>(); }
+std::unique_ptr<Kernels> NewCpuKernels(const KernelOptions& options) {
+  return std::make_unique<CpuKernels>(options.precision);
+}
 
 }  // namespace weft

@@ -14,7 +14,8 @@
 
 namespace weft {
 
-std::unique_ptr<Kernels> NewCpuKernels();
+// options.precision is honoured (kBf16 rounds matmul operands); the rest concerns CUDA only.
+std::unique_ptr<Kernels> NewCpuKernels(const KernelOptions& options = {});
 
 }  // namespace weft
 

@@ -1,0 +1,637 @@
+#include "worker/comm/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status.h"
+#include "gloo/common/error.h"
+#include "gloo/rendezvous/store.h"
+#include "worker/comm/gloo/gloo_communicator.h"
+#include "worker/comm/nccl/nccl_wire_bytes.h"
+
+namespace weft {
+namespace {
+
+// The watchdog's poll interval: short at first (a small collective finishes in tens of
+// microseconds), doubling up to a cap so a long wait costs little CPU.
+constexpr absl::Duration kFirstPoll = absl::Microseconds(20);
+constexpr absl::Duration kMaxPoll = absl::Milliseconds(1);
+
+void SleepAndBackOff(absl::Duration* poll) {
+  absl::SleepFor(*poll);
+  *poll = std::min(*poll * 2, kMaxPoll);
+}
+
+// ncclInProgress is what a non-blocking communicator answers while it is still initializing or
+// enqueueing: not an error.
+bool IsError(ncclResult_t r) { return r != ncclSuccess && r != ncclInProgress; }
+
+// Remote and system errors are a peer or the network going away; the rest are bugs or CUDA
+// failures.
+absl::StatusCode CodeOf(ncclResult_t r) {
+  return r == ncclRemoteError || r == ncclSystemError ? absl::StatusCode::kUnavailable
+                                                      : absl::StatusCode::kInternal;
+}
+
+// "NCCL error: remote process exited or there was a network error (<last error>)". Call before
+// the communicator is aborted: ncclGetLastError may read it.
+std::string NcclErrorText(ncclResult_t r, ncclComm_t comm) {
+  std::string text = absl::StrCat("NCCL error: ", ncclGetErrorString(r));
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && last[0] != '\0') absl::StrAppend(&text, " (", last, ")");
+  return text;
+}
+
+std::string CudaErrorText(const char* call, cudaError_t e) {
+  return absl::StrCat(call, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+}
+
+// Waits until `comm` leaves ncclInProgress (a non-blocking init, enqueue or finalize is done) or
+// `deadline` passes. Returns the communicator's state: ncclSuccess, an error, or ncclInProgress
+// when the deadline passed first.
+ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline) {
+  absl::Duration poll = kFirstPoll;
+  while (true) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress) return state;
+    if (absl::Now() >= deadline) return ncclInProgress;
+    SleepAndBackOff(&poll);
+  }
+}
+
+// Gloo's stores say "Timed out waiting ..." or "Wait timeout for key(s)"; there is no dedicated
+// exception type.
+bool IsTimeout(const std::string& what) {
+  const std::string lower = absl::AsciiStrToLower(what);
+  return absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout");
+}
+
+// Status for an exception thrown by the rendezvous store while doing `context`.
+absl::Status FromStoreException(const std::exception_ptr& error, const std::string& context) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const gloo::Exception& e) {
+    const std::string what = e.what();
+    return absl::Status(
+        IsTimeout(what) ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+        absl::StrCat(context, ": ", what));
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
+  } catch (...) {
+    return absl::UnavailableError(absl::StrCat(context, ": unknown exception"));
+  }
+}
+
+int64_t Sum(absl::Span<const int64_t> counts) {
+  int64_t total = 0;
+  for (int64_t c : counts) total += c;
+  return total;
+}
+
+bool AllEqual(absl::Span<const int64_t> counts) {
+  return std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
+}
+
+// The CUDA objects of one communicator, on `device`: the stream its collectives run on, the
+// events that order it against the compute stream, and the barrier's one float.
+struct CudaResources {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t ready = nullptr;  // recorded on the compute stream before each op
+  cudaEvent_t done = nullptr;   // recorded on `stream` after each op
+  float* barrier = nullptr;     // zero; all-reduced (sum) by Barrier
+
+  ~CudaResources() {
+    cudaSetDevice(device);
+    if (barrier != nullptr) cudaFree(barrier);
+    if (done != nullptr) cudaEventDestroy(done);
+    if (ready != nullptr) cudaEventDestroy(ready);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  // Creates them on the current device (`device`). The error names the failed call.
+  static absl::StatusOr<std::unique_ptr<CudaResources>> Create(int device) {
+    auto r = std::make_unique<CudaResources>();
+    r->device = device;
+    cudaError_t e = cudaStreamCreateWithFlags(&r->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaStreamCreate", e));
+    e = cudaEventCreateWithFlags(&r->ready, cudaEventDisableTiming);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&r->done, cudaEventDisableTiming);
+    if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaEventCreate", e));
+    void* barrier = nullptr;
+    e = cudaMalloc(&barrier, sizeof(float));
+    if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaMalloc", e));
+    r->barrier = static_cast<float*>(barrier);
+    // On the communicator's stream, so it is ordered before the first Barrier (the stream does
+    // not synchronize with the legacy default stream).
+    e = cudaMemsetAsync(r->barrier, 0, sizeof(float), r->stream);
+    if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaMemsetAsync", e));
+    return r;
+  }
+};
+
+// Runs the NCCL calls of `calls` (which returns the first error, or ncclSuccess) between
+// ncclGroupStart and ncclGroupEnd, so NCCL launches them as one operation and point-to-point
+// pairs progress together. The group is closed even when a call fails, since groups are
+// per-thread state.
+template <typename Fn>
+ncclResult_t Grouped(Fn&& calls) {
+  const ncclResult_t start = ncclGroupStart();
+  if (start != ncclSuccess) return start;
+  const ncclResult_t first = calls();
+  const ncclResult_t end = ncclGroupEnd();
+  return IsError(first) ? first : end;
+}
+
+// One group's collectives over NCCL. Not thread-safe: the executor calls it from one thread, in
+// the same order on every member (see the factory's header for streams, errors and bytes).
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, std::unique_ptr<CudaResources> cuda,
+                   cudaStream_t compute_stream, int rank, int size, int global_rank,
+                   std::string name, absl::Duration timeout,
+                   std::shared_ptr<std::atomic<int64_t>> also_count)
+      : cuda_(std::move(cuda)),
+        comm_(comm),
+        compute_stream_(compute_stream),
+        rank_(rank),
+        size_(size),
+        global_rank_(global_rank),
+        name_(std::move(name)),
+        timeout_(timeout),
+        also_count_(std::move(also_count)) {}
+
+  // Finalizes the NCCL communicator (it flushes its work, and may wait for the other members),
+  // bounded by the timeout, then destroys it; aborts it if that fails. A broken one was aborted
+  // already.
+  ~NcclCommunicator() override {
+    if (comm_ == nullptr) return;
+    cudaSetDevice(cuda_->device);
+    const absl::Time deadline = absl::Now() + timeout_;
+    ncclResult_t r = ncclCommFinalize(comm_);
+    if (!IsError(r)) r = AwaitNotInProgress(comm_, deadline);
+    if (r == ncclSuccess) {
+      ncclCommDestroy(comm_);
+    } else {
+      ncclCommAbort(comm_);
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  int64_t bytes_sent() const override { return bytes_sent_; }
+
+  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override {
+    const char* kOp = "all_reduce";
+    if (count == 0) return CheckUsable(kOp, 0);
+    const ncclRedOp_t nccl_op = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
+    RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
+      *r = ncclAllReduce(data, data, count, ncclFloat32, nccl_op, comm_, cuda_->stream);
+      return absl::OkStatus();
+    }));
+    CountSent(NcclAllReduceBytesSent(static_cast<int64_t>(count), size_));
+    return absl::OkStatus();
+  }
+
+  // Equal counts: ncclAllGather. Unequal: one ncclBroadcast per member, each the root of its own
+  // piece, in one group; this member's piece is copied into place first, so every broadcast is
+  // in place (sendbuff == recvbuff; NCCL reads sendbuff on the root only).
+  absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
+    const char* kOp = "all_gather";
+    RETURN_IF_ERROR(CheckCounts(kOp, counts));
+    const int64_t total = Sum(counts);
+    if (total == 0) return CheckUsable(kOp, 0);
+    if (AllEqual(counts)) {
+      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+        *r = ncclAllGather(in, out, counts[0], ncclFloat32, comm_, cuda_->stream);
+        return absl::OkStatus();
+      }));
+    } else {
+      const int64_t offset = Sum(counts.subspan(0, rank_));
+      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+        RETURN_IF_ERROR(CopyOnStream(out + offset, in, counts[rank_]));
+        *r = Grouped([&] {
+          int64_t at = 0;
+          for (int i = 0; i < size_; ++i) {
+            float* piece = out + at;
+            at += counts[i];
+            if (counts[i] == 0) continue;  // every member skips it: counts are the same on all
+            const ncclResult_t b =
+                ncclBroadcast(piece, piece, counts[i], ncclFloat32, i, comm_, cuda_->stream);
+            if (IsError(b)) return b;
+          }
+          return ncclSuccess;
+        });
+        return absl::OkStatus();
+      }));
+    }
+    CountSent(NcclAllGatherBytesSent(counts, rank_));
+    return absl::OkStatus();
+  }
+
+  // Equal counts: ncclReduceScatter. Unequal: one ncclReduce per member i of its piece of `in`,
+  // rooted at i, in one group; recvbuff is `out` on the root and null elsewhere (NCCL uses it on
+  // the root only, and says so).
+  absl::Status ReduceScatter(const float* in, float* out,
+                             absl::Span<const int64_t> counts) override {
+    const char* kOp = "reduce_scatter";
+    RETURN_IF_ERROR(CheckCounts(kOp, counts));
+    const int64_t total = Sum(counts);
+    if (total == 0) return CheckUsable(kOp, 0);
+    if (AllEqual(counts)) {
+      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+        *r = ncclReduceScatter(in, out, counts[0], ncclFloat32, ncclSum, comm_, cuda_->stream);
+        return absl::OkStatus();
+      }));
+    } else {
+      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+        *r = Grouped([&] {
+          int64_t at = 0;
+          for (int i = 0; i < size_; ++i) {
+            const float* piece = in + at;
+            at += counts[i];
+            if (counts[i] == 0) continue;
+            float* recv = i == rank_ ? out : nullptr;
+            const ncclResult_t red =
+                ncclReduce(piece, recv, counts[i], ncclFloat32, ncclSum, i, comm_, cuda_->stream);
+            if (IsError(red)) return red;
+          }
+          return ncclSuccess;
+        });
+        return absl::OkStatus();
+      }));
+    }
+    CountSent(NcclReduceScatterBytesSent(counts, rank_));
+    return absl::OkStatus();
+  }
+
+  // One group of ncclSend/ncclRecv, a pair per peer with a non-empty chunk; the own chunk is a
+  // device copy on the communicator's stream.
+  absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
+                        absl::Span<const int64_t> recv_counts) override {
+    const char* kOp = "all_to_all";
+    RETURN_IF_ERROR(CheckCounts(kOp, send_counts));
+    RETURN_IF_ERROR(CheckCounts(kOp, recv_counts));
+    if (send_counts[rank_] != recv_counts[rank_]) {
+      return absl::InvalidArgumentError(absl::StrCat(kOp, " on ", name_, ": member ", rank_,
+                                                     " sends itself ", send_counts[rank_],
+                                                     " floats but expects ", recv_counts[rank_]));
+    }
+    const int64_t total = Sum(send_counts);
+    if (total == 0 && Sum(recv_counts) == 0) return CheckUsable(kOp, 0);
+    RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+      const int64_t self_from = Sum(send_counts.subspan(0, rank_));
+      const int64_t self_to = Sum(recv_counts.subspan(0, rank_));
+      RETURN_IF_ERROR(CopyOnStream(out + self_to, in + self_from, send_counts[rank_]));
+      *r = Grouped([&] {
+        int64_t from = 0, to = 0;
+        for (int j = 0; j < size_; ++j) {
+          const float* send = in + from;
+          float* recv = out + to;
+          from += send_counts[j];
+          to += recv_counts[j];
+          if (j == rank_) continue;
+          if (send_counts[j] > 0) {
+            const ncclResult_t s =
+                ncclSend(send, send_counts[j], ncclFloat32, j, comm_, cuda_->stream);
+            if (IsError(s)) return s;
+          }
+          if (recv_counts[j] > 0) {
+            const ncclResult_t v =
+                ncclRecv(recv, recv_counts[j], ncclFloat32, j, comm_, cuda_->stream);
+            if (IsError(v)) return v;
+          }
+        }
+        return ncclSuccess;
+      });
+      return absl::OkStatus();
+    }));
+    CountSent(NcclAllToAllBytesSent(send_counts, rank_));
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(float* data, size_t count, int root) override {
+    const char* kOp = "broadcast";
+    if (root < 0 || root >= size_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, " on ", name_, ": root ", root, " out of range"));
+    }
+    if (count == 0) return CheckUsable(kOp, 0);
+    RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
+      *r = ncclBroadcast(data, data, count, ncclFloat32, root, comm_, cuda_->stream);
+      return absl::OkStatus();
+    }));
+    CountSent(NcclBroadcastBytesSent(static_cast<int64_t>(count), rank_, size_, root));
+    return absl::OkStatus();
+  }
+
+  // NCCL matches point-to-point ops by peer and issue order; `tag` only names the message.
+  absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
+    const char* kOp = "send";
+    RETURN_IF_ERROR(CheckPeer(kOp, peer, tag));
+    if (count == 0) return CheckUsable(kOp, 0);
+    RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
+      *r = ncclSend(data, count, ncclFloat32, peer, comm_, cuda_->stream);
+      return absl::OkStatus();
+    }));
+    CountSent(static_cast<int64_t>(count * sizeof(float)));
+    return absl::OkStatus();
+  }
+
+  absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
+    const char* kOp = "recv";
+    RETURN_IF_ERROR(CheckPeer(kOp, peer, tag));
+    if (count == 0) return CheckUsable(kOp, 0);
+    return Run(kOp, count, [&](ncclResult_t* r) {
+      *r = ncclRecv(data, count, ncclFloat32, peer, comm_, cuda_->stream);
+      return absl::OkStatus();
+    });
+  }
+
+  // An all-reduce of one float: it completes on a member only once every member has joined.
+  absl::Status Barrier() override {
+    return Run("barrier", 1, [&](ncclResult_t* r) {
+      *r = ncclAllReduce(cuda_->barrier, cuda_->barrier, 1, ncclFloat32, ncclSum, comm_,
+                         cuda_->stream);
+      return absl::OkStatus();
+    });
+  }
+
+ private:
+  // "all_reduce of 24 floats on group 1 (dp) ranks [0,2] (member 0, global rank 0)".
+  std::string Describe(const char* op, int64_t count) const {
+    return absl::StrCat(op, " of ", count, count == 1 ? " float" : " floats", " on ", name_,
+                        " (member ", rank_, ", global rank ", global_rank_, ")");
+  }
+
+  absl::Status CheckUsable(const char* op, int64_t count) const {
+    if (!broken_) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrCat(Describe(op, count), ": communicator unusable after an earlier failure (",
+                     broken_reason_, ")"));
+  }
+
+  // Records the first failure: aborts the NCCL communicator (its kernels stop waiting for
+  // peers) and refuses every later call.
+  absl::Status Break(absl::StatusCode code, const std::string& message) {
+    if (comm_ != nullptr) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+    }
+    broken_ = true;
+    broken_reason_ = message;
+    return absl::Status(code, message);
+  }
+
+  // Enqueues an op on the communicator's stream, ordered after the compute stream's work, and
+  // waits for it (see the header). `enqueue` makes the NCCL calls and stores their result in
+  // its argument; a status it returns is a CUDA failure before them.
+  template <typename Enqueue>
+  absl::Status Run(const char* op, int64_t count, Enqueue&& enqueue) {
+    RETURN_IF_ERROR(CheckUsable(op, count));
+    const std::string what = Describe(op, count);
+    const absl::Time deadline = absl::Now() + timeout_;
+    auto cuda_failed = [&](const char* call, cudaError_t e) {
+      return Break(absl::StatusCode::kInternal, absl::StrCat(what, ": ", CudaErrorText(call, e)));
+    };
+    auto nccl_failed = [&](ncclResult_t r) {
+      const std::string text = NcclErrorText(r, comm_);  // before the abort frees comm_
+      return Break(CodeOf(r), absl::StrCat(what, ": ", text));
+    };
+    auto timed_out = [&](const char* waiting_for) {
+      return Break(
+          absl::StatusCode::kDeadlineExceeded,
+          absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_), " waiting for ",
+                       waiting_for, "; the NCCL communicator was aborted"));
+    };
+
+    cudaError_t e = cudaSetDevice(cuda_->device);
+    if (e != cudaSuccess) return cuda_failed("cudaSetDevice", e);
+    e = cudaEventRecord(cuda_->ready, compute_stream_);
+    if (e != cudaSuccess) return cuda_failed("cudaEventRecord on the compute stream", e);
+    e = cudaStreamWaitEvent(cuda_->stream, cuda_->ready, 0);
+    if (e != cudaSuccess) return cuda_failed("cudaStreamWaitEvent", e);
+
+    ncclResult_t r = ncclSuccess;
+    absl::Status enqueued = enqueue(&r);
+    if (!enqueued.ok()) {
+      return Break(absl::StatusCode::kInternal, absl::StrCat(what, ": ", enqueued.message()));
+    }
+    if (IsError(r)) return nccl_failed(r);
+    // A non-blocking communicator may still be enqueueing (connecting peers, say): nothing is
+    // on the stream until its state leaves ncclInProgress.
+    if (r == ncclInProgress) {
+      r = AwaitNotInProgress(comm_, deadline);
+      if (r == ncclInProgress) {
+        return timed_out("NCCL to enqueue the operation (connecting to the other members)");
+      }
+      if (IsError(r)) return nccl_failed(r);
+    }
+
+    e = cudaEventRecord(cuda_->done, cuda_->stream);
+    if (e != cudaSuccess) return cuda_failed("cudaEventRecord on the communicator's stream", e);
+    e = cudaStreamWaitEvent(compute_stream_, cuda_->done, 0);
+    if (e != cudaSuccess) return cuda_failed("cudaStreamWaitEvent on the compute stream", e);
+
+    // The watchdog: the op is done, NCCL saw an error (a peer died), or the deadline passed (a
+    // peer never joined; the kernel would wait forever).
+    absl::Duration poll = kFirstPoll;
+    while (true) {
+      e = cudaEventQuery(cuda_->done);
+      if (e == cudaSuccess) return absl::OkStatus();
+      if (e != cudaErrorNotReady) return cuda_failed("cudaEventQuery", e);
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
+      if (q != ncclSuccess) return nccl_failed(q);
+      if (IsError(state)) return nccl_failed(state);
+      if (absl::Now() >= deadline) return timed_out("the other members");
+      SleepAndBackOff(&poll);
+    }
+  }
+
+  // Device-to-device copy on the communicator's stream (ordered with its collectives).
+  absl::Status CopyOnStream(float* to, const float* from, int64_t count) {
+    if (count == 0 || to == from) return absl::OkStatus();
+    const cudaError_t e =
+        cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, cuda_->stream);
+    if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaMemcpyAsync", e));
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckCounts(const char* op, absl::Span<const int64_t> counts) const {
+    if (counts.size() != static_cast<size_t>(size_)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " on ", name_, ": ", counts.size(), " counts for ", size_, " members"));
+    }
+    for (int64_t c : counts) {
+      if (c < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(op, " on ", name_, ": negative count ", c));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CheckPeer(const char* op, int peer, uint32_t tag) const {
+    if (peer < 0 || peer >= size_ || peer == rank_) {
+      return absl::InvalidArgumentError(absl::StrCat(op, " (tag ", tag, ") on ", name_,
+                                                     ": bad peer ", peer, " (this member is ",
+                                                     rank_, " of ", size_, ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  void CountSent(int64_t bytes) {
+    bytes_sent_ += bytes;
+    if (also_count_ != nullptr) also_count_->fetch_add(bytes);
+  }
+
+  const std::unique_ptr<CudaResources> cuda_;  // owned; outlives comm_ (destroyed after it)
+  ncclComm_t comm_;                            // owned; null once aborted
+  const cudaStream_t compute_stream_;          // not owned; null is the legacy default stream
+  const int rank_;
+  const int size_;
+  const int global_rank_;
+  const std::string name_;
+  const absl::Duration timeout_;
+  bool broken_ = false;
+  std::string broken_reason_;
+  int64_t bytes_sent_ = 0;
+  const std::shared_ptr<std::atomic<int64_t>> also_count_;  // the factory's total
+};
+
+}  // namespace
+
+// ---- NcclCommunicatorFactory ----
+
+// Like GlooCommunicatorFactory's "group-<id>-<ranks>", with its own namespace so a worker that
+// runs both transports over one store never mixes their keys.
+std::string NcclCommunicatorFactory::StorePrefix(const v1::CommGroup& group) {
+  return absl::StrCat("nccl-group-", group.id(), "-", absl::StrJoin(group.ranks(), "."));
+}
+
+NcclCommunicatorFactory::NcclCommunicatorFactory(gloo::rendezvous::Store* store, int my_global_rank,
+                                                 int device_index, absl::Duration timeout)
+    : store_(store),
+      my_global_rank_(my_global_rank),
+      device_index_(device_index),
+      timeout_(std::max(timeout, absl::Milliseconds(1))),
+      bytes_sent_(std::make_shared<std::atomic<int64_t>>(0)) {}
+
+NcclCommunicatorFactory::~NcclCommunicatorFactory() = default;
+
+void NcclCommunicatorFactory::SetComputeStream(void* stream) {
+  absl::MutexLock lock(&mu_);
+  compute_stream_ = stream;
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
+    const v1::CommGroup& group) {
+  const std::string name = GroupName(group);
+  const auto& ranks = group.ranks();
+  auto it = std::find(ranks.begin(), ranks.end(), my_global_rank_);
+  if (it == ranks.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", my_global_rank_, " is not a member of ", name));
+  }
+  for (int i = 0; i < ranks.size(); ++i) {
+    if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": rank ", ranks[i], " appears more than once"));
+    }
+  }
+  const int rank = static_cast<int>(it - ranks.begin());
+  const int size = ranks.size();
+  const std::string context =
+      absl::StrCat("connecting ", name, " over NCCL (member ", rank, ", cuda:", device_index_, ")");
+  const absl::Time deadline = absl::Now() + timeout_;
+
+  cudaError_t e = cudaSetDevice(device_index_);
+  if (e != cudaSuccess) {
+    return absl::UnavailableError(
+        absl::StrCat(context, ": no usable CUDA device: ", CudaErrorText("cudaSetDevice", e)));
+  }
+  void* compute_stream;
+  int incarnation;
+  {
+    absl::MutexLock lock(&mu_);
+    compute_stream = compute_stream_;
+    incarnation = creations_[StorePrefix(group)]++;
+  }
+  auto cuda = CudaResources::Create(device_index_);
+  if (!cuda.ok()) return Annotate(cuda.status(), context);
+
+  // Member 0 makes the id; the others read it from the store.
+  ncclUniqueId id;
+  std::memset(&id, 0, sizeof(id));
+  if (size == 1 || rank == 0) {
+    const ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess) {
+      return absl::Status(CodeOf(r),
+                          absl::StrCat(context, ": ncclGetUniqueId: ", NcclErrorText(r, nullptr)));
+    }
+  }
+  if (size > 1) {
+    if (store_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(context, ": no rendezvous store"));
+    }
+    const std::string key = absl::StrCat(StorePrefix(group), "/unique-id-", incarnation);
+    try {
+      if (rank == 0) {
+        const char* bytes = reinterpret_cast<const char*>(&id);
+        store_->set(key, std::vector<char>(bytes, bytes + sizeof(id)));
+      } else {
+        const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+        store_->wait({key}, std::chrono::milliseconds(std::max<int64_t>(1, left_ms)));
+        const std::vector<char> bytes = store_->get(key);
+        if (bytes.size() != sizeof(id)) {
+          return absl::InternalError(absl::StrCat(context, ": the unique id under ", key, " has ",
+                                                  bytes.size(), " bytes, not ", sizeof(id)));
+        }
+        std::memcpy(&id, bytes.data(), sizeof(id));
+      }
+    } catch (...) {
+      return FromStoreException(std::current_exception(),
+                                absl::StrCat(context, ": rendezvous on ", key));
+    }
+  }
+
+  // Non-blocking init: it returns at once and is polled, so a member that never comes is a
+  // timeout instead of a hang.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
+  if (!IsError(r)) r = AwaitNotInProgress(comm, deadline);
+  if (r != ncclSuccess) {
+    absl::Status status =
+        r == ncclInProgress
+            ? absl::DeadlineExceededError(
+                  absl::StrCat(context, ": timed out after ", absl::FormatDuration(timeout_),
+                               " waiting for the other members to initialize NCCL"))
+            : absl::Status(
+                  CodeOf(r),
+                  absl::StrCat(context, ": ncclCommInitRankConfig: ", NcclErrorText(r, comm)));
+    if (comm != nullptr) ncclCommAbort(comm);
+    return status;
+  }
+  return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
+      comm, *std::move(cuda), static_cast<cudaStream_t>(compute_stream), rank, size,
+      my_global_rank_, name, timeout_, bytes_sent_));
+}
+
+}  // namespace weft

@@ -1,0 +1,449 @@
+#include "worker/kernels/cuda/cuda_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "worker/kernels/cuda/caching_allocator.h"
+#include "worker/kernels/cuda/ops.h"
+
+namespace weft {
+namespace {
+
+// "<text> (<name>)": the wording of an initialization error.
+std::string Describe(cudaError_t err) {
+  return absl::StrCat(cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
+}
+std::string Describe(cublasStatus_t status) {
+  return absl::StrCat(cublasGetStatusString(status), " (", cublasGetStatusName(status), ")");
+}
+
+absl::Status NoDevice(absl::string_view why) {
+  return absl::UnavailableError(absl::StrCat("no usable CUDA device: ", why));
+}
+
+// OK when cuda:index exists; why not otherwise.
+absl::Status CheckDeviceIndex(int index) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaErrorNoDevice) {
+    cudaGetLastError();
+    count = 0;
+  } else if (err != cudaSuccess) {
+    cudaGetLastError();  // not left behind for an unrelated later check
+    return NoDevice(absl::StrCat("cudaGetDeviceCount: ", Describe(err)));
+  }
+  if (count == 0) return NoDevice("no GPU found");
+  if (index < 0 || index >= count) {
+    return NoDevice(absl::StrCat("cuda:", index, " does not exist (", count, " device(s))"));
+  }
+  return absl::OkStatus();
+}
+
+// The status of a failed CUDA call during an op: "<op>: [<call>: ]<error name>: <error text>".
+// Running out of memory is RESOURCE_EXHAUSTED, anything else INTERNAL.
+absl::Status OpError(const char* op, const char* call, cudaError_t err) {
+  std::string message = absl::StrCat(op, ": ", call == nullptr ? "" : absl::StrCat(call, ": "),
+                                     cudaGetErrorName(err), ": ", cudaGetErrorString(err));
+  if (err == cudaErrorMemoryAllocation) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+absl::Status OpError(const char* op, const char* call, cublasStatus_t status) {
+  std::string message = absl::StrCat(op, ": ", call, ": ", cublasGetStatusName(status), ": ",
+                                     cublasGetStatusString(status));
+  if (status == CUBLAS_STATUS_ALLOC_FAILED) return absl::ResourceExhaustedError(message);
+  return absl::InternalError(message);
+}
+
+class CudaKernels final : public Kernels {
+ public:
+  explicit CudaKernels(const KernelOptions& options)
+      : device_(options.device_index),
+        allow_tf32_(options.allow_tf32),
+        precision_(options.precision),
+        allocator_(std::make_unique<CachingAllocator>(
+            [this](size_t bytes) { return RawAllocate(bytes); },
+            [this](void* p) { RawFree(p); })) {}
+
+  ~CudaKernels() override {
+    // Queued work may still read or write the blocks: let it finish, then give the memory back
+    // (before the stream it was used on goes). Errors have nowhere to go here.
+    if (cudaSetDevice(device_) == cudaSuccess && stream_ != nullptr) {
+      cudaStreamSynchronize(stream_);
+    }
+    allocator_.reset();
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  // Selects the device and creates the stream and the cuBLAS handle; UNAVAILABLE naming the call
+  // that failed.
+  absl::Status Init() {
+    if (absl::Status status = CheckDeviceIndex(device_); !status.ok()) return status;
+    if (cudaError_t err = cudaSetDevice(device_); err != cudaSuccess) {
+      return NoDevice(absl::StrCat("cudaSetDevice: ", Describe(err)));
+    }
+    // Non-blocking: work on it never waits behind the legacy default stream, which stream-less
+    // calls of other code in the process use.
+    if (cudaError_t err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
+        err != cudaSuccess) {
+      stream_ = nullptr;
+      return NoDevice(absl::StrCat("cudaStreamCreateWithFlags: ", Describe(err)));
+    }
+    if (cublasStatus_t s = cublasCreate(&cublas_); s != CUBLAS_STATUS_SUCCESS) {
+      cublas_ = nullptr;
+      return NoDevice(absl::StrCat("cublasCreate: ", Describe(s)));
+    }
+    if (cublasStatus_t s = cublasSetStream(cublas_, stream_); s != CUBLAS_STATUS_SUCCESS) {
+      return NoDevice(absl::StrCat("cublasSetStream: ", Describe(s)));
+    }
+    // No TF32 unless a matmul asks for it through its compute type (allow_tf32).
+    if (cublasStatus_t s = cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH);
+        s != CUBLAS_STATUS_SUCCESS) {
+      return NoDevice(absl::StrCat("cublasSetMathMode: ", Describe(s)));
+    }
+    return absl::OkStatus();
+  }
+
+  const char* name() const override { return "cuda"; }
+  bool host_accessible() const override { return false; }
+  void* stream() const override { return stream_; }
+
+  // All work runs on stream_, in order. So a block freed here may be handed out again at once,
+  // even while queued kernels still use it: whatever uses it next is queued after them. Work on
+  // another stream (a communicator's) must be joined back into stream_ (an event wait) before
+  // its buffers are freed.
+  float* Allocate(int64_t n) override {
+    if (!SelectDevice("Allocate")) return nullptr;
+    const size_t count = n < 1 ? 1 : static_cast<size_t>(n);
+    if (count > std::numeric_limits<size_t>::max() / sizeof(float)) return nullptr;
+    return static_cast<float*>(allocator_->Allocate(count * sizeof(float)));
+  }
+
+  // No CUDA call, so no device to select: the block only goes back to the cache.
+  void Free(float* p) override { Record(allocator_->Free(p), "Free"); }
+
+  // Waits for the copy, so the caller may reuse or release `host` as soon as this returns.
+  void CopyFromHost(const float* host, float* dst, int64_t n) override {
+    if (n <= 0 || !Begin("CopyFromHost")) return;
+    Check(cudaMemcpyAsync(dst, host, Bytes(n), cudaMemcpyHostToDevice, stream_), "CopyFromHost",
+          "cudaMemcpyAsync");
+    Check(cudaStreamSynchronize(stream_), "CopyFromHost", "cudaStreamSynchronize");
+  }
+
+  // Waits for the copy (and everything queued before it), so `host` holds the data on return.
+  void CopyToHost(const float* src, float* host, int64_t n) override {
+    if (n <= 0 || !Begin("CopyToHost")) return;
+    Check(cudaMemcpyAsync(host, src, Bytes(n), cudaMemcpyDeviceToHost, stream_), "CopyToHost",
+          "cudaMemcpyAsync");
+    Check(cudaStreamSynchronize(stream_), "CopyToHost", "cudaStreamSynchronize");
+  }
+
+  void Copy(const float* src, float* dst, int64_t n) override {
+    if (src == dst || n <= 0 || !Begin("Copy")) return;
+    Check(cudaMemcpyAsync(dst, src, Bytes(n), cudaMemcpyDeviceToDevice, stream_), "Copy",
+          "cudaMemcpyAsync");
+  }
+
+  void Fill(float* dst, int64_t n, float value) override {
+    if (!Begin("Fill")) return;
+    cuda::Fill(dst, n, value, stream_);
+    CheckLaunch("Fill");
+  }
+
+  // Waits for all queued work even after an error, so no kernel still runs on the caller's
+  // buffers, then returns the first error since construction (errors are sticky).
+  absl::Status Synchronize() override {
+    if (SelectDevice("Synchronize")) {
+      Check(cudaStreamSynchronize(stream_), "Synchronize", "cudaStreamSynchronize");
+    }
+    return status_;
+  }
+
+  // Row-major c = op(a) @ op(b) through column-major cuBLAS. A row-major [r, s] matrix with
+  // leading dimension s is, in the same memory, the column-major [s, r] matrix of its transpose.
+  // So cuBLAS sees c as c^T [n, m] (ldc = n) and computes c^T = op(b)^T @ op(a)^T:
+  //  - op(b)^T, [n, k]: b stored [k, n] reads as [n, k] = op(b)^T (OP_N, ldb = n); stored [n, k]
+  //    (trans_b) it reads as [k, n] and needs a transpose (OP_T, ldb = k).
+  //  - op(a)^T, [k, m]: a stored [m, k] reads as [k, m] = op(a)^T (OP_N, lda = k); stored [k, m]
+  //    (trans_a) it reads as [m, k] and needs a transpose (OP_T, lda = m).
+  // Hence cublasGemmEx(op_b, op_a, M = n, N = m, K = k, b, ldb, a, lda, c, ldc = n).
+  void Matmul(const float* a, const float* b, float* c, int64_t m, int64_t n, int64_t k,
+              bool trans_a, bool trans_b) override {
+    if (m <= 0 || n <= 0 || !Begin("Matmul")) return;
+    if (k <= 0) {
+      cuda::Fill(c, m * n, 0.0f, stream_);
+      CheckLaunch("Matmul");
+      return;
+    }
+    constexpr int64_t kMaxDim = std::numeric_limits<int>::max();
+    if (m > kMaxDim || n > kMaxDim || k > kMaxDim) {
+      Record(absl::InvalidArgumentError(absl::StrCat(
+          "Matmul: [m, n, k] = [", m, ", ", n, ", ", k, "] exceeds cuBLAS's int dimensions")));
+      return;
+    }
+    const cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const int lda = static_cast<int>(trans_a ? m : k);
+    const int ldb = static_cast<int>(trans_b ? k : n);
+    const int ldc = static_cast<int>(n);
+    const float alpha = 1.0f, beta = 0.0f;
+
+    if (precision_ == MatmulPrecision::kF32) {
+      const cublasComputeType_t compute =
+          allow_tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+      Check(cublasGemmEx(cublas_, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                         static_cast<int>(k), &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F, lda,
+                         &beta, c, CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT),
+            "Matmul", "cublasGemmEx");
+      return;
+    }
+
+    // kBf16: both operands rounded to bf16 into scratch blocks, products accumulated in float32
+    // into the float32 c.
+    const int64_t a_count = m * k, b_count = k * n;
+    void* a16 = allocator_->Allocate(static_cast<size_t>(a_count) * sizeof(__nv_bfloat16));
+    void* b16 = allocator_->Allocate(static_cast<size_t>(b_count) * sizeof(__nv_bfloat16));
+    if (a16 != nullptr && b16 != nullptr) {
+      cuda::FloatToBf16(a, static_cast<__nv_bfloat16*>(a16), a_count, stream_);
+      CheckLaunch("Matmul");
+      cuda::FloatToBf16(b, static_cast<__nv_bfloat16*>(b16), b_count, stream_);
+      CheckLaunch("Matmul");
+      Check(cublasGemmEx(cublas_, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
+                         static_cast<int>(k), &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
+                         lda, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            "Matmul", "cublasGemmEx");
+    } else {
+      Record(absl::ResourceExhaustedError(absl::StrCat(
+          "Matmul: out of device memory for the bf16 operands (",
+          (a_count + b_count) * static_cast<int64_t>(sizeof(__nv_bfloat16)), " bytes)")));
+    }
+    // Back to the cache right after the enqueue: any later user of these blocks is queued on
+    // stream_ behind this GEMM.
+    Record(allocator_->Free(a16), "Matmul");
+    Record(allocator_->Free(b16), "Matmul");
+  }
+
+  void AddBias(const float* a, const float* bias, float* out, int64_t rows,
+               int64_t cols) override {
+    if (!Begin("AddBias")) return;
+    cuda::AddBias(a, bias, out, rows, cols, stream_);
+    CheckLaunch("AddBias");
+  }
+
+  void BiasGrad(const float* a, float* out, int64_t rows, int64_t cols) override {
+    if (!Begin("BiasGrad")) return;
+    cuda::BiasGrad(a, out, rows, cols, stream_);
+    CheckLaunch("BiasGrad");
+  }
+
+  void Relu(const float* a, float* out, int64_t n) override {
+    if (!Begin("Relu")) return;
+    cuda::Relu(a, out, n, stream_);
+    CheckLaunch("Relu");
+  }
+
+  void ReluGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    if (!Begin("ReluGrad")) return;
+    cuda::ReluGrad(x, dy, out, n, stream_);
+    CheckLaunch("ReluGrad");
+  }
+
+  void Gelu(const float* x, float* out, int64_t n) override {
+    if (!Begin("Gelu")) return;
+    cuda::Gelu(x, out, n, stream_);
+    CheckLaunch("Gelu");
+  }
+
+  void GeluGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    if (!Begin("GeluGrad")) return;
+    cuda::GeluGrad(x, dy, out, n, stream_);
+    CheckLaunch("GeluGrad");
+  }
+
+  void MseLoss(const float* pred, const float* label, float* out, int64_t n,
+               float scale) override {
+    if (!Begin("MseLoss")) return;
+    const int64_t partials = cuda::MseLossScratchSize(n);
+    double* scratch = MseScratch(partials);
+    if (partials > 0 && scratch == nullptr) {
+      Record(absl::ResourceExhaustedError(absl::StrCat(
+          "MseLoss: out of device memory for ", partials, " partial sums")));
+      return;
+    }
+    cuda::MseLoss(pred, label, out, n, scale, scratch, stream_);
+    CheckLaunch("MseLoss");
+  }
+
+  void MseGrad(const float* pred, const float* label, float* out, int64_t n,
+               float scale) override {
+    if (!Begin("MseGrad")) return;
+    cuda::MseGrad(pred, label, out, n, scale, stream_);
+    CheckLaunch("MseGrad");
+  }
+
+  void Scale(const float* a, float* out, int64_t n, float scale) override {
+    if (!Begin("Scale")) return;
+    cuda::Scale(a, out, n, scale, stream_);
+    CheckLaunch("Scale");
+  }
+
+  void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
+    if (!Begin("Sgd")) return;
+    cuda::Sgd(param, grad, n, lr, weight_decay, stream_);
+    CheckLaunch("Sgd");
+  }
+
+  void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
+             const AdamWHyper& h, int64_t step) override {
+    if (!Begin("AdamW")) return;
+    // The bias corrections in double on the host, folded as the CPU backend folds them.
+    const double bias1 = 1.0 - std::pow(static_cast<double>(h.beta1), step);
+    const double bias2 = 1.0 - std::pow(static_cast<double>(h.beta2), step);
+    cuda::AdamWStep s;
+    s.beta1 = h.beta1;
+    s.beta2 = h.beta2;
+    s.eps = h.eps;
+    s.decay = 1.0f - h.lr * h.weight_decay;
+    s.step_size = static_cast<float>(h.lr / bias1);
+    s.inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+    cuda::AdamW(param, grad, m, v, n, s, stream_);
+    CheckLaunch("AdamW");
+  }
+
+  void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
+             int64_t offset, int64_t length) override {
+    if (!Begin("Slice")) return;
+    cuda::Slice(a, out, outer, axis_len, inner, offset, length, stream_);
+    CheckLaunch("Slice");
+  }
+
+  void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
+               int64_t offset, int64_t length) override {
+    if (!Begin("Unslice")) return;
+    cuda::Unslice(a, out, outer, axis_len, inner, offset, length, stream_);
+    CheckLaunch("Unslice");
+  }
+
+ private:
+  static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
+  // Makes device_ current on the calling thread (cheap when it already is); false, the error
+  // recorded, when that fails.
+  bool SelectDevice(const char* op) { return Check(cudaSetDevice(device_), op, "cudaSetDevice"); }
+
+  // The start of every op that queues work: false, so the op is skipped, after an earlier error
+  // (the context may be unusable, and the step fails at the next Synchronize anyway) or when the
+  // device cannot be selected.
+  bool Begin(const char* op) { return status_.ok() && SelectDevice(op); }
+
+  // Keeps the first error; true when err is cudaSuccess.
+  bool Check(cudaError_t err, const char* op, const char* call) {
+    if (err == cudaSuccess) return true;
+    Record(OpError(op, call, err));
+    return false;
+  }
+  bool Check(cublasStatus_t status, const char* op, const char* call) {
+    if (status == CUBLAS_STATUS_SUCCESS) return true;
+    Record(OpError(op, call, status));
+    return false;
+  }
+  // After a launcher: a bad launch configuration, or an earlier asynchronous fault the runtime
+  // has seen by now (so the op named may not be the one that faulted; the error is still the
+  // first).
+  void CheckLaunch(const char* op) { Check(cudaGetLastError(), op, nullptr); }
+
+  void Record(absl::Status status) {
+    if (status_.ok() && !status.ok()) status_ = std::move(status);
+  }
+  void Record(const absl::Status& status, const char* op) {
+    if (!status.ok()) Record(absl::Status(status.code(), absl::StrCat(op, ": ", status.message())));
+  }
+
+  // The caching allocator's raw side.
+  void* RawAllocate(size_t bytes) {
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err == cudaSuccess) return p;
+    if (err == cudaErrorMemoryAllocation) {
+      // An answer, not an error: the cache releases its blocks and retries, or the caller gets
+      // null. Cleared so that the next launch check does not report it.
+      cudaGetLastError();
+      return nullptr;
+    }
+    Check(err, "Allocate", "cudaMalloc");
+    return nullptr;
+  }
+  // cudaFree waits for the whole device, so no queued kernel still uses the block.
+  void RawFree(void* p) { Check(cudaFree(p), "Free", "cudaFree"); }
+
+  // At least `count` doubles for MseLoss's partial sums, grown when too small; null when out of
+  // memory.
+  double* MseScratch(int64_t count) {
+    if (count <= mse_scratch_count_) return mse_scratch_;
+    // The old block may go back at once: its last MseLoss is queued ahead on stream_.
+    Record(allocator_->Free(mse_scratch_), "MseLoss");
+    mse_scratch_ = static_cast<double*>(
+        allocator_->Allocate(static_cast<size_t>(count) * sizeof(double)));
+    mse_scratch_count_ = mse_scratch_ == nullptr ? 0 : count;
+    return mse_scratch_;
+  }
+
+  const int device_;
+  const bool allow_tf32_;
+  const MatmulPrecision precision_;
+  cudaStream_t stream_ = nullptr;   // owned; every op is queued on it
+  cublasHandle_t cublas_ = nullptr;  // owned; bound to stream_
+  absl::Status status_;              // the first error; sticky
+  // Owns every device block; its raw functions use the members above, so it is declared after
+  // them and released first, explicitly, in the destructor.
+  std::unique_ptr<CachingAllocator> allocator_;
+  double* mse_scratch_ = nullptr;  // from allocator_
+  int64_t mse_scratch_count_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Kernels>> NewCudaKernels(const KernelOptions& options) {
+  auto kernels = std::make_unique<CudaKernels>(options);
+  if (absl::Status status = kernels->Init(); !status.ok()) return status;
+  return std::unique_ptr<Kernels>(std::move(kernels));
+}
+
+absl::StatusOr<DeviceDescription> ProbeCudaDevice(int index) {
+  if (absl::Status status = CheckDeviceIndex(index); !status.ok()) return status;
+  cudaDeviceProp prop;
+  if (cudaError_t err = cudaGetDeviceProperties(&prop, index); err != cudaSuccess) {
+    cudaGetLastError();
+    return NoDevice(absl::StrCat("cudaGetDeviceProperties: ", Describe(err)));
+  }
+  DeviceDescription d;
+  d.kind = "cuda";
+  d.name = prop.name;
+  d.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  d.cores = prop.multiProcessorCount;
+  d.compute_capability = absl::StrCat(prop.major, ".", prop.minor);
+  return d;
+}
+
+int CudaDeviceCount() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+}  // namespace weft

@@ -1,0 +1,65 @@
+#include "worker/nccl_environment.h"
+
+#include <utility>
+
+#include "common/status.h"
+#include "worker/comm/gloo/rendezvous_store.h"
+#include "worker/comm/nccl/nccl_communicator.h"
+#include "worker/kernels/backend.h"
+
+namespace weft {
+namespace {
+
+// Owns the attempt's RendezvousStore for as long as its communicators may bootstrap.
+class RendezvousNcclFactory : public CommunicatorFactory {
+ public:
+  RendezvousNcclFactory(std::unique_ptr<RendezvousStore> store, int rank, int device_index,
+                        absl::Duration timeout)
+      : store_(std::move(store)), nccl_(store_.get(), rank, device_index, timeout) {}
+
+  absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override {
+    return nccl_.Create(group);
+  }
+  int64_t bytes_sent() const override { return nccl_.bytes_sent(); }
+  RendezvousStore* store() { return store_.get(); }
+  void SetComputeStream(void* stream) { nccl_.SetComputeStream(stream); }
+
+ private:
+  const std::unique_ptr<RendezvousStore> store_;
+  NcclCommunicatorFactory nccl_;
+};
+
+}  // namespace
+
+NcclTaskEnvironment::NcclTaskEnvironment(std::shared_ptr<grpc::ChannelInterface> coordinator,
+                                         int device_index, absl::Duration collective_timeout)
+    : coordinator_(std::move(coordinator)),
+      device_index_(device_index),
+      collective_timeout_(collective_timeout) {}
+
+absl::StatusOr<AttemptComms> NcclTaskEnvironment::MakeComms(const v1::Assignment& assignment) {
+  auto factory = std::make_unique<RendezvousNcclFactory>(
+      std::make_unique<RendezvousStore>(coordinator_, assignment.rendezvous_scope(),
+                                        collective_timeout_),
+      assignment.program().rank(), device_index_, collective_timeout_);
+  RendezvousStore* store = factory->store();
+  AttemptComms comms;
+  comms.factory = std::move(factory);
+  comms.cancel = [store] { store->Cancel(); };
+  return comms;
+}
+
+absl::StatusOr<std::unique_ptr<Executor>> NcclTaskEnvironment::MakeExecutor(
+    const v1::Program& program, CommunicatorFactory* comm_factory) {
+  RETURN_IF_ERROR(CheckProgramDevice(program, "cuda"));
+  ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels,
+                   NewKernels(KernelOptionsFor(program, device_index_)));
+  // MakeComms made comm_factory; the executor creates the communicators in Initialize, after
+  // this, so each one sees the compute stream.
+  if (comm_factory != nullptr) {
+    static_cast<RendezvousNcclFactory*>(comm_factory)->SetComputeStream(kernels->stream());
+  }
+  return Executor::CreateWithKernels(program, comm_factory, std::move(kernels));
+}
+
+}  // namespace weft
