@@ -26,6 +26,9 @@ namespace weft {
 
 enum class ReduceOp { kSum, kAvg };
 
+// "group 1 (dp) ranks [0,2]": how every transport's messages name a group.
+std::string GroupName(const v1::CommGroup& group);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -84,13 +84,6 @@ int64_t Sum(absl::Span<const int64_t> counts) {
 
 }  // namespace
 
-std::string GroupName(const v1::CommGroup& group) {
-  std::string name = absl::StrCat("group ", group.id());
-  if (!group.mesh_dims().empty()) absl::StrAppend(&name, " (", group.mesh_dims(), ")");
-  absl::StrAppend(&name, " ranks [", absl::StrJoin(group.ranks(), ","), "]");
-  return name;
-}
-
 // ---- GlooCommunicatorFactory ----
 
 // "group-<id>-<ranks>": the member list is part of the prefix so that two groups the planner

@@ -42,9 +42,6 @@ class Device;
 
 namespace weft {
 
-// "group 1 (dp) ranks [0,2]": how messages name a group.
-std::string GroupName(const v1::CommGroup& group);
-
 class GlooCommunicatorFactory : public CommunicatorFactory {
  public:
   // `store` is borrowed and must outlive every Create call. `bind_host` is the address this

@@ -26,13 +26,6 @@ struct Post {
   const int64_t* counts2 = nullptr;  // all-to-all recv counts
 };
 
-std::string GroupName(const v1::CommGroup& group) {
-  std::string name = absl::StrCat("group ", group.id());
-  if (!group.mesh_dims().empty()) absl::StrAppend(&name, " (", group.mesh_dims(), ")");
-  absl::StrAppend(&name, " ranks [", absl::StrJoin(group.ranks(), ","), "]");
-  return name;
-}
-
 }  // namespace
 
 // The meeting point of one group's members. Each collective is two cyclic barriers: after the

@@ -18,7 +18,6 @@
 #include "common/status.h"
 #include "gloo/common/error.h"
 #include "gloo/rendezvous/store.h"
-#include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/nccl/nccl_wire_bytes.h"
 
 namespace weft {
