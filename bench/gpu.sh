@@ -14,13 +14,7 @@ cores=$(nproc)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-median_step() {  # stdin: weftctl --json lines; skips the first 5 steps (warm-up)
-  python3 -c '
-import json, statistics, sys
-t = [json.loads(l)["step_seconds"] for l in sys.stdin if l.startswith("{\"type\":\"step\"")]
-t = t[5:]
-print("%.4f %.4f" % (statistics.median(t), min(t)) if t else "- -")'
-}
+source bench/lib.sh
 
 echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), ${cores} cores"
 if command -v nvidia-smi >/dev/null 2>&1; then

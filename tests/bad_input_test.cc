@@ -11,6 +11,7 @@
 
 #include "common/spec/spec.h"
 #include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
 #include "tests/process.h"
 #include "weft/v1/service.grpc.pb.h"
 
@@ -21,41 +22,18 @@ class BadInputTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     job_ = new MlpJob(MlpJob::Create());
-    work_dir_ = new std::string(MakeTempDir("cluster"));
-    auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), *work_dir_);
-    ASSERT_TRUE(coord.ok()) << coord.status();
-    coordinator_ = coord->release();
-    for (int i = 0; i < 2; ++i) {
-      auto w = ChildProcess::Start(
-          {BinaryPath("worker/weft-worker"), "--coordinator", coordinator_->address(), "--device",
-           "cpu"},
-          *work_dir_ + "/worker" + std::to_string(i) + ".log");
-      ASSERT_TRUE(w.ok()) << w.status();
-      workers_.push_back(w->release());
-    }
-    channel_ = new std::shared_ptr<grpc::Channel>(
-        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+    auto cluster = DaemonCluster::Start(2);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
   }
 
   static void TearDownTestSuite() {
-    for (ChildProcess* w : workers_) delete w;
-    workers_.clear();
-    delete coordinator_;
-    delete channel_;
+    delete cluster_;
     delete job_;
-    delete work_dir_;
   }
 
   static grpc::Status SubmitSpec(const v1::JobSpec& spec, std::string* job_id = nullptr) {
-    auto stub = v1::JobService::NewStub(*channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = spec;
-    v1::SubmitJobResponse resp;
-    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
-    if (job_id != nullptr) *job_id = resp.job_id();
-    return s;
+    return cluster_->Submit(spec, job_id);
   }
 
   // Parses (without validating) a spec written next to the job's files and submits it.
@@ -78,15 +56,7 @@ class BadInputTest : public ::testing::Test {
     ExpectRejected(Submit(yaml), words);
   }
 
-  static v1::Job GetJob(const std::string& id) {
-    auto stub = v1::JobService::NewStub(*channel_);
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    EXPECT_TRUE(stub->GetJob(&ctx, req, &job).ok());
-    return job;
-  }
+  static v1::Job GetJob(const std::string& id) { return cluster_->GetJob(id); }
 
   static std::string Replace(std::string text, const std::string& from, const std::string& to) {
     size_t at = text.find(from);
@@ -98,17 +68,11 @@ class BadInputTest : public ::testing::Test {
   static std::string Dp2() { return job_->SpecYaml("{shape: [2], dim_names: [dp]}"); }
 
   static MlpJob* job_;
-  static std::string* work_dir_;
-  static CoordinatorProcess* coordinator_;
-  static std::vector<ChildProcess*> workers_;
-  static std::shared_ptr<grpc::Channel>* channel_;
+  static DaemonCluster* cluster_;
 };
 
 MlpJob* BadInputTest::job_ = nullptr;
-std::string* BadInputTest::work_dir_ = nullptr;
-CoordinatorProcess* BadInputTest::coordinator_ = nullptr;
-std::vector<ChildProcess*> BadInputTest::workers_;
-std::shared_ptr<grpc::Channel>* BadInputTest::channel_ = nullptr;
+DaemonCluster* BadInputTest::cluster_ = nullptr;
 
 TEST_F(BadInputTest, UnknownLayerType) {
   ExpectRejected(Replace(Dp2(), "{name: act0, type: gelu}", "{name: act0, type: conv}"),
@@ -174,7 +138,7 @@ TEST_F(BadInputTest, ShardOnAMeshDimThatDoesNotExistIsRejectedByTheCli) {
       "no_such_dim.yaml", job_->SpecYaml("{shape: [2], dim_names: [dp]}", "",
                                          {{"fc0", "placements: {weight: {mp: Shard(1)}}"}}));
   CommandResult r = RunCommand(
-      {BinaryPath("client/weftctl"), "--coordinator", coordinator_->address(), "submit", spec}, 30);
+      {BinaryPath("client/weftctl"), "--coordinator", cluster_->address(), "submit", spec}, 30);
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   for (const char* word : {"fc0", "weight", "mp", "Shard(1)"}) {
     EXPECT_NE(r.err.find(word), std::string::npos) << "error should name " << word << ": " << r.err;
@@ -219,13 +183,13 @@ TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {
 
   // Cancel it so the good job gets the two workers; the coordinator is still serving.
   CommandResult cancel = RunCommand(
-      {BinaryPath("client/weftctl"), "--coordinator", coordinator_->address(), "cancel", big_id}, 30);
+      {BinaryPath("client/weftctl"), "--coordinator", cluster_->address(), "cancel", big_id}, 30);
   EXPECT_EQ(cancel.exit_code, 0) << cancel.err;
   EXPECT_EQ(GetJob(big_id).state(), v1::CANCELLED);
 
   std::string spec = job_->WriteSpec("good.yaml", Dp2());
   CommandResult r = RunCommand({BinaryPath("client/weftctl"), "--coordinator",
-                                coordinator_->address(), "submit", spec, "--watch", "--json"},
+                                cluster_->address(), "submit", spec, "--watch", "--json"},
                                180);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   std::string state;

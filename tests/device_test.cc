@@ -14,6 +14,7 @@
 
 #include "common/spec/spec.h"
 #include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
 #include "tests/process.h"
 #include "weft/v1/service.grpc.pb.h"
 #include "worker/kernels/backend.h"
@@ -27,92 +28,42 @@ class DeviceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     job_ = new MlpJob(MlpJob::Create());
-    work_dir_ = new std::string(MakeTempDir("device"));
-    auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), *work_dir_);
-    ASSERT_TRUE(coord.ok()) << coord.status();
-    coordinator_ = coord->release();
-    for (int i = 0; i < 2; ++i) {
-      auto w = ChildProcess::Start({BinaryPath("worker/weft-worker"), "--coordinator",
-                                    coordinator_->address(), "--device", "cpu"},
-                                   *work_dir_ + "/worker" + std::to_string(i) + ".log");
-      ASSERT_TRUE(w.ok()) << w.status();
-      workers_.push_back(w->release());
-    }
-    channel_ = new std::shared_ptr<grpc::Channel>(
-        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
-    // Both workers registered before any test looks at them.
-    for (int i = 0; i < 300 && ListWorkers().size() < 2; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    auto cluster = DaemonCluster::Start(2);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
   }
 
   static void TearDownTestSuite() {
-    for (ChildProcess* w : workers_) delete w;
-    workers_.clear();
-    delete coordinator_;
-    delete channel_;
+    delete cluster_;
     delete job_;
-    delete work_dir_;
   }
 
-  static std::vector<v1::WorkerInfo> ListWorkers() {
-    auto stub = v1::JobService::NewStub(*channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::ListWorkersResponse resp;
-    if (!stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) return {};
-    return {resp.workers().begin(), resp.workers().end()};
+  static std::vector<v1::WorkerInfo> ListWorkers() { return cluster_->ListWorkers(); }
+  static v1::Job GetJob(const std::string& id) { return cluster_->GetJob(id); }
+  static CommandResult Weftctl(const std::vector<std::string>& args, int timeout_s = 60) {
+    return cluster_->Weftctl(args, timeout_s);
   }
 
   static std::string Submit(const std::string& yaml) {
     auto spec = ParseJobSpecYaml(yaml, job_->dir);
     EXPECT_TRUE(spec.ok()) << spec.status();
-    auto stub = v1::JobService::NewStub(*channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = *spec;
-    v1::SubmitJobResponse resp;
-    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    std::string id;
+    grpc::Status s = cluster_->Submit(*spec, &id);
     EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job_id();
-  }
-
-  static v1::Job GetJob(const std::string& id) {
-    auto stub = v1::JobService::NewStub(*channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    EXPECT_TRUE(stub->GetJob(&ctx, req, &job).ok());
-    return job;
-  }
-
-  static CommandResult Weftctl(const std::vector<std::string>& args, int timeout_s = 60) {
-    std::vector<std::string> argv = {BinaryPath("client/weftctl"), "--coordinator",
-                                     coordinator_->address()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return RunCommand(argv, timeout_s);
+    return id;
   }
 
   static MlpJob* job_;
-  static std::string* work_dir_;
-  static CoordinatorProcess* coordinator_;
-  static std::vector<ChildProcess*> workers_;
-  static std::shared_ptr<grpc::Channel>* channel_;
+  static DaemonCluster* cluster_;
 };
 
 MlpJob* DeviceTest::job_ = nullptr;
-std::string* DeviceTest::work_dir_ = nullptr;
-CoordinatorProcess* DeviceTest::coordinator_ = nullptr;
-std::vector<ChildProcess*> DeviceTest::workers_;
-std::shared_ptr<grpc::Channel>* DeviceTest::channel_ = nullptr;
+DaemonCluster* DeviceTest::cluster_ = nullptr;
 
 TEST_F(DeviceTest, GpuWorkerWithoutAGpuExitsWithTheReason) {
   if (ProbeDevice("cuda:0").ok()) GTEST_SKIP() << "a GPU is present: tests/gpu/run.sh covers it";
   CommandResult r = RunCommand({BinaryPath("worker/weft-worker"), "--coordinator",
-                                coordinator_->address(), "--device", "cuda:0"},
+                                cluster_->address(), "--device", "cuda:0"},
                                60);
   EXPECT_FALSE(r.timed_out);
   EXPECT_NE(r.exit_code, 0);
@@ -132,7 +83,7 @@ TEST_F(DeviceTest, GpuWorkerWithoutAGpuExitsWithTheReason) {
   for (const v1::WorkerInfo& w : ListWorkers()) EXPECT_EQ(w.device().kind(), "cpu");
 
   CommandResult bad = RunCommand({BinaryPath("worker/weft-worker"), "--coordinator",
-                                  coordinator_->address(), "--device", "gpu:0"},
+                                  cluster_->address(), "--device", "gpu:0"},
                                  60);
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_THAT(bad.err, HasSubstr("unknown device \"gpu:0\": expected cpu, cuda or cuda:N"));

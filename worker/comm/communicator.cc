@@ -1,5 +1,7 @@
 #include "worker/comm/communicator.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -10,6 +12,22 @@ std::string GroupName(const v1::CommGroup& group) {
   if (!group.mesh_dims().empty()) absl::StrAppend(&name, " (", group.mesh_dims(), ")");
   absl::StrAppend(&name, " ranks [", absl::StrJoin(group.ranks(), ","), "]");
   return name;
+}
+
+absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank) {
+  const auto& ranks = group.ranks();
+  auto it = std::find(ranks.begin(), ranks.end(), global_rank);
+  if (it == ranks.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", global_rank, " is not a member of ", GroupName(group)));
+  }
+  for (int i = 0; i < ranks.size(); ++i) {
+    if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(GroupName(group), ": rank ", ranks[i], " appears more than once"));
+    }
+  }
+  return static_cast<int>(it - ranks.begin());
 }
 
 }  // namespace weft

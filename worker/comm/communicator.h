@@ -29,6 +29,10 @@ enum class ReduceOp { kSum, kAvg };
 // "group 1 (dp) ranks [0,2]": how every transport's messages name a group.
 std::string GroupName(const v1::CommGroup& group);
 
+// This rank's position in `group`; INVALID_ARGUMENT naming the group when it is not a member or
+// a rank appears twice.
+absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -120,20 +120,10 @@ absl::StatusOr<std::shared_ptr<gloo::transport::Device>> GlooCommunicatorFactory
 absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicatorFactory::Create(
     const v1::CommGroup& group) {
   const std::string name = GroupName(group);
-  const auto& ranks = group.ranks();
-  auto it = std::find(ranks.begin(), ranks.end(), my_global_rank_);
-  if (it == ranks.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", my_global_rank_, " is not a member of ", name));
-  }
-  for (int i = 0; i < ranks.size(); ++i) {
-    if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": rank ", ranks[i], " appears more than once"));
-    }
-  }
-  const int rank = static_cast<int>(it - ranks.begin());
-  const int size = ranks.size();
+  absl::StatusOr<int> member = MemberIndex(group, my_global_rank_);
+  if (!member.ok()) return member.status();
+  const int rank = *member;
+  const int size = group.ranks_size();
   if (size == 1) {
     return std::unique_ptr<Communicator>(
         std::make_unique<GlooCommunicator>(nullptr, 0, 1, name, timeout_, bytes_sent_));

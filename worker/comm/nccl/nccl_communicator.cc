@@ -541,20 +541,10 @@ void NcclCommunicatorFactory::SetComputeStream(void* stream) {
 absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
     const v1::CommGroup& group) {
   const std::string name = GroupName(group);
-  const auto& ranks = group.ranks();
-  auto it = std::find(ranks.begin(), ranks.end(), my_global_rank_);
-  if (it == ranks.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", my_global_rank_, " is not a member of ", name));
-  }
-  for (int i = 0; i < ranks.size(); ++i) {
-    if (std::count(ranks.begin(), ranks.end(), ranks[i]) > 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, ": rank ", ranks[i], " appears more than once"));
-    }
-  }
-  const int rank = static_cast<int>(it - ranks.begin());
-  const int size = ranks.size();
+  absl::StatusOr<int> member = MemberIndex(group, my_global_rank_);
+  if (!member.ok()) return member.status();
+  const int rank = *member;
+  const int size = group.ranks_size();
   const std::string context =
       absl::StrCat("connecting ", name, " over NCCL (member ", rank, ", cuda:", device_index_, ")");
   const absl::Time deadline = absl::Now() + timeout_;
