@@ -10,14 +10,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status.h"
-#include "gloo/common/error.h"
 #include "gloo/rendezvous/store.h"
+#include "worker/comm/gloo/gloo_status.h"
 #include "worker/comm/nccl/nccl_wire_bytes.h"
 
 namespace weft {
@@ -69,29 +67,6 @@ ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline) {
     if (state != ncclInProgress) return state;
     if (absl::Now() >= deadline) return ncclInProgress;
     SleepAndBackOff(&poll);
-  }
-}
-
-// Gloo's stores say "Timed out waiting ..." or "Wait timeout for key(s)"; there is no dedicated
-// exception type.
-bool IsTimeout(const std::string& what) {
-  const std::string lower = absl::AsciiStrToLower(what);
-  return absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout");
-}
-
-// Status for an exception thrown by the rendezvous store while doing `context`.
-absl::Status FromStoreException(const std::exception_ptr& error, const std::string& context) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const gloo::Exception& e) {
-    const std::string what = e.what();
-    return absl::Status(
-        IsTimeout(what) ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
-        absl::StrCat(context, ": ", what));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(context, ": ", e.what()));
-  } catch (...) {
-    return absl::UnavailableError(absl::StrCat(context, ": unknown exception"));
   }
 }
 
@@ -594,7 +569,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
         std::memcpy(&id, bytes.data(), sizeof(id));
       }
     } catch (...) {
-      return FromStoreException(std::current_exception(),
+      return FromGlooException(std::current_exception(),
                                 absl::StrCat(context, ": rendezvous on ", key));
     }
   }
