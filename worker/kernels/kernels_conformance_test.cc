@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/test_seed.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/backend.h"
 #include "worker/kernels/kernels.h"
@@ -215,7 +216,7 @@ class KernelsConformanceTest : public ::testing::TestWithParam<BackendConfig> {
     return host;
   }
 
-  std::mt19937 rng_{12345};
+  std::mt19937 rng_{static_cast<uint32_t>(TestSeed())};
   std::unique_ptr<Kernels> k_;
   std::vector<float*> buffers_;
   std::deque<std::vector<float>> staged_;

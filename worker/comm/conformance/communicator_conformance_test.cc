@@ -32,6 +32,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/test_seed.h"
 #include "gloo/rendezvous/hash_store.h"
 #include "gtest/gtest.h"
 #include "worker/comm/communicator.h"
@@ -303,9 +304,10 @@ std::string GroupNameOf(int id, int ranks) {
 }
 
 // n random floats uniform in +-[0.05, 2]: never zero, so a missing contribution always shows.
-// The same (stream, member) always gives the same values, in every thread.
+// The same (stream, member) gives the same values in every thread of a run; runs differ
+// (TestSeed).
 std::vector<float> Inputs(int stream, int member, int64_t n) {
-  std::mt19937_64 gen(static_cast<uint64_t>(stream) * 1000003 + member);
+  std::mt19937_64 gen(TestSeed() ^ (static_cast<uint64_t>(stream) * 1000003 + member));
   std::uniform_real_distribution<float> magnitude(0.05f, 2.0f);
   std::bernoulli_distribution negative(0.5);
   std::vector<float> v(n);
