@@ -23,6 +23,7 @@ class RendezvousNcclFactory : public CommunicatorFactory {
   int64_t bytes_sent() const override { return nccl_.bytes_sent(); }
   RendezvousStore* store() { return store_.get(); }
   void SetComputeStream(void* stream) { nccl_.SetComputeStream(stream); }
+  void Cancel() { nccl_.Cancel(); }
 
  private:
   const std::unique_ptr<RendezvousStore> store_;
@@ -43,9 +44,14 @@ absl::StatusOr<AttemptComms> NcclTaskEnvironment::MakeComms(const v1::Assignment
                                         collective_timeout_),
       assignment.program().rank(), device_index_, collective_timeout_);
   RendezvousStore* store = factory->store();
+  RendezvousNcclFactory* nccl = factory.get();
   AttemptComms comms;
   comms.factory = std::move(factory);
-  comms.cancel = [store] { store->Cancel(); };
+  // Stops a rendezvous in progress and any collective waiting for a peer.
+  comms.cancel = [store, nccl] {
+    store->Cancel();
+    nccl->Cancel();
+  };
   return comms;
 }
 

@@ -753,6 +753,41 @@ TEST_P(CommunicatorTimeoutTest, MissingMemberFailsCreate) {
   }
 }
 
+#ifdef WEFT_CUDA
+// NcclCommunicatorFactory::Cancel (a cancelled job) stops a collective that waits for a peer
+// that will not come: CANCELLED at once, long before the 60 s timeout, the communicator aborted.
+TEST(NcclCancelTest, CancelStopsAWaitingCollective) {
+  RequireDevices(GetBackend("nccl"), "nccl", 2);
+  if (::testing::Test::IsSkipped() || ::testing::Test::HasFatalFailure()) return;
+  absl::Notification created, done;
+  std::atomic<NcclCommunicatorFactory*> waiting{nullptr};
+  RunRanks(GetBackend("nccl"), 2, absl::Seconds(60),
+           [&](int r, CommunicatorFactory& factory, Memory& memory) {
+             auto comm = factory.Create(Group(1, 2));
+             ASSERT_TRUE(comm.ok()) << comm.status();
+             if (r == 1) {
+               done.WaitForNotification();
+               return;
+             }
+             waiting = dynamic_cast<NcclCommunicatorFactory*>(&factory);
+             ASSERT_NE(waiting.load(), nullptr);
+             std::thread canceller([&] {
+               absl::SleepFor(absl::Milliseconds(300));
+               waiting.load()->Cancel();
+             });
+             Buffer data(memory, Inputs(61, 0, 4));
+             const auto start = std::chrono::steady_clock::now();
+             absl::Status s = (*comm)->AllReduce(data.get(), 4, ReduceOp::kSum);
+             canceller.join();
+             EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+             EXPECT_NE(s.message().find(GroupNameOf(1, 2)), absl::string_view::npos) << s;
+             EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << s;
+             EXPECT_EQ((*comm)->Barrier().code(), absl::StatusCode::kFailedPrecondition);
+             done.Notify();
+           });
+}
+#endif
+
 INSTANTIATE_TEST_SUITE_P(Backends, CommunicatorTimeoutTest, ::testing::ValuesIn(BackendNames()),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;

@@ -55,10 +55,11 @@ std::string CudaErrorText(const char* call, cudaError_t e) {
   return absl::StrCat(call, ": ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
 }
 
-// Waits until `comm` leaves ncclInProgress (a non-blocking init, enqueue or finalize is done) or
-// `deadline` passes. Returns the communicator's state: ncclSuccess, an error, or ncclInProgress
-// when the deadline passed first.
-ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline) {
+// Waits until `comm` leaves ncclInProgress (a non-blocking init, enqueue or finalize is done),
+// `deadline` passes or *cancelled is set. Returns the communicator's state: ncclSuccess, an
+// error, or ncclInProgress when the deadline or the cancellation came first.
+ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline,
+                                const std::atomic<bool>* cancelled = nullptr) {
   absl::Duration poll = kFirstPoll;
   while (true) {
     ncclResult_t state = ncclInProgress;
@@ -66,6 +67,7 @@ ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline) {
     if (r != ncclSuccess) return r;
     if (state != ncclInProgress) return state;
     if (absl::Now() >= deadline) return ncclInProgress;
+    if (cancelled != nullptr && cancelled->load()) return ncclInProgress;
     SleepAndBackOff(&poll);
   }
 }
@@ -138,7 +140,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(ncclComm_t comm, std::unique_ptr<CudaResources> cuda,
                    cudaStream_t compute_stream, int rank, int size, int global_rank,
                    std::string name, absl::Duration timeout,
-                   std::shared_ptr<std::atomic<int64_t>> also_count)
+                   std::shared_ptr<std::atomic<int64_t>> also_count,
+                   std::shared_ptr<const std::atomic<bool>> cancelled)
       : cuda_(std::move(cuda)),
         comm_(comm),
         compute_stream_(compute_stream),
@@ -147,7 +150,8 @@ class NcclCommunicator final : public Communicator {
         global_rank_(global_rank),
         name_(std::move(name)),
         timeout_(timeout),
-        also_count_(std::move(also_count)) {}
+        also_count_(std::move(also_count)),
+        cancelled_(std::move(cancelled)) {}
 
   // Finalizes the NCCL communicator (it flushes its work, and may wait for the other members),
   // bounded by the timeout, then destroys it; aborts it if that fails. A broken one was aborted
@@ -387,6 +391,10 @@ class NcclCommunicator final : public Communicator {
       const std::string text = NcclErrorText(r, comm_);  // before the abort frees comm_
       return Break(CodeOf(r), absl::StrCat(what, ": ", text));
     };
+    auto cancelled = [&] {
+      return Break(absl::StatusCode::kCancelled,
+                   absl::StrCat(what, ": cancelled; the NCCL communicator was aborted"));
+    };
     auto timed_out = [&](const char* waiting_for) {
       return Break(
           absl::StatusCode::kDeadlineExceeded,
@@ -410,7 +418,8 @@ class NcclCommunicator final : public Communicator {
     // A non-blocking communicator may still be enqueueing (connecting peers, say): nothing is
     // on the stream until its state leaves ncclInProgress.
     if (r == ncclInProgress) {
-      r = AwaitNotInProgress(comm_, deadline);
+      r = AwaitNotInProgress(comm_, deadline, cancelled_.get());
+      if (r == ncclInProgress && cancelled_->load()) return cancelled();
       if (r == ncclInProgress) {
         return timed_out("NCCL to enqueue the operation (connecting to the other members)");
       }
@@ -422,8 +431,8 @@ class NcclCommunicator final : public Communicator {
     e = cudaStreamWaitEvent(compute_stream_, cuda_->done, 0);
     if (e != cudaSuccess) return cuda_failed("cudaStreamWaitEvent on the compute stream", e);
 
-    // The watchdog: the op is done, NCCL saw an error (a peer died), or the deadline passed (a
-    // peer never joined; the kernel would wait forever).
+    // The watchdog: the op is done, NCCL saw an error (a peer died), the deadline passed (a
+    // peer never joined; the kernel would wait forever), or the factory was cancelled.
     absl::Duration poll = kFirstPoll;
     while (true) {
       e = cudaEventQuery(cuda_->done);
@@ -434,6 +443,7 @@ class NcclCommunicator final : public Communicator {
       if (q != ncclSuccess) return nccl_failed(q);
       if (IsError(state)) return nccl_failed(state);
       if (absl::Now() >= deadline) return timed_out("the other members");
+      if (cancelled_->load()) return cancelled();
       SleepAndBackOff(&poll);
     }
   }
@@ -486,6 +496,7 @@ class NcclCommunicator final : public Communicator {
   std::string broken_reason_;
   int64_t bytes_sent_ = 0;
   const std::shared_ptr<std::atomic<int64_t>> also_count_;  // the factory's total
+  const std::shared_ptr<const std::atomic<bool>> cancelled_;  // the factory's Cancel()
 };
 
 }  // namespace
@@ -504,7 +515,10 @@ NcclCommunicatorFactory::NcclCommunicatorFactory(gloo::rendezvous::Store* store,
       my_global_rank_(my_global_rank),
       device_index_(device_index),
       timeout_(std::max(timeout, absl::Milliseconds(1))),
-      bytes_sent_(std::make_shared<std::atomic<int64_t>>(0)) {}
+      bytes_sent_(std::make_shared<std::atomic<int64_t>>(0)),
+      cancelled_(std::make_shared<std::atomic<bool>>(false)) {}
+
+void NcclCommunicatorFactory::Cancel() { cancelled_->store(true); }
 
 NcclCommunicatorFactory::~NcclCommunicatorFactory() = default;
 
@@ -580,10 +594,12 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
   config.blocking = 0;
   ncclComm_t comm = nullptr;
   ncclResult_t r = ncclCommInitRankConfig(&comm, size, id, rank, &config);
-  if (!IsError(r)) r = AwaitNotInProgress(comm, deadline);
+  if (!IsError(r)) r = AwaitNotInProgress(comm, deadline, cancelled_.get());
   if (r != ncclSuccess) {
     absl::Status status =
-        r == ncclInProgress
+        r == ncclInProgress && cancelled_->load()
+            ? absl::CancelledError(absl::StrCat(context, ": cancelled"))
+        : r == ncclInProgress
             ? absl::DeadlineExceededError(
                   absl::StrCat(context, ": timed out after ", absl::FormatDuration(timeout_),
                                " waiting for the other members to initialize NCCL"))
@@ -595,7 +611,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> NcclCommunicatorFactory::Create(
   }
   return std::unique_ptr<Communicator>(std::make_unique<NcclCommunicator>(
       comm, *std::move(cuda), static_cast<cudaStream_t>(compute_stream), rank, size,
-      my_global_rank_, name, timeout_, bytes_sent_));
+      my_global_rank_, name, timeout_, bytes_sent_, cancelled_));
 }
 
 }  // namespace weft

@@ -18,9 +18,9 @@
 // timeout passes. Communicators are created non-blocking (config.blocking = 0), so enqueueing and
 // init are polled the same way, and ncclInProgress means "still being enqueued", not an error.
 //
-// Errors: a timeout is DEADLINE_EXCEEDED, an NCCL error UNAVAILABLE (ncclRemoteError,
-// ncclSystemError: a peer or the network went away) or INTERNAL (anything else, CUDA errors too),
-// with ncclGetErrorString and ncclGetLastError's text. The message names the op, the element
+// Errors: a timeout is DEADLINE_EXCEEDED, a cancelled factory (Cancel) CANCELLED, an NCCL error
+// UNAVAILABLE (ncclRemoteError, ncclSystemError: a peer or the network went away) or INTERNAL
+// (anything else, CUDA errors too), with ncclGetErrorString and ncclGetLastError's text. The message names the op, the element
 // count, the group (GroupName) and this member. The first failure aborts the NCCL communicator
 // (ncclCommAbort), so no GPU kernel keeps waiting for a dead peer, and every later call fails at
 // once with FAILED_PRECONDITION. Bad arguments (counts, roots, peers) are INVALID_ARGUMENT and
@@ -94,6 +94,11 @@ class NcclCommunicatorFactory : public CommunicatorFactory {
   absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Makes every Create and every op of the communicators created here, in progress or later,
+  // stop waiting: the NCCL communicator is aborted and the call fails with CANCELLED (a job
+  // cancelled while a collective waits for a peer that has stopped). Thread-safe.
+  void Cancel();
+
   // The store prefix of `group`'s keys: "nccl-group-1-0.2".
   static std::string StorePrefix(const v1::CommGroup& group);
 
@@ -106,6 +111,8 @@ class NcclCommunicatorFactory : public CommunicatorFactory {
   const absl::Duration timeout_;
   // Shared with every communicator created here, which add what they send.
   const std::shared_ptr<std::atomic<int64_t>> bytes_sent_;
+  // Set by Cancel(); shared with the communicators, whose watchdogs poll it.
+  const std::shared_ptr<std::atomic<bool>> cancelled_;
 
   absl::Mutex mu_;
   void* compute_stream_ ABSL_GUARDED_BY(mu_) = nullptr;  // a cudaStream_t, not owned
