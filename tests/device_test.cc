@@ -183,7 +183,7 @@ TEST(PrecisionTest, Bf16TrainsLikeARoundingReferenceOnOneAndTwoRanks) {
 
 // On a GPU node (tests/gpu/run.sh sets WEFT_REQUIRE_GPU=1, so there it cannot skip): the job
 // on cuda trains the numbers of the float64 reference and of the same job on cpu, on one GPU and,
-// with two, data- and tensor-parallel over NCCL; bf16 matches its rounding reference.
+// with two, data-, tensor- and pipeline-parallel over NCCL; bf16 matches its rounding reference.
 TEST(GpuRunTest, MlpOnCudaMatchesCpuAndFloat64) {
   absl::StatusOr<DeviceDescription> gpu = ProbeDevice("cuda:0");
   if (!gpu.ok()) {
@@ -229,11 +229,20 @@ TEST(GpuRunTest, MlpOnCudaMatchesCpuAndFloat64) {
                                  {{"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
                                   {"fc1", "placements: {weight: [Shard(0)]}"}})),
       2);
+  // Pipeline stages hand activations and gradients over with ncclSend/ncclRecv.
+  const std::vector<double> pp2 = RunLocalLosses(
+      job.WriteSpec("cuda_pp2.yaml",
+                    job.SpecYaml("{shape: [2], dim_names: [pp]}",
+                                 "device: cuda\npipeline: {dim: pp, schedule: 1F1B, "
+                                 "micro_batches: 2}\n")),
+      2);
   ASSERT_EQ(dp2.size(), want.size());
   ASSERT_EQ(mp2.size(), want.size());
+  ASSERT_EQ(pp2.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     EXPECT_LT(RelDiff(dp2[i], cuda[i]), 1e-5) << "step " << i + 1;
     EXPECT_LT(RelDiff(mp2[i], cuda[i]), 1e-5) << "step " << i + 1;
+    EXPECT_LT(RelDiff(pp2[i], cuda[i]), 1e-5) << "step " << i + 1;
     EXPECT_LT(RelDiff(dp2[i], want[i]), 1e-4) << "step " << i + 1;
   }
 }
