@@ -75,7 +75,9 @@ std::string FormatProgram(const v1::Program& p) {
   absl::StrAppend(&s, "rank ", p.rank(), "/", p.world_size(), "  job ", p.job_id(), " attempt ",
                   p.attempt(), "  mesh [", absl::StrJoin(p.mesh().shape(), ","), "](",
                   absl::StrJoin(p.mesh().dim_names(), ","), ")  device ",
-                  p.device().empty() ? "cpu" : p.device(), "\n");
+                  p.device().empty() ? "cpu" : p.device(),
+                  p.precision() == "bf16" ? "  precision bf16" : "",
+                  p.allow_tf32() ? "  tf32" : "", "\n");
   absl::StrAppend(&s, "groups:\n");
   for (const v1::CommGroup& g : p.groups()) {
     absl::StrAppend(&s, "  g", g.id(), " over ", g.mesh_dims(), ": ranks [",
