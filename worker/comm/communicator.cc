@@ -1,6 +1,7 @@
 #include "worker/comm/communicator.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -12,6 +13,10 @@ std::string GroupName(const v1::CommGroup& group) {
   if (!group.mesh_dims().empty()) absl::StrAppend(&name, " (", group.mesh_dims(), ")");
   absl::StrAppend(&name, " ranks [", absl::StrJoin(group.ranks(), ","), "]");
   return name;
+}
+
+int64_t SumCounts(absl::Span<const int64_t> counts) {
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
 absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank) {

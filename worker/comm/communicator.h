@@ -33,6 +33,9 @@ std::string GroupName(const v1::CommGroup& group);
 // a rank appears twice.
 absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank);
 
+// The sum of per-member counts (AllGather, ReduceScatter, AllToAll).
+int64_t SumCounts(absl::Span<const int64_t> counts);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -1,6 +1,7 @@
 #include "worker/comm/wire_bytes.h"
 
 #include <algorithm>
+#include <numeric>
 
 namespace weft {
 namespace {
@@ -12,9 +13,7 @@ constexpr int64_t kMaxSegmentBytes = int64_t{1} << 20;
 int64_t RoundUp(int64_t n, int64_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 int64_t Sum(absl::Span<const int64_t> counts) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  return total;
+  return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
 }  // namespace
@@ -66,6 +65,16 @@ int64_t BinomialBroadcastBytesSent(int64_t count, int rank, int size, int root) 
     if ((vrank & (int64_t{1} << i)) == 0) ++sends;
   }
   return sends * count * kFloatBytes;
+}
+
+int64_t NcclRingAllReduceBytesSent(int64_t count, int size) {
+  if (count <= 0 || size <= 1) return 0;
+  return 2 * (size - 1) * kFloatBytes * count / size;
+}
+
+int64_t NcclChainBroadcastBytesSent(int64_t count, int rank, int size, int root) {
+  if (count <= 0 || size <= 1) return 0;
+  return rank == (root + size - 1) % size ? 0 : count * kFloatBytes;
 }
 
 }  // namespace weft

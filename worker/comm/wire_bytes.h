@@ -1,6 +1,8 @@
 // Wire bytes: the payload bytes one member of a group puts on the wire for each collective, as
-// the algorithms of Debian's Gloo snapshot (0.0~git20220518) do it. GlooCommunicator counts with
-// these, and LocalCommunicator too, so an in-process run reports the traffic the daemons would.
+// the algorithms of Debian's Gloo snapshot (0.0~git20220518) do it, and as NCCL's rings do
+// (the Nccl* functions and the Gloo ones they share). GlooCommunicator counts with these, and
+// LocalCommunicator too, so an in-process run reports the traffic the daemons would; so does
+// NcclCommunicator.
 //
 // Payload only: Gloo's TCP framing (a 48-byte preamble per message, and a preamble-only
 // "ready to receive" notice the receiver sends per message) and the rendezvous are not counted.
@@ -35,6 +37,21 @@ int64_t AllToAllBytesSent(absl::Span<const int64_t> send_counts, int rank);
 // gloo::broadcast (binomial tree rooted at `root`): a member sends the whole buffer once to
 // each of its children in the tree (the root has ceil(log2 K) of them, leaves none).
 int64_t BinomialBroadcastBytesSent(int64_t count, int rank, int size, int root);
+
+// NCCL's ring algorithms, with the ring in member order (0 -> 1 -> ... -> K-1 -> 0); the
+// NCCL communicator counts with these. A model, not a measurement: NCCL picks rings from the
+// topology (one per channel, not necessarily in member order), and for some sizes Tree, NVLS or
+// CollNet instead; the per-member split may then differ, the ring's total does not. Its
+// all-gather (ncclAllGather, or one ncclBroadcast chain per member for uneven counts) moves
+// what RingAllGatherBytesSent says, and its reduce-scatter (ncclReduceScatter, or one ncclReduce
+// chain per member) and all-to-all (grouped send/recv) what AllToAllBytesSent says.
+
+// Ring all-reduce (a reduce-scatter then an all-gather of K even chunks): 2 (K-1) * 4n / K
+// bytes, rounded down, the same for every member.
+int64_t NcclRingAllReduceBytesSent(int64_t count, int size);
+
+// Chain broadcast root -> root+1 -> ... -> root-1: every member but root-1 sends the buffer.
+int64_t NcclChainBroadcastBytesSent(int64_t count, int rank, int size, int root);
 
 }  // namespace weft
 

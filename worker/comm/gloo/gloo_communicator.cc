@@ -37,12 +37,6 @@ void SumFloats(void* c, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
 }
 
-int64_t Sum(absl::Span<const int64_t> counts) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  return total;
-}
-
 }  // namespace
 
 // ---- GlooCommunicatorFactory ----
@@ -191,13 +185,13 @@ absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
 absl::Status GlooCommunicator::AllGather(const float* in, float* out,
                                          absl::Span<const int64_t> counts) {
   RETURN_IF_ERROR(CheckCounts("all_gather", counts));
-  int64_t offset = Sum(counts.subspan(0, rank_));
+  int64_t offset = SumCounts(counts.subspan(0, rank_));
   // Prime this member's slot ourselves (memmove: `in` may already be that slot), then gather
   // in place.
   if (counts[rank_] > 0 && in != out + offset) {
     std::memmove(out + offset, in, counts[rank_] * sizeof(float));
   }
-  if (Sum(counts) == 0) return Run("all_gather", [] {});
+  if (SumCounts(counts) == 0) return Run("all_gather", [] {});
   RETURN_IF_ERROR(Run("all_gather", [&] {
     gloo::AllgathervOptions opts(context_);
     opts.setOutput(out, std::vector<size_t>(counts.begin(), counts.end()));
@@ -216,7 +210,7 @@ absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
     if (mine > 0 && out != in) std::memmove(out, in, mine * sizeof(float));
     return Run("reduce_scatter", [] {});
   }
-  if (Sum(counts) == 0) return Run("reduce_scatter", [] {});
+  if (SumCounts(counts) == 0) return Run("reduce_scatter", [] {});
   // received[j] = member j's chunk for this member; summed in member order so every run
   // rounds the same way.
   std::vector<float> received(static_cast<size_t>(size_) * mine);

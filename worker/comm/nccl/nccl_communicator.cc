@@ -16,7 +16,7 @@
 #include "common/status.h"
 #include "gloo/rendezvous/store.h"
 #include "worker/comm/gloo/gloo_status.h"
-#include "worker/comm/nccl/nccl_wire_bytes.h"
+#include "worker/comm/wire_bytes.h"
 
 namespace weft {
 namespace {
@@ -70,12 +70,6 @@ ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline,
     if (cancelled != nullptr && cancelled->load()) return ncclInProgress;
     SleepAndBackOff(&poll);
   }
-}
-
-int64_t Sum(absl::Span<const int64_t> counts) {
-  int64_t total = 0;
-  for (int64_t c : counts) total += c;
-  return total;
 }
 
 bool AllEqual(absl::Span<const int64_t> counts) {
@@ -182,7 +176,7 @@ class NcclCommunicator final : public Communicator {
       *r = ncclAllReduce(data, data, count, ncclFloat32, nccl_op, comm_, cuda_->stream);
       return absl::OkStatus();
     }));
-    CountSent(NcclAllReduceBytesSent(static_cast<int64_t>(count), size_));
+    CountSent(NcclRingAllReduceBytesSent(static_cast<int64_t>(count), size_));
     return absl::OkStatus();
   }
 
@@ -192,7 +186,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
     const char* kOp = "all_gather";
     RETURN_IF_ERROR(CheckCounts(kOp, counts));
-    const int64_t total = Sum(counts);
+    const int64_t total = SumCounts(counts);
     if (total == 0) return CheckUsable(kOp, 0);
     if (AllEqual(counts)) {
       RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
@@ -200,7 +194,7 @@ class NcclCommunicator final : public Communicator {
         return absl::OkStatus();
       }));
     } else {
-      const int64_t offset = Sum(counts.subspan(0, rank_));
+      const int64_t offset = SumCounts(counts.subspan(0, rank_));
       RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
         RETURN_IF_ERROR(CopyOnStream(out + offset, in, counts[rank_]));
         *r = Grouped([&] {
@@ -218,7 +212,7 @@ class NcclCommunicator final : public Communicator {
         return absl::OkStatus();
       }));
     }
-    CountSent(NcclAllGatherBytesSent(counts, rank_));
+    CountSent(RingAllGatherBytesSent(counts, rank_));
     return absl::OkStatus();
   }
 
@@ -229,7 +223,7 @@ class NcclCommunicator final : public Communicator {
                              absl::Span<const int64_t> counts) override {
     const char* kOp = "reduce_scatter";
     RETURN_IF_ERROR(CheckCounts(kOp, counts));
-    const int64_t total = Sum(counts);
+    const int64_t total = SumCounts(counts);
     if (total == 0) return CheckUsable(kOp, 0);
     if (AllEqual(counts)) {
       RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
@@ -254,7 +248,7 @@ class NcclCommunicator final : public Communicator {
         return absl::OkStatus();
       }));
     }
-    CountSent(NcclReduceScatterBytesSent(counts, rank_));
+    CountSent(AllToAllBytesSent(counts, rank_));
     return absl::OkStatus();
   }
 
@@ -270,11 +264,11 @@ class NcclCommunicator final : public Communicator {
                                                      " sends itself ", send_counts[rank_],
                                                      " floats but expects ", recv_counts[rank_]));
     }
-    const int64_t total = Sum(send_counts);
-    if (total == 0 && Sum(recv_counts) == 0) return CheckUsable(kOp, 0);
+    const int64_t total = SumCounts(send_counts);
+    if (total == 0 && SumCounts(recv_counts) == 0) return CheckUsable(kOp, 0);
     RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
-      const int64_t self_from = Sum(send_counts.subspan(0, rank_));
-      const int64_t self_to = Sum(recv_counts.subspan(0, rank_));
+      const int64_t self_from = SumCounts(send_counts.subspan(0, rank_));
+      const int64_t self_to = SumCounts(recv_counts.subspan(0, rank_));
       RETURN_IF_ERROR(CopyOnStream(out + self_to, in + self_from, send_counts[rank_]));
       *r = Grouped([&] {
         int64_t from = 0, to = 0;
@@ -299,7 +293,7 @@ class NcclCommunicator final : public Communicator {
       });
       return absl::OkStatus();
     }));
-    CountSent(NcclAllToAllBytesSent(send_counts, rank_));
+    CountSent(AllToAllBytesSent(send_counts, rank_));
     return absl::OkStatus();
   }
 
@@ -314,7 +308,7 @@ class NcclCommunicator final : public Communicator {
       *r = ncclBroadcast(data, data, count, ncclFloat32, root, comm_, cuda_->stream);
       return absl::OkStatus();
     }));
-    CountSent(NcclBroadcastBytesSent(static_cast<int64_t>(count), rank_, size_, root));
+    CountSent(NcclChainBroadcastBytesSent(static_cast<int64_t>(count), rank_, size_, root));
     return absl::OkStatus();
   }
 

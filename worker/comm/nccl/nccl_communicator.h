@@ -36,7 +36,7 @@
 // from i, or the call times out (NCCL cannot check it).
 //
 // bytes_sent() counts each successful call with NCCL's ring algorithms, ring in member order
-// (worker/comm/nccl/nccl_wire_bytes.h; K members, n floats, B = 4n bytes):
+// (worker/comm/wire_bytes.h; K members, n floats, B = 4n bytes):
 //   all_reduce       floor(2 (K-1) B / K)
 //   all_gather       4 (sum(counts) - counts[rank + 1])   ((K-1)/K of the result, equal counts)
 //   reduce_scatter   4 (sum(counts) - counts[rank])       ((K-1)/K of the input, equal counts)
