@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -148,22 +149,31 @@ TEST(LocalGpuClusterTest, WithoutAGpuFailsFastNamingTheCudaError) {
   EXPECT_THAT(r.err, HasSubstr("--device=cuda:0: no usable CUDA device: "));
 }
 
+// The MLP on `mesh` (`ranks` workers) with `extra` spec keys, through `weftctl local`: its losses.
+std::vector<double> Losses(const MlpJob& job, const std::string& file, const std::string& mesh,
+                           int ranks, const std::string& extra,
+                           const std::map<std::string, std::string>& layers = {}) {
+  return RunLocalLosses(job.WriteSpec(file, job.SpecYaml(mesh, extra, layers)), ranks);
+}
+
+// Megatron's col -> row split of fc0 and fc1 over a mesh dim named mp.
+const std::map<std::string, std::string>& ColRowOverMp() {
+  static const auto* layers = new std::map<std::string, std::string>{
+      {"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
+      {"fc1", "placements: {weight: [Shard(0)]}"}};
+  return *layers;
+}
+
 TEST(PrecisionTest, Bf16TrainsLikeARoundingReferenceOnOneAndTwoRanks) {
   MlpJob job = MlpJob::Create();
   const std::vector<double> exact = job.ReferenceLosses(false);
   const std::vector<double> bf16 = job.ReferenceLosses(true);
-  const std::vector<double> one = RunLocalLosses(
-      job.WriteSpec("bf16_1.yaml", job.SpecYaml("{shape: [1]}", "precision: bf16\n")), 1);
-  const std::vector<double> dp2 = RunLocalLosses(
-      job.WriteSpec("bf16_dp2.yaml",
-                    job.SpecYaml("{shape: [2], dim_names: [dp]}", "precision: bf16\n")),
-      2);
-  const std::vector<double> mp2 = RunLocalLosses(
-      job.WriteSpec("bf16_mp2.yaml",
-                    job.SpecYaml("{shape: [2], dim_names: [mp]}", "precision: bf16\n",
-                                 {{"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
-                                  {"fc1", "placements: {weight: [Shard(0)]}"}})),
-      2);
+  const std::string bf16_key = "precision: bf16\n";
+  const std::vector<double> one = Losses(job, "bf16_1.yaml", "{shape: [1]}", 1, bf16_key);
+  const std::vector<double> dp2 =
+      Losses(job, "bf16_dp2.yaml", "{shape: [2], dim_names: [dp]}", 2, bf16_key);
+  const std::vector<double> mp2 =
+      Losses(job, "bf16_mp2.yaml", "{shape: [2], dim_names: [mp]}", 2, bf16_key, ColRowOverMp());
   ASSERT_EQ(one.size(), bf16.size());
   ASSERT_EQ(dp2.size(), bf16.size());
   ASSERT_EQ(mp2.size(), bf16.size());
@@ -195,10 +205,9 @@ TEST(GpuRunTest, MlpOnCudaMatchesCpuAndFloat64) {
   }
   MlpJob job = MlpJob::Create();
   const std::vector<double> want = job.ReferenceLosses();
-  const std::vector<double> cpu =
-      RunLocalLosses(job.WriteSpec("cpu1.yaml", job.SpecYaml("{shape: [1]}")), 1);
-  const std::vector<double> cuda = RunLocalLosses(
-      job.WriteSpec("cuda1.yaml", job.SpecYaml("{shape: [1]}", "device: cuda\n")), 1);
+  const std::string on_cuda = "device: cuda\n";
+  const std::vector<double> cpu = Losses(job, "cpu1.yaml", "{shape: [1]}", 1, "");
+  const std::vector<double> cuda = Losses(job, "cuda1.yaml", "{shape: [1]}", 1, on_cuda);
   ASSERT_EQ(cuda.size(), want.size());
   ASSERT_EQ(cpu.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
@@ -206,10 +215,8 @@ TEST(GpuRunTest, MlpOnCudaMatchesCpuAndFloat64) {
     EXPECT_LT(RelDiff(cuda[i], cpu[i]), 1e-5) << "step " << i + 1;
   }
   const std::vector<double> bf16_want = job.ReferenceLosses(/*bf16_matmul=*/true);
-  const std::vector<double> bf16 = RunLocalLosses(
-      job.WriteSpec("cuda1_bf16.yaml",
-                    job.SpecYaml("{shape: [1]}", "device: cuda\nprecision: bf16\n")),
-      1);
+  const std::vector<double> bf16 =
+      Losses(job, "cuda1_bf16.yaml", "{shape: [1]}", 1, on_cuda + "precision: bf16\n");
   ASSERT_EQ(bf16.size(), bf16_want.size());
   for (size_t i = 0; i < bf16.size(); ++i) {
     EXPECT_LT(RelDiff(bf16[i], bf16_want[i]), 1e-3) << "step " << i + 1;
@@ -219,23 +226,14 @@ TEST(GpuRunTest, MlpOnCudaMatchesCpuAndFloat64) {
     GTEST_SKIP() << "one GPU: the NCCL runs need two (cuda:1: " << ProbeDevice("cuda:1").status()
                  << ")";
   }
-  const std::vector<double> dp2 = RunLocalLosses(
-      job.WriteSpec("cuda_dp2.yaml",
-                    job.SpecYaml("{shape: [2], dim_names: [dp]}", "device: cuda\n")),
-      2);
-  const std::vector<double> mp2 = RunLocalLosses(
-      job.WriteSpec("cuda_mp2.yaml",
-                    job.SpecYaml("{shape: [2], dim_names: [mp]}", "device: cuda\n",
-                                 {{"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
-                                  {"fc1", "placements: {weight: [Shard(0)]}"}})),
-      2);
+  const std::vector<double> dp2 =
+      Losses(job, "cuda_dp2.yaml", "{shape: [2], dim_names: [dp]}", 2, on_cuda);
+  const std::vector<double> mp2 =
+      Losses(job, "cuda_mp2.yaml", "{shape: [2], dim_names: [mp]}", 2, on_cuda, ColRowOverMp());
   // Pipeline stages hand activations and gradients over with ncclSend/ncclRecv.
-  const std::vector<double> pp2 = RunLocalLosses(
-      job.WriteSpec("cuda_pp2.yaml",
-                    job.SpecYaml("{shape: [2], dim_names: [pp]}",
-                                 "device: cuda\npipeline: {dim: pp, schedule: 1F1B, "
-                                 "micro_batches: 2}\n")),
-      2);
+  const std::vector<double> pp2 =
+      Losses(job, "cuda_pp2.yaml", "{shape: [2], dim_names: [pp]}", 2,
+             on_cuda + "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\n");
   ASSERT_EQ(dp2.size(), want.size());
   ASSERT_EQ(mp2.size(), want.size());
   ASSERT_EQ(pp2.size(), want.size());
