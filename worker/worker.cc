@@ -437,13 +437,8 @@ void Worker::StartTask(const v1::Assignment& assignment) {
     previous = std::move(task_);
   }
   if (previous != nullptr) previous->Join();
-  if (!program.device().empty() && program.device() != "cpu") {
-    Send(DoneMessage(program, false,
-                     absl::StrCat("rank ", program.rank(), ": device ", program.device(),
-                                  " is not available on this worker (cpu only)")),
-         current);
-    return;
-  }
+  // The environment checks the program's device (CheckProgramDevice): a GPU worker's runs cuda
+  // programs, a CPU worker's cpu ones.
   auto task = std::make_unique<Task>(
       assignment, env_, [this, current](const v1::WorkerMessage& m) { Send(m, current); });
   task->Start();

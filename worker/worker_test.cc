@@ -337,6 +337,34 @@ TEST_F(WorkerTest, HelloDescribesTheDevice) {
   EXPECT_EQ(hello.hello().pid(), getpid());
 }
 
+// The worker itself does not judge the program's device: its environment does (a GPU worker's
+// NcclTaskEnvironment runs cuda programs). A cuda program reaches the environment and runs.
+TEST_F(WorkerTest, TheEnvironmentDecidesWhichDevicesRun) {
+  StartWorker();
+  v1::CoordinatorMessage assign;
+  *assign.mutable_assignment() = MakeAssignment("gpu-job", 0, 0, 2);
+  assign.mutable_assignment()->mutable_program()->set_device("cuda");
+  coordinator_.Push(assign);
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) { return m.has_done(); }) == 1;
+  }));
+  auto received = coordinator_.received();
+  EXPECT_EQ(Count(received, [](const auto& m) { return m.has_done() && m.done().ok(); }), 1);
+  EXPECT_EQ(Count(received, [](const auto& m) { return m.has_step(); }), 2);
+}
+
+TEST(CheckProgramDeviceTest, NamesBothDevices) {
+  v1::Program program;
+  program.set_job_id("job-1");
+  program.set_rank(3);
+  EXPECT_TRUE(CheckProgramDevice(program, "cpu").ok());  // empty means cpu
+  program.set_device("cuda");
+  EXPECT_TRUE(CheckProgramDevice(program, "cuda").ok());
+  absl::Status s = CheckProgramDevice(program, "cpu");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.message(), "job job-1 rank 3 needs a cuda worker; this worker runs on cpu");
+}
+
 TEST_F(WorkerTest, CancelAndBusy) {
   StartWorker();
   v1::CoordinatorMessage assign;
