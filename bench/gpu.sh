@@ -16,7 +16,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 source bench/lib.sh
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), ${cores} cores"
+bench_header
 if command -v nvidia-smi >/dev/null 2>&1; then
   if ! gpus=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU ' <<<"$gpus"; then
     echo "gpu.sh: no NVIDIA GPU on this machine; nvidia-smi -L says: ${gpus:-nothing}" >&2
@@ -26,7 +26,6 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
   echo "  (no nvidia-smi; gpu_bench checks for a GPU itself)"
 fi
-echo "date: $(date -u +%Y-%m-%d)   commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
 echo
 
 if ! bazel build --config=cuda //... >"$tmp/build.log" 2>&1; then

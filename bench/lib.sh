@@ -9,3 +9,24 @@ t = [json.loads(l)["step_seconds"] for l in sys.stdin if l.startswith("{\"type\"
 t = t[5:]
 print("%.4f %.4f" % (statistics.median(t), min(t)) if t else "- -")'
 }
+
+# Prints the machine (CPU model, cores) and the date and commit a run measures; the commit is
+# marked +dirty when the tree differs from it outside bench/ and *.md (what the binaries are built
+# from). $1, if given, is appended to the commit line, e.g. "(binaries not rebuilt)".
+bench_header() {
+  local cpu dirty=""
+  cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
+  git diff --quiet HEAD -- ':!bench' ':!*.md' || dirty=+dirty
+  echo "machine: $cpu, $(nproc) cores"
+  echo "date: $(date -u +%Y-%m-%d)   commit: $(git rev-parse --short HEAD)$dirty${1:+ $1}"
+}
+
+# write_random_npy DIR ROWS COLS: DIR/inputs.npy and DIR/labels.npy, ROWS x COLS float32 uniform
+# in [-1, 1) (numpy's default_rng(0)), the npy data of the bench specs.
+write_random_npy() {
+  /usr/bin/python3 -c "
+import numpy as np
+r = np.random.default_rng(0)
+np.save('$1/inputs.npy', r.uniform(-1, 1, ($2, $3)).astype(np.float32))
+np.save('$1/labels.npy', r.uniform(-1, 1, ($2, $3)).astype(np.float32))"
+}

@@ -14,15 +14,11 @@ trap 'rm -rf "$tmp"' EXIT
 
 source bench/lib.sh
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), ${cores} cores"
+bench_header
 echo "model: 1024 -> 4096 -> relu -> 1024, no bias, batch 512, AdamW, float32"
 echo
 printf '%-34s %10s %10s\n' "run" "median s" "min s"
-/usr/bin/python3 -c "
-import numpy as np
-r = np.random.default_rng(0)
-np.save('$tmp/inputs.npy', r.uniform(-1, 1, (2048, 1024)).astype(np.float32))
-np.save('$tmp/labels.npy', r.uniform(-1, 1, (2048, 1024)).astype(np.float32))"
+write_random_npy "$tmp" 2048 1024
 for ranks in 1 2; do
   sed "s/shape: \[1\]/shape: [$ranks]/" bench/mlp_step.yaml > "$tmp/mlp$ranks.yaml"
   threads=$(( cores / ranks > 0 ? cores / ranks : 1 ))

@@ -32,18 +32,14 @@ else
   trap 'rm -rf "$tmp"' EXIT
 fi
 analyze() { /usr/bin/python3 bench/pipeline_bubble.py "$@"; }
+source bench/lib.sh
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
-echo "date: $(date -u +%Y-%m-%d)   commit: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- ':!bench' ':!*.md' || echo '+dirty')${SKIP_BUILD:+ (binaries not rebuilt)}"
+bench_header "${SKIP_BUILD:+(binaries not rebuilt)}"
 echo "model: 8 x linear 512x512 (no bias, relu between), global batch $batch, MSE, AdamW, npy data;"
 echo "1 OpenBLAS thread per rank; $steps steps, the first $skip dropped"
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-/usr/bin/python3 -c "
-import numpy as np
-r = np.random.default_rng(0)
-np.save('$tmp/inputs.npy', r.uniform(-1, 1, (4 * $batch, 512)).astype(np.float32))
-np.save('$tmp/labels.npy', r.uniform(-1, 1, (4 * $batch, 512)).astype(np.float32))"
+write_random_npy "$tmp" $(( 4 * batch )) 512
 
 spec() {  # pp schedule m v batch -> a spec next to the npy files
   local f="$tmp/pp$1_$2_m$3_v$4_b$5.yaml"

@@ -14,15 +14,12 @@ cores=$(nproc)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-echo "machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), ${cores} cores"
-echo "date: $(date -u +%Y-%m-%d)   commit: $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty')"
+source bench/lib.sh
+
+bench_header
 echo "model: 1024 -> 4096 -> relu -> 1024, no bias, batch 512, AdamW, float32; median of steps 6-35"
 echo
-/usr/bin/python3 -c "
-import numpy as np
-r = np.random.default_rng(0)
-np.save('$tmp/inputs.npy', r.uniform(-1, 1, (2048, 1024)).astype(np.float32))
-np.save('$tmp/labels.npy', r.uniform(-1, 1, (2048, 1024)).astype(np.float32))"
+write_random_npy "$tmp" 2048 1024
 
 predicted() {  # spec -> total_bytes_per_step as the planner reports it, and which tool said so
   local out

@@ -1,16 +1,13 @@
 #include "client/ckpt.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
+#include "common/safetensors.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -49,72 +46,7 @@ std::map<std::string, int64_t> FileSizes(const CheckpointReader& reader) {
   return sizes;
 }
 
-// A file written front to back, removed unless Commit() renamed it into place.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::string path)
-      : path_(std::move(path)), tmp_(absl::StrCat(path_, ".tmp-", getpid())) {}
-  ~AtomicFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(tmp_.c_str());
-  }
-
-  absl::Status Open() {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Error("cannot create");
-    return absl::OkStatus();
-  }
-
-  absl::Status Write(const void* data, size_t n) {
-    const char* p = static_cast<const char*>(data);
-    while (n > 0) {
-      const ssize_t w = ::write(fd_, p, n);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return Error("write failed");
-      }
-      p += w;
-      n -= static_cast<size_t>(w);
-    }
-    return absl::OkStatus();
-  }
-
-  // fsync, close, rename onto the final path, fsync the folder.
-  absl::Status Commit() {
-    if (::fsync(fd_) != 0) return Error("fsync failed");
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) return Error("close failed");
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) return Error("rename failed");
-    committed_ = true;
-    std::string folder = fs::path(path_).parent_path().string();
-    if (folder.empty()) folder = ".";
-    const int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  absl::Status Error(absl::string_view what) const {
-    return absl::InternalError(absl::StrCat(tmp_, ": ", what, ": ", std::strerror(errno)));
-  }
-
-  std::string path_;
-  std::string tmp_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
-
 }  // namespace
-
-absl::StatusOr<std::string> ResolveCheckpoint(const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(fs::path(dir) / "index.json", ec)) return dir;
-  return checkpoint::FindLatestReadOnly(dir);
-}
 
 std::string FormatCheckpointText(const CheckpointReader& reader) {
   const checkpoint::Index& index = reader.index();
@@ -184,49 +116,22 @@ std::string FormatCheckpointJson(const CheckpointReader& reader) {
   return Dump(j);
 }
 
-std::vector<absl::Status> VerifyCheckpoint(const CheckpointReader& reader,
-                                           int64_t* bytes_checked) {
-  std::vector<absl::Status> problems;
-  *bytes_checked = 0;
-  for (const auto& [name, e] : reader.index().tensors) {
-    absl::Status s = reader.CheckCoverage(name);
-    if (!s.ok()) problems.push_back(s);
-    for (const Chunk& c : e.chunks) {
-      s = reader.VerifyChunk(name, c);
-      if (s.ok()) {
-        *bytes_checked += c.end - c.begin;
-      } else {
-        problems.push_back(s);
-      }
-    }
-  }
-  return problems;
-}
-
 absl::Status ExportCheckpoint(const CheckpointReader& reader, const std::string& out_path) {
   const std::string context = absl::StrCat("exporting ", reader.step_dir(), " to ", out_path);
   const checkpoint::Index& index = reader.index();
-  Json header = Json::object();
-  header["__metadata__"] = {{"format", "pt"}, {"weft_step", absl::StrCat(index.step)}};
-  int64_t offset = 0;
+  std::vector<SafetensorsHeaderEntry> entries;
   for (const auto& [name, e] : index.tensors) {  // name order, as safetensors writers do
     if (name == "__metadata__") {
       return absl::InvalidArgumentError(absl::StrCat(context, ": tensor name '__metadata__' is reserved"));
     }
-    const int64_t bytes = Volume(e.global_shape) * 4;
-    header[name] = {{"dtype", "F32"}, {"shape", e.global_shape}, {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
+    entries.push_back({name, e.global_shape});
   }
-  std::string text = Dump(header);
-  text.append((8 - text.size() % 8) % 8, ' ');
-  char prefix[8];
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  const SafetensorsHeader header =
+      EncodeSafetensorsHeader(entries, {{"format", "pt"}, {"weft_step", absl::StrCat(index.step)}});
 
-  AtomicFile file(out_path);
-  RETURN_IF_ERROR(Annotate(file.Open(), context));
-  RETURN_IF_ERROR(Annotate(file.Write(prefix, 8), context));
-  RETURN_IF_ERROR(Annotate(file.Write(text.data(), text.size()), context));
+  absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(out_path);
+  if (!file.ok()) return Annotate(file.status(), context);
+  RETURN_IF_ERROR(Annotate(file->Append(header.bytes), context));
   std::vector<float> buffer;
   for (const auto& [name, e] : index.tensors) {
     buffer.assign(static_cast<size_t>(Volume(e.global_shape)), 0.0f);
@@ -235,9 +140,12 @@ absl::Status ExportCheckpoint(const CheckpointReader& reader, const std::string&
         reader.ReadBox(name, std::vector<int64_t>(e.global_shape.size(), 0), e.global_shape,
                        buffer.data()),
         context));
-    RETURN_IF_ERROR(Annotate(file.Write(buffer.data(), buffer.size() * sizeof(float)), context));
+    RETURN_IF_ERROR(Annotate(
+        file->Append(absl::string_view(reinterpret_cast<const char*>(buffer.data()),
+                                       buffer.size() * sizeof(float))),
+        context));
   }
-  return Annotate(file.Commit(), context);
+  return Annotate(file->Commit(), context);
 }
 
 }  // namespace weft::client

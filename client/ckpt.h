@@ -1,9 +1,10 @@
 // `weftctl ckpt`: a sharded checkpoint looked at without any daemon. inspect lists its tensors,
-// chunks and files; verify reads every chunk and checks its crc32c; export writes one
-// consolidated safetensors file that Hugging Face and PyTorch users load directly.
+// chunks and files; verify reads every chunk and checks its crc32c
+// (CheckpointReader::VerifyEach); export writes one consolidated safetensors file that Hugging
+// Face and PyTorch users load directly.
 //
 // E.g.
-//   ASSIGN_OR_RETURN(std::string step_dir, ResolveCheckpoint("ckpt"));  // ckpt/step-300
+//   ASSIGN_OR_RETURN(std::string step_dir, checkpoint::ResolveStepDir("ckpt"));  // ckpt/step-300
 //   ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader,
 //                    checkpoint::CheckpointReader::Open(step_dir));
 //   std::cout << FormatCheckpointText(reader);
@@ -11,19 +12,12 @@
 #ifndef WEFT_CLIENT_CKPT_H_
 #define WEFT_CLIENT_CKPT_H_
 
-#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "common/checkpoint/checkpoint.h"
 
 namespace weft::client {
-
-// DIR itself when it holds index.json (a step folder), else the newest committed checkpoint in
-// DIR, found without removing anything (a save may be in progress beside us).
-absl::StatusOr<std::string> ResolveCheckpoint(const std::string& dir);
 
 // Step, metadata, per tensor its dtype, global shape, bytes and chunks (offsets, lengths, file,
 // byte range, crc32c), then the files with their sizes and the totals.
@@ -35,11 +29,6 @@ std::string FormatCheckpointText(const checkpoint::CheckpointReader& reader);
 //                           "crc32c"}]}],
 //  "files": [{"name", "bytes"}], "tensor_bytes", "file_bytes"}
 std::string FormatCheckpointJson(const checkpoint::CheckpointReader& reader);
-
-// Every problem found, one error each: tensors whose chunks do not cover them, chunks whose
-// bytes fail their crc32c (naming tensor and file). Empty when the checkpoint is sound.
-std::vector<absl::Status> VerifyCheckpoint(const checkpoint::CheckpointReader& reader,
-                                           int64_t* bytes_checked);
 
 // Writes every tensor whole, by its global name, as F32 into one safetensors file (metadata
 // {"format": "pt", "weft_step": N}), one tensor in memory at a time, to a temporary file in

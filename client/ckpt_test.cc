@@ -17,6 +17,7 @@
 
 #include "common/checkpoint/checkpoint.h"
 #include "common/safetensors.h"
+#include "common/testing_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -30,28 +31,13 @@ using ::testing::HasSubstr;
 
 std::string g_weftctl;
 
-std::string TmpDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  return tmp != nullptr ? tmp : "/tmp";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
 struct Result {
   int exit_code = -1;
   std::string out, err;
 };
 
 Result RunWeftctl(const std::string& args) {
-  const std::string base = TmpDir() + "/weftctl_ckpt_" + std::to_string(getpid());
+  const std::string base = TestTmpDir() + "/weftctl_ckpt_" + std::to_string(getpid());
   const std::string command = g_weftctl + " " + args + " > " + base + ".out 2> " + base + ".err";
   const int status = std::system(command.c_str());
   Result r;
@@ -76,7 +62,7 @@ std::vector<float> Bias() {
 class CkptTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = TmpDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    dir_ = TestTmpDir() + "/" + ::testing::UnitTest::GetInstance()->current_test_info()->name();
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     Save(1);
@@ -124,14 +110,14 @@ class CkptTest : public ::testing::Test {
 };
 
 TEST_F(CkptTest, ResolvesAStepFolderOrTheLatest) {
-  EXPECT_EQ(*ResolveCheckpoint(dir_), step_);
-  EXPECT_EQ(*ResolveCheckpoint(dir_ + "/"), step_);
-  EXPECT_EQ(*ResolveCheckpoint(dir_ + "/step-1"), dir_ + "/step-1");
+  EXPECT_EQ(*checkpoint::ResolveStepDir(dir_), step_);
+  EXPECT_EQ(*checkpoint::ResolveStepDir(dir_ + "/"), step_);
+  EXPECT_EQ(*checkpoint::ResolveStepDir(dir_ + "/step-1"), dir_ + "/step-1");
   // A save in progress is ignored and left alone.
   ASSERT_TRUE(fs::create_directories(checkpoint::StagingDir(dir_, 3)));
-  EXPECT_EQ(*ResolveCheckpoint(dir_), step_);
+  EXPECT_EQ(*checkpoint::ResolveStepDir(dir_), step_);
   EXPECT_TRUE(fs::exists(checkpoint::StagingDir(dir_, 3)));
-  EXPECT_EQ(ResolveCheckpoint(dir_ + "/nope").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(checkpoint::ResolveStepDir(dir_ + "/nope").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(CkptTest, InspectTextAndJson) {
@@ -164,10 +150,10 @@ TEST_F(CkptTest, InspectTextAndJson) {
 TEST_F(CkptTest, VerifyFindsEveryBadChunk) {
   auto reader = checkpoint::CheckpointReader::Open(step_);
   int64_t bytes = 0;
-  EXPECT_TRUE(VerifyCheckpoint(*reader, &bytes).empty());
+  EXPECT_TRUE(reader->VerifyEach(&bytes).empty());
   EXPECT_EQ(bytes, 128);
   Corrupt();
-  std::vector<absl::Status> problems = VerifyCheckpoint(*reader, &bytes);
+  std::vector<absl::Status> problems = reader->VerifyEach(&bytes);
   ASSERT_EQ(problems.size(), 1u);
   EXPECT_THAT(problems[0].message(),
               AllOf(HasSubstr("tensor 'fc0.weight' from " + step_ + "/rank-1.safetensors"),
@@ -176,7 +162,7 @@ TEST_F(CkptTest, VerifyFindsEveryBadChunk) {
 
 TEST_F(CkptTest, ExportRoundTrip) {
   auto reader = checkpoint::CheckpointReader::Open(step_);
-  const std::string out = TmpDir() + "/export_round_trip.safetensors";
+  const std::string out = TestTmpDir() + "/export_round_trip.safetensors";
   ASSERT_TRUE(ExportCheckpoint(*reader, out).ok());
   absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(out);
   ASSERT_TRUE(f.ok()) << f.status();
@@ -190,17 +176,17 @@ TEST_F(CkptTest, ExportRoundTrip) {
   EXPECT_EQ(w, Weight());
   EXPECT_EQ(b, Bias());
   EXPECT_EQ(v, (std::vector<float>{7, 8}));
-  for (const auto& e : fs::directory_iterator(TmpDir())) {
+  for (const auto& e : fs::directory_iterator(TestTmpDir())) {
     EXPECT_EQ(e.path().filename().string().find("export_round_trip.safetensors.tmp"),
               std::string::npos);
   }
   // A damaged checkpoint exports nothing, and leaves no temporary file.
   Corrupt();
-  const std::string bad = TmpDir() + "/export_bad.safetensors";
+  const std::string bad = TestTmpDir() + "/export_bad.safetensors";
   absl::Status s = ExportCheckpoint(*reader, bad);
   EXPECT_THAT(s.message(), HasSubstr("checksum mismatch"));
   EXPECT_FALSE(fs::exists(bad));
-  for (const auto& e : fs::directory_iterator(TmpDir())) {
+  for (const auto& e : fs::directory_iterator(TestTmpDir())) {
     EXPECT_EQ(e.path().filename().string().find("export_bad"), std::string::npos);
   }
 }
@@ -238,7 +224,7 @@ TEST_F(CkptTest, WeftctlVerify) {
 }
 
 TEST_F(CkptTest, WeftctlExport) {
-  const std::string out = TmpDir() + "/weftctl_export.safetensors";
+  const std::string out = TestTmpDir() + "/weftctl_export.safetensors";
   Result r = RunWeftctl("ckpt export " + dir_ + " " + out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("wrote " + out + ": 3 tensor(s) from " + step_));

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_state.h"
 
 namespace weft::client {
 namespace {
@@ -116,8 +117,7 @@ absl::StatusOr<WatchResult> CoordinatorClient::Watch(
     if (event.event_case() == v1::JobEvent::kState) {
       result.state = event.state();
       result.message = event.message();
-      if (result.state == v1::SUCCEEDED || result.state == v1::FAILED ||
-          result.state == v1::CANCELLED) {
+      if (IsFinalState(result.state)) {
         result.final = true;
         break;
       }

@@ -15,10 +15,6 @@ std::string StateName(v1::JobState state) {
   return name.empty() ? absl::StrCat("STATE_", static_cast<int>(state)) : name;
 }
 
-bool IsFinal(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
 std::string JsonNumber(double value) {
   if (!std::isfinite(value)) return "null";
   return absl::StrFormat("%.17g", value);

@@ -21,7 +21,6 @@ namespace weft::client {
 
 // "SUCCEEDED", "RUNNING", ...
 std::string StateName(v1::JobState state);
-bool IsFinal(v1::JobState state);
 
 // A JSON number that parses back to exactly `value` (%.17g); null when not finite, since JSON
 // has no NaN or infinity.

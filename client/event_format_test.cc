@@ -112,10 +112,6 @@ TEST(EventFormatTest, Helpers) {
   EXPECT_EQ(FormatAge(1, 1 + 3 * 3600 * 1000), "3h");
   EXPECT_EQ(FormatAge(1, 1 + int64_t{3} * 86400 * 1000), "3d");
   EXPECT_EQ(FormatAge(5000, 1000), "-");
-  EXPECT_TRUE(IsFinal(v1::SUCCEEDED));
-  EXPECT_TRUE(IsFinal(v1::FAILED));
-  EXPECT_TRUE(IsFinal(v1::CANCELLED));
-  EXPECT_FALSE(IsFinal(v1::RESTARTING));
   EXPECT_EQ(StateName(v1::PLANNING), "PLANNING");
 }
 

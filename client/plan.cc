@@ -122,10 +122,7 @@ std::string FormatPlanJson(const PlannedJob& job) {
                              {"op", v1::Instruction::Op_Name(ins.op())},
                              {"inputs", std::move(inputs)},
                              {"outputs", std::move(outputs)}};
-      if (ins.op() == v1::Instruction::ALL_REDUCE || ins.op() == v1::Instruction::ALL_GATHER ||
-          ins.op() == v1::Instruction::REDUCE_SCATTER || ins.op() == v1::Instruction::ALL_TO_ALL) {
-        item["group"] = ins.group();
-      }
+      if (planner::IsCollective(ins.op())) item["group"] = ins.group();
       if (!ins.comment().empty()) item["comment"] = ins.comment();
       instructions.push_back(std::move(item));
     }

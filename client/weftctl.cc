@@ -337,7 +337,7 @@ int RunPlan(const CommandLine& cl) {
 
 int RunCkpt(const CommandLine& cl) {
   const std::string& sub = cl.positional[0];
-  absl::StatusOr<std::string> step_dir = ResolveCheckpoint(cl.positional[1]);
+  absl::StatusOr<std::string> step_dir = checkpoint::ResolveStepDir(cl.positional[1]);
   if (!step_dir.ok()) return Fail(step_dir.status());
   absl::StatusOr<checkpoint::CheckpointReader> reader =
       checkpoint::CheckpointReader::Open(*step_dir);
@@ -349,7 +349,7 @@ int RunCkpt(const CommandLine& cl) {
   }
   if (sub == "verify") {
     int64_t bytes = 0;
-    const std::vector<absl::Status> problems = VerifyCheckpoint(*reader, &bytes);
+    const std::vector<absl::Status> problems = reader->VerifyEach(&bytes);
     for (const absl::Status& s : problems) Fail(s);
     if (!problems.empty()) {
       std::cerr << "weftctl: " << *step_dir << ": " << problems.size() << " problem(s)"

@@ -55,6 +55,48 @@ class ReadOnlyFile {
 //   RETURN_IF_ERROR(WriteFile("x.npy", {header, absl::string_view(data, bytes)}));
 absl::Status WriteFile(const std::string& path, absl::Span<const absl::string_view> chunks);
 
+// A file written front to back under a temporary name beside its path (<path>.tmp-<pid>) and
+// renamed onto the path by Commit, so a reader sees the whole file or none of it (the previous
+// version, if any). Streams: nothing is buffered. Removed unless committed. Errors are as
+// WriteFile's, naming the temporary file; a failed rename is "renaming <tmp> to <path>: ...".
+//
+// E.g.
+//   ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::Create("model.safetensors"));
+//   RETURN_IF_ERROR(out.Append(header));
+//   for (...) RETURN_IF_ERROR(out.Append(tensor_bytes));
+//   RETURN_IF_ERROR(out.Commit());
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> Create(const std::string& path);
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();  // closes and removes the temporary file unless committed
+
+  absl::Status Append(absl::string_view bytes);
+  // fsync, close, rename onto the path, fsync its folder. At most once.
+  absl::Status Commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string tmp, int fd)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+
+  std::string path_;
+  std::string tmp_;
+  int fd_ = -1;  // owned; -1 once closed
+  bool committed_ = false;
+};
+
+// Writes the chunks to `path` through AtomicFileWriter: the file, small or rewritten in place
+// (a pointer file, a port file), is replaced whole or not at all.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> chunks);
+
+// fsyncs a folder, so that entries created or renamed in it are on disk. Errors are INTERNAL
+// "<dir>: cannot open folder: ..." or "<dir>: fsync failed: ...".
+absl::Status FsyncDir(const std::string& dir);
+
 }  // namespace weft
 
 #endif  // WEFT_COMMON_FILE_IO_H_

@@ -1,17 +1,15 @@
 #include "common/file_io.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
+#include <vector>
 
+#include "common/testing_files.h"
 #include "gtest/gtest.h"
 
 namespace weft {
 namespace {
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
 
 TEST(ReadOnlyFileTest, MissingFileIsNotFoundNamingThePath) {
   const std::string path = TempPath("does-not-exist.bin");
@@ -68,6 +66,83 @@ TEST(WriteFileTest, UncreatableFileIsAnErrorNamingThePath) {
   absl::Status s = WriteFile(path, {"x"});
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_NE(s.message().find(path + ": cannot create"), absl::string_view::npos) << s;
+}
+
+// The file names in dir.
+std::vector<std::string> Listing(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  return names;
+}
+
+std::string ReadBack(const std::string& path) {
+  absl::StatusOr<ReadOnlyFile> f = ReadOnlyFile::Open(path);
+  if (!f.ok()) return "<" + std::string(f.status().message()) + ">";
+  std::string all(static_cast<size_t>(f->size()), '\0');
+  if (!f->ReadAt(0, all.size(), all.data()).ok()) return "<read failed>";
+  return all;
+}
+
+TEST(WriteFileAtomicallyTest, ReplacesTheFileWholeAndLeavesNoTemporary) {
+  const std::string dir = TempPath("atomic");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  const std::string path = dir + "/latest";
+  ASSERT_TRUE(WriteFileAtomically(path, {"step-", "100\n"}).ok());
+  EXPECT_EQ(ReadBack(path), "step-100\n");
+  ASSERT_TRUE(WriteFileAtomically(path, {"step-2\n"}).ok());
+  EXPECT_EQ(ReadBack(path), "step-2\n");
+  EXPECT_EQ(Listing(dir), std::vector<std::string>{"latest"});
+}
+
+TEST(WriteFileAtomicallyTest, UncreatableFileIsAnErrorNamingTheTemporary) {
+  const std::string path = TempPath("no-such-dir/port");
+  absl::Status s = WriteFileAtomically(path, {"7070\n"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find(path + ".tmp-"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find(": cannot create"), absl::string_view::npos) << s;
+}
+
+TEST(AtomicFileWriterTest, StreamsAndIsInvisibleUntilCommitted) {
+  const std::string dir = TempPath("streamed");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  const std::string path = dir + "/out.bin";
+  ASSERT_TRUE(WriteFile(path, {"old"}).ok());
+  {
+    absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Create(path);
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(out->Append("new ").ok());
+    ASSERT_TRUE(out->Append("data").ok());
+    EXPECT_EQ(ReadBack(path), "old");  // not yet committed
+    ASSERT_TRUE(out->Commit().ok());
+    EXPECT_EQ(out->Commit().code(), absl::StatusCode::kFailedPrecondition);
+  }
+  EXPECT_EQ(ReadBack(path), "new data");
+  EXPECT_EQ(Listing(dir), std::vector<std::string>{"out.bin"});
+}
+
+TEST(AtomicFileWriterTest, AnUncommittedFileIsRemoved) {
+  const std::string dir = TempPath("abandoned");
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(std::filesystem::create_directories(dir));
+  {
+    absl::StatusOr<AtomicFileWriter> out = AtomicFileWriter::Create(dir + "/out.bin");
+    ASSERT_TRUE(out.ok()) << out.status();
+    ASSERT_TRUE(out->Append("partial").ok());
+    EXPECT_EQ(Listing(dir).size(), 1u);  // the temporary
+  }
+  EXPECT_TRUE(Listing(dir).empty());
+}
+
+TEST(FsyncDirTest, MissingFolderIsAnErrorNamingIt) {
+  EXPECT_TRUE(FsyncDir(TempPath("")).ok());
+  const std::string dir = TempPath("no-such-folder");
+  absl::Status s = FsyncDir(dir);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find(dir + ": cannot open folder"), absl::string_view::npos) << s;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/box.h"
 #include "common/file_io.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -174,44 +175,12 @@ absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector
           " out of range"));
     }
   }
-  int64_t total = 1;
-  for (int64_t l : lengths) total *= l;
-  if (total == 0) return absl::OkStatus();
-
-  // Row-major strides of the stored tensor.
-  std::vector<int64_t> strides(rank, 1);
-  for (int d = static_cast<int>(rank) - 2; d >= 0; --d) strides[d] = strides[d + 1] * e->shape[d + 1];
-  // The innermost dims the box covers whole, plus the first partial one, form contiguous runs.
-  int split = static_cast<int>(rank);  // dims [split, rank) are contiguous in one run
-  int64_t run = 1;
-  while (split > 0) {
-    const int d = split - 1;
-    run *= lengths[d];
-    split = d;
-    if (lengths[d] != e->shape[d]) break;
-  }
-  // Iterate over the outer index space [0, lengths[0..split)).
-  std::vector<int64_t> idx(split, 0);
   const int64_t base = data_offset_ + e->begin;
-  float* dst = out;
-  while (true) {
-    int64_t elem = 0;
-    for (int d = 0; d < static_cast<int>(rank); ++d) {
-      elem += (offsets[d] + (d < split ? idx[d] : 0)) * strides[d];
-    }
-    RETURN_IF_ERROR(Annotate(
-        file_.ReadAt(base + elem * static_cast<int64_t>(sizeof(float)),
-                     static_cast<size_t>(run) * sizeof(float), dst),
-        absl::StrCat("reading tensor '", name, "'")));
-    dst += run;
-    int d = split - 1;
-    while (d >= 0 && ++idx[d] == lengths[d]) {
-      idx[d] = 0;
-      --d;
-    }
-    if (d < 0) break;
-  }
-  return absl::OkStatus();
+  return ForEachBoxRun(e->shape, offsets, lengths, [&](int64_t src, int64_t dst, int64_t n) {
+    return Annotate(file_.ReadAt(base + src * static_cast<int64_t>(sizeof(float)),
+                                 static_cast<size_t>(n) * sizeof(float), out + dst),
+                    absl::StrCat("reading tensor '", name, "'"));
+  });
 }
 
 absl::Status SafetensorsFile::Write(const std::string& path,
@@ -221,14 +190,7 @@ absl::Status SafetensorsFile::Write(const std::string& path,
   for (const auto& t : tensors) sorted.push_back(&t);
   std::sort(sorted.begin(), sorted.end(),
             [](const TensorToWrite* a, const TensorToWrite* b) { return a->name < b->name; });
-  nlohmann::json header = nlohmann::json::object();
-  if (!metadata.empty()) {
-    nlohmann::json m = nlohmann::json::object();
-    for (const auto& kv : metadata) m[kv.first] = kv.second;
-    header["__metadata__"] = m;
-  }
-  int64_t offset = 0;
-  std::vector<int64_t> sizes;
+  std::vector<SafetensorsHeaderEntry> entries;
   for (size_t i = 0; i < sorted.size(); ++i) {
     const TensorToWrite& t = *sorted[i];
     if (i > 0 && t.name == sorted[i - 1]->name) {
@@ -239,37 +201,60 @@ absl::Status SafetensorsFile::Write(const std::string& path,
       return absl::InvalidArgumentError(
           absl::StrCat("writing ", path, ": '__metadata__' is reserved"));
     }
-    int64_t numel = 1;
     for (int64_t d : t.shape) {
       if (d < 0) {
         return absl::InvalidArgumentError(absl::StrCat("writing ", path, ": tensor '", t.name,
                                                        "' has a negative dim"));
       }
-      numel *= d;
     }
+    entries.push_back({t.name, t.shape});
+  }
+  const SafetensorsHeader header = EncodeSafetensorsHeader(entries, metadata);
+
+  std::vector<absl::string_view> chunks = {header.bytes};
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const auto& [begin, end] = header.ranges[i];
+    chunks.emplace_back(reinterpret_cast<const char*>(sorted[i]->data),
+                        static_cast<size_t>(end - begin));
+  }
+  absl::Status s = WriteFile(path, chunks);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("writing ", s.message()));
+  return s;
+}
+
+SafetensorsHeader EncodeSafetensorsHeader(const std::vector<SafetensorsHeaderEntry>& tensors,
+                                          const std::map<std::string, std::string>& metadata) {
+  nlohmann::json json = nlohmann::json::object();
+  if (!metadata.empty()) {
+    nlohmann::json m = nlohmann::json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    json["__metadata__"] = m;
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // in the data section
+  int64_t offset = 0;
+  for (const SafetensorsHeaderEntry& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
     const int64_t bytes = numel * static_cast<int64_t>(sizeof(float));
     nlohmann::json entry = nlohmann::json::object();
     entry["dtype"] = "F32";
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + bytes};
-    header[t.name] = entry;
-    sizes.push_back(bytes);
+    json[t.name] = entry;
+    ranges.push_back({offset, offset + bytes});
     offset += bytes;
   }
-  std::string text = header.dump();
+  // Invalid UTF-8 is replaced rather than thrown on (checkpoint names are checked before).
+  std::string text = json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-
-  std::vector<absl::string_view> chunks = {prefix, text};
-  for (size_t i = 0; i < sorted.size(); ++i) {
-    chunks.emplace_back(reinterpret_cast<const char*>(sorted[i]->data),
-                        static_cast<size_t>(sizes[i]));
-  }
-  absl::Status s = WriteFile(path, chunks);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("writing ", s.message()));
-  return s;
+  SafetensorsHeader header;
+  const uint64_t n = text.size();
+  header.bytes.resize(8);
+  for (int i = 0; i < 8; ++i) header.bytes[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  header.bytes += text;
+  const int64_t data_start = static_cast<int64_t>(header.bytes.size());
+  for (auto& [begin, end] : ranges) header.ranges.push_back({data_start + begin, data_start + end});
+  return header;
 }
 
 }  // namespace weft

@@ -60,6 +60,27 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
+// The bytes of a safetensors file before its data section (8-byte little-endian length, JSON
+// header padded with spaces to a multiple of 8) for F32 tensors laid out back to back in the
+// given order, and where each tensor's data lies. Every safetensors file Weft writes (files,
+// checkpoint shards, `weftctl ckpt export`) is laid out by this, so they are byte for byte what
+// the reference writer produces. Callers check names (unique, not __metadata__) and shapes.
+//
+// E.g.
+//   SafetensorsHeader h = EncodeSafetensorsHeader({{"fc0.weight", {4, 8}}}, {{"format", "pt"}});
+//   // write h.bytes, then fc0.weight's 128 bytes at file offset h.ranges[0].first
+struct SafetensorsHeaderEntry {
+  std::string name;
+  std::vector<int64_t> shape;  // non-negative dims
+};
+struct SafetensorsHeader {
+  std::string bytes;                                // length, JSON, padding
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // per entry, [begin, end) file offsets
+};
+// `metadata` is written as __metadata__ unless empty.
+SafetensorsHeader EncodeSafetensorsHeader(const std::vector<SafetensorsHeaderEntry>& tensors,
+                                          const std::map<std::string, std::string>& metadata);
+
 }  // namespace weft
 
 #endif  // WEFT_COMMON_SAFETENSORS_H_

@@ -6,25 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "common/testing_files.h"
 #include "gtest/gtest.h"
 
 namespace weft {
 namespace {
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), bytes.size());
-}
 
 std::vector<float> Values(int64_t n, float base) {
   std::vector<float> v(n);

@@ -8,6 +8,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/checkpoint/checkpoint.h"
+#include "common/job_state.h"
 #include "common/spec/spec.h"
 #include "common/status.h"
 #include "coordinator/planner/planner.h"
@@ -144,7 +145,7 @@ void Coordinator::Publish(const v1::JobEvent& event) {
 
 absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   v1::JobSpec checked = spec;
-  if (checked.device().empty()) checked.set_device("cpu");
+  ApplyJobSpecDefaults(&checked);  // also when prepare_spec (a test's) does not
   RETURN_IF_ERROR(options_.prepare_spec(&checked));
   const int64_t world_size = options_.world_size(checked);
   absl::StatusOr<std::vector<v1::Program>> programs = options_.plan(checked, "dry-run", 0);
@@ -217,7 +218,8 @@ absl::Status Coordinator::WatchJob(const std::string& job_id,
   {
     // Under mu_, no event can be stored between reading the stored ones and subscribing.
     absl::MutexLock lock(&mu_);
-    ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
+    // Its state only: the step events come with the replay.
+    ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id, /*with_steps=*/false));
     ASSIGN_OR_RETURN(replay, store_->ListEvents(job_id));
     final = IsFinalState(job.state());
     if (!final) {
@@ -622,7 +624,7 @@ void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& 
   commit.job_id = run.job.id();
   commit.attempt = run.job.attempt();
   commit.dir = spec.checkpoint().dir();
-  commit.keep = spec.checkpoint().keep() > 0 ? spec.checkpoint().keep() : kDefaultCheckpointKeep;
+  commit.keep = spec.checkpoint().keep();  // ApplyJobSpecDefaults set it at submit
   commit.metadata = {{"job_id", run.job.id()},
                      {"job_name", spec.name()},
                      {"attempt", absl::StrCat(run.job.attempt())},

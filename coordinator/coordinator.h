@@ -68,7 +68,8 @@ struct CoordinatorOptions {
   // Wall-clock milliseconds; tests substitute a manual clock.
   std::function<int64_t()> now_ms;
   // Fills derived fields and checks a submitted spec (default: PrepareJobSpec:
-  // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own.
+  // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own; SubmitJob
+  // applies ApplyJobSpecDefaults (device, checkpoint keep, ...) before it either way.
   std::function<absl::Status(v1::JobSpec*)> prepare_spec;
   // One Program per rank (default: planner::PlanJob).
   std::function<absl::StatusOr<std::vector<v1::Program>>(const v1::JobSpec&, const std::string&,

@@ -152,10 +152,6 @@ absl::StatusOr<std::vector<v1::Job>> QueryJobs(sqlite3* db, const std::string& w
 
 }  // namespace
 
-bool IsFinalState(v1::JobState state) {
-  return state == v1::SUCCEEDED || state == v1::FAILED || state == v1::CANCELLED;
-}
-
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db,
@@ -291,9 +287,9 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, int attempt,
                   absl::StrCat("storing an event of job ", job_id));
 }
 
-absl::StatusOr<v1::Job> JobStore::GetJob(const std::string& job_id) {
+absl::StatusOr<v1::Job> JobStore::GetJob(const std::string& job_id, bool with_steps) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }, true));
+  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }, with_steps));
   if (jobs.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
   return std::move(jobs[0]);
 }

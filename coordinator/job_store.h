@@ -27,9 +27,6 @@ struct sqlite3;
 
 namespace weft::coordinator {
 
-// True for SUCCEEDED, FAILED and CANCELLED: nothing changes a job after that.
-bool IsFinalState(v1::JobState state);
-
 class JobStore {
  public:
   // Opens (creating if needed) the database at `path`; its folder must exist.
@@ -49,8 +46,9 @@ class JobStore {
   // Appends one event (e.g. a step) of the job's given attempt.
   absl::Status AppendEvent(const std::string& job_id, int attempt, const v1::JobEvent& event);
 
-  // The job with the step metrics of its current attempt. NOT_FOUND for an unknown id.
-  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
+  // The job with the step metrics of its current attempt (unless with_steps is false, which
+  // skips reading them). NOT_FOUND for an unknown id.
+  absl::StatusOr<v1::Job> GetJob(const std::string& job_id, bool with_steps = true);
   // Every job in submit order, with their step metrics.
   absl::StatusOr<std::vector<v1::Job>> ListJobs();
   // Jobs in `state`, in submit order, without step metrics.

@@ -6,11 +6,7 @@
 //   weft-coordinator --listen 127.0.0.1:0 --data_dir /tmp/weft --port_file /tmp/weft/port
 #include <signal.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -20,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rpc/grpc_server.h"
@@ -40,22 +37,6 @@ ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
 
 namespace weft::coordinator {
 namespace {
-
-// Write to a temporary file, then rename: a reader sees the whole port or nothing.
-absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    out.close();
-    if (!out) return absl::UnavailableError(absl::StrCat("writing ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("renaming ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
 
 int Run() {
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -115,7 +96,8 @@ int Run() {
   spdlog::info("serving on {} (port {}), job store {}", listen, (*server)->port(), db_path);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
-    absl::Status s = WritePortFile(port_file, (*server)->port());
+    // Written atomically: a reader sees the whole port or nothing.
+    absl::Status s = WriteFileAtomically(port_file, {absl::StrCat((*server)->port(), "\n")});
     if (!s.ok()) {
       spdlog::error("--port_file: {}", s.ToString());
       (*server)->Shutdown();

@@ -22,6 +22,7 @@
 #include "common/checkpoint/checkpoint.h"
 #include "common/spec/spec.h"
 #include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
 #include "tests/process.h"
 #include "weft/v1/service.grpc.pb.h"
 
@@ -30,102 +31,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A coordinator (with extra flags) and `workers` workers, all children of the test.
-class Cluster {
- public:
-  static std::unique_ptr<Cluster> Start(int workers,
-                                        const std::vector<std::string>& coordinator_flags = {}) {
-    auto c = std::unique_ptr<Cluster>(new Cluster());
-    c->dir_ = MakeTempDir("ckpt-cluster");
-    const std::string port_file = c->dir_ + "/coordinator.port";
-    std::vector<std::string> argv = {BinaryPath("coordinator/weft-coordinator"), "--listen",
-                                     "127.0.0.1:0", "--data_dir", c->dir_ + "/data",
-                                     "--port_file", port_file};
-    argv.insert(argv.end(), coordinator_flags.begin(), coordinator_flags.end());
-    auto coord = ChildProcess::Start(argv, c->log());
-    EXPECT_TRUE(coord.ok()) << coord.status();
-    if (!coord.ok()) return nullptr;
-    c->coordinator_ = *std::move(coord);
-    for (int i = 0; i < 300 && c->address_.empty(); ++i) {
-      std::string port = ReadFileOrEmpty(port_file);
-      while (!port.empty() && (port.back() == '\n' || port.back() == ' ')) port.pop_back();
-      if (!port.empty()) c->address_ = "127.0.0.1:" + port;
-      if (c->address_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    EXPECT_FALSE(c->address_.empty()) << ReadFileOrEmpty(c->log());
-    if (c->address_.empty()) return nullptr;
-    for (int i = 0; i < workers; ++i) {
-      auto w = ChildProcess::Start({BinaryPath("worker/weft-worker"), "--coordinator",
-                                    c->address_, "--device", "cpu"},
-                                   c->dir_ + "/worker" + std::to_string(i) + ".log");
-      EXPECT_TRUE(w.ok()) << w.status();
-      c->workers_.push_back(*std::move(w));
-    }
-    c->channel_ = grpc::CreateChannel(c->address_, grpc::InsecureChannelCredentials());
-    return c;
-  }
-
-  std::string log() const { return dir_ + "/coordinator.log"; }
-  ChildProcess& coordinator() { return *coordinator_; }
-  ChildProcess& worker(int i) { return *workers_[i]; }
-
-  // Loads the spec file as weftctl does and submits it; "" on error (the test fails).
-  std::string Submit(const std::string& spec_path) {
-    absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path);
-    EXPECT_TRUE(spec.ok()) << spec.status();
-    if (!spec.ok()) return "";
-    auto stub = v1::JobService::NewStub(channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = *spec;
-    v1::SubmitJobResponse resp;
-    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    return resp.job_id();
-  }
-
-  // Every event of the job until it ends (or timeout_s).
-  std::vector<v1::JobEvent> Watch(const std::string& job_id, int timeout_s = 240) {
-    auto stub = v1::JobService::NewStub(channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(timeout_s));
-    v1::WatchJobRequest req;
-    req.set_job_id(job_id);
-    auto reader = stub->WatchJob(&ctx, req);
-    std::vector<v1::JobEvent> events;
-    v1::JobEvent event;
-    while (reader->Read(&event)) events.push_back(event);
-    reader->Finish();
-    return events;
-  }
-
-  v1::JobState State(const std::string& job_id) {
-    auto stub = v1::JobService::NewStub(channel_);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::GetJobRequest req;
-    req.set_job_id(job_id);
-    v1::Job job;
-    if (!stub->GetJob(&ctx, req, &job).ok()) return v1::JOB_STATE_UNSPECIFIED;
-    return job.state();
-  }
-
-  std::string Logs() const {
-    std::string out = "coordinator:\n" + ReadFileOrEmpty(log());
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      out += "\nworker " + std::to_string(i) + ":\n" +
-             ReadFileOrEmpty(dir_ + "/worker" + std::to_string(i) + ".log");
-    }
-    return out;
-  }
-
- private:
-  std::string dir_, address_;
-  std::unique_ptr<ChildProcess> coordinator_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_;
-  std::shared_ptr<grpc::Channel> channel_;
-};
+// Loads the spec file as weftctl does and submits it; "" on error (the test fails).
+std::string SubmitFile(const DaemonCluster& cluster, const std::string& spec_path) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return "";
+  std::string id;
+  grpc::Status s = cluster.Submit(*spec, &id);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return id;
+}
 
 struct RunResult {
   std::map<int64_t, double> losses;  // by step
@@ -149,12 +64,14 @@ RunResult Summarize(const std::vector<v1::JobEvent>& events) {
 
 // Runs a spec on a fresh cluster of `ranks` workers to its end.
 RunResult RunJob(const std::string& spec_path, int ranks) {
-  std::unique_ptr<Cluster> cluster = Cluster::Start(ranks);
-  if (cluster == nullptr) return {};
-  const std::string id = cluster->Submit(spec_path);
+  auto cluster = DaemonCluster::Start(ranks);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  if (!cluster.ok()) return {};
+  const std::string id = SubmitFile(**cluster, spec_path);
   if (id.empty()) return {};
-  RunResult r = Summarize(cluster->Watch(id));
-  EXPECT_EQ(r.state, v1::SUCCEEDED) << spec_path << ": " << r.message << "\n" << cluster->Logs();
+  RunResult r = Summarize((*cluster)->Watch(id));
+  EXPECT_EQ(r.state, v1::SUCCEEDED) << spec_path << ": " << r.message << "\n"
+                                    << (*cluster)->Logs();
   return r;
 }
 
@@ -175,11 +92,6 @@ std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
   }
   return yaml;
 }
-
-const std::map<std::string, std::string> kMp2 = {
-    {"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
-    {"fc1", "placements: {weight: [Shard(0)]}"},
-};
 
 // Every tensor of two checkpoints, read whole, is identical bit for bit.
 void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir) {
@@ -247,7 +159,7 @@ TEST(CheckpointTest, ResumeOnAnotherMeshMatchesWithinTolerance) {
 
   RunResult on_mp = RunJob(
       job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 4,
-                                       "{dir: for_mp}", true, kMp2)),
+                                       "{dir: for_mp}", true, ColRowOverMp())),
       2);
   RunResult on_one = RunJob(
       job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 4, "{dir: for_one}", true)), 1);
@@ -274,8 +186,8 @@ TEST(CheckpointTest, InitFromACheckpointLoadsParametersOntoAnyMesh) {
                                                               {}, "trained")),
                             1);
   RunResult on_mp = RunJob(
-      job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 2, "", false, kMp2,
-                                       "trained/step-3")),
+      job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 2, "", false,
+                                       ColRowOverMp(), "trained/step-3")),
       2);
   ASSERT_EQ(on_one.losses.size(), 2u);
   ASSERT_EQ(on_mp.losses.size(), 2u);
@@ -355,16 +267,18 @@ TEST(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
   std::string spec = spec_dir + "/job.yaml";
   std::ofstream(spec) << LargeSpec(dir, 3, false);
   {
-    std::unique_ptr<Cluster> cluster = Cluster::Start(2);
-    ASSERT_NE(cluster, nullptr);
-    const std::string id = cluster->Submit(spec);
+    absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(2);
+    ASSERT_TRUE(started.ok()) << started.status();
+    DaemonCluster* cluster = started->get();
+    const std::string id = SubmitFile(*cluster, spec);
     ASSERT_FALSE(id.empty());
     // Kill both workers as soon as the save of step 2 starts.
     const std::string staging = checkpoint::StagingDir(dir, 2);
     ASSERT_TRUE(WaitFor([&] { return fs::exists(staging); }, 120)) << cluster->Logs();
     cluster->worker(0).Signal(SIGKILL);
     cluster->worker(1).Signal(SIGKILL);
-    ASSERT_TRUE(WaitFor([&] { return cluster->State(id) == v1::FAILED; }, 60)) << cluster->Logs();
+    ASSERT_TRUE(WaitFor([&] { return cluster->GetJob(id).state() == v1::FAILED; }, 60))
+        << cluster->Logs();
     // The save of step 1 was complete before: it is committed (the commit may still be running).
     ASSERT_TRUE(WaitFor([&] { return fs::exists(checkpoint::StepDir(dir, 1)); }, 30));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -389,15 +303,18 @@ TEST(CheckpointTest, CoordinatorKilledBeforeTheCommitLeavesThePreviousCheckpoint
   const std::string dir = job.dir + "/ckpt";
   const std::string resume = job.WriteSpec("resume.yaml", MlpSpec(job, dp2, 2, "{dir: ckpt}", true));
   {
-    std::unique_ptr<Cluster> cluster =
-        Cluster::Start(2, {"--debug_pause_before_commit_ms", "600000"});
-    ASSERT_NE(cluster, nullptr);
-    const std::string id = cluster->Submit(resume);
+    absl::StatusOr<std::unique_ptr<DaemonCluster>> started =
+        DaemonCluster::Start(2, {"--debug_pause_before_commit_ms", "600000"});
+    ASSERT_TRUE(started.ok()) << started.status();
+    DaemonCluster* cluster = started->get();
+    const std::string id = SubmitFile(*cluster, resume);
     ASSERT_FALSE(id.empty());
     // Every shard of step 2 is written and reported once the coordinator pauses before its commit.
     ASSERT_TRUE(WaitFor(
-        [&] { return ReadFileOrEmpty(cluster->log()).find("before committing step 2") !=
-                     std::string::npos; },
+        [&] {
+          return ReadFileOrEmpty(cluster->coordinator_log()).find("before committing step 2") !=
+                 std::string::npos;
+        },
         120))
         << cluster->Logs();
     cluster->coordinator().Signal(SIGKILL);

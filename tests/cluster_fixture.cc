@@ -71,13 +71,18 @@ std::string MlpJob::WriteSpec(const std::string& file, const std::string& yaml) 
   return path;
 }
 
-std::vector<double> MlpJob::ReferenceLosses(bool bf16_matmul) const {
+RefMlp MlpJob::Reference() const {
   RefMlp mlp({{"fc0", "linear", kIn, kHidden, true},
               {"act0", "gelu"},
               {"fc1", "linear", kHidden, kHidden, fc1_bias},
               {"act1", "relu"},
               {"fc2", "linear", kHidden, kOut, true}});
   for (const auto& t : init) mlp.params[t.name] = t.values;
+  return mlp;
+}
+
+std::vector<double> MlpJob::ReferenceLosses(bool bf16_matmul) const {
+  RefMlp mlp = Reference();
   mlp.bf16_matmul = bf16_matmul;
   return mlp.Train(inputs, labels, kSamples, kBatch, kSteps, optimizer);
 }
@@ -95,6 +100,13 @@ std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks, int 
   EXPECT_EQ(state, "SUCCEEDED") << r.out << r.err;
   EXPECT_EQ(losses.size(), static_cast<size_t>(steps)) << r.out << r.err;
   return losses;
+}
+
+const std::map<std::string, std::string>& ColRowOverMp() {
+  static const auto* layers = new std::map<std::string, std::string>{
+      {"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
+      {"fc1", "placements: {weight: [Shard(0)]}"}};
+  return *layers;
 }
 
 double RelDiff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }

@@ -31,10 +31,16 @@ struct MlpJob {
                        const std::map<std::string, std::string>& layer_extra = {}) const;
   // Writes SpecYaml to dir/<file> and returns its path.
   std::string WriteSpec(const std::string& file, const std::string& yaml) const;
+  // The float64 reference of this job's layers, holding its init values.
+  RefMlp Reference() const;
   // Per-step losses of the float64 reference; with bf16_matmul, of `precision: bf16` (matmul
   // operands rounded to bfloat16).
   std::vector<double> ReferenceLosses(bool bf16_matmul = false) const;
 };
+
+// Megatron column -> row over a 1-d mp mesh, as MlpJob::SpecYaml's layer_extra: fc0
+// column-parallel (weight Shard(1), bias Shard(0)), fc1 row-parallel (weight Shard(0)).
+const std::map<std::string, std::string>& ColRowOverMp();
 
 // Runs `weftctl local --ranks N --json SPEC` through the real binaries and returns the per-step
 // losses; fails the calling test unless the job SUCCEEDED with every step reported.

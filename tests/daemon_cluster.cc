@@ -16,10 +16,12 @@ std::chrono::system_clock::time_point In(int seconds) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(int cpu_workers) {
+absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(
+    int cpu_workers, const std::vector<std::string>& coordinator_flags) {
   std::unique_ptr<DaemonCluster> c(new DaemonCluster());
   c->dir_ = MakeTempDir("cluster");
-  auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), c->dir_);
+  auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), c->dir_,
+                                         coordinator_flags);
   if (!coord.ok()) return coord.status();
   c->coordinator_ = std::move(coord).value();
   for (int i = 0; i < cpu_workers; ++i) {
@@ -44,6 +46,17 @@ DaemonCluster::~DaemonCluster() {
   coordinator_.reset();
 }
 
+std::string DaemonCluster::coordinator_log() const { return dir_ + "/coordinator.log"; }
+
+std::string DaemonCluster::Logs() const {
+  std::string out = "coordinator:\n" + ReadFileOrEmpty(coordinator_log());
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    absl::StrAppend(&out, "\nworker ", i, ":\n",
+                    ReadFileOrEmpty(absl::StrCat(dir_, "/worker", i, ".log")));
+  }
+  return out;
+}
+
 grpc::Status DaemonCluster::Submit(const v1::JobSpec& spec, std::string* job_id) const {
   auto stub = v1::JobService::NewStub(channel_);
   grpc::ClientContext ctx;
@@ -66,6 +79,20 @@ v1::Job DaemonCluster::GetJob(const std::string& id) const {
   grpc::Status s = stub->GetJob(&ctx, req, &job);
   EXPECT_TRUE(s.ok()) << id << ": " << s.error_message();
   return job;
+}
+
+std::vector<v1::JobEvent> DaemonCluster::Watch(const std::string& id, int timeout_s) const {
+  auto stub = v1::JobService::NewStub(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(In(timeout_s));
+  v1::WatchJobRequest req;
+  req.set_job_id(id);
+  auto reader = stub->WatchJob(&ctx, req);
+  std::vector<v1::JobEvent> events;
+  v1::JobEvent event;
+  while (reader->Read(&event)) events.push_back(event);
+  reader->Finish();
+  return events;
 }
 
 std::vector<v1::WorkerInfo> DaemonCluster::ListWorkers() const {

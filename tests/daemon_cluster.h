@@ -24,15 +24,25 @@ namespace weft::testing {
 
 class DaemonCluster {
  public:
-  static absl::StatusOr<std::unique_ptr<DaemonCluster>> Start(int cpu_workers);
+  // `coordinator_flags` are added to weft-coordinator's command line.
+  static absl::StatusOr<std::unique_ptr<DaemonCluster>> Start(
+      int cpu_workers, const std::vector<std::string>& coordinator_flags = {});
   ~DaemonCluster();
 
   const std::string& address() const { return coordinator_->address(); }
   const std::string& dir() const { return dir_; }
+  // The daemons, for tests that kill them (Signal(SIGKILL)).
+  ChildProcess& coordinator() { return coordinator_->process(); }
+  ChildProcess& worker(int i) { return *workers_[i]; }
+  std::string coordinator_log() const;
+  // Every daemon's log, for failure messages.
+  std::string Logs() const;
 
   grpc::Status Submit(const v1::JobSpec& spec, std::string* job_id = nullptr) const;
   // The job; fails the calling test if the call fails.
   v1::Job GetJob(const std::string& id) const;
+  // Every event of the job until it ends (or timeout_s).
+  std::vector<v1::JobEvent> Watch(const std::string& id, int timeout_s = 240) const;
   // Empty when the call fails.
   std::vector<v1::WorkerInfo> ListWorkers() const;
   // `weftctl --coordinator <address> args...`.

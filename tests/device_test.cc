@@ -156,14 +156,6 @@ std::vector<double> Losses(const MlpJob& job, const std::string& file, const std
   return RunLocalLosses(job.WriteSpec(file, job.SpecYaml(mesh, extra, layers)), ranks);
 }
 
-// Megatron's col -> row split of fc0 and fc1 over a mesh dim named mp.
-const std::map<std::string, std::string>& ColRowOverMp() {
-  static const auto* layers = new std::map<std::string, std::string>{
-      {"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},
-      {"fc1", "placements: {weight: [Shard(0)]}"}};
-  return *layers;
-}
-
 TEST(PrecisionTest, Bf16TrainsLikeARoundingReferenceOnOneAndTwoRanks) {
   MlpJob job = MlpJob::Create();
   const std::vector<double> exact = job.ReferenceLosses(false);

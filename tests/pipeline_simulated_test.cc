@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "common/spec/spec.h"
-#include "coordinator/planner/planner.h"
+#include "tests/cluster_fixture.h"
 #include "tests/mlp_reference.h"
 #include "tests/process.h"
 #include "tests/rank_simulation.h"
@@ -78,12 +78,6 @@ struct DeepMlp {
   }
 };
 
-struct RunOutput {
-  std::vector<double> losses;                             // rank 0's
-  std::vector<std::map<std::string, ParamPiece>> pieces;  // by rank
-  std::map<v1::Instruction::Op, int> ops;
-};
-
 struct PipelineConfig {
   std::string name;
   std::string mesh;
@@ -95,52 +89,18 @@ struct PipelineConfig {
 
 std::ostream& operator<<(std::ostream& os, const PipelineConfig& c) { return os << c.name; }
 
-RunOutput Simulate(const DeepMlp& job, const PipelineConfig& c) {
-  RunOutput out;
+JobSimulation Simulate(const DeepMlp& job, const PipelineConfig& c) {
   auto spec = ParseJobSpecYaml(job.Yaml(c.mesh, c.places), job.dir);
   EXPECT_TRUE(spec.ok()) << spec.status();
-  if (!spec.ok()) return out;
+  if (!spec.ok()) return {};
   if (!c.schedule.empty()) {
     spec->mutable_pipeline()->set_dim("pp");
     spec->mutable_pipeline()->set_schedule(c.schedule);
     spec->mutable_pipeline()->set_micro_batches(c.micro_batches);
     spec->mutable_pipeline()->set_virtual_stages(c.virtual_stages);
   }
-  absl::Status prepared = PrepareJobSpec(&*spec);
-  EXPECT_TRUE(prepared.ok()) << prepared;
-  auto programs = planner::PlanJob(*spec, "sim", 0);
-  EXPECT_TRUE(programs.ok()) << programs.status();
-  if (!programs.ok()) return out;
-  for (const v1::Program& p : *programs) {
-    for (const v1::Instruction& ins : p.step()) ++out.ops[ins.op()];
-  }
-  std::vector<RankRun> ranks = SimulateRanks(*programs);
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    EXPECT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
-    EXPECT_EQ(ranks[r].losses, ranks[0].losses)
-        << "rank " << r << " reports a different loss than rank 0";
-    out.pieces.push_back(std::move(ranks[r].params));
-  }
-  out.losses = ranks[0].losses;
-  return out;
+  return PlanAndSimulate(*std::move(spec));
 }
-
-std::vector<double> Slice(const std::vector<double>& full, const ParamPiece& piece) {
-  std::vector<double> out;
-  if (piece.global_shape.size() == 1) {
-    for (int64_t i = 0; i < piece.lengths[0]; ++i) out.push_back(full[piece.offsets[0] + i]);
-    return out;
-  }
-  const int64_t cols = piece.global_shape[1];
-  for (int64_t i = 0; i < piece.lengths[0]; ++i) {
-    for (int64_t j = 0; j < piece.lengths[1]; ++j) {
-      out.push_back(full[(piece.offsets[0] + i) * cols + piece.offsets[1] + j]);
-    }
-  }
-  return out;
-}
-
-double Rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 class PipelineSimulatedTest : public ::testing::TestWithParam<PipelineConfig> {};
 
@@ -152,15 +112,15 @@ TEST_P(PipelineSimulatedTest, MatchesOneRankAndFloat64Reference) {
   std::vector<double> reference = ref.Train(job.inputs, job.labels, DeepMlp::kSamples,
                                             DeepMlp::kBatch, DeepMlp::kSteps, job.Optimizer());
 
-  RunOutput single = Simulate(job, {"single", "{shape: [1], dim_names: [dp]}"});
-  RunOutput dist = Simulate(job, c);
+  JobSimulation single = Simulate(job, {"single", "{shape: [1], dim_names: [dp]}"});
+  JobSimulation dist = Simulate(job, c);
   ASSERT_EQ(single.losses.size(), reference.size());
   ASSERT_EQ(dist.losses.size(), reference.size());
   for (size_t s = 0; s < reference.size(); ++s) {
-    EXPECT_LE(Rel(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
-    EXPECT_LE(Rel(dist.losses[s], single.losses[s]), 1e-5)
+    EXPECT_LE(RelDiff(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
+    EXPECT_LE(RelDiff(dist.losses[s], single.losses[s]), 1e-5)
         << "step " << s + 1 << ": " << dist.losses[s] << " vs " << single.losses[s];
-    EXPECT_LE(Rel(dist.losses[s], reference[s]), 1e-4) << "step " << s + 1;
+    EXPECT_LE(RelDiff(dist.losses[s], reference[s]), 1e-4) << "step " << s + 1;
   }
   EXPECT_GT(dist.ops[v1::Instruction::SEND], 0);
   EXPECT_EQ(dist.ops[v1::Instruction::SEND], dist.ops[v1::Instruction::RECV]);
@@ -171,10 +131,8 @@ TEST_P(PipelineSimulatedTest, MatchesOneRankAndFloat64Reference) {
   for (size_t r = 0; r < dist.pieces.size(); ++r) {
     for (const auto& [name, piece] : dist.pieces[r]) {
       ++holders[name];
-      std::vector<double> want = Slice(ref.params.at(name), piece);
-      std::vector<double> one_full(single.pieces[0].at(name).values.begin(),
-                                   single.pieces[0].at(name).values.end());
-      std::vector<double> one = Slice(one_full, piece);
+      std::vector<double> want = SliceBox(ref.params.at(name), piece);
+      std::vector<double> one = SliceBox(single.pieces[0].at(name).values, piece);
       ASSERT_EQ(piece.values.size(), want.size()) << name;
       for (size_t i = 0; i < want.size(); ++i) {
         const std::string where = name + "[" + std::to_string(i) + "] rank " + std::to_string(r);

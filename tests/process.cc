@@ -175,12 +175,14 @@ bool ChildProcess::Running() {
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorProcess>> CoordinatorProcess::Start(
-    const std::string& binary, const std::string& work_dir) {
+    const std::string& binary, const std::string& work_dir,
+    const std::vector<std::string>& flags) {
   auto coord = std::unique_ptr<CoordinatorProcess>(new CoordinatorProcess());
   std::string port_file = work_dir + "/coordinator.port";
-  auto child = ChildProcess::Start({binary, "--listen", "127.0.0.1:0", "--data_dir",
-                                    work_dir + "/coordinator-data", "--port_file", port_file},
-                                   work_dir + "/coordinator.log");
+  std::vector<std::string> argv = {binary, "--listen", "127.0.0.1:0", "--data_dir",
+                                   work_dir + "/coordinator-data", "--port_file", port_file};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  auto child = ChildProcess::Start(argv, work_dir + "/coordinator.log");
   if (!child.ok()) return child.status();
   coord->process_ = std::move(child).value();
   for (int i = 0; i < 300; ++i) {

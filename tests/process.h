@@ -55,8 +55,10 @@ class ChildProcess {
 // weft-coordinator listening on 127.0.0.1 with a port it picked itself.
 class CoordinatorProcess {
  public:
-  static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(const std::string& binary,
-                                                                   const std::string& work_dir);
+  // `flags` are added to the command line (e.g. {"--debug_pause_before_commit_ms", "600000"}).
+  static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(
+      const std::string& binary, const std::string& work_dir,
+      const std::vector<std::string>& flags = {});
   const std::string& address() const { return address_; }
   ChildProcess& process() { return *process_; }
 

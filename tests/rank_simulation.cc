@@ -6,6 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/spec/spec.h"
+#include "coordinator/planner/planner.h"
+#include "gtest/gtest.h"
 #include "worker/comm/local/local_communicator.h"
 #include "worker/executor/executor.h"
 
@@ -65,6 +68,27 @@ std::vector<RankRun> SimulateRanks(const std::vector<v1::Program>& programs) {
   }
   for (std::thread& t : threads) t.join();
   return ranks;
+}
+
+JobSimulation PlanAndSimulate(v1::JobSpec spec) {
+  JobSimulation out;
+  absl::Status prepared = PrepareJobSpec(&spec);
+  EXPECT_TRUE(prepared.ok()) << prepared;
+  auto programs = planner::PlanJob(spec, "sim", 0);
+  EXPECT_TRUE(programs.ok()) << programs.status();
+  if (!programs.ok()) return out;
+  for (const v1::Program& p : *programs) {
+    for (const v1::Instruction& ins : p.step()) ++out.ops[ins.op()];
+  }
+  std::vector<RankRun> ranks = SimulateRanks(*programs);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
+    EXPECT_EQ(ranks[r].losses, ranks[0].losses)
+        << "rank " << r << " reports a different loss than rank 0";
+    out.pieces.push_back(std::move(ranks[r].params));
+  }
+  if (!ranks.empty()) out.losses = ranks[0].losses;
+  return out;
 }
 
 }  // namespace weft::testing

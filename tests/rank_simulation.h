@@ -8,6 +8,8 @@
 //   std::vector<RankRun> ranks = SimulateRanks(programs);
 //   for (const RankRun& rank : ranks) EXPECT_TRUE(rank.status.ok()) << rank.status;
 //   const ParamPiece& w = ranks[0].params.at("fc0.weight");  // w.offsets, w.lengths, w.values
+//
+//   JobSimulation sim = PlanAndSimulate(spec);  // the same from a JobSpec, checked as it runs
 #ifndef WEFT_TESTS_RANK_SIMULATION_H_
 #define WEFT_TESTS_RANK_SIMULATION_H_
 
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::testing {
@@ -39,6 +42,35 @@ struct RankRun {
 // Runs programs[r] as global rank r, all ranks at once, each to Program.steps; indexed by rank.
 // Collectives that wait longer than 30 s fail with DEADLINE_EXCEEDED rather than hang.
 std::vector<RankRun> SimulateRanks(const std::vector<v1::Program>& programs);
+
+// A whole job simulated: rank 0's losses, every rank's parameter pieces, and the instruction
+// counts of the plan (all ranks).
+struct JobSimulation {
+  std::vector<double> losses;
+  std::vector<std::map<std::string, ParamPiece>> pieces;  // by rank
+  std::map<v1::Instruction::Op, int> ops;
+};
+
+// PrepareJobSpec, PlanJob, then SimulateRanks; fails the calling test on any error or on ranks
+// disagreeing about a loss (what came before an error is returned).
+JobSimulation PlanAndSimulate(v1::JobSpec spec);
+
+// The box `piece` covers of a row-major tensor of piece.global_shape (1-d or 2-d), as float64.
+template <typename T>
+std::vector<double> SliceBox(const std::vector<T>& full, const ParamPiece& piece) {
+  std::vector<double> out;
+  if (piece.global_shape.size() == 1) {
+    for (int64_t i = 0; i < piece.lengths[0]; ++i) out.push_back(full[piece.offsets[0] + i]);
+    return out;
+  }
+  const int64_t cols = piece.global_shape[1];
+  for (int64_t i = 0; i < piece.lengths[0]; ++i) {
+    for (int64_t j = 0; j < piece.lengths[1]; ++j) {
+      out.push_back(full[(piece.offsets[0] + i) * cols + piece.offsets[1] + j]);
+    }
+  }
+  return out;
+}
 
 }  // namespace weft::testing
 

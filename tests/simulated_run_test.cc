@@ -9,7 +9,6 @@
 #include <map>
 
 #include "common/spec/spec.h"
-#include "coordinator/planner/planner.h"
 #include "tests/cluster_fixture.h"
 #include "tests/rank_simulation.h"
 
@@ -18,57 +17,13 @@ namespace {
 
 const char* const kParams[] = {"fc0.weight", "fc0.bias", "fc1.weight", "fc2.weight", "fc2.bias"};
 
-struct RunOutput {
-  std::vector<double> losses;                             // rank 0's
-  std::vector<std::map<std::string, ParamPiece>> pieces;  // by rank
-  std::map<v1::Instruction::Op, int> ops;                 // instruction counts, all ranks
-};
-
-// Plans `yaml` and runs every rank in its own thread; fails the test on any error or on ranks
-// disagreeing about a loss.
-RunOutput Simulate(const MlpJob& job, const std::string& yaml) {
-  RunOutput out;
+// Plans `yaml` and runs every rank in its own thread (PlanAndSimulate).
+JobSimulation Simulate(const MlpJob& job, const std::string& yaml) {
   auto spec = ParseJobSpecYaml(yaml, job.dir);
   EXPECT_TRUE(spec.ok()) << spec.status();
-  if (!spec.ok()) return out;
-  EXPECT_TRUE(ResolveDataShapes(&*spec).ok());
-  absl::Status valid = ValidateJobSpec(*spec);
-  EXPECT_TRUE(valid.ok()) << valid;
-  auto programs = planner::PlanJob(*spec, "sim", 0);
-  EXPECT_TRUE(programs.ok()) << programs.status();
-  if (!programs.ok()) return out;
-  for (const v1::Program& p : *programs) {
-    for (const v1::Instruction& ins : p.step()) ++out.ops[ins.op()];
-  }
-  std::vector<RankRun> ranks = SimulateRanks(*programs);
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    EXPECT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
-    EXPECT_EQ(ranks[r].losses, ranks[0].losses)
-        << "rank " << r << " reports a different loss than rank 0";
-    out.pieces.push_back(std::move(ranks[r].params));
-  }
-  out.losses = ranks[0].losses;
-  return out;
+  if (!spec.ok()) return {};
+  return PlanAndSimulate(*std::move(spec));
 }
-
-// The box of a row-major tensor of global_shape (1-d or 2-d).
-template <typename T>
-std::vector<double> Slice(const std::vector<T>& full, const ParamPiece& piece) {
-  std::vector<double> out;
-  if (piece.global_shape.size() == 1) {
-    for (int64_t i = 0; i < piece.lengths[0]; ++i) out.push_back(full[piece.offsets[0] + i]);
-    return out;
-  }
-  const int64_t cols = piece.global_shape[1];
-  for (int64_t i = 0; i < piece.lengths[0]; ++i) {
-    for (int64_t j = 0; j < piece.lengths[1]; ++j) {
-      out.push_back(full[(piece.offsets[0] + i) * cols + piece.offsets[1] + j]);
-    }
-  }
-  return out;
-}
-
-double Rel(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
 struct Config {
   std::string name;
@@ -79,7 +34,7 @@ struct Config {
 };
 
 // Whether any rank holds a parameter in pieces (so the placements took effect).
-bool AnySharded(const RunOutput& out) {
+bool AnySharded(const JobSimulation& out) {
   for (const auto& rank : out.pieces) {
     for (const auto& [name, piece] : rank) {
       if (piece.lengths != piece.global_shape) return true;
@@ -117,23 +72,18 @@ class SimulatedRunTest : public ::testing::TestWithParam<Config> {};
 TEST_P(SimulatedRunTest, MatchesOneRankAndFloat64Reference) {
   const Config& c = GetParam();
   MlpJob job = MlpJob::Create();
-  RefMlp ref({{"fc0", "linear", MlpJob::kIn, MlpJob::kHidden, true},
-              {"act0", "gelu"},
-              {"fc1", "linear", MlpJob::kHidden, MlpJob::kHidden, false},
-              {"act1", "relu"},
-              {"fc2", "linear", MlpJob::kHidden, MlpJob::kOut, true}});
-  for (const auto& t : job.init) ref.params[t.name] = t.values;
+  RefMlp ref = job.Reference();
   std::vector<double> reference = ref.Train(job.inputs, job.labels, MlpJob::kSamples,
                                             MlpJob::kBatch, MlpJob::kSteps, job.optimizer);
 
-  RunOutput single = Simulate(job, job.SpecYaml("{shape: [1], dim_names: [dp]}"));
+  JobSimulation single = Simulate(job, job.SpecYaml("{shape: [1], dim_names: [dp]}"));
   const std::string yaml = Yaml(job, c);
-  RunOutput dist = Simulate(job, yaml);
+  JobSimulation dist = Simulate(job, yaml);
   ASSERT_EQ(single.losses.size(), reference.size());
   ASSERT_EQ(dist.losses.size(), reference.size()) << yaml;
   for (size_t s = 0; s < reference.size(); ++s) {
-    EXPECT_LE(Rel(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
-    EXPECT_LE(Rel(dist.losses[s], single.losses[s]), 1e-5) << "step " << s + 1;
+    EXPECT_LE(RelDiff(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
+    EXPECT_LE(RelDiff(dist.losses[s], single.losses[s]), 1e-5) << "step " << s + 1;
   }
   for (const auto& [layer, places] : c.layer_places) {
     if (places.find("Shard") != std::string::npos) {
@@ -151,8 +101,8 @@ TEST_P(SimulatedRunTest, MatchesOneRankAndFloat64Reference) {
       auto it = dist.pieces[r].find(name);
       ASSERT_NE(it, dist.pieces[r].end()) << "rank " << r << " has no " << name;
       const ParamPiece& piece = it->second;
-      std::vector<double> want = Slice(ref.params.at(name), piece);
-      std::vector<double> one = Slice(single.pieces[0].at(name).values, piece);
+      std::vector<double> want = SliceBox(ref.params.at(name), piece);
+      std::vector<double> one = SliceBox(single.pieces[0].at(name).values, piece);
       ASSERT_EQ(piece.values.size(), want.size()) << name;
       for (size_t i = 0; i < want.size(); ++i) {
         const std::string where = std::string(name) + "[" + std::to_string(i) + "] rank " +

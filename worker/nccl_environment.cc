@@ -6,29 +6,12 @@
 #include "worker/comm/gloo/rendezvous_store.h"
 #include "worker/comm/nccl/nccl_communicator.h"
 #include "worker/kernels/backend.h"
+#include "worker/rendezvous_factory.h"
 
 namespace weft {
 namespace {
 
-// Owns the attempt's RendezvousStore for as long as its communicators may bootstrap.
-class RendezvousNcclFactory : public CommunicatorFactory {
- public:
-  RendezvousNcclFactory(std::unique_ptr<RendezvousStore> store, int rank, int device_index,
-                        absl::Duration timeout)
-      : store_(std::move(store)), nccl_(store_.get(), rank, device_index, timeout) {}
-
-  absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override {
-    return nccl_.Create(group);
-  }
-  int64_t bytes_sent() const override { return nccl_.bytes_sent(); }
-  RendezvousStore* store() { return store_.get(); }
-  void SetComputeStream(void* stream) { nccl_.SetComputeStream(stream); }
-  void Cancel() { nccl_.Cancel(); }
-
- private:
-  const std::unique_ptr<RendezvousStore> store_;
-  NcclCommunicatorFactory nccl_;
-};
+using RendezvousNcclFactory = RendezvousFactory<NcclCommunicatorFactory>;
 
 }  // namespace
 
@@ -50,7 +33,7 @@ absl::StatusOr<AttemptComms> NcclTaskEnvironment::MakeComms(const v1::Assignment
   // Stops a rendezvous in progress and any collective waiting for a peer.
   comms.cancel = [store, nccl] {
     store->Cancel();
-    nccl->Cancel();
+    nccl->transport().Cancel();
   };
   return comms;
 }
@@ -63,7 +46,8 @@ absl::StatusOr<std::unique_ptr<Executor>> NcclTaskEnvironment::MakeExecutor(
   // MakeComms made comm_factory; the executor creates the communicators in Initialize, after
   // this, so each one sees the compute stream.
   if (comm_factory != nullptr) {
-    static_cast<RendezvousNcclFactory*>(comm_factory)->SetComputeStream(kernels->stream());
+    static_cast<RendezvousNcclFactory*>(comm_factory)->transport().SetComputeStream(
+        kernels->stream());
   }
   return Executor::CreateWithKernels(program, comm_factory, std::move(kernels));
 }

@@ -15,27 +15,10 @@
 #include "worker/comm/gloo/gloo_communicator.h"
 #include "worker/comm/gloo/rendezvous_store.h"
 #include "worker/kernels/backend.h"
+#include "worker/rendezvous_factory.h"
 
 namespace weft {
 namespace {
-
-// Owns the attempt's RendezvousStore for as long as its communicators may bootstrap.
-class RendezvousGlooFactory : public CommunicatorFactory {
- public:
-  RendezvousGlooFactory(std::unique_ptr<RendezvousStore> store, int rank, const std::string& host,
-                        absl::Duration timeout)
-      : store_(std::move(store)), gloo_(store_.get(), rank, host, timeout) {}
-
-  absl::StatusOr<std::unique_ptr<Communicator>> Create(const v1::CommGroup& group) override {
-    return gloo_.Create(group);
-  }
-  int64_t bytes_sent() const override { return gloo_.bytes_sent(); }
-  RendezvousStore* store() { return store_.get(); }
-
- private:
-  const std::unique_ptr<RendezvousStore> store_;
-  GlooCommunicatorFactory gloo_;
-};
 
 v1::WorkerMessage DoneMessage(const v1::Program& program, bool ok, const std::string& message) {
   v1::WorkerMessage msg;
@@ -61,7 +44,7 @@ GlooTaskEnvironment::GlooTaskEnvironment(std::shared_ptr<grpc::ChannelInterface>
       make_executor_(std::move(make_executor)) {}
 
 absl::StatusOr<AttemptComms> GlooTaskEnvironment::MakeComms(const v1::Assignment& assignment) {
-  auto factory = std::make_unique<RendezvousGlooFactory>(
+  auto factory = std::make_unique<RendezvousFactory<GlooCommunicatorFactory>>(
       std::make_unique<RendezvousStore>(coordinator_, assignment.rendezvous_scope(),
                                         collective_timeout_),
       assignment.program().rank(), host_, collective_timeout_);

@@ -1,6 +1,5 @@
 #include "common/checkpoint/checkpoint.h"
 
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -145,6 +144,17 @@ absl::Status MissingRegionError(const std::string& context, const std::string& n
       " elements)"));
 }
 
+// The tensor's chunks (which do not overlap) cover its whole global shape; the error is
+// MissingRegionError's.
+absl::Status CheckCovers(const std::string& context, const std::string& name,
+                         const TensorEntry& e) {
+  int64_t covered = 0;
+  for (const Chunk& c : e.chunks) covered += Volume(c.lengths);
+  if (covered == Volume(e.global_shape)) return absl::OkStatus();
+  return MissingRegionError(context, name, std::vector<int64_t>(e.global_shape.size(), 0),
+                            e.global_shape, e.chunks, covered);
+}
+
 // Structural UTF-8 check (lead byte and continuation bytes), so names serialize as they are.
 bool ValidUtf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
@@ -228,19 +238,6 @@ absl::Status CheckNoOverlap(const TensorEntry& e) {
     }
   }
   return absl::OkStatus();
-}
-
-absl::Status FsyncDir(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat(path, ": cannot open folder: ", std::strerror(errno)));
-  }
-  absl::Status s;
-  if (::fsync(fd) != 0) {
-    s = absl::InternalError(absl::StrCat(path, ": fsync failed: ", std::strerror(errno)));
-  }
-  ::close(fd);
-  return s;
 }
 
 absl::Status Rename(const std::string& from, const std::string& to) {
@@ -444,29 +441,17 @@ absl::StatusOr<std::vector<IndexedChunk>> WriteShard(const std::string& staging_
     }
   }
 
-  Json header = Json::object();
-  header["__metadata__"] = {{"format_version", absl::StrCat(kFormatVersion)},
-                            {"rank", absl::StrCat(rank)}};
-  std::vector<std::pair<int64_t, int64_t>> ranges;  // in the data section
-  int64_t offset = 0;
-  for (const auto& [key, p] : by_name) {
-    const int64_t bytes = Volume(p->lengths) * 4;
-    header[key] = {{"dtype", "F32"}, {"shape", p->lengths}, {"data_offsets", {offset, offset + bytes}}};
-    ranges.push_back({offset, offset + bytes});
-    offset += bytes;
-  }
-  std::string text = Dump(header);
-  text.append((8 - text.size() % 8) % 8, ' ');
-  std::string prefix(8, '\0');
-  const uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((n >> (8 * i)) & 0xff);
-  const int64_t data_start = 8 + static_cast<int64_t>(text.size());
+  std::vector<SafetensorsHeaderEntry> entries;
+  for (const auto& [key, p] : by_name) entries.push_back({key, p->lengths});
+  const SafetensorsHeader header = EncodeSafetensorsHeader(
+      entries, {{"format_version", absl::StrCat(kFormatVersion)}, {"rank", absl::StrCat(rank)}});
 
-  std::vector<absl::string_view> parts = {prefix, text};
+  std::vector<absl::string_view> parts = {header.bytes};
   std::vector<IndexedChunk> out;
   size_t i = 0;
   for (const auto& [key, p] : by_name) {
-    const size_t bytes = static_cast<size_t>(ranges[i].second - ranges[i].first);
+    const auto& [begin, end] = header.ranges[i++];
+    const size_t bytes = static_cast<size_t>(end - begin);
     const char* data = reinterpret_cast<const char*>(p->data);
     parts.emplace_back(bytes == 0 ? "" : absl::string_view(data, bytes));
     IndexedChunk ic;
@@ -475,11 +460,10 @@ absl::StatusOr<std::vector<IndexedChunk>> WriteShard(const std::string& staging_
     ic.chunk.offsets = p->offsets;
     ic.chunk.lengths = p->lengths;
     ic.chunk.file = file;
-    ic.chunk.begin = data_start + ranges[i].first;
-    ic.chunk.end = data_start + ranges[i].second;
+    ic.chunk.begin = begin;
+    ic.chunk.end = end;
     ic.chunk.crc32c = Crc32c(data, bytes);
     out.push_back(std::move(ic));
-    ++i;
   }
 
   std::error_code ec;
@@ -662,13 +646,7 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
       return std::tie(a.offsets, a.lengths, a.file) < std::tie(b.offsets, b.lengths, b.file);
     });
     RETURN_IF_ERROR(Annotate(CheckNoOverlap(e), absl::StrCat(context, ": tensor '", name, "'")));
-    int64_t covered = 0;
-    for (const Chunk& c : e.chunks) covered += Volume(c.lengths);
-    if (covered != Volume(e.global_shape)) {
-      return MissingRegionError(absl::StrCat(context, ": "), name,
-                                std::vector<int64_t>(e.global_shape.size(), 0), e.global_shape,
-                                e.chunks, covered);
-    }
+    RETURN_IF_ERROR(CheckCovers(absl::StrCat(context, ": "), name, e));
   }
   // Every chunk's file is there and long enough, so the index never names missing bytes.
   std::map<std::string, std::pair<int64_t, std::string>> need;  // file -> (max end, a tensor)
@@ -696,11 +674,9 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
   RETURN_IF_ERROR(Annotate(FsyncDir(staging), context));
   RETURN_IF_ERROR(Annotate(Rename(staging, final_dir), context));
   RETURN_IF_ERROR(Annotate(FsyncDir(dir), context));
-  const std::string latest = absl::StrCat(dir, "/", kLatestFile);
-  const std::string latest_tmp = absl::StrCat(latest, ".tmp");
-  RETURN_IF_ERROR(Annotate(WriteFile(latest_tmp, {absl::StrCat(kStepPrefix, step, "\n")}), context));
-  RETURN_IF_ERROR(Annotate(Rename(latest_tmp, latest), context));
-  RETURN_IF_ERROR(Annotate(FsyncDir(dir), context));
+  RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
+                                               {absl::StrCat(kStepPrefix, step, "\n")}),
+                           context));
   CollectGarbage(dir, keep, step);
   return absl::OkStatus();
 }
@@ -711,6 +687,12 @@ absl::StatusOr<std::string> FindLatest(const std::string& dir) {
 
 absl::StatusOr<std::string> FindLatestReadOnly(const std::string& dir) {
   return FindLatestImpl(dir, /*remove_staging=*/false);
+}
+
+absl::StatusOr<std::string> ResolveStepDir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / kIndexFile, ec)) return dir;
+  return FindLatestReadOnly(dir);
 }
 
 absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_dir) {
@@ -767,23 +749,31 @@ absl::Status CheckpointReader::CheckCoverage(const std::string& name) const {
   if (it == index_.tensors.end()) {
     return absl::NotFoundError(absl::StrCat(step_dir_, ": no tensor '", name, "' in the checkpoint"));
   }
-  const TensorEntry& e = it->second;
-  int64_t covered = 0;
-  for (const Chunk& c : e.chunks) covered += Volume(c.lengths);
-  if (covered != Volume(e.global_shape)) {
-    return MissingRegionError(absl::StrCat(step_dir_, ": "), name,
-                              std::vector<int64_t>(e.global_shape.size(), 0), e.global_shape,
-                              e.chunks, covered);
+  return CheckCovers(absl::StrCat(step_dir_, ": "), name, it->second);
+}
+
+std::vector<absl::Status> CheckpointReader::VerifyEach(int64_t* bytes_checked) const {
+  std::vector<absl::Status> problems;
+  int64_t bytes = 0;
+  for (const auto& [name, e] : index_.tensors) {
+    absl::Status s = CheckCoverage(name);
+    if (!s.ok()) problems.push_back(s);
+    for (const Chunk& c : e.chunks) {
+      s = VerifyChunk(name, c);
+      if (s.ok()) {
+        bytes += c.end - c.begin;
+      } else {
+        problems.push_back(s);
+      }
+    }
   }
-  return absl::OkStatus();
+  if (bytes_checked != nullptr) *bytes_checked = bytes;
+  return problems;
 }
 
 absl::Status CheckpointReader::VerifyAll() const {
-  for (const auto& [name, e] : index_.tensors) {
-    RETURN_IF_ERROR(CheckCoverage(name));
-    for (const Chunk& c : e.chunks) RETURN_IF_ERROR(VerifyChunk(name, c));
-  }
-  return absl::OkStatus();
+  const std::vector<absl::Status> problems = VerifyEach();
+  return problems.empty() ? absl::OkStatus() : problems.front();
 }
 
 absl::Status CheckpointReader::ReadBox(const std::string& name,

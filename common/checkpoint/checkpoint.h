@@ -100,6 +100,10 @@ absl::StatusOr<std::string> FindLatest(const std::string& dir);
 // (weftctl ckpt): staging folders are only ignored.
 absl::StatusOr<std::string> FindLatestReadOnly(const std::string& dir);
 
+// `dir` itself when it holds index.json (a step folder), else FindLatestReadOnly(dir): what a
+// user means by naming a checkpoint (weftctl ckpt, a spec's init_from).
+absl::StatusOr<std::string> ResolveStepDir(const std::string& dir);
+
 class CheckpointReader {
  public:
   // Reads and checks index.json (its own crc32c, format version, chunk files present).
@@ -117,8 +121,13 @@ class CheckpointReader {
                        const std::vector<int64_t>& lengths, float* out) const;
 
   // Reads every chunk of every tensor and checks its crc32c, and that each tensor's chunks
-  // cover it.
+  // cover it. The first problem VerifyEach finds.
   absl::Status VerifyAll() const;
+
+  // Every problem found, one error each, tensor by tensor: chunks that do not cover the tensor
+  // (CheckCoverage), then each chunk that fails VerifyChunk. Empty when the checkpoint is sound.
+  // bytes_checked, if given, is set to the bytes of the chunks that verified.
+  std::vector<absl::Status> VerifyEach(int64_t* bytes_checked = nullptr) const;
 
   // Checks that the chunks of tensor `name` cover its global shape; the error names the tensor
   // and a region no chunk holds. Reads no data.

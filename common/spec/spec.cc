@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/checkpoint/checkpoint.h"
+#include "common/dist_attr.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -1282,10 +1283,7 @@ absl::Status ValidateInitFrom(const std::string& file, const std::vector<ParamSh
 absl::StatusOr<std::string> InitFromCheckpointFolder(const std::string& init_from) {
   std::error_code ec;
   if (!std::filesystem::is_directory(init_from, ec)) return std::string();
-  if (std::filesystem::exists(std::filesystem::path(init_from) / "index.json", ec)) {
-    return init_from;
-  }
-  absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(init_from);
+  absl::StatusOr<std::string> latest = checkpoint::ResolveStepDir(init_from);
   if (absl::IsNotFound(latest.status())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "init_from: ", init_from, " is a folder without a committed checkpoint (no step-<N> "
@@ -1670,7 +1668,7 @@ absl::Status ResolveDataShapes(JobSpec* spec) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
+absl::StatusOr<v1::Placement> ParsePlacement(absl::string_view text) {
   const absl::string_view original = text;
   text = absl::StripAsciiWhitespace(text);
   auto invalid = [&]() {
@@ -1683,21 +1681,21 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
   const absl::string_view kind = absl::StripAsciiWhitespace(text.substr(0, open));
   const absl::string_view arg =
       absl::StripAsciiWhitespace(text.substr(open + 1, text.size() - open - 2));
-  Placement p;
+  v1::Placement p;
   if (kind == "Replicate") {
     if (!arg.empty()) return invalid();
-    p.set_kind(Placement::REPLICATE);
+    p.set_kind(v1::Placement::REPLICATE);
   } else if (kind == "Shard") {
     int32_t axis;
     if (!absl::SimpleAtoi(arg, &axis)) return invalid();
-    p.set_kind(Placement::SHARD);
+    p.set_kind(v1::Placement::SHARD);
     p.set_axis(axis);
   } else if (kind == "Partial") {
-    p.set_kind(Placement::PARTIAL);
+    p.set_kind(v1::Placement::PARTIAL);
     if (arg.empty() || arg == "sum") {
-      p.set_reduce(Placement::SUM);
+      p.set_reduce(v1::Placement::SUM);
     } else if (arg == "avg") {
-      p.set_reduce(Placement::AVG);
+      p.set_reduce(v1::Placement::AVG);
     } else {
       return invalid();
     }
@@ -1707,22 +1705,15 @@ absl::StatusOr<Placement> ParsePlacement(absl::string_view text) {
   return p;
 }
 
-std::string FormatPlacement(const Placement& placement) {
-  switch (placement.kind()) {
-    case Placement::REPLICATE:
-      return "Replicate()";
-    case Placement::SHARD:
-      return absl::StrCat("Shard(", placement.axis(), ")");
-    case Placement::PARTIAL:
-      return placement.reduce() == Placement::AVG ? "Partial(avg)" : "Partial(sum)";
-    default:
-      return "Unspecified()";
-  }
+std::string FormatPlacement(const v1::Placement& placement) {
+  // The spelling is dist_attr's; only a proto can lack a kind.
+  absl::StatusOr<weft::Placement> p = weft::Placement::FromProto(placement);
+  return p.ok() ? p->ToString() : "Unspecified()";
 }
 
-std::string FormatPlacements(const google::protobuf::RepeatedPtrField<Placement>& placements) {
+std::string FormatPlacements(const google::protobuf::RepeatedPtrField<v1::Placement>& placements) {
   std::vector<std::string> parts;
-  for (const Placement& p : placements) parts.push_back(FormatPlacement(p));
+  for (const v1::Placement& p : placements) parts.push_back(FormatPlacement(p));
   return absl::StrCat("[", absl::StrJoin(parts, ", "), "]");
 }
 

@@ -26,6 +26,22 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// `text` with 1 to 4 random edits: a byte replaced by one of `punct`, up to 8 bytes erased, or
+// one of `punct` inserted. The fuzz tests feed these to the parser.
+std::string Garble(const std::string& text, const std::string& punct, std::mt19937* rng) {
+  std::string s = text;
+  const int edits = 1 + (*rng)() % 4;
+  for (int e = 0; e < edits && !s.empty(); ++e) {
+    const size_t pos = (*rng)() % s.size();
+    switch ((*rng)() % 3) {
+      case 0: s[pos] = punct[(*rng)() % punct.size()]; break;
+      case 1: s.erase(pos, 1 + (*rng)() % 8); break;
+      case 2: s.insert(pos, 1, punct[(*rng)() % punct.size()]); break;
+    }
+  }
+  return s;
+}
+
 // The issue's schema example, on a 4-rank dp mesh with small layers.
 constexpr char kFullSpec[] = R"(
 name: tiny
@@ -336,16 +352,7 @@ TEST_F(SpecTest, NeverCrashesOnTruncatedOrGarbledInput) {
   std::mt19937 rng(42);
   const std::string punct = "{}[]:,-'\"&*!|>#%@` \n\t\x01\xff";
   for (int iter = 0; iter < 3000; ++iter) {
-    std::string s = text;
-    const int edits = 1 + rng() % 4;
-    for (int e = 0; e < edits && !s.empty(); ++e) {
-      const size_t pos = rng() % s.size();
-      switch (rng() % 3) {
-        case 0: s[pos] = punct[rng() % punct.size()]; break;
-        case 1: s.erase(pos, 1 + rng() % 8); break;
-        case 2: s.insert(pos, 1, punct[rng() % punct.size()]); break;
-      }
-    }
+    const std::string s = Garble(text, punct, &rng);
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(s, dir_);
     if (spec.ok()) (void)ValidateJobSpec(*spec);
   }
@@ -874,16 +881,7 @@ TEST_F(SpecTest, NeverCrashesOnGarbledParallelizeOrNamedPlacements) {
       if (spec.ok()) (void)ValidateJobSpec(*spec);
     }
     for (int iter = 0; iter < 2000; ++iter) {
-      std::string s = text;
-      const int edits = 1 + rng() % 4;
-      for (int e = 0; e < edits && !s.empty(); ++e) {
-        const size_t pos = rng() % s.size();
-        switch (rng() % 3) {
-          case 0: s[pos] = punct[rng() % punct.size()]; break;
-          case 1: s.erase(pos, 1 + rng() % 8); break;
-          case 2: s.insert(pos, 1, punct[rng() % punct.size()]); break;
-        }
-      }
+      const std::string s = Garble(text, punct, &rng);
       absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(s, dir_);
       if (!spec.ok()) continue;
       (void)ValidateJobSpec(*spec);
@@ -1313,16 +1311,7 @@ TEST_F(SpecTest, NeverCrashesOnGarbledPipelineSpecs) {
     if (spec.ok()) (void)ValidateJobSpec(*spec);
   }
   for (int iter = 0; iter < 3000; ++iter) {
-    std::string s = text;
-    const int edits = 1 + rng() % 4;
-    for (int e = 0; e < edits && !s.empty(); ++e) {
-      const size_t pos = rng() % s.size();
-      switch (rng() % 3) {
-        case 0: s[pos] = punct[rng() % punct.size()]; break;
-        case 1: s.erase(pos, 1 + rng() % 8); break;
-        case 2: s.insert(pos, 1, punct[rng() % punct.size()]); break;
-      }
-    }
+    const std::string s = Garble(text, punct, &rng);
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(s, dir_);
     if (!spec.ok()) continue;
     if (ValidateJobSpec(*spec).ok() && !spec->pipeline().dim().empty()) {

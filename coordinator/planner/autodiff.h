@@ -40,7 +40,6 @@ class GradBuilder {
         needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1) {}
 
   const Op& op() const { return op_; }
-  const Tensor& tensor(int id) const { return g_->tensors[id]; }
   // Gradient tensor id of op().outputs[i]; -1 for the loss (whose gradient is 1).
   int out_grad(int i) const { return out_grads_[i]; }
   bool needs_grad(int input) const { return needs_grad_[input]; }

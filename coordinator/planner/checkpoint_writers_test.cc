@@ -13,16 +13,11 @@
 namespace weft::planner {
 namespace {
 
+using testing::MustPlan;
 using testing::P;
 using testing::R;
 using testing::S;
 using testing::SpecBuilder;
-
-std::vector<v1::Program> MustPlan(const v1::JobSpec& spec) {
-  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", 0);
-  EXPECT_TRUE(programs.ok()) << programs.status();
-  return programs.ok() ? *programs : std::vector<v1::Program>{};
-}
 
 int64_t Bytes(const v1::CheckpointItem& item) {
   int64_t n = 4;

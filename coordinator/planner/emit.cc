@@ -58,6 +58,17 @@ v1::Instruction::Phase PhaseProto(Phase phase) {
   return v1::Instruction::PHASE_UNSPECIFIED;
 }
 
+// beta1, beta2 and eps of an ADAMW instruction, from the spec's optimizer.
+absl::Status SetAdamWHyperparameters(const v1::Optimizer& opt, v1::Instruction* ins) {
+  if (opt.betas_size() != 2) {
+    return absl::InvalidArgumentError("optimizer.betas: adamw needs [beta1, beta2]");
+  }
+  ins->set_beta1(static_cast<float>(opt.betas(0)));
+  ins->set_beta2(static_cast<float>(opt.betas(1)));
+  ins->set_eps(static_cast<float>(opt.eps()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 RankEmitter::RankEmitter(const v1::JobSpec& spec, const Mesh& mesh, const std::string& job_id,
@@ -138,19 +149,15 @@ absl::Status RankEmitter::AddInits(const Graph& g, const std::vector<int>& buf) 
   for (const v1::Layer& layer : spec_.model().layers()) {
     in_features[layer.name()] = layer.in_features();
   }
-  std::map<int, int> alias;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    if (g.ops[i].type == "reshard" && buf[g.ops[i].outputs[0]] == buf[g.ops[i].inputs[0]]) {
-      alias[g.ops[i].outputs[0]] = g.ops[i].inputs[0];
-    }
-  }
   for (size_t t = 0; t < g.tensors.size(); ++t) {
     const Tensor& tensor = g.tensors[t];
     const bool param = tensor.role == v1::Buffer::PARAM;
     const bool state = tensor.role == v1::Buffer::OPTIMIZER_STATE;
-    if ((!param && !state) || alias.count(t) > 0) continue;
+    if (!param && !state) continue;
     if (param && std::find(g.params.begin(), g.params.end(), static_cast<int>(t)) == g.params.end()) {
-      continue;  // a resharded copy of a parameter, computed in the step
+      // A resharded copy of a parameter, computed in the step. (States are never resharded:
+      // the update writes them in place.)
+      continue;
     }
     v1::ParamInit* init = program_->add_init();
     init->set_buffer(buf[t]);
@@ -208,7 +215,6 @@ absl::Status RankEmitter::AddCheckpointItem(const Tensor& tensor, int buffer,
   std::vector<int> replicas = attr.mesh().GroupRanks(rank_, dims);
   std::sort(replicas.begin(), replicas.end());
   for (int r : replicas) item->add_replicas(r);
-  item->set_write(replicas.size() == 1);
   return absl::OkStatus();
 }
 
@@ -312,16 +318,11 @@ absl::Status RankEmitter::EmitOp(const Graph& g, const LoweredGraph& lowered, in
     // member that holds the value. AdamW still advances m and v (replicated) with lr 0.
     const int param = buf[op.inputs[0]];
     if (op.type == "adamw") {
-      if (opt.betas_size() != 2) {
-        return absl::InvalidArgumentError("optimizer.betas: adamw needs [beta1, beta2]");
-      }
       v1::Instruction* ins = add();
       ins->set_op(v1::Instruction::ADAMW);
       for (int in : op.inputs) ins->add_inputs(buf[in]);
       ins->set_lr(0.0f);
-      ins->set_beta1(static_cast<float>(opt.betas(0)));
-      ins->set_beta2(static_cast<float>(opt.betas(1)));
-      ins->set_eps(static_cast<float>(opt.eps()));
+      RETURN_IF_ERROR(SetAdamWHyperparameters(opt, ins));
       ins->set_comment(absl::StrCat("adamw states of ", g.tensors[op.inputs[0]].name,
                                     " (Partial(sum), step on member 0)"));
     }
@@ -349,14 +350,7 @@ absl::Status RankEmitter::EmitOp(const Graph& g, const LoweredGraph& lowered, in
     ins->set_lr(static_cast<float>(opt.lr()));
     ins->set_weight_decay(static_cast<float>(opt.weight_decay()));
   }
-  if (op.type == "adamw") {
-    if (opt.betas_size() != 2) {
-      return absl::InvalidArgumentError("optimizer.betas: adamw needs [beta1, beta2]");
-    }
-    ins->set_beta1(static_cast<float>(opt.betas(0)));
-    ins->set_beta2(static_cast<float>(opt.betas(1)));
-    ins->set_eps(static_cast<float>(opt.eps()));
-  }
+  if (op.type == "adamw") RETURN_IF_ERROR(SetAdamWHyperparameters(opt, ins));
   std::string comment = op.comment;
   if (comment.empty()) {
     comment = op.layer.empty() ? op.type : absl::StrCat(op.layer, " ", op.type);

@@ -52,7 +52,6 @@ class RankEmitter {
   RankEmitter(const v1::JobSpec& spec, const Mesh& mesh, const std::string& job_id, int attempt,
               int rank, v1::Program* program);
 
-  int rank() const { return rank_; }
   // Adds this rank's group along each mesh dim of lowered.group_dims (ids from group_base).
   void AddGroups(const LoweredGraph& lowered);
   // This rank's group id along mesh dim d; -1 if AddGroups did not add one.

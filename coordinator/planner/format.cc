@@ -10,11 +10,6 @@
 namespace weft::planner {
 namespace {
 
-bool IsCollective(v1::Instruction::Op op) {
-  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
-         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
-}
-
 std::string BufferRef(const v1::Program& p, int id) {
   if (id < 0 || id >= p.buffers_size()) return absl::StrCat("b", id, "?");
   const v1::Buffer& b = p.buffers(id);
@@ -29,6 +24,11 @@ std::string Bytes(int64_t n) {
 
 }  // namespace
 
+bool IsCollective(v1::Instruction::Op op) {
+  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
+         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
+}
+
 const v1::CommGroup* FindGroup(const v1::Program& program, int group_id) {
   for (const v1::CommGroup& g : program.groups()) {
     if (g.id() == group_id) return &g;
@@ -42,13 +42,15 @@ int64_t BufferElements(const v1::Buffer& buffer) {
   return n;
 }
 
+int64_t BufferBytes(const v1::Buffer& buffer) { return 4 * BufferElements(buffer); }
+
 int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
   if (!IsCollective(ins.op())) return 0;
   const v1::CommGroup* group = FindGroup(p, ins.group());
   if (group == nullptr || ins.inputs_size() == 0 || ins.outputs_size() == 0) return 0;
   const int64_t k = group->ranks_size();
-  const int64_t in = 4 * BufferElements(p.buffers(ins.inputs(0)));
-  const int64_t out = 4 * BufferElements(p.buffers(ins.outputs(0)));
+  const int64_t in = BufferBytes(p.buffers(ins.inputs(0)));
+  const int64_t out = BufferBytes(p.buffers(ins.outputs(0)));
   switch (ins.op()) {
     case v1::Instruction::ALL_REDUCE:
       return 2 * (k - 1) * in / k;
@@ -132,8 +134,8 @@ std::string FormatProgram(const v1::Program& p) {
   std::map<std::string, int64_t> by_role;
   int64_t memory = 0;
   for (const v1::Buffer& b : p.buffers()) {
-    by_role[v1::Buffer::Role_Name(b.role())] += 4 * BufferElements(b);
-    memory += 4 * BufferElements(b);
+    by_role[v1::Buffer::Role_Name(b.role())] += BufferBytes(b);
+    memory += BufferBytes(b);
   }
   absl::StrAppend(&s, "totals: ", p.step_size(), " instructions, ", collectives,
                   " collectives, ", Bytes(total_bytes), " sent per step; memory ", Bytes(memory),

@@ -19,8 +19,15 @@ std::string FormatProgram(const v1::Program& program);
 // The group of `program` with id `group_id`, or null when it has none.
 const v1::CommGroup* FindGroup(const v1::Program& program, int group_id);
 
+// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL: the ops that run on a whole group
+// (SEND and RECV are point-to-point).
+bool IsCollective(v1::Instruction::Op op);
+
 // Number of elements of `buffer` (the product of its local shape; 1 for a scalar).
 int64_t BufferElements(const v1::Buffer& buffer);
+
+// Bytes of `buffer` (float32 throughout: 4 * BufferElements).
+int64_t BufferBytes(const v1::Buffer& buffer);
 
 // Bytes this rank sends for one collective instruction (ring all-reduce 2(K-1)/K * n,
 // all-gather and reduce-scatter (K-1)/K of the full tensor, all-to-all every piece of the

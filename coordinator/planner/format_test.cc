@@ -11,9 +11,9 @@ namespace {
 TEST(FormatTest, ListsCollectivesWithGroupAndBytes) {
   v1::JobSpec spec =
       testing::SpecBuilder({4}, {"dp"}).Batch(16, {6}, {2}).Linear("fc0", 6, 2).Spec();
-  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", 0);
-  ASSERT_TRUE(programs.ok()) << programs.status();
-  const v1::Program& p = (*programs)[1];
+  std::vector<v1::Program> programs = testing::MustPlan(spec);
+  ASSERT_EQ(programs.size(), 4u);
+  const v1::Program& p = programs[1];
   std::string text = FormatProgram(p);
   EXPECT_NE(text.find("rank 1/4"), std::string::npos) << text;
   EXPECT_NE(text.find("g0 over dp: ranks [0,1,2,3]"), std::string::npos) << text;

@@ -69,26 +69,32 @@ std::optional<ReshardStep> StepOf(const DistAttr& before, const Move& move) {
 
 }  // namespace
 
-std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
-                                const std::vector<int64_t>& shape) {
-  const Placement& c = before.placement(d);
-  const int64_t k = before.mesh().dim_size(d);
-  if (c == to || k == 1) return 0.0;
-  const double n = 4.0 * static_cast<double>(before.MaxLocalElements(shape));
+std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to, int64_t k,
+                                      int64_t local_bytes) {
+  if (from == to) return 0.0;
+  const double n = static_cast<double>(local_bytes);
   const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
-  if (c.is_shard() && SplitLater(before, d, c.axis)) return std::nullopt;
-  if (to.is_shard() && SplitLater(before, d, to.axis)) return std::nullopt;
-  if (c.is_partial()) {
+  if (from.is_partial()) {
     if (to.is_replicate()) return 2.0 * frac * n;  // ring all-reduce
     if (to.is_shard()) return frac * n;            // reduce-scatter
     return 0.0;                                    // local scale
   }
-  if (c.is_shard()) {
+  if (from.is_shard()) {
     if (to.is_replicate()) return static_cast<double>(k - 1) * n;  // all-gather
     if (to.is_shard()) return frac * n;                             // all-to-all
     return std::nullopt;  // Shard -> Partial goes through Replicate
   }
   return 0.0;  // Replicate -> Shard (slice) or Partial (scale): local
+}
+
+std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
+                                const std::vector<int64_t>& shape) {
+  const Placement& c = before.placement(d);
+  const int64_t k = before.mesh().dim_size(d);
+  if (c == to || k == 1) return 0.0;
+  if (c.is_shard() && SplitLater(before, d, c.axis)) return std::nullopt;
+  if (to.is_shard() && SplitLater(before, d, to.axis)) return std::nullopt;
+  return OneDimMoveBytes(c, to, k, 4 * before.MaxLocalElements(shape));
 }
 
 absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, const DistAttr& to,

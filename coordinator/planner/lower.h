@@ -48,6 +48,13 @@ struct ReshardStep {
   DistAttr after;
 };
 
+// Bytes one rank sends to turn `from` into `to` on one mesh dim of size k, for a tensor whose
+// local piece is local_bytes: the cost of the step StepOf lowers it to. nullopt: Shard ->
+// Partial, which goes through Replicate. The one cost formula: MoveBytes and the SPMD search
+// (which makes only some of these moves) both price with it.
+std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to, int64_t k,
+                                      int64_t local_bytes);
+
 // Bytes one rank sends for one move on mesh dim d of a tensor with global `shape`, from
 // `before` to `before.With(d, to)`; nullopt when the move is not a single legal step.
 std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,

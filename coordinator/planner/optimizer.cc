@@ -1,6 +1,7 @@
 #include "coordinator/planner/optimizer.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/spec/spec.h"
 #include "common/status.h"
 #include "coordinator/planner/propagate.h"
 
@@ -34,14 +35,12 @@ absl::StatusOr<Graph> AppendOptimizer(const v1::JobSpec& spec, const RuleRegistr
     op.layer = g.tensors[p].layer;
     op.phase = Phase::kOptimizer;
     op.comment = absl::StrCat(type, " ", g.tensors[p].name);
-    if (type == "adamw") {
-      for (const char* state : {".m", ".v"}) {
-        Tensor t = g.tensors[p];
-        t.name += state;
-        t.role = v1::Buffer::OPTIMIZER_STATE;
-        t.dist = whole[i];
-        op.inputs.push_back(g.AddTensor(std::move(t)));
-      }
+    for (const std::string& state : OptimizerStateNames(type)) {
+      Tensor t = g.tensors[p];
+      absl::StrAppend(&t.name, ".", state);
+      t.role = v1::Buffer::OPTIMIZER_STATE;
+      t.dist = whole[i];
+      op.inputs.push_back(g.AddTensor(std::move(t)));
     }
     const size_t before = g.ops.size();
     RETURN_IF_ERROR(AppendPlacedOp(registry, &g, op));

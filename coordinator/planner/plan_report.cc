@@ -7,9 +7,6 @@
 namespace weft::planner {
 namespace {
 
-// float32 throughout.
-int64_t Bytes(const v1::Buffer& b) { return 4 * BufferElements(b); }
-
 bool Transient(v1::Buffer::Role role) {
   return role == v1::Buffer::ACTIVATION || role == v1::Buffer::DATA || role == v1::Buffer::LOSS;
 }
@@ -26,8 +23,8 @@ int64_t PeakTransientBytes(const v1::Program& p) {
   auto close = [&](int b) {
     if (start[b] < 0) return;
     if (Transient(p.buffers(b).role())) {
-      delta[start[b]] += Bytes(p.buffers(b));
-      delta[std::max(last[b], start[b]) + 1] -= Bytes(p.buffers(b));
+      delta[start[b]] += BufferBytes(p.buffers(b));
+      delta[std::max(last[b], start[b]) + 1] -= BufferBytes(p.buffers(b));
     }
     start[b] = -1;
   };
@@ -71,13 +68,13 @@ PlanReport ReportPlan(const std::vector<v1::Program>& programs) {
     for (const v1::Buffer& b : p.buffers()) {
       switch (b.role()) {
         case v1::Buffer::PARAM:
-          r.param_bytes += Bytes(b);
+          r.param_bytes += BufferBytes(b);
           break;
         case v1::Buffer::GRAD:
-          r.grad_bytes += Bytes(b);
+          r.grad_bytes += BufferBytes(b);
           break;
         case v1::Buffer::OPTIMIZER_STATE:
-          r.optimizer_state_bytes += Bytes(b);
+          r.optimizer_state_bytes += BufferBytes(b);
           break;
         default:
           break;
@@ -87,9 +84,7 @@ PlanReport ReportPlan(const std::vector<v1::Program>& programs) {
     for (int i = 0; i < p.step_size(); ++i) {
       const v1::Instruction& ins = p.step(i);
       const v1::CommGroup* group = FindGroup(p, ins.group());
-      const bool collective =
-          ins.op() == v1::Instruction::ALL_REDUCE || ins.op() == v1::Instruction::ALL_GATHER ||
-          ins.op() == v1::Instruction::REDUCE_SCATTER || ins.op() == v1::Instruction::ALL_TO_ALL;
+      const bool collective = IsCollective(ins.op());
       const bool send = ins.op() == v1::Instruction::SEND && ins.inputs_size() > 0 &&
                         ins.inputs(0) >= 0 && ins.inputs(0) < p.buffers_size();
       if ((!collective && !send) || group == nullptr) continue;
@@ -101,7 +96,7 @@ PlanReport ReportPlan(const std::vector<v1::Program>& programs) {
       }
       c.ranks.assign(group->ranks().begin(), group->ranks().end());
       c.mesh_dims = group->mesh_dims();
-      c.bytes_sent = send ? Bytes(p.buffers(ins.inputs(0))) : CollectiveBytes(p, ins);
+      c.bytes_sent = send ? BufferBytes(p.buffers(ins.inputs(0))) : CollectiveBytes(p, ins);
       r.bytes_sent_per_step += c.bytes_sent;
       r.collectives.push_back(std::move(c));
     }

@@ -92,9 +92,7 @@ TEST(PlanReportTest, HandCheckedProgram) {
 TEST(PlanReportTest, DataParallelPlan) {
   // fc0 6->2 with bias on dp 2, batch 4, SGD: per rank params 6*2+2 = 14 floats.
   v1::JobSpec spec = SpecBuilder({2}, {"dp"}).Batch(4, {6}, {2}).Linear("fc0", 6, 2).Spec();
-  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "r", 0);
-  ASSERT_TRUE(programs.ok()) << programs.status();
-  PlanReport report = ReportPlan(*programs);
+  PlanReport report = ReportPlan(testing::MustPlan(spec));
   ASSERT_EQ(report.ranks.size(), 2u);
   for (const RankReport& r : report.ranks) {
     EXPECT_EQ(r.param_bytes, 4 * 14);

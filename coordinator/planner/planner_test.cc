@@ -8,6 +8,7 @@
 
 #include "common/philox.h"
 #include "coordinator/planner/emit.h"
+#include "coordinator/planner/format.h"
 #include "coordinator/planner/test_util.h"
 
 namespace weft::planner {
@@ -16,16 +17,10 @@ namespace {
 using testing::BufferName;
 using testing::Collectives;
 using testing::Count;
-using testing::Group;
+using testing::MustPlan;
 using testing::R;
 using testing::S;
 using testing::SpecBuilder;
-
-std::vector<v1::Program> MustPlan(const v1::JobSpec& spec) {
-  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", 2);
-  EXPECT_TRUE(programs.ok()) << programs.status();
-  return programs.ok() ? *programs : std::vector<v1::Program>{};
-}
 
 v1::JobSpec Mlp(std::vector<int64_t> mesh, std::vector<std::string> names, int64_t batch = 16) {
   return SpecBuilder(mesh, names)
@@ -44,7 +39,7 @@ int Index(const v1::Program& p, v1::Instruction::Op op) {
 }
 
 TEST(PlannerTest, DataParallelAllReducesEachGradientAndTheLoss) {
-  std::vector<v1::Program> programs = MustPlan(Mlp({4}, {"dp"}));
+  std::vector<v1::Program> programs = MustPlan(Mlp({4}, {"dp"}), /*attempt=*/2);
   ASSERT_EQ(programs.size(), 4u);
   for (const v1::Program& p : programs) {
     SCOPED_TRACE(p.rank());
@@ -52,7 +47,7 @@ TEST(PlannerTest, DataParallelAllReducesEachGradientAndTheLoss) {
     for (const v1::Instruction* c : Collectives(p)) {
       EXPECT_EQ(c->op(), v1::Instruction::ALL_REDUCE);
       EXPECT_EQ(c->reduce(), v1::Placement::SUM);
-      const v1::CommGroup* g = Group(p, c->group());
+      const v1::CommGroup* g = FindGroup(p, c->group());
       ASSERT_NE(g, nullptr);
       EXPECT_EQ(g->mesh_dims(), "dp");
       EXPECT_EQ(std::vector<int>(g->ranks().begin(), g->ranks().end()),
@@ -130,7 +125,7 @@ TEST(PlannerTest, TwoDimMeshReducesOverDpGroupsOnly) {
     EXPECT_EQ(cs.size(), 5u);
     for (const v1::Instruction* c : cs) {
       EXPECT_EQ(c->op(), v1::Instruction::ALL_REDUCE);
-      const v1::CommGroup* g = Group(p, c->group());
+      const v1::CommGroup* g = FindGroup(p, c->group());
       ASSERT_NE(g, nullptr);
       EXPECT_EQ(g->mesh_dims(), "dp");
       std::vector<int> ranks(g->ranks().begin(), g->ranks().end());
@@ -170,7 +165,7 @@ TEST(PlannerTest, MegatronMlpReducesActivationsOnceEachWay) {
     EXPECT_EQ(BufferName(p, cs[1]->inputs(0)), "r0.out@grad");  // fc0's input gradient
     std::vector<int> at;
     for (int i = 0; i < p.step_size(); ++i) {
-      if (testing::IsCollective(p.step(i).op())) at.push_back(i);
+      if (IsCollective(p.step(i).op())) at.push_back(i);
     }
     EXPECT_LT(at[0], Index(p, v1::Instruction::MSE_LOSS));
     EXPECT_GT(at[1], Index(p, v1::Instruction::MSE_GRAD));
@@ -256,8 +251,8 @@ TEST(PlannerTest, ProgramsAreWellFormedOnManyMeshes) {
           EXPECT_TRUE(defined.count(b)) << ins.comment() << " reads " << p.buffers(b).name();
         }
         for (int b : ins.outputs()) defined.insert(b);
-        if (testing::IsCollective(ins.op())) {
-          const v1::CommGroup* g = Group(p, ins.group());
+        if (IsCollective(ins.op())) {
+          const v1::CommGroup* g = FindGroup(p, ins.group());
           ASSERT_NE(g, nullptr) << ins.comment();
         }
       }
@@ -285,14 +280,14 @@ using Coll = std::tuple<v1::Instruction::Op, std::string, std::string>;
 std::vector<Coll> Colls(const v1::Program& p) {
   std::vector<Coll> out;
   for (const v1::Instruction* c : Collectives(p)) {
-    const v1::CommGroup* g = Group(p, c->group());
+    const v1::CommGroup* g = FindGroup(p, c->group());
     out.push_back({c->op(), g ? g->mesh_dims() : "?", BufferName(p, c->inputs(0))});
   }
   return out;
 }
 
 std::vector<int> Ranks(const v1::Program& p, const v1::Instruction& c) {
-  const v1::CommGroup* g = Group(p, c.group());
+  const v1::CommGroup* g = FindGroup(p, c.group());
   return g ? std::vector<int>(g->ranks().begin(), g->ranks().end()) : std::vector<int>{};
 }
 
@@ -364,7 +359,7 @@ TEST(PlannerTest, DpTwoByMpTwoWithTheSeedPlacements) {
                                            {AR, "dp", "fc1.bias@grad"}}));
     const int row = p.rank() / 2, col = p.rank() % 2;
     for (const v1::Instruction* c : Collectives(p)) {
-      const v1::CommGroup* g = Group(p, c->group());
+      const v1::CommGroup* g = FindGroup(p, c->group());
       ASSERT_NE(g, nullptr);
       std::vector<int> want = g->mesh_dims() == "mp" ? std::vector<int>{2 * row, 2 * row + 1}
                                                      : std::vector<int>{col, col + 2};

@@ -1,11 +1,13 @@
 #include "coordinator/planner/spmd.h"
 
 #include <limits>
+#include <optional>
 #include <tuple>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/planner/lower.h"
 
 namespace weft::planner {
 namespace {
@@ -15,6 +17,19 @@ int Debt(const Placement& p) { return p.is_replicate() ? 0 : p.is_shard() ? 1 : 
 
 std::string StrategyKey(const DimStrategy& s) {
   return absl::StrCat(FormatPlacements(s.inputs), "->", FormatPlacements(s.outputs));
+}
+
+// Whether the search moves an input from `from` to `to` on one mesh dim (lower can make every
+// move but Shard->Partial). Replicate->Partial is free but only moves the reduction downstream,
+// so the search never makes it. Partial->Shard (reduce-scatter) is cheaper than
+// Partial->Replicate locally but changes the sharding downstream ops see, which a greedy per-op
+// search cannot price; it is reserved for explicit targets, and for update ops (`update_op`),
+// which have no downstream readers.
+bool SearchMakes(const Placement& from, const Placement& to, bool update_op) {
+  if (from == to) return true;
+  if (to.is_partial()) return from.is_partial();  // Partial(sum) <-> Partial(avg): a local scale
+  if (from.is_partial() && to.is_shard()) return update_op;
+  return true;
 }
 
 }  // namespace
@@ -38,27 +53,6 @@ std::vector<std::string> RuleRegistry::OpTypes() const {
   std::vector<std::string> types;
   for (const auto& [type, rule] : rules_) types.push_back(type);
   return types;
-}
-
-std::optional<double> SearchMoveCost(const Placement& from, const Placement& to, int64_t k,
-                                     int64_t local_bytes) {
-  if (from == to) return 0.0;
-  double bytes = static_cast<double>(local_bytes);
-  if (to.is_replicate()) {
-    if (from.is_shard()) return (k - 1) * bytes;                // all-gather
-    if (from.is_partial()) return 2.0 * (k - 1) / k * bytes;   // ring all-reduce
-  }
-  if (to.is_shard()) {
-    if (from.is_replicate()) return 0.0;                         // local slice
-    if (from.is_shard()) return static_cast<double>(k - 1) / k * bytes;  // all-to-all
-  }
-  // Partial(sum) <-> Partial(avg) is a local scale.
-  if (to.is_partial() && from.is_partial()) return 0.0;
-  // Partial->Shard (reduce-scatter) is cheaper than Partial->Replicate locally but changes the
-  // sharding downstream ops see, which a greedy per-op search cannot price; it is reserved for
-  // explicit targets (optimizer). Replicate->Partial is free but only moves the reduction
-  // downstream, so the search never makes it.
-  return std::nullopt;
 }
 
 std::string DescribeInputs(const Graph& g, const Op& op) {
@@ -118,13 +112,10 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
           reachable = false;
           break;
         }
-        int64_t local_bytes = 4 * cur.MaxLocalElements(g.tensors[op.inputs[i]].shape);
-        std::optional<double> c =
-            SearchMoveCost(cur.placement(d), s.inputs[i], mesh.dim_size(d), local_bytes);
-        if (!c && !rule->updates_in_place.empty() && cur.placement(d).is_partial() &&
-            s.inputs[i].is_shard()) {
-          // A reduce-scatter; safe here because an update op has no downstream readers.
-          c = static_cast<double>(mesh.dim_size(d) - 1) / mesh.dim_size(d) * local_bytes;
+        std::optional<double> c;
+        if (SearchMakes(cur.placement(d), s.inputs[i], !rule->updates_in_place.empty())) {
+          c = OneDimMoveBytes(cur.placement(d), s.inputs[i], mesh.dim_size(d),
+                              4 * cur.MaxLocalElements(g.tensors[op.inputs[i]].shape));
         }
         if (!c) {
           reachable = false;

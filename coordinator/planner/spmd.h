@@ -16,7 +16,6 @@
 
 #include <functional>
 #include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +49,9 @@ struct OpRule {
   VjpFn vjp;  // empty: the op is not differentiated (backward and update ops)
   // Inputs the op writes in place (an optimizer's parameter and states). The search never
   // reshards them, since the update would land in a copy; it moves the other inputs instead,
-  // with any move lowering can make (Partial -> Shard too: nothing reads them afterwards).
+  // with any move lowering can make (Partial -> Shard too: nothing reads them afterwards). The
+  // optimizer pass never needs that (it reshards gradients to the parameter's placement first),
+  // but an update op planned on arbitrary inputs does (tests/spmd_validator_test).
   std::vector<int> updates_in_place = {};
 };
 
@@ -74,12 +75,6 @@ struct SpmdDecision {
   std::vector<DistAttr> outputs;  // the attrs its outputs get
   double cost_bytes = 0;          // bytes per rank moved by the input reshards
 };
-
-// Bytes one rank moves to turn `from` into `to` on one mesh dim of size k, for a tensor whose
-// local piece is local_bytes. nullopt: not a move the strategy search makes (R->P, P->S, S->P);
-// lower still handles them for explicit targets.
-std::optional<double> SearchMoveCost(const Placement& from, const Placement& to, int64_t k,
-                                     int64_t local_bytes);
 
 // Every input of op must already have a DistAttr in g. Errors are INVALID_ARGUMENT naming the
 // op, its layer and its input placements.

@@ -1,16 +1,22 @@
-// Test helpers for the planner: job specs in a few lines, graphs of placed tensors for rule
-// tests, and instruction counting in the manner of DTensor's CommDebugMode.
+// Test helpers for the planner: job specs in a few lines and their plans, graphs of placed
+// tensors for rule tests, and instruction counting in the manner of DTensor's CommDebugMode.
 //
 // E.g.
 //   v1::JobSpec spec = SpecBuilder({4}, {"dp"}).Batch(8, {6}, {2}).Linear("fc0", 6, 2).Spec();
+//   std::vector<v1::Program> programs = MustPlan(spec);
 #ifndef WEFT_COORDINATOR_PLANNER_TEST_UTIL_H_
 #define WEFT_COORDINATOR_PLANNER_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/dist_attr.h"
+#include "coordinator/planner/format.h"
 #include "coordinator/planner/graph.h"
+#include "coordinator/planner/planner.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 
@@ -82,6 +88,13 @@ class SpecBuilder {
   v1::JobSpec spec_;
 };
 
+// PlanJob(spec, "job-1", attempt); a planning error fails the test and gives no programs.
+inline std::vector<v1::Program> MustPlan(const v1::JobSpec& spec, int attempt = 0) {
+  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", attempt);
+  EXPECT_TRUE(programs.ok()) << programs.status();
+  return programs.ok() ? *std::move(programs) : std::vector<v1::Program>{};
+}
+
 inline Mesh MakeMesh(std::vector<int64_t> shape, std::vector<std::string> names) {
   return *Mesh::Create(std::move(shape), std::move(names));
 }
@@ -105,24 +118,12 @@ inline int Count(const v1::Program& p, v1::Instruction::Op op) {
   return n;
 }
 
-inline bool IsCollective(v1::Instruction::Op op) {
-  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
-         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
-}
-
 inline std::vector<const v1::Instruction*> Collectives(const v1::Program& p) {
   std::vector<const v1::Instruction*> out;
   for (const v1::Instruction& i : p.step()) {
     if (IsCollective(i.op())) out.push_back(&i);
   }
   return out;
-}
-
-inline const v1::CommGroup* Group(const v1::Program& p, int id) {
-  for (const v1::CommGroup& g : p.groups()) {
-    if (g.id() == id) return &g;
-  }
-  return nullptr;
 }
 
 inline const std::string& BufferName(const v1::Program& p, int id) { return p.buffers(id).name(); }

@@ -19,6 +19,33 @@ int64_t SumCounts(absl::Span<const int64_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
+absl::Status CheckCounts(const Communicator& comm, const char* op,
+                         absl::Span<const int64_t> counts) {
+  const std::string& name = comm.name();
+  const int size = comm.size();
+  if (counts.size() != static_cast<size_t>(size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " on ", name, ": ", counts.size(), " counts for ", size, " members"));
+  }
+  for (int64_t c : counts) {
+    if (c < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(op, " on ", name, ": negative count ", c));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeer(const Communicator& comm, const char* op, int peer, uint32_t tag) {
+  const int rank = comm.rank();
+  const int size = comm.size();
+  if (peer < 0 || peer >= size || peer == rank) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " (tag ", tag, ") on ", comm.name(),
+                                                   ": bad peer ", peer, " (this member is ", rank,
+                                                   " of ", size, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank) {
   const auto& ranks = group.ranks();
   auto it = std::find(ranks.begin(), ranks.end(), global_rank);

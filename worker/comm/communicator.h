@@ -68,6 +68,13 @@ class Communicator {
   virtual int64_t bytes_sent() const = 0;
 };
 
+// Argument checks every transport makes before calling into its library: INVALID_ARGUMENT
+// "<op> on <comm.name()>: ..." unless `counts` holds one non-negative count per member, or
+// unless `peer` is a member other than comm.rank().
+absl::Status CheckCounts(const Communicator& comm, const char* op,
+                         absl::Span<const int64_t> counts);
+absl::Status CheckPeer(const Communicator& comm, const char* op, int peer, uint32_t tag);
+
 // Creates the communicator of one group for this rank. Every member calls Create for the same
 // group; it returns once all of them are connected (or fails after the timeout).
 class CommunicatorFactory {

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/types/span.h"
+#include "common/box.h"
 #include "common/npy.h"
 #include "common/philox.h"
 #include "common/status.h"
@@ -13,40 +15,9 @@ namespace {
 
 std::string Dims(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ","), "]"); }
 
-// Calls run(sample_offset, out_offset, count) for every contiguous run of a sub-box of a
-// row-major sample of shape `shape`; box offsets/lengths are over the sample's axes.
-template <typename Fn>
-void ForEachRun(const std::vector<int64_t>& shape, const int64_t* offsets, const int64_t* lengths,
-                Fn&& run) {
-  const int rank = static_cast<int>(shape.size());
-  int64_t total = 1;
-  for (int d = 0; d < rank; ++d) total *= lengths[d];
-  if (total == 0) return;
-  // Dims [split, rank) form one contiguous run: trailing whole dims plus the first partial one.
-  int split = rank;
-  int64_t run_len = 1;
-  while (split > 0) {
-    const int d = split - 1;
-    run_len *= lengths[d];
-    split = d;
-    if (lengths[d] != shape[d]) break;
-  }
-  std::vector<int64_t> strides(rank, 1);
-  for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
-  int64_t idx[16] = {0};  // rank is bounded by CheckBox
-  int64_t out = 0;
-  while (true) {
-    int64_t src = 0;
-    for (int d = 0; d < rank; ++d) src += (offsets[d] + (d < split ? idx[d] : 0)) * strides[d];
-    run(src, out, run_len);
-    out += run_len;
-    int d = split - 1;
-    while (d >= 0 && ++idx[d] == lengths[d]) {
-      idx[d] = 0;
-      --d;
-    }
-    if (d < 0) break;
-  }
+// A box's offsets or lengths over the sample's axes (all but the batch axis).
+absl::Span<const int64_t> SampleAxes(const google::protobuf::RepeatedField<int64_t>& v) {
+  return absl::MakeConstSpan(v.data(), v.size()).subspan(1);
 }
 
 class SyntheticSource final : public BatchSource {
@@ -59,12 +30,12 @@ class SyntheticSource final : public BatchSource {
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t base = SampleIndex(step, b0 + b) * sample_numel_;
       float* row = out + b * per_row;
-      ForEachRun(sample_shape_, box.offsets().data() + 1, box.lengths().data() + 1,
-                 [&](int64_t src, int64_t dst, int64_t n) {
-                   for (int64_t j = 0; j < n; ++j) {
-                     row[dst + j] = PhiloxUniform(seed_, key_, base + src + j, 1.0f);
-                   }
-                 });
+      ForEachBoxRun(sample_shape_, SampleAxes(box.offsets()), SampleAxes(box.lengths()),
+                    [&](int64_t src, int64_t dst, int64_t n) {
+                      for (int64_t j = 0; j < n; ++j) {
+                        row[dst + j] = PhiloxUniform(seed_, key_, base + src + j, 1.0f);
+                      }
+                    });
     }
     return absl::OkStatus();
   }
@@ -105,10 +76,10 @@ class NpySource final : public BatchSource {
         for (int64_t k = 0; k < count; ++k) {
           const float* sample = scratch_.data() + k * sample_numel_;
           float* row = out + (b + k) * per_row;
-          ForEachRun(sample_shape_, box.offsets().data() + 1, box.lengths().data() + 1,
-                     [&](int64_t src, int64_t dst, int64_t n) {
-                       std::memcpy(row + dst, sample + src, n * sizeof(float));
-                     });
+          ForEachBoxRun(sample_shape_, SampleAxes(box.offsets()), SampleAxes(box.lengths()),
+                        [&](int64_t src, int64_t dst, int64_t n) {
+                          std::memcpy(row + dst, sample + src, n * sizeof(float));
+                        });
         }
       }
       b += count;

@@ -187,6 +187,8 @@ class ProgramExecutor final : public Executor {
   // Reads Program.load_checkpoint into the buffers of its items; returns the buffers filled.
   absl::StatusOr<std::set<int>> LoadCheckpoint();
   absl::Status RunInit(const v1::ParamInit& init, const SafetensorsFile* file);
+  // Checks for cancellation, then executes `s`; errors name the step and the instruction.
+  absl::Status RunInstruction(const Step& s, int64_t step);
   absl::Status Execute(const Step& s, int64_t step);
   absl::Status ExecuteCollective(const Step& s);
   absl::Status ExecutePointToPoint(const Step& s);
@@ -262,14 +264,8 @@ absl::Status ProgramExecutor::Check() {
     if (!group_index_.emplace(group.id(), g).second) {
       return absl::InvalidArgumentError(absl::StrCat("group id ", group.id(), " appears twice"));
     }
-    auto it = std::find(group.ranks().begin(), group.ranks().end(), program_.rank());
-    if (it == group.ranks().end()) {
-      return absl::InvalidArgumentError(absl::StrCat("group ", group.id(), " (", group.mesh_dims(),
-                                                     ") ranks [", absl::StrJoin(group.ranks(), ","),
-                                                     "] does not include this rank ",
-                                                     program_.rank()));
-    }
-    group_member_.push_back(static_cast<int>(it - group.ranks().begin()));
+    ASSIGN_OR_RETURN(const int member, MemberIndex(group, program_.rank()));
+    group_member_.push_back(member);
   }
   if (!program_.groups().empty() && factory_ == nullptr) {
     return absl::InvalidArgumentError("the program has communicator groups but no factory");
@@ -749,8 +745,8 @@ absl::Status ProgramExecutor::CheckInstruction(int index, Step* s) {
       RETURN_IF_ERROR(group());
       const int members = program_.groups(s->comm).ranks_size();
       if (ins.peer() < 0 || ins.peer() >= members) {
-        return bad("peer ", ins.peer(), " is not a member of group ", ins.group(), " (",
-                   program_.groups(s->comm).mesh_dims(), ", ", members, " members)");
+        return bad("peer ", ins.peer(), " is not a member of ",
+                   GroupName(program_.groups(s->comm)));
       }
       if (ins.peer() == s->member) {
         return bad("peer ", ins.peer(), " is this rank itself");
@@ -796,8 +792,8 @@ absl::Status ProgramExecutor::Initialize() {
   for (const v1::CommGroup& group : program_.groups()) {
     absl::StatusOr<std::unique_ptr<Communicator>> comm = factory_->Create(group);
     if (!comm.ok()) {
-      return Annotate(comm.status(), absl::StrCat("rank ", program_.rank(), ": creating group ",
-                                                  group.id(), " (", group.mesh_dims(), ")"));
+      return Annotate(comm.status(),
+                      absl::StrCat("rank ", program_.rank(), ": creating ", GroupName(group)));
     }
     comms_.push_back(*std::move(comm));
   }
@@ -867,14 +863,7 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   if (program_.trace()) {
     RETURN_IF_ERROR(RunTraced(step));
   } else {
-    for (const Step& s : steps_) {
-      if (cancelled_.load(std::memory_order_relaxed)) {
-        return absl::CancelledError(
-            absl::StrCat("step ", step, " cancelled before instruction ", s.index));
-      }
-      absl::Status status = Execute(s, step);
-      if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
-    }
+    for (const Step& s : steps_) RETURN_IF_ERROR(RunInstruction(s, step));
   }
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));
   float loss = 0.0f;
@@ -898,21 +887,26 @@ absl::Status ProgramExecutor::RunTraced(int64_t step) {
   };
   int current = -1;
   for (const Step& s : steps_) {
-    if (cancelled_.load(std::memory_order_relaxed)) {
-      return absl::CancelledError(
-          absl::StrCat("step ", step, " cancelled before instruction ", s.index));
-    }
     if (s.span != current) {
       if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
       current = s.span;
       spans.push_back(span_templates_[current]);
       spans.back().set_start_us(boundary_us);
     }
-    absl::Status status = Execute(s, step);
-    if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
+    RETURN_IF_ERROR(RunInstruction(s, step));
   }
   if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
   spans_ = std::move(spans);
+  return absl::OkStatus();
+}
+
+absl::Status ProgramExecutor::RunInstruction(const Step& s, int64_t step) {
+  if (cancelled_.load(std::memory_order_relaxed)) {
+    return absl::CancelledError(
+        absl::StrCat("step ", step, " cancelled before instruction ", s.index));
+  }
+  absl::Status status = Execute(s, step);
+  if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
   return absl::OkStatus();
 }
 
@@ -1003,15 +997,17 @@ absl::Status ProgramExecutor::ExecuteCollective(const Step& s) {
   Communicator& comm = *comms_[s.comm];
   const float* a = ptr_[s.in[0]];
   float* out = ptr_[s.out];
-  // Collectives read and write memory directly: pending kernels must be done first.
-  RETURN_IF_ERROR(k.Synchronize());
+  // Collectives read and write memory directly: pending kernels (the slices and copies below
+  // included) must be done before each communicator call. One Synchronize right before it.
   switch (s.op) {
     case Instruction::ALL_REDUCE:
       k.Copy(a, out, s.numel);
+      RETURN_IF_ERROR(k.Synchronize());
       return comm.AllReduce(out, static_cast<size_t>(s.numel), s.reduce);
     case Instruction::ALL_GATHER: {
       // Member i's piece is [outer, len_i, inner]; gathered back to back, then placed along the
       // axis of out ([outer, total, inner]) unless outer is 1, where back to back is the layout.
+      RETURN_IF_ERROR(k.Synchronize());
       if (s.outer == 1) return comm.AllGather(a, out, s.counts);
       RETURN_IF_ERROR(comm.AllGather(a, scratch_, s.counts));
       const float* chunk = scratch_;
@@ -1025,6 +1021,7 @@ absl::Status ProgramExecutor::ExecuteCollective(const Step& s) {
     case Instruction::REDUCE_SCATTER: {
       // The communicator only sums; an average scales this member's piece afterwards.
       if (s.outer == 1) {
+        RETURN_IF_ERROR(k.Synchronize());
         RETURN_IF_ERROR(comm.ReduceScatter(a, out, s.counts));
       } else {
         float* chunk = scratch_;

@@ -905,7 +905,7 @@ TEST(ExecutorTest, CreateRejectsBadPointToPointAndAccumulate) {
   };
   v1::Program p = PipelineProgram(0, false);
   first(p, Instruction::SEND)->set_peer(2);
-  expect_error(p, "peer 2 is not a member of group 0 (pp, 2 members)");
+  expect_error(p, "peer 2 is not a member of group 0 (pp) ranks [0,1]");
   p = PipelineProgram(0, false);
   first(p, Instruction::SEND)->set_peer(0);
   expect_error(p, "peer 0 is this rank itself");

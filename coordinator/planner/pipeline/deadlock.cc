@@ -12,11 +12,6 @@ namespace {
 
 using v1::Instruction;
 
-bool IsCollective(Instruction::Op op) {
-  return op == Instruction::ALL_REDUCE || op == Instruction::ALL_GATHER ||
-         op == Instruction::REDUCE_SCATTER || op == Instruction::ALL_TO_ALL;
-}
-
 bool IsTransfer(Instruction::Op op) { return op == Instruction::SEND || op == Instruction::RECV; }
 
 std::string Describe(const Instruction& ins) {

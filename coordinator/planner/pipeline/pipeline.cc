@@ -1,6 +1,7 @@
 #include "coordinator/planner/pipeline/pipeline.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <tuple>
@@ -345,6 +346,13 @@ void ShareBuffers(int first, v1::Program* p) {
   }
 }
 
+// Tag of the transfer of micro-batch mb across the boundary after chunk `boundary`
+// (forward: the activation, backward: its gradient), unique per plan.
+uint32_t TransferTag(int micro_batch, int boundary, bool backward, int chunks) {
+  const int boundaries = std::max(chunks - 1, 1);
+  return static_cast<uint32_t>((micro_batch * boundaries + boundary) * 2 + (backward ? 1 : 0));
+}
+
 // One rank's instructions as transfer batches (deadlock.h), and what OrderTransfers needs to
 // finish its Program.
 struct RankDraft {
@@ -561,11 +569,6 @@ absl::Status DraftRank(const v1::JobSpec& spec, const Plan& plan, const std::str
 }
 
 }  // namespace
-
-uint32_t TransferTag(int micro_batch, int boundary, bool backward, int chunks) {
-  const int boundaries = std::max(chunks - 1, 1);
-  return static_cast<uint32_t>((micro_batch * boundaries + boundary) * 2 + (backward ? 1 : 0));
-}
 
 absl::StatusOr<std::vector<v1::Program>> PlanPipeline(const v1::JobSpec& spec,
                                                       const std::string& job_id, int attempt) {

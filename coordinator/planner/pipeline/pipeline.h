@@ -38,10 +38,6 @@ namespace weft::planner::pipeline {
 absl::StatusOr<std::vector<v1::Program>> PlanPipeline(const v1::JobSpec& spec,
                                                       const std::string& job_id, int attempt);
 
-// Tag of the transfer of micro-batch mb across the boundary after chunk `boundary`
-// (forward: the activation, backward: its gradient), unique per plan.
-uint32_t TransferTag(int micro_batch, int boundary, bool backward, int chunks);
-
 }  // namespace weft::planner::pipeline
 
 #endif  // WEFT_COORDINATOR_PLANNER_PIPELINE_PIPELINE_H_

@@ -15,6 +15,7 @@ namespace weft::planner::pipeline {
 namespace {
 
 using planner::testing::Count;
+using planner::testing::MustPlan;
 using planner::testing::R;
 using planner::testing::S;
 using planner::testing::SpecBuilder;
@@ -72,14 +73,13 @@ TEST(PipelinePlanTest, ProgramsFollowTheScheduleAndTransfersMatch) {
                         Case{"VPP", 4, 8, 2}, Case{"VPP", 2, 6, 4}}) {
     SCOPED_TRACE(c.schedule + " pp=" + std::to_string(c.pp) + " m=" + std::to_string(c.m) +
                  " v=" + std::to_string(c.v));
-    auto programs = PlanJob(Mlp({c.pp}, {"pp"}, c.schedule, c.m, c.v), "t", 0);
-    ASSERT_TRUE(programs.ok()) << programs.status();
-    ASSERT_EQ(programs->size(), static_cast<size_t>(c.pp));
-    EXPECT_TRUE(CheckTransfersMatch(*programs).ok()) << CheckTransfersMatch(*programs);
-    EXPECT_TRUE(CheckDeadlockFree(*programs).ok()) << CheckDeadlockFree(*programs);
+    std::vector<v1::Program> programs = MustPlan(Mlp({c.pp}, {"pp"}, c.schedule, c.m, c.v));
+    ASSERT_EQ(programs.size(), static_cast<size_t>(c.pp));
+    EXPECT_TRUE(CheckTransfersMatch(programs).ok()) << CheckTransfersMatch(programs);
+    EXPECT_TRUE(CheckDeadlockFree(programs).ok()) << CheckDeadlockFree(programs);
     const int chunks = c.pp * c.v;
     for (int r = 0; r < c.pp; ++r) {
-      const v1::Program& p = (*programs)[r];
+      const v1::Program& p = programs[r];
       EXPECT_EQ(ComputeOrder(p), ScheduleOrder(c.schedule, {c.pp, c.m, c.v}, r)) << "rank " << r;
       // Each chunk sends its activation forward and its input gradient back, per micro-batch.
       int sends = 0;
@@ -112,24 +112,24 @@ TEST(PipelinePlanTest, ProgramsFollowTheScheduleAndTransfersMatch) {
 TEST(PipelinePlanTest, MicroBatchesLoadTheirRowsOfTheBatch) {
   // Batch 16 in 3 micro-batches: rows 0-4, 5-9, 10-15; then dp halves each.
   v1::JobSpec spec = Mlp({2, 2}, {"pp", "dp"}, "FThenB", 3);
-  auto programs = PlanJob(spec, "t", 0);
-  ASSERT_TRUE(programs.ok()) << programs.status();
+  std::vector<v1::Program> programs = MustPlan(spec);
+  ASSERT_EQ(programs.size(), 4u);
   std::vector<std::pair<int64_t, int64_t>> rows;  // rank 1 (stage 0, dp 1)
-  for (const v1::Instruction& ins : (*programs)[1].step()) {
+  for (const v1::Instruction& ins : programs[1].step()) {
     if (ins.op() == v1::Instruction::LOAD_INPUT) {
       rows.emplace_back(ins.box().offsets(0), ins.box().lengths(0));
     }
   }
   EXPECT_EQ(rows, (std::vector<std::pair<int64_t, int64_t>>{{2, 3}, {7, 3}, {13, 3}}));
   // Labels on the last stage only.
-  EXPECT_EQ(Count((*programs)[0], v1::Instruction::LOAD_LABEL), 0);
-  EXPECT_EQ(Count((*programs)[2], v1::Instruction::LOAD_LABEL), 3);
+  EXPECT_EQ(Count(programs[0], v1::Instruction::LOAD_LABEL), 0);
+  EXPECT_EQ(Count(programs[2], v1::Instruction::LOAD_LABEL), 3);
 }
 
 TEST(PipelinePlanTest, DataParallelStagesAllReduceGradientsOncePerStep) {
-  auto programs = PlanJob(Mlp({2, 2}, {"pp", "dp"}, "1F1B", 4), "t", 0);
-  ASSERT_TRUE(programs.ok()) << programs.status();
-  for (const v1::Program& p : *programs) {
+  std::vector<v1::Program> programs = MustPlan(Mlp({2, 2}, {"pp", "dp"}, "1F1B", 4));
+  ASSERT_EQ(programs.size(), 4u);
+  for (const v1::Program& p : programs) {
     int dp_all_reduce = 0;
     for (const v1::Instruction& ins : p.step()) {
       if (ins.op() != v1::Instruction::ALL_REDUCE) continue;
@@ -146,8 +146,10 @@ TEST(PipelinePlanTest, DataParallelStagesAllReduceGradientsOncePerStep) {
 }
 
 TEST(PipelinePlanTest, OneFOneBNeedsLessActivationMemoryThanFThenB) {
-  PlanReport fthenb = ReportPlan(*PlanJob(Mlp({4}, {"pp"}, "FThenB", 8), "t", 0));
-  PlanReport one = ReportPlan(*PlanJob(Mlp({4}, {"pp"}, "1F1B", 8), "t", 0));
+  PlanReport fthenb = ReportPlan(MustPlan(Mlp({4}, {"pp"}, "FThenB", 8)));
+  PlanReport one = ReportPlan(MustPlan(Mlp({4}, {"pp"}, "1F1B", 8)));
+  ASSERT_EQ(fthenb.ranks.size(), 4u);
+  ASSERT_EQ(one.ranks.size(), 4u);
   // Stage 0 holds 8 micro-batches' activations with FThenB, at most 4 with 1F1B.
   const int64_t a = fthenb.ranks[0].peak_activation_bytes;
   const int64_t b = one.ranks[0].peak_activation_bytes;
@@ -178,12 +180,12 @@ TEST(PipelinePlanTest, MegatronPlacementsInsideStages) {
       *b.add_placements() = S(0).ToProto();
     }
   }
-  auto programs = PlanJob(spec, "t", 0);
-  ASSERT_TRUE(programs.ok()) << programs.status();
-  EXPECT_TRUE(CheckDeadlockFree(*programs).ok());
+  std::vector<v1::Program> programs = MustPlan(spec);
+  ASSERT_EQ(programs.size(), 4u);
+  EXPECT_TRUE(CheckDeadlockFree(programs).ok());
   // Row-parallel outputs are all-reduced over mp inside each stage, per micro-batch.
   int mp_all_reduce = 0;
-  for (const v1::Instruction& ins : (*programs)[0].step()) {
+  for (const v1::Instruction& ins : programs[0].step()) {
     if (ins.op() == v1::Instruction::ALL_REDUCE && ins.micro_batch() >= 0) ++mp_all_reduce;
   }
   EXPECT_GT(mp_all_reduce, 0);

@@ -141,30 +141,6 @@ absl::Status GlooCommunicator::Run(const char* op_name, Fn&& op) {
   }
 }
 
-absl::Status GlooCommunicator::CheckCounts(const char* op_name,
-                                           absl::Span<const int64_t> counts) const {
-  if (counts.size() != static_cast<size_t>(size_)) {
-    return absl::InvalidArgumentError(absl::StrCat(op_name, " on ", name_, ": ", counts.size(),
-                                                   " counts for ", size_, " members"));
-  }
-  for (int64_t c : counts) {
-    if (c < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op_name, " on ", name_, ": negative count ", c));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status GlooCommunicator::CheckPeer(const char* op_name, int peer) const {
-  if (peer < 0 || peer >= size_ || peer == rank_) {
-    return absl::InvalidArgumentError(absl::StrCat(op_name, " on ", name_, ": bad peer ", peer,
-                                                   " (this member is ", rank_, " of ", size_,
-                                                   ")"));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op) {
   if (count == 0) return Run("all_reduce", [] {});
   RETURN_IF_ERROR(Run("all_reduce", [&] {
@@ -184,7 +160,7 @@ absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op)
 
 absl::Status GlooCommunicator::AllGather(const float* in, float* out,
                                          absl::Span<const int64_t> counts) {
-  RETURN_IF_ERROR(CheckCounts("all_gather", counts));
+  RETURN_IF_ERROR(CheckCounts(*this, "all_gather", counts));
   int64_t offset = SumCounts(counts.subspan(0, rank_));
   // Prime this member's slot ourselves (memmove: `in` may already be that slot), then gather
   // in place.
@@ -204,7 +180,7 @@ absl::Status GlooCommunicator::AllGather(const float* in, float* out,
 
 absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
                                              absl::Span<const int64_t> counts) {
-  RETURN_IF_ERROR(CheckCounts("reduce_scatter", counts));
+  RETURN_IF_ERROR(CheckCounts(*this, "reduce_scatter", counts));
   const int64_t mine = counts[rank_];
   if (size_ == 1) {
     if (mine > 0 && out != in) std::memmove(out, in, mine * sizeof(float));
@@ -232,8 +208,8 @@ absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
 
 absl::Status GlooCommunicator::AllToAll(const float* in, absl::Span<const int64_t> send_counts,
                                         float* out, absl::Span<const int64_t> recv_counts) {
-  RETURN_IF_ERROR(CheckCounts("all_to_all", send_counts));
-  RETURN_IF_ERROR(CheckCounts("all_to_all", recv_counts));
+  RETURN_IF_ERROR(CheckCounts(*this, "all_to_all", send_counts));
+  RETURN_IF_ERROR(CheckCounts(*this, "all_to_all", recv_counts));
   if (send_counts[rank_] != recv_counts[rank_]) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all_to_all on ", name_, ": member ", rank_, " sends itself ", send_counts[rank_],
@@ -275,7 +251,7 @@ absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
 // Point-to-point messages use the caller's tag as the Gloo slot. Collectives use slots with a
 // non-zero prefix byte (gloo::Slot::build), so a 32-bit tag never collides with them.
 absl::Status GlooCommunicator::Send(const float* data, size_t count, int peer, uint32_t tag) {
-  RETURN_IF_ERROR(CheckPeer("send", peer));
+  RETURN_IF_ERROR(CheckPeer(*this, "send", peer, tag));
   if (count == 0) return Run("send", [] {});
   RETURN_IF_ERROR(Run("send", [&] {
     auto buf = context_->createUnboundBuffer(const_cast<float*>(data), count * sizeof(float));
@@ -287,7 +263,7 @@ absl::Status GlooCommunicator::Send(const float* data, size_t count, int peer, u
 }
 
 absl::Status GlooCommunicator::Recv(float* data, size_t count, int peer, uint32_t tag) {
-  RETURN_IF_ERROR(CheckPeer("recv", peer));
+  RETURN_IF_ERROR(CheckPeer(*this, "recv", peer, tag));
   if (count == 0) return Run("recv", [] {});
   return Run("recv", [&] {
     auto buf = context_->createUnboundBuffer(data, count * sizeof(float));

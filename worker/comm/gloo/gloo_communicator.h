@@ -125,8 +125,6 @@ class GlooCommunicator : public Communicator {
   // operation and the group; marks the communicator broken on failure.
   template <typename Fn>
   absl::Status Run(const char* op_name, Fn&& op);
-  absl::Status CheckCounts(const char* op_name, absl::Span<const int64_t> counts) const;
-  absl::Status CheckPeer(const char* op_name, int peer) const;
 
   const std::shared_ptr<gloo::Context> context_;
   const int rank_;

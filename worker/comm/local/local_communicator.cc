@@ -162,8 +162,8 @@ class LocalCommunicator final : public Communicator {
 
   absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
     const char* kOp = "all_gather";
-    RETURN_IF_ERROR(CheckCounts(kOp, counts));
-    Post post{kOp, counts[rank_], Total(counts), in, out, counts.data()};
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
+    Post post{kOp, counts[rank_], SumCounts(counts), in, out, counts.data()};
     RETURN_IF_ERROR(Begin(post));
     RETURN_IF_ERROR(CheckSameCounts(kOp, counts));
     scratch_.resize(post.aux);
@@ -181,11 +181,11 @@ class LocalCommunicator final : public Communicator {
   absl::Status ReduceScatter(const float* in, float* out,
                              absl::Span<const int64_t> counts) override {
     const char* kOp = "reduce_scatter";
-    RETURN_IF_ERROR(CheckCounts(kOp, counts));
-    Post post{kOp, counts[rank_], Total(counts), in, out, counts.data()};
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
+    Post post{kOp, counts[rank_], SumCounts(counts), in, out, counts.data()};
     RETURN_IF_ERROR(Begin(post));
     RETURN_IF_ERROR(CheckSameCounts(kOp, counts));
-    const int64_t offset = Total(counts.subspan(0, rank_));
+    const int64_t offset = SumCounts(counts.subspan(0, rank_));
     scratch_.assign(counts[rank_], 0.0f);
     for (int m = 0; m < size(); ++m) {
       const float* src = group_->post(m).in + offset;
@@ -200,9 +200,9 @@ class LocalCommunicator final : public Communicator {
   absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
                         absl::Span<const int64_t> recv_counts) override {
     const char* kOp = "all_to_all";
-    RETURN_IF_ERROR(CheckCounts(kOp, send_counts));
-    RETURN_IF_ERROR(CheckCounts(kOp, recv_counts));
-    Post post{kOp, Total(send_counts), Total(recv_counts), in, out, send_counts.data(),
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, send_counts));
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, recv_counts));
+    Post post{kOp, SumCounts(send_counts), SumCounts(recv_counts), in, out, send_counts.data(),
               recv_counts.data()};
     RETURN_IF_ERROR(Begin(post));
     // What member m sends me must be what I expect from m.
@@ -247,14 +247,14 @@ class LocalCommunicator final : public Communicator {
   }
 
   absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
-    RETURN_IF_ERROR(CheckPeer("send", peer));
+    RETURN_IF_ERROR(CheckPeer(*this, "send", peer, tag));
     RETURN_IF_ERROR(group_->Send(rank_, peer, tag, data, count));
     CountSent(static_cast<int64_t>(count * sizeof(float)));
     return absl::OkStatus();
   }
 
   absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
-    RETURN_IF_ERROR(CheckPeer("recv", peer));
+    RETURN_IF_ERROR(CheckPeer(*this, "recv", peer, tag));
     return group_->Recv(peer, rank_, tag, data, count);
   }
 
@@ -268,33 +268,6 @@ class LocalCommunicator final : public Communicator {
   void CountSent(int64_t bytes) {
     bytes_sent_ += bytes;
     if (also_count_ != nullptr) also_count_->fetch_add(bytes);
-  }
-
-  static int64_t Total(absl::Span<const int64_t> counts) {
-    int64_t t = 0;
-    for (int64_t c : counts) t += c;
-    return t;
-  }
-
-  absl::Status CheckCounts(const char* op, absl::Span<const int64_t> counts) const {
-    if (counts.size() != static_cast<size_t>(size())) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " on ", name(), ": ", counts.size(),
-                                                     " counts for ", size(), " members"));
-    }
-    for (int64_t c : counts) {
-      if (c < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(op, " on ", name(), ": negative count"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status CheckPeer(const char* op, int peer) const {
-    if (peer < 0 || peer >= size() || peer == rank_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, " on ", name(), ": bad peer ", peer, " for member ", rank_));
-    }
-    return absl::OkStatus();
   }
 
   // Enters the collective and checks every member entered the same one with the same size
@@ -370,26 +343,14 @@ LocalCommunicatorFactory::LocalCommunicatorFactory(std::shared_ptr<LocalWorld> w
 absl::StatusOr<std::unique_ptr<Communicator>> LocalCommunicatorFactory::Create(
     const v1::CommGroup& group) {
   const std::string name = GroupName(group);
-  int index = -1;
-  std::vector<int> seen;
-  for (int i = 0; i < group.ranks_size(); ++i) {
-    const int r = group.ranks(i);
+  for (int r : group.ranks()) {
     if (r < 0 || r >= world_->world_size()) {
       return absl::InvalidArgumentError(absl::StrCat("creating communicator for ", name, ": rank ",
                                                      r, " outside the world of ",
                                                      world_->world_size()));
     }
-    if (std::find(seen.begin(), seen.end(), r) != seen.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("creating communicator for ", name, ": rank ", r, " listed twice"));
-    }
-    seen.push_back(r);
-    if (r == global_rank_) index = i;
   }
-  if (index < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("creating communicator for ", name, ": rank ",
-                                                   global_rank_, " is not a member"));
-  }
+  ASSIGN_OR_RETURN(const int index, MemberIndex(group, global_rank_));
   auto comm = std::make_unique<LocalCommunicator>(world_->GetGroup(group), index, bytes_sent_);
   // Returns once every member has arrived, as a real transport's connect does.
   RETURN_IF_ERROR(Annotate(comm->Barrier(), absl::StrCat("creating communicator for ", name)));

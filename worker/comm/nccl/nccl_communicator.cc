@@ -185,7 +185,7 @@ class NcclCommunicator final : public Communicator {
   // in place (sendbuff == recvbuff; NCCL reads sendbuff on the root only).
   absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
     const char* kOp = "all_gather";
-    RETURN_IF_ERROR(CheckCounts(kOp, counts));
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
     const int64_t total = SumCounts(counts);
     if (total == 0) return CheckUsable(kOp, 0);
     if (AllEqual(counts)) {
@@ -222,7 +222,7 @@ class NcclCommunicator final : public Communicator {
   absl::Status ReduceScatter(const float* in, float* out,
                              absl::Span<const int64_t> counts) override {
     const char* kOp = "reduce_scatter";
-    RETURN_IF_ERROR(CheckCounts(kOp, counts));
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
     const int64_t total = SumCounts(counts);
     if (total == 0) return CheckUsable(kOp, 0);
     if (AllEqual(counts)) {
@@ -257,8 +257,8 @@ class NcclCommunicator final : public Communicator {
   absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
                         absl::Span<const int64_t> recv_counts) override {
     const char* kOp = "all_to_all";
-    RETURN_IF_ERROR(CheckCounts(kOp, send_counts));
-    RETURN_IF_ERROR(CheckCounts(kOp, recv_counts));
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, send_counts));
+    RETURN_IF_ERROR(CheckCounts(*this, kOp, recv_counts));
     if (send_counts[rank_] != recv_counts[rank_]) {
       return absl::InvalidArgumentError(absl::StrCat(kOp, " on ", name_, ": member ", rank_,
                                                      " sends itself ", send_counts[rank_],
@@ -315,7 +315,7 @@ class NcclCommunicator final : public Communicator {
   // NCCL matches point-to-point ops by peer and issue order; `tag` only names the message.
   absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
     const char* kOp = "send";
-    RETURN_IF_ERROR(CheckPeer(kOp, peer, tag));
+    RETURN_IF_ERROR(CheckPeer(*this, kOp, peer, tag));
     if (count == 0) return CheckUsable(kOp, 0);
     RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
       *r = ncclSend(data, count, ncclFloat32, peer, comm_, cuda_->stream);
@@ -327,7 +327,7 @@ class NcclCommunicator final : public Communicator {
 
   absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
     const char* kOp = "recv";
-    RETURN_IF_ERROR(CheckPeer(kOp, peer, tag));
+    RETURN_IF_ERROR(CheckPeer(*this, kOp, peer, tag));
     if (count == 0) return CheckUsable(kOp, 0);
     return Run(kOp, count, [&](ncclResult_t* r) {
       *r = ncclRecv(data, count, ncclFloat32, peer, comm_, cuda_->stream);
@@ -448,28 +448,6 @@ class NcclCommunicator final : public Communicator {
     const cudaError_t e =
         cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, cuda_->stream);
     if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaMemcpyAsync", e));
-    return absl::OkStatus();
-  }
-
-  absl::Status CheckCounts(const char* op, absl::Span<const int64_t> counts) const {
-    if (counts.size() != static_cast<size_t>(size_)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, " on ", name_, ": ", counts.size(), " counts for ", size_, " members"));
-    }
-    for (int64_t c : counts) {
-      if (c < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(op, " on ", name_, ": negative count ", c));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status CheckPeer(const char* op, int peer, uint32_t tag) const {
-    if (peer < 0 || peer >= size_ || peer == rank_) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " (tag ", tag, ") on ", name_,
-                                                     ": bad peer ", peer, " (this member is ",
-                                                     rank_, " of ", size_, ")"));
-    }
     return absl::OkStatus();
   }
 
