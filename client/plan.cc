@@ -113,8 +113,8 @@ std::string FormatPlanJson(const PlannedJob& job) {
       rank["collectives"] = std::move(collectives);
     }
     nlohmann::json instructions = nlohmann::json::array();
-    for (int i = 0; i < program.step_size(); ++i) {
-      const v1::Instruction& ins = program.step(i);
+    for (int i = 0; i < program.instructions_size(); ++i) {
+      const v1::Instruction& ins = program.instructions(i);
       nlohmann::json inputs = nlohmann::json::array(), outputs = nlohmann::json::array();
       for (int b : ins.inputs()) inputs.push_back(BufferJson(program, b));
       for (int b : ins.outputs()) outputs.push_back(BufferJson(program, b));

@@ -167,7 +167,7 @@ TEST_F(PlanTest, JsonIsOneDocumentWithEveryRank) {
       EXPECT_EQ(ins["op"], c["op"]);
       EXPECT_TRUE(ins.contains("group"));
     }
-    ASSERT_EQ(rank["instructions"].size(), static_cast<size_t>(job->programs[r].step_size()));
+    ASSERT_EQ(rank["instructions"].size(), static_cast<size_t>(job->programs[r].instructions_size()));
     const nlohmann::json& first = rank["instructions"][0];
     EXPECT_EQ(first["op"], "LOAD_INPUT");
     // The batch of 4 split over dp: 2 samples of [128, 1024] per rank.

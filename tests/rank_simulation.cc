@@ -78,7 +78,7 @@ JobSimulation PlanAndSimulate(v1::JobSpec spec) {
   EXPECT_TRUE(programs.ok()) << programs.status();
   if (!programs.ok()) return out;
   for (const v1::Program& p : *programs) {
-    for (const v1::Instruction& ins : p.step()) ++out.ops[ins.op()];
+    for (const v1::Instruction& ins : p.instructions()) ++out.ops[ins.op()];
   }
   std::vector<RankRun> ranks = SimulateRanks(*programs);
   for (size_t r = 0; r < ranks.size(); ++r) {

@@ -369,7 +369,7 @@ absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
   ASSIGN_OR_RETURN(std::vector<int> buf, e.AssignBuffers(g, lowered, [](int) { return -1; }));
   RETURN_IF_ERROR(e.AddInits(g, buf));
   for (size_t i = 0; i < g.ops.size(); ++i) {
-    RETURN_IF_ERROR(e.EmitOp(g, lowered, static_cast<int>(i), buf, p.mutable_step()));
+    RETURN_IF_ERROR(e.EmitOp(g, lowered, static_cast<int>(i), buf, p.mutable_instructions()));
   }
   p.set_loss_buffer(buf[g.loss]);
   return p;

@@ -44,7 +44,7 @@ using InstructionList = google::protobuf::RepeatedPtrField<v1::Instruction>;
 //   std::vector<int> buf = e.AssignBuffers(g, lowered, [](int) { return -1; });
 //   RETURN_IF_ERROR(e.AddInits(g, buf));
 //   for (size_t i = 0; i < g.ops.size(); ++i) {
-//     RETURN_IF_ERROR(e.EmitOp(g, lowered, i, buf, program.mutable_step()));
+//     RETURN_IF_ERROR(e.EmitOp(g, lowered, i, buf, program.mutable_instructions()));
 //   }
 class RankEmitter {
  public:

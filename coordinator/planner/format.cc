@@ -96,8 +96,8 @@ std::string FormatProgram(const v1::Program& p) {
   absl::StrAppend(&s, "step:\n");
   int64_t total_bytes = 0;
   int collectives = 0;
-  for (int i = 0; i < p.step_size(); ++i) {
-    const v1::Instruction& ins = p.step(i);
+  for (int i = 0; i < p.instructions_size(); ++i) {
+    const v1::Instruction& ins = p.instructions(i);
     std::vector<std::string> ins_refs, out_refs;
     for (int b : ins.inputs()) ins_refs.push_back(BufferRef(p, b));
     for (int b : ins.outputs()) out_refs.push_back(BufferRef(p, b));
@@ -137,7 +137,7 @@ std::string FormatProgram(const v1::Program& p) {
     by_role[v1::Buffer::Role_Name(b.role())] += BufferBytes(b);
     memory += BufferBytes(b);
   }
-  absl::StrAppend(&s, "totals: ", p.step_size(), " instructions, ", collectives,
+  absl::StrAppend(&s, "totals: ", p.instructions_size(), " instructions, ", collectives,
                   " collectives, ", Bytes(total_bytes), " sent per step; memory ", Bytes(memory),
                   " (");
   std::vector<std::string> parts;

@@ -24,7 +24,7 @@ TEST(FormatTest, ListsCollectivesWithGroupAndBytes) {
       << text;
   EXPECT_NE(text.find("[g0 dp, 72 B sent]"), std::string::npos) << text;
   EXPECT_NE(text.find("3 collectives"), std::string::npos) << text;
-  for (const v1::Instruction& ins : p.step()) {
+  for (const v1::Instruction& ins : p.instructions()) {
     if (ins.op() == v1::Instruction::ALL_REDUCE &&
         p.buffers(ins.inputs(0)).name() == "fc0.weight@grad") {
       EXPECT_EQ(CollectiveBytes(p, ins), 72);

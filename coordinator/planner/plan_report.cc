@@ -17,7 +17,7 @@ bool Transient(v1::Buffer::Role role) {
 // aliases an input) starts a new lifetime, so a buffer that pipeline micro-batches share
 // counts only while one of them holds it.
 int64_t PeakTransientBytes(const v1::Program& p) {
-  const int n = p.step_size();
+  const int n = p.instructions_size();
   std::vector<int64_t> delta(n + 1, 0);
   std::vector<int> start(p.buffers_size(), -1), last(p.buffers_size(), -1);
   auto close = [&](int b) {
@@ -29,7 +29,7 @@ int64_t PeakTransientBytes(const v1::Program& p) {
     start[b] = -1;
   };
   for (int i = 0; i < n; ++i) {
-    const v1::Instruction& ins = p.step(i);
+    const v1::Instruction& ins = p.instructions(i);
     for (int b : ins.inputs()) {
       if (b < 0 || b >= p.buffers_size()) continue;
       if (start[b] < 0) start[b] = i;
@@ -81,8 +81,8 @@ PlanReport ReportPlan(const std::vector<v1::Program>& programs) {
       }
     }
     r.peak_activation_bytes = PeakTransientBytes(p);
-    for (int i = 0; i < p.step_size(); ++i) {
-      const v1::Instruction& ins = p.step(i);
+    for (int i = 0; i < p.instructions_size(); ++i) {
+      const v1::Instruction& ins = p.instructions(i);
       const v1::CommGroup* group = FindGroup(p, ins.group());
       const bool collective = IsCollective(ins.op());
       const bool send = ins.op() == v1::Instruction::SEND && ins.inputs_size() > 0 &&

@@ -1,6 +1,6 @@
 // PlanReport: what `weftctl plan` prints before any worker is touched — per rank, the memory the
 // Program needs (parameters, gradients, optimizer states, peak live activations from a liveness
-// walk over the step list) and every collective with its group and the bytes this rank sends;
+// walk over the instruction list) and every collective with its group and the bytes this rank sends;
 // plus the total bytes moved per step over all ranks.
 //
 // E.g.
@@ -19,7 +19,7 @@
 namespace weft::planner {
 
 struct CollectiveReport {
-  int instruction = 0;      // index in Program.step
+  int instruction = 0;      // index in Program.instructions
   std::string op;           // ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, ...
   std::string tensor;       // the buffer's global name
   std::vector<int> ranks;   // the group's global ranks

@@ -23,7 +23,7 @@ void AddBuffer(v1::Program* p, const std::string& name, std::vector<int64_t> sha
 
 v1::Instruction* Add(v1::Program* p, v1::Instruction::Op op, std::vector<int> in,
                      std::vector<int> out) {
-  v1::Instruction* ins = p->add_step();
+  v1::Instruction* ins = p->add_instructions();
   ins->set_op(op);
   for (int b : in) ins->add_inputs(b);
   for (int b : out) ins->add_outputs(b);

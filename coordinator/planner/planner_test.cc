@@ -32,8 +32,8 @@ v1::JobSpec Mlp(std::vector<int64_t> mesh, std::vector<std::string> names, int64
 }
 
 int Index(const v1::Program& p, v1::Instruction::Op op) {
-  for (int i = 0; i < p.step_size(); ++i) {
-    if (p.step(i).op() == op) return i;
+  for (int i = 0; i < p.instructions_size(); ++i) {
+    if (p.instructions(i).op() == op) return i;
   }
   return -1;
 }
@@ -57,24 +57,24 @@ TEST(PlannerTest, DataParallelAllReducesEachGradientAndTheLoss) {
     EXPECT_EQ(reduced, (std::multiset<std::string>{"fc0.weight@grad", "fc0.bias@grad",
                                                    "fc1.weight@grad", "fc1.bias@grad", "loss"}));
     // Local batch B/4 at this rank's rows.
-    ASSERT_EQ(p.step(0).op(), v1::Instruction::LOAD_INPUT);
-    ASSERT_EQ(p.step(1).op(), v1::Instruction::LOAD_LABEL);
-    EXPECT_EQ(p.step(0).box().offsets(0), 4 * p.rank());
-    EXPECT_EQ(p.step(0).box().lengths(0), 4);
-    EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 4);
-    EXPECT_EQ(p.buffers(p.step(1).outputs(0)).shape(0), 4);
+    ASSERT_EQ(p.instructions(0).op(), v1::Instruction::LOAD_INPUT);
+    ASSERT_EQ(p.instructions(1).op(), v1::Instruction::LOAD_LABEL);
+    EXPECT_EQ(p.instructions(0).box().offsets(0), 4 * p.rank());
+    EXPECT_EQ(p.instructions(0).box().lengths(0), 4);
+    EXPECT_EQ(p.buffers(p.instructions(0).outputs(0)).shape(0), 4);
+    EXPECT_EQ(p.buffers(p.instructions(1).outputs(0)).shape(0), 4);
     // Order: loss, its all-reduce, backward, gradient all-reduces, updates.
     int mse = Index(p, v1::Instruction::MSE_LOSS);
     int grad = Index(p, v1::Instruction::MSE_GRAD);
     int sgd = Index(p, v1::Instruction::SGD);
     ASSERT_TRUE(mse > 0 && grad > mse && sgd > grad);
-    EXPECT_EQ(p.step(mse + 1).op(), v1::Instruction::ALL_REDUCE);
-    EXPECT_EQ(p.step(mse + 1).outputs(0), p.loss_buffer());
-    EXPECT_FLOAT_EQ(p.step(mse).scale(), 1.0f / 32);
-    EXPECT_FLOAT_EQ(p.step(grad).scale(), 2.0f / 32);
+    EXPECT_EQ(p.instructions(mse + 1).op(), v1::Instruction::ALL_REDUCE);
+    EXPECT_EQ(p.instructions(mse + 1).outputs(0), p.loss_buffer());
+    EXPECT_FLOAT_EQ(p.instructions(mse).scale(), 1.0f / 32);
+    EXPECT_FLOAT_EQ(p.instructions(grad).scale(), 2.0f / 32);
     EXPECT_EQ(Count(p, v1::Instruction::SGD), 4);
-    for (int i = sgd; i < p.step_size(); ++i) EXPECT_EQ(p.step(i).op(), v1::Instruction::SGD);
-    EXPECT_EQ(p.step(p.step_size() - 5).op(), v1::Instruction::ALL_REDUCE);
+    for (int i = sgd; i < p.instructions_size(); ++i) EXPECT_EQ(p.instructions(i).op(), v1::Instruction::SGD);
+    EXPECT_EQ(p.instructions(p.instructions_size() - 5).op(), v1::Instruction::ALL_REDUCE);
     // Parameters are whole on every rank.
     for (const v1::ParamInit& init : p.init()) {
       EXPECT_EQ(std::vector<int64_t>(p.buffers(init.buffer()).shape().begin(),
@@ -97,8 +97,8 @@ TEST(PlannerTest, UnevenBatchGivesTheRemainderToTheLastRank) {
   ASSERT_EQ(programs.size(), 4u);
   std::vector<int64_t> offsets, lengths;
   for (const v1::Program& p : programs) {
-    offsets.push_back(p.step(1).box().offsets(0));
-    lengths.push_back(p.step(1).box().lengths(0));
+    offsets.push_back(p.instructions(1).box().offsets(0));
+    lengths.push_back(p.instructions(1).box().lengths(0));
   }
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 2, 4, 6}));
   EXPECT_EQ(lengths, (std::vector<int64_t>{2, 2, 2, 4}));
@@ -112,7 +112,7 @@ TEST(PlannerTest, SingleRankHasNoCollectives) {
   EXPECT_EQ(p.groups_size(), 0);
   EXPECT_EQ(Count(p, v1::Instruction::SLICE), 0);
   EXPECT_EQ(p.buffers(p.loss_buffer()).name(), "loss");
-  EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 16);
+  EXPECT_EQ(p.buffers(p.instructions(0).outputs(0)).shape(0), 16);
 }
 
 TEST(PlannerTest, TwoDimMeshReducesOverDpGroupsOnly) {
@@ -135,7 +135,7 @@ TEST(PlannerTest, TwoDimMeshReducesOverDpGroupsOnly) {
       auto [it, fresh] = group_of_id.emplace(g->id(), ranks);
       EXPECT_EQ(it->second, ranks);
     }
-    EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 8);  // batch 16 over dp 2
+    EXPECT_EQ(p.buffers(p.instructions(0).outputs(0)).shape(0), 8);  // batch 16 over dp 2
   }
   EXPECT_EQ(group_of_id.size(), 2u);
 }
@@ -164,8 +164,8 @@ TEST(PlannerTest, MegatronMlpReducesActivationsOnceEachWay) {
     EXPECT_EQ(cs[1]->op(), v1::Instruction::ALL_REDUCE);
     EXPECT_EQ(BufferName(p, cs[1]->inputs(0)), "r0.out@grad");  // fc0's input gradient
     std::vector<int> at;
-    for (int i = 0; i < p.step_size(); ++i) {
-      if (IsCollective(p.step(i).op())) at.push_back(i);
+    for (int i = 0; i < p.instructions_size(); ++i) {
+      if (IsCollective(p.instructions(i).op())) at.push_back(i);
     }
     EXPECT_LT(at[0], Index(p, v1::Instruction::MSE_LOSS));
     EXPECT_GT(at[1], Index(p, v1::Instruction::MSE_GRAD));
@@ -211,7 +211,7 @@ TEST(PlannerTest, InitKindsAndAdamW) {
   EXPECT_EQ(uniform, 2);
   EXPECT_EQ(zeros, 4);
   ASSERT_EQ(Count(p, v1::Instruction::ADAMW), 2);
-  const v1::Instruction& adam = p.step(Index(p, v1::Instruction::ADAMW));
+  const v1::Instruction& adam = p.instructions(Index(p, v1::Instruction::ADAMW));
   EXPECT_EQ(adam.inputs_size(), 4);
   EXPECT_FLOAT_EQ(adam.beta2(), 0.999f);
   EXPECT_FLOAT_EQ(adam.weight_decay(), 0.01f);
@@ -245,7 +245,7 @@ TEST(PlannerTest, ProgramsAreWellFormedOnManyMeshes) {
     for (const v1::Program& p : MustPlan(spec)) {
       std::set<int> defined;
       for (const v1::ParamInit& init : p.init()) defined.insert(init.buffer());
-      for (const v1::Instruction& ins : p.step()) {
+      for (const v1::Instruction& ins : p.instructions()) {
         for (int b : ins.inputs()) {
           ASSERT_TRUE(b >= 0 && b < p.buffers_size());
           EXPECT_TRUE(defined.count(b)) << ins.comment() << " reads " << p.buffers(b).name();
@@ -366,7 +366,7 @@ TEST(PlannerTest, DpTwoByMpTwoWithTheSeedPlacements) {
       EXPECT_EQ(Ranks(p, *c), want);
     }
     // Local shapes: batch 8 over dp, hidden 16 over mp.
-    EXPECT_EQ(p.buffers(p.step(0).outputs(0)).shape(0), 4);
+    EXPECT_EQ(p.buffers(p.instructions(0).outputs(0)).shape(0), 4);
     for (const v1::ParamInit& init : p.init()) {
       std::vector<int64_t> shape(p.buffers(init.buffer()).shape().begin(),
                                  p.buffers(init.buffer()).shape().end());
@@ -405,7 +405,7 @@ TEST(PlannerTest, ConflictingShardsUseAnAllToAll) {
     for (const v1::Instruction* c : Collectives(p)) {
       EXPECT_NE(BufferName(p, c->inputs(0)), "fc0.weight") << c->comment();
     }
-    const v1::Instruction& a2a = p.step(Index(p, v1::Instruction::ALL_TO_ALL));
+    const v1::Instruction& a2a = p.instructions(Index(p, v1::Instruction::ALL_TO_ALL));
     EXPECT_EQ(BufferName(p, a2a.inputs(0)), "input");
     EXPECT_EQ(a2a.axis(), 1);
     EXPECT_EQ(a2a.concat_axis(), 0);
@@ -438,13 +438,13 @@ TEST(PlannerTest, PartialSumParameterLivesOnMemberZero) {
     EXPECT_EQ(Colls(p), (std::vector<Coll>{{AR, "mp", "fc0.out"}}));
     // Member 0 takes the AdamW step; member 1 advances m and v (lr 0) and decays its zeros.
     ASSERT_EQ(Count(p, v1::Instruction::ADAMW), 1);
-    const v1::Instruction& adam = p.step(Index(p, v1::Instruction::ADAMW));
+    const v1::Instruction& adam = p.instructions(Index(p, v1::Instruction::ADAMW));
     if (p.rank() == 0) {
       EXPECT_GT(adam.lr(), 0.0f);
     } else {
       EXPECT_EQ(adam.lr(), 0.0f);
-      EXPECT_EQ(p.step(p.step_size() - 1).op(), v1::Instruction::SCALE);
-      EXPECT_FLOAT_EQ(p.step(p.step_size() - 1).scale(), 1.0f - 0.1f * 0.01f);
+      EXPECT_EQ(p.instructions(p.instructions_size() - 1).op(), v1::Instruction::SCALE);
+      EXPECT_FLOAT_EQ(p.instructions(p.instructions_size() - 1).scale(), 1.0f - 0.1f * 0.01f);
     }
   }
 }
@@ -459,8 +459,8 @@ TEST(PlannerTest, PartialSumBatchIsLoadedByMemberZero) {
   ASSERT_EQ(programs.size(), 2u);
   EXPECT_EQ(Count(programs[0], v1::Instruction::LOAD_INPUT), 1);
   EXPECT_EQ(Count(programs[1], v1::Instruction::LOAD_INPUT), 0);
-  EXPECT_EQ(programs[1].step(0).op(), v1::Instruction::SCALE);
-  EXPECT_EQ(programs[1].step(0).scale(), 0.0f);
+  EXPECT_EQ(programs[1].instructions(0).op(), v1::Instruction::SCALE);
+  EXPECT_EQ(programs[1].instructions(0).scale(), 0.0f);
   // Partial(avg): everyone loads.
   spec = SpecBuilder({2}, {"dp"})
              .Batch(4, {6}, {2})

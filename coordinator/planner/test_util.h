@@ -114,13 +114,13 @@ inline int AddUnplaced(Graph* g, const std::string& name, std::vector<int64_t> s
 
 inline int Count(const v1::Program& p, v1::Instruction::Op op) {
   int n = 0;
-  for (const v1::Instruction& i : p.step()) n += i.op() == op;
+  for (const v1::Instruction& i : p.instructions()) n += i.op() == op;
   return n;
 }
 
 inline std::vector<const v1::Instruction*> Collectives(const v1::Program& p) {
   std::vector<const v1::Instruction*> out;
-  for (const v1::Instruction& i : p.step()) {
+  for (const v1::Instruction& i : p.instructions()) {
     if (IsCollective(i.op())) out.push_back(&i);
   }
   return out;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/philox.h"
 #include "common/safetensors.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "worker/data/batch_source.h"
 #include "worker/kernels/backend.h"
@@ -33,7 +34,7 @@ int64_t Product(const std::vector<int64_t>& v, size_t begin = 0, size_t end = SI
 // One instruction, decoded and checked once at Create so that RunStep only dispatches.
 struct Step {
   Instruction::Op op = Instruction::OP_UNSPECIFIED;
-  int index = 0;                 // position in Program.step, for messages
+  int index = 0;                 // position in Program.instructions, for messages
   int in[4] = {-1, -1, -1, -1};  // buffer ids
   int out = -1;
   // MATMUL.
@@ -192,7 +193,7 @@ class ProgramExecutor final : public Executor {
   absl::Status Execute(const Step& s, int64_t step);
   absl::Status ExecuteCollective(const Step& s);
   absl::Status ExecutePointToPoint(const Step& s);
-  // Runs the step list, timing it into spans_ (Program.trace).
+  // Runs the instruction list, timing it into spans_ (Program.trace).
   absl::Status RunTraced(int64_t step);
   void BuildSpanTemplates();
   std::string Context(const Step& s) const;
@@ -222,7 +223,7 @@ class ProgramExecutor final : public Executor {
 };
 
 std::string ProgramExecutor::Context(const Step& s) const {
-  const Instruction& ins = program_.step(s.index);
+  const Instruction& ins = program_.instructions(s.index);
   std::string c = absl::StrCat("instruction ", s.index, " (", Instruction::Op_Name(ins.op()));
   if (!ins.comment().empty()) absl::StrAppend(&c, " '", ins.comment(), "'");
   absl::StrAppend(&c, ")");
@@ -284,7 +285,7 @@ absl::Status ProgramExecutor::Check() {
         absl::StrCat("start_step ", program_.start_step(), " is negative"));
   }
   // Data sources are opened only when the program loads data.
-  for (const Instruction& ins : program_.step()) {
+  for (const Instruction& ins : program_.instructions()) {
     if (ins.op() == Instruction::LOAD_INPUT && inputs_ == nullptr) {
       ASSIGN_OR_RETURN(inputs_,
                        BatchSource::Create(program_.data(), BatchSource::kInput, program_.seed()));
@@ -300,8 +301,8 @@ absl::Status ProgramExecutor::Check() {
         absl::StrCat("data.input holds ", inputs_->num_samples(), " samples but data.label ",
                      labels_->num_samples()));
   }
-  steps_.resize(program_.step_size());
-  for (int i = 0; i < program_.step_size(); ++i) {
+  steps_.resize(program_.instructions_size());
+  for (int i = 0; i < program_.instructions_size(); ++i) {
     steps_[i].index = i;
     RETURN_IF_ERROR(Annotate(CheckInstruction(i, &steps_[i]), Context(steps_[i])));
     if (steps_[i].outer > 1 && steps_[i].scratch == 0) {
@@ -315,7 +316,7 @@ absl::Status ProgramExecutor::Check() {
 
 void ProgramExecutor::BuildSpanTemplates() {
   for (Step& s : steps_) {
-    const Instruction& ins = program_.step(s.index);
+    const Instruction& ins = program_.instructions(s.index);
     if (IsCommunication(s.op)) {
       v1::TraceSpan span = SpanOf(ins);
       const v1::CommGroup& group = program_.groups(s.comm);
@@ -458,7 +459,7 @@ absl::Status ProgramExecutor::CheckInit(const v1::ParamInit& init) {
 }
 
 absl::Status ProgramExecutor::CheckInstruction(int index, Step* s) {
-  const Instruction& ins = program_.step(index);
+  const Instruction& ins = program_.instructions(index);
   s->op = ins.op();
   const int nbuf = program_.buffers_size();
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -1102,7 +1103,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::CreateWithKernels(
     return absl::InvalidArgumentError(
         absl::StrCat("program precision \"", program.precision(), "\": expected f32 or bf16"));
   }
-  auto exec = std::make_unique<ProgramExecutor>(program, comm_factory, std::move(kernels));
+  v1::Program resolved = program;
+  RETURN_IF_ERROR(Annotate(ResolveGroupRanks(&resolved),
+                           absl::StrCat("checking the program of rank ", program.rank(), " (job ",
+                                        program.job_id(), ")")));
+  auto exec = std::make_unique<ProgramExecutor>(resolved, comm_factory, std::move(kernels));
   RETURN_IF_ERROR(Annotate(exec->Check(), absl::StrCat("checking the program of rank ",
                                                       program.rank(), " (job ", program.job_id(),
                                                       ")")));

@@ -1,6 +1,6 @@
 // Executor: an interpreter over a Program's instructions. It owns the rank's buffers, runs the
 // init list once (the buffers a Program.load_checkpoint covers are read from it instead) and the
-// step list once per step, and knows nothing of parallelism beyond the collectives and
+// instruction list once per step, and knows nothing of parallelism beyond the collectives and
 // point-to-point transfers the instructions name. With Program.trace it also
 // records the step's timeline (TakeSpans).
 //

@@ -64,7 +64,7 @@ class ProgramBuilder {
   }
   Instruction* Op(Instruction::Op op, std::vector<int> inputs, std::vector<int> outputs,
                   const std::string& comment = "") {
-    Instruction* ins = p_.add_step();
+    Instruction* ins = p_.add_instructions();
     ins->set_op(op);
     for (int i : inputs) ins->add_inputs(i);
     for (int o : outputs) ins->add_outputs(o);
@@ -551,7 +551,7 @@ TEST(ExecutorTest, AllToAllMovesTheShardAxisWithUnevenSplits) {
   }
   // A piece that does not match this member's concat size is rejected at Create.
   v1::Program bad = programs[1];
-  bad.mutable_step(2)->set_concat_split_sizes(1, 2);
+  bad.mutable_instructions(2)->set_concat_split_sizes(1, 2);
   LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(3, absl::Seconds(1)), 1);
   absl::Status status = Executor::Create(bad, &factory).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
@@ -576,7 +576,7 @@ v1::Program TinyProgram() {
 
 TEST(ExecutorTest, CreateRejectsBadProgramsNamingTheInstruction) {
   v1::Program p = TinyProgram();
-  p.mutable_step(0)->set_outputs(0, 9);
+  p.mutable_instructions(0)->set_outputs(0, 9);
   auto e = Executor::Create(p, nullptr);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("instruction 0 (MATMUL 'fc0: x @ w')"),
@@ -585,7 +585,7 @@ TEST(ExecutorTest, CreateRejectsBadProgramsNamingTheInstruction) {
   EXPECT_NE(e.status().message().find("out of range"), absl::string_view::npos) << e.status();
 
   p = TinyProgram();
-  p.mutable_step(0)->set_transpose_b(true);
+  p.mutable_instructions(0)->set_transpose_b(true);
   e = Executor::Create(p, nullptr);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("inner dimensions"), absl::string_view::npos) << e.status();
@@ -598,7 +598,7 @@ TEST(ExecutorTest, CreateRejectsBadProgramsNamingTheInstruction) {
       << e.status();
 
   p = TinyProgram();
-  Instruction* ar = p.add_step();
+  Instruction* ar = p.add_instructions();
   ar->set_op(Instruction::ALL_REDUCE);
   ar->add_inputs(3);
   ar->add_outputs(3);
@@ -898,7 +898,7 @@ TEST(ExecutorTest, CreateRejectsBadPointToPointAndAccumulate) {
     EXPECT_NE(s.message().find(text), std::string::npos) << s;
   };
   auto first = [](v1::Program& p, Instruction::Op op) {
-    for (Instruction& ins : *p.mutable_step()) {
+    for (Instruction& ins : *p.mutable_instructions()) {
       if (ins.op() == op) return &ins;
     }
     return static_cast<Instruction*>(nullptr);

@@ -218,7 +218,7 @@ absl::Status CheckDeadlockFree(const std::vector<v1::Program>& programs) {
     if (programs[r].rank() != static_cast<int>(r)) {
       return absl::InternalError(absl::StrCat("program ", r, " is for rank ", programs[r].rank()));
     }
-    for (const v1::Instruction& ins : programs[r].step()) ranks[r].push_back({ins});
+    for (const v1::Instruction& ins : programs[r].instructions()) ranks[r].push_back({ins});
   }
   std::map<int, std::vector<int>> groups = Groups(programs);
   Simulation sim(ranks, groups);
@@ -231,8 +231,8 @@ absl::Status CheckTransfersMatch(const std::vector<v1::Program>& programs) {
   using Key = std::tuple<int, int, int, uint32_t>;
   std::map<Key, std::vector<int64_t>> sends, recvs;
   for (const v1::Program& p : programs) {
-    for (int i = 0; i < p.step_size(); ++i) {
-      const v1::Instruction& ins = p.step(i);
+    for (int i = 0; i < p.instructions_size(); ++i) {
+      const v1::Instruction& ins = p.instructions(i);
       if (!IsTransfer(ins.op())) continue;
       auto it = groups.find(ins.group());
       if (it == groups.end() || ins.peer() < 0 ||

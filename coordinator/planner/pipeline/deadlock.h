@@ -1,5 +1,5 @@
 // The deadlock check of pipeline (and any) plans, run before anything executes: the ranks'
-// step lists are simulated together with blocking semantics, as the transports behave: a SEND
+// instruction lists are simulated together with blocking semantics, as the transports behave: a SEND
 // completes only together with its peer's RECV of the same tag (Gloo's send waits for the
 // receiver), a collective only when every member of its group reaches it, everything else on
 // its own. A plan whose ranks cannot all finish is rejected naming each stuck rank and the
@@ -34,7 +34,7 @@ absl::StatusOr<std::vector<std::vector<v1::Instruction>>> OrderTransfers(
     const std::vector<std::vector<TransferBatch>>& ranks,
     const std::map<int, std::vector<int>>& groups);
 
-// programs[r] is rank r's. OK when every rank's step list completes; else FAILED_PRECONDITION
+// programs[r] is rank r's. OK when every rank's instruction list completes; else FAILED_PRECONDITION
 // naming each stuck rank, the instruction index it waits at and what it waits for.
 absl::Status CheckDeadlockFree(const std::vector<v1::Program>& programs);
 

@@ -41,7 +41,7 @@ std::vector<v1::Program> TwoRanks(std::vector<v1::Instruction> r0, std::vector<v
     v1::Buffer* b = p.add_buffers();
     b->set_id(0);
     b->add_shape(4);
-    for (const v1::Instruction& ins : r == 0 ? r0 : r1) *p.add_step() = ins;
+    for (const v1::Instruction& ins : r == 0 ? r0 : r1) *p.add_instructions() = ins;
   }
   return programs;
 }

@@ -293,8 +293,8 @@ void Mark(InstructionList* list, int first, int micro_batch, int chunk) {
 void ShareBuffers(int first, v1::Program* p) {
   const int n = p->buffers_size();
   std::vector<int> first_use(n, -1), last_use(n, -1);
-  for (int i = 0; i < p->step_size(); ++i) {
-    const Instruction& ins = p->step(i);
+  for (int i = 0; i < p->instructions_size(); ++i) {
+    const Instruction& ins = p->instructions(i);
     for (const auto* ids : {&ins.inputs(), &ins.outputs()}) {
       for (int b : *ids) {
         if (first_use[b] < 0) first_use[b] = i;
@@ -340,7 +340,7 @@ void ShareBuffers(int first, v1::Program* p) {
     remap[b] = chosen;
   }
   *p->mutable_buffers() = std::move(buffers);
-  for (Instruction& ins : *p->mutable_step()) {
+  for (Instruction& ins : *p->mutable_instructions()) {
     for (int& b : *ins.mutable_inputs()) b = remap[b];
     for (int& b : *ins.mutable_outputs()) b = remap[b];
   }
@@ -591,7 +591,7 @@ absl::StatusOr<std::vector<v1::Program>> PlanPipeline(const v1::JobSpec& spec,
   std::vector<v1::Program> programs;
   for (int r = 0; r < world; ++r) {
     v1::Program& p = drafts[r].program;
-    for (v1::Instruction& ins : ordered[r]) *p.add_step() = std::move(ins);
+    for (v1::Instruction& ins : ordered[r]) *p.add_instructions() = std::move(ins);
     p.set_loss_buffer(drafts[r].loss);
     ShareBuffers(drafts[r].first_shared, &p);
     programs.push_back(std::move(p));

@@ -42,7 +42,7 @@ v1::JobSpec Mlp(std::vector<int64_t> mesh, std::vector<std::string> names,
 std::string ComputeOrder(const v1::Program& p) {
   std::vector<ScheduleStep> order;
   WorkItem last{WorkItem::kForward, -1, -1};
-  for (const v1::Instruction& ins : p.step()) {
+  for (const v1::Instruction& ins : p.instructions()) {
     if (ins.op() == v1::Instruction::SEND || ins.op() == v1::Instruction::RECV) continue;
     if (ins.micro_batch() < 0) continue;
     WorkItem item{ins.phase() == v1::Instruction::BACKWARD ? WorkItem::kBackward
@@ -92,7 +92,7 @@ TEST(PipelinePlanTest, ProgramsFollowTheScheduleAndTransfersMatch) {
       const int params = 2 * 8 / chunks * c.v;
       EXPECT_EQ(Count(p, v1::Instruction::SGD), params) << "rank " << r;
       EXPECT_EQ(Count(p, v1::Instruction::FILL), params + 1) << "rank " << r;
-      for (const v1::Instruction& ins : p.step()) {
+      for (const v1::Instruction& ins : p.instructions()) {
         if (ins.op() == v1::Instruction::SEND || ins.op() == v1::Instruction::RECV) {
           EXPECT_GE(ins.micro_batch(), 0);
           EXPECT_NE(ins.phase(), v1::Instruction::PHASE_UNSPECIFIED);
@@ -102,7 +102,7 @@ TEST(PipelinePlanTest, ProgramsFollowTheScheduleAndTransfersMatch) {
         }
       }
       // The loss is summed over the pipeline dim last.
-      const v1::Instruction& last = p.step(p.step_size() - 1);
+      const v1::Instruction& last = p.instructions(p.instructions_size() - 1);
       EXPECT_EQ(last.op(), v1::Instruction::ALL_REDUCE);
       EXPECT_EQ(last.outputs(0), p.loss_buffer());
     }
@@ -115,7 +115,7 @@ TEST(PipelinePlanTest, MicroBatchesLoadTheirRowsOfTheBatch) {
   std::vector<v1::Program> programs = MustPlan(spec);
   ASSERT_EQ(programs.size(), 4u);
   std::vector<std::pair<int64_t, int64_t>> rows;  // rank 1 (stage 0, dp 1)
-  for (const v1::Instruction& ins : programs[1].step()) {
+  for (const v1::Instruction& ins : programs[1].instructions()) {
     if (ins.op() == v1::Instruction::LOAD_INPUT) {
       rows.emplace_back(ins.box().offsets(0), ins.box().lengths(0));
     }
@@ -131,7 +131,7 @@ TEST(PipelinePlanTest, DataParallelStagesAllReduceGradientsOncePerStep) {
   ASSERT_EQ(programs.size(), 4u);
   for (const v1::Program& p : programs) {
     int dp_all_reduce = 0;
-    for (const v1::Instruction& ins : p.step()) {
+    for (const v1::Instruction& ins : p.instructions()) {
       if (ins.op() != v1::Instruction::ALL_REDUCE) continue;
       for (const v1::CommGroup& g : p.groups()) {
         if (g.id() == ins.group() && g.mesh_dims() == "dp") {
@@ -185,7 +185,7 @@ TEST(PipelinePlanTest, MegatronPlacementsInsideStages) {
   EXPECT_TRUE(CheckDeadlockFree(programs).ok());
   // Row-parallel outputs are all-reduced over mp inside each stage, per micro-batch.
   int mp_all_reduce = 0;
-  for (const v1::Instruction& ins : programs[0].step()) {
+  for (const v1::Instruction& ins : programs[0].instructions()) {
     if (ins.op() == v1::Instruction::ALL_REDUCE && ins.micro_batch() >= 0) ++mp_all_reduce;
   }
   EXPECT_GT(mp_all_reduce, 0);
