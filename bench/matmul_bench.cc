@@ -47,9 +47,9 @@ int main() {
   double total_weft = 0, total_blas = 0;
   for (const Shape& s : shapes) {
     const int64_t a_n = s.m * s.k, b_n = s.k * s.n, c_n = s.m * s.n;
-    float* a = kernels->Allocate(a_n);
-    float* b = kernels->Allocate(b_n);
-    float* c = kernels->Allocate(c_n);
+    auto* a = static_cast<float*>(kernels->Allocate(a_n * sizeof(float)));
+    auto* b = static_cast<float*>(kernels->Allocate(b_n * sizeof(float)));
+    auto* c = static_cast<float*>(kernels->Allocate(c_n * sizeof(float)));
     std::vector<float> c2(c_n);
     for (int64_t i = 0; i < a_n; ++i) a[i] = static_cast<float>((i % 17) - 8) * 0.01f;
     for (int64_t i = 0; i < b_n; ++i) b[i] = static_cast<float>((i % 13) - 6) * 0.01f;
@@ -80,10 +80,10 @@ int main() {
   const int64_t params = 2 * 1024 * 4096, acts = 512 * 4096, outs = 512 * 1024;
   std::vector<float*> bufs;
   for (int i = 0; i < 4; ++i) {
-    bufs.push_back(kernels->Allocate(params));
+    bufs.push_back(static_cast<float*>(kernels->Allocate(params * sizeof(float))));
     for (int64_t j = 0; j < params; ++j) bufs[i][j] = static_cast<float>((j % 7) + 1) * 0.01f;
   }
-  float* out = kernels->Allocate(params);
+  auto* out = static_cast<float*>(kernels->Allocate(params * sizeof(float)));
   weft::AdamWHyper hyper;
   std::printf("\n%-40s %12s\n", "kernel (elements)", "ms");
   std::printf("%-40s %12.2f\n", "adamw (8388608: both weights)",

@@ -8,9 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/spec/spec.h"
+#include "common/jobspec/yaml.h"
 #include "coordinator/planner/plan_report.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/planner/submit.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -18,14 +19,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   absl::StatusOr<weft::v1::JobSpec> spec = weft::LoadJobSpecFile(argv[1]);
-  absl::Status s = spec.status();
-  if (s.ok()) s = weft::PrepareJobSpec(&*spec);
-  if (!s.ok()) {
-    std::cerr << argv[1] << ": " << s << "\n";
+  if (!spec.ok()) {
+    std::cerr << argv[1] << ": " << spec.status() << "\n";
     return 1;
   }
-  absl::StatusOr<std::vector<weft::v1::Program>> programs =
-      weft::planner::PlanJob(*spec, "plan", 0);
+  absl::StatusOr<std::shared_ptr<const weft::planner::Plan>> plan =
+      weft::planner::PrepareAndPlan(&*spec, "plan", 0);
+  if (!plan.ok()) {
+    std::cerr << argv[1] << ": " << plan.status() << "\n";
+    return 1;
+  }
+  absl::StatusOr<std::vector<weft::v1::Program>> programs = (*plan)->AllPrograms();
   if (!programs.ok()) {
     std::cerr << argv[1] << ": planning: " << programs.status() << "\n";
     return 1;

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -27,6 +28,8 @@ int64_t Volume(const std::vector<int64_t>& v) {
 }
 
 std::string Dims(const std::vector<int64_t>& v) { return absl::StrCat("[", absl::StrJoin(v, ","), "]"); }
+
+int64_t TensorBytes(const TensorEntry& e) { return Volume(e.global_shape) * DTypeSize(e.dtype); }
 
 std::string Dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -53,7 +56,7 @@ std::string FormatCheckpointText(const CheckpointReader& reader) {
   std::string out;
   int64_t tensor_bytes = 0, chunks = 0;
   for (const auto& [name, e] : index.tensors) {
-    tensor_bytes += Volume(e.global_shape) * 4;
+    tensor_bytes += TensorBytes(e);
     chunks += static_cast<int64_t>(e.chunks.size());
   }
   absl::StrAppend(&out, "checkpoint ", reader.step_dir(), ": step ", index.step,
@@ -65,8 +68,9 @@ std::string FormatCheckpointText(const CheckpointReader& reader) {
     absl::StrAppend(&out, "metadata: ", absl::StrJoin(kv, " "), "\n");
   }
   for (const auto& [name, e] : index.tensors) {
-    absl::StrAppend(&out, "\n", name, "  ", e.dtype, " ", Dims(e.global_shape), "  ",
-                    Volume(e.global_shape) * 4, " bytes, ", e.chunks.size(), " chunk(s)\n");
+    absl::StrAppend(&out, "\n", name, "  ", SafetensorsDTypeName(e.dtype), " ",
+                    Dims(e.global_shape), "  ", TensorBytes(e), " bytes, ", e.chunks.size(),
+                    " chunk(s)\n");
     for (const Chunk& c : e.chunks) {
       absl::StrAppend(&out, "  offsets ", Dims(c.offsets), " lengths ", Dims(c.lengths), "  ",
                       c.file, " bytes [", c.begin, ",", c.end, ") (", c.end - c.begin, " B)",
@@ -95,9 +99,9 @@ std::string FormatCheckpointJson(const CheckpointReader& reader) {
   j["tensors"] = Json::array();
   int64_t tensor_bytes = 0;
   for (const auto& [name, e] : index.tensors) {
-    Json t = {{"name", name}, {"dtype", e.dtype}, {"shape", e.global_shape},
-              {"bytes", Volume(e.global_shape) * 4}, {"chunks", Json::array()}};
-    tensor_bytes += Volume(e.global_shape) * 4;
+    Json t = {{"name", name}, {"dtype", std::string(SafetensorsDTypeName(e.dtype))},
+              {"shape", e.global_shape}, {"bytes", TensorBytes(e)}, {"chunks", Json::array()}};
+    tensor_bytes += TensorBytes(e);
     for (const Chunk& c : e.chunks) {
       t["chunks"].push_back({{"offsets", c.offsets}, {"lengths", c.lengths}, {"file", c.file},
                              {"byte_range", {c.begin, c.end}}, {"bytes", c.end - c.begin},
@@ -124,7 +128,7 @@ absl::Status ExportCheckpoint(const CheckpointReader& reader, const std::string&
     if (name == "__metadata__") {
       return absl::InvalidArgumentError(absl::StrCat(context, ": tensor name '__metadata__' is reserved"));
     }
-    entries.push_back({name, e.global_shape});
+    entries.push_back({name, e.global_shape, e.dtype});
   }
   const SafetensorsHeader header =
       EncodeSafetensorsHeader(entries, {{"format", "pt"}, {"weft_step", absl::StrCat(index.step)}});
@@ -132,18 +136,15 @@ absl::Status ExportCheckpoint(const CheckpointReader& reader, const std::string&
   absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(out_path);
   if (!file.ok()) return Annotate(file.status(), context);
   RETURN_IF_ERROR(Annotate(file->Append(header.bytes), context));
-  std::vector<float> buffer;
+  std::vector<char> buffer;  // one tensor as stored
   for (const auto& [name, e] : index.tensors) {
-    buffer.assign(static_cast<size_t>(Volume(e.global_shape)), 0.0f);
+    buffer.assign(static_cast<size_t>(TensorBytes(e)), 0);
     if (buffer.empty()) continue;
     RETURN_IF_ERROR(Annotate(
         reader.ReadBox(name, std::vector<int64_t>(e.global_shape.size(), 0), e.global_shape,
-                       buffer.data()),
+                       e.dtype, buffer.data()),
         context));
-    RETURN_IF_ERROR(Annotate(
-        file->Append(absl::string_view(reinterpret_cast<const char*>(buffer.data()),
-                                       buffer.size() * sizeof(float))),
-        context));
+    RETURN_IF_ERROR(Annotate(file->Append(absl::string_view(buffer.data(), buffer.size())), context));
   }
   return Annotate(file->Commit(), context);
 }

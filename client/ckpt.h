@@ -19,8 +19,8 @@
 
 namespace weft::client {
 
-// Step, metadata, per tensor its dtype, global shape, bytes and chunks (offsets, lengths, file,
-// byte range, crc32c), then the files with their sizes and the totals.
+// Step, metadata, per tensor its dtype (F32, BF16, I32, I64), global shape, bytes and chunks
+// (offsets, lengths, file, byte range, crc32c), then the files with their sizes and the totals.
 std::string FormatCheckpointText(const checkpoint::CheckpointReader& reader);
 
 // {"step_dir", "step", "format_version", "metadata": {...},
@@ -30,9 +30,9 @@ std::string FormatCheckpointText(const checkpoint::CheckpointReader& reader);
 //  "files": [{"name", "bytes"}], "tensor_bytes", "file_bytes"}
 std::string FormatCheckpointJson(const checkpoint::CheckpointReader& reader);
 
-// Writes every tensor whole, by its global name, as F32 into one safetensors file (metadata
-// {"format": "pt", "weft_step": N}), one tensor in memory at a time, to a temporary file in
-// the same folder that is fsynced and renamed onto out_path.
+// Writes every tensor whole, by its global name and in its dtype, into one safetensors file
+// (metadata {"format": "pt", "weft_step": N}), one tensor in memory at a time, to a temporary
+// file in the same folder that is fsynced and renamed onto out_path.
 absl::Status ExportCheckpoint(const checkpoint::CheckpointReader& reader,
                               const std::string& out_path);
 

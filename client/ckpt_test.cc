@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -189,6 +190,102 @@ TEST_F(CkptTest, ExportRoundTrip) {
   for (const auto& e : fs::directory_iterator(TestTmpDir())) {
     EXPECT_EQ(e.path().filename().string().find("export_bad"), std::string::npos);
   }
+}
+
+// A checkpoint of every dtype: inspect shows each tensor's, export writes each in its own.
+class TypedCkptTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestTmpDir() + "/typed_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    // emb [2,3] bf16 split by rows over two ranks; ids [4] int64 and w [2] float32 on rank 0,
+    // n [3] int32 on rank 1.
+    auto r0 = checkpoint::WriteShard(checkpoint::StagingDir(dir_, 5), 0,
+                                     {{"emb", {2, 3}, {0, 0}, {1, 3}, emb_.data(), v1::BF16},
+                                      {"ids", {4}, {0}, {4}, ids_.data(), v1::I64},
+                                      {"w", {2}, {0}, {2}, w_.data()}});
+    auto r1 = checkpoint::WriteShard(checkpoint::StagingDir(dir_, 5), 1,
+                                     {{"emb", {2, 3}, {1, 0}, {1, 3}, emb_.data() + 3, v1::BF16},
+                                      {"n", {3}, {0}, {3}, n_.data(), v1::I32}});
+    ASSERT_TRUE(r0.ok() && r1.ok());
+    std::vector<checkpoint::IndexedChunk> all = *r0;
+    all.insert(all.end(), r1->begin(), r1->end());
+    ASSERT_TRUE(checkpoint::CommitCheckpoint(dir_, 5, all, 1).ok());
+    step_ = dir_ + "/step-5";
+  }
+
+  const std::vector<uint16_t> emb_ = {0x3f80, 0x4000, 0x4040, 0xbf80, 0xc000, 0x0000};
+  const std::vector<int64_t> ids_ = {int64_t{1} << 40, -1, 7, 0};
+  const std::vector<float> w_ = {0.5f, -0.25f};
+  const std::vector<int32_t> n_ = {-3, 2147483647, 11};
+  std::string dir_, step_;
+};
+
+TEST_F(TypedCkptTest, InspectShowsEachTensorsDtype) {
+  auto reader = checkpoint::CheckpointReader::Open(step_);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const std::string text = FormatCheckpointText(*reader);
+  EXPECT_THAT(text, HasSubstr("\nemb  BF16 [2,3]  12 bytes, 2 chunk(s)\n"));
+  EXPECT_THAT(text, HasSubstr("\nids  I64 [4]  32 bytes, 1 chunk(s)\n"));
+  EXPECT_THAT(text, HasSubstr("\nn  I32 [3]  12 bytes, 1 chunk(s)\n"));
+  EXPECT_THAT(text, HasSubstr("\nw  F32 [2]  8 bytes, 1 chunk(s)\n"));
+  EXPECT_THAT(text, HasSubstr("offsets [1,0] lengths [1,3]  rank-1.safetensors bytes ["));
+  EXPECT_THAT(text, HasSubstr("total: 64 bytes of tensors, "));
+
+  const nlohmann::json j = nlohmann::json::parse(FormatCheckpointJson(*reader));
+  ASSERT_EQ(j["tensors"].size(), 4u);
+  std::map<std::string, std::pair<std::string, int64_t>> got;
+  for (const auto& t : j["tensors"]) got[t["name"]] = {t["dtype"], t["bytes"]};
+  EXPECT_EQ(got["emb"], (std::pair<std::string, int64_t>{"BF16", 12}));
+  EXPECT_EQ(got["ids"], (std::pair<std::string, int64_t>{"I64", 32}));
+  EXPECT_EQ(got["n"], (std::pair<std::string, int64_t>{"I32", 12}));
+  EXPECT_EQ(got["w"], (std::pair<std::string, int64_t>{"F32", 8}));
+  EXPECT_EQ(j["tensors"][0]["chunks"][1]["bytes"], 6);  // one bf16 row of emb
+  EXPECT_EQ(j["tensor_bytes"], 64);
+
+  int64_t bytes = 0;
+  EXPECT_TRUE(reader->VerifyEach(&bytes).empty());
+  EXPECT_EQ(bytes, 64);
+
+  Result r = RunWeftctl("ckpt inspect " + dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\nemb  BF16 [2,3]  12 bytes, 2 chunk(s)\n"));
+  r = RunWeftctl("ckpt inspect --json " + dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tensors"][1]["dtype"], "I64");
+}
+
+TEST_F(TypedCkptTest, ExportWritesEachTensorInItsDtype) {
+  const std::string out = TestTmpDir() + "/typed_export.safetensors";
+  Result r = RunWeftctl("ckpt export " + dir_ + " " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The header as any safetensors reader sees it.
+  const std::string bytes = ReadAll(out);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(bytes[i]);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  EXPECT_EQ(header["emb"], nlohmann::json::parse(R"({"dtype":"BF16","shape":[2,3],"data_offsets":[0,12]})"));
+  EXPECT_EQ(header["ids"], nlohmann::json::parse(R"({"dtype":"I64","shape":[4],"data_offsets":[12,44]})"));
+  EXPECT_EQ(header["n"], nlohmann::json::parse(R"({"dtype":"I32","shape":[3],"data_offsets":[44,56]})"));
+  EXPECT_EQ(header["w"], nlohmann::json::parse(R"({"dtype":"F32","shape":[2],"data_offsets":[56,64]})"));
+  EXPECT_EQ(bytes.size(), 8 + n + 64);
+
+  absl::StatusOr<SafetensorsFile> f = SafetensorsFile::Open(out);
+  ASSERT_TRUE(f.ok()) << f.status();
+  std::vector<uint16_t> emb(6);
+  std::vector<int64_t> ids(4);
+  std::vector<int32_t> nn(3);
+  std::vector<float> w(2);
+  ASSERT_TRUE(f->ReadBox("emb", {0, 0}, {2, 3}, v1::BF16, emb.data()).ok());
+  ASSERT_TRUE(f->ReadBox("ids", {0}, {4}, v1::I64, ids.data()).ok());
+  ASSERT_TRUE(f->ReadBox("n", {0}, {3}, v1::I32, nn.data()).ok());
+  ASSERT_TRUE(f->ReadBox("w", {0}, {2}, v1::F32, w.data()).ok());
+  EXPECT_EQ(emb, emb_);
+  EXPECT_EQ(ids, ids_);
+  EXPECT_EQ(nn, n_);
+  EXPECT_EQ(w, w_);
 }
 
 // ---- The binary

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
 
 namespace weft::client {
@@ -46,6 +47,7 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"trace", {true, {"local"}}},
       {"device", {true, {"local"}}},
       {"reason", {true, {"cancel"}}},
+      {"list_ranks", {true, {"plan"}}},
       {"help", {false, {}}},
   };
   return *flags;
@@ -161,6 +163,19 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     } else if (name == "trace") {
       if (value.empty()) return absl::InvalidArgumentError("--trace: needs a FILE to write");
       cl.trace = value;
+    } else if (name == "list_ranks") {
+      if (value == "all") {
+        cl.list_all_ranks = true;
+        continue;
+      }
+      for (absl::string_view part : absl::StrSplit(value, ',')) {
+        int rank;
+        if (!absl::SimpleAtoi(part, &rank) || rank < 0) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "--list_ranks: expected all or ranks like 0,5,9, got \"", value, "\""));
+        }
+        cl.list_ranks.push_back(rank);
+      }
     }
   }
 
@@ -233,10 +248,13 @@ Commands:
                                    --device: run the job on cpu or cuda (rank r on cuda:r)
                                    whatever the spec's device says
   plan SPEC [--json]               validate SPEC and plan it offline (no coordinator): per rank,
-                                   the instructions with local shapes, each collective with its
-                                   group and bytes sent, the memory for parameters, gradients,
-                                   optimizer states and peak activations; then the bytes moved
-                                   per step. --json: one JSON document
+       [--list_ranks R,...|all]    the instructions with local shapes, each collective with its
+                                   group and bytes sent, the memory at its peak and for
+                                   parameters, gradients, optimizer states and peak activations;
+                                   then the bytes moved per step. --json: one JSON document.
+                                   Meshes of more than 16 ranks list one rank per pipeline stage
+                                   in full and a memory/traffic line for every rank, unless
+                                   --list_ranks says which ranks (or all) to list
   trace JOB FILE                   write the timeline of a job submitted with 'trace: true' to
                                    FILE as Chrome trace-event JSON (open it in ui.perfetto.dev
                                    or chrome://tracing): one process per rank, a slice per
@@ -247,7 +265,7 @@ Commands:
                                    crc32c); the files and their sizes; the totals
   ckpt verify DIR                  read every chunk and check its crc32c and that each tensor
                                    is covered; exits 1 naming each bad tensor and file
-  ckpt export DIR OUT.safetensors  write every tensor whole (F32, by global name) into one
+  ckpt export DIR OUT.safetensors  write every tensor whole (its dtype, by global name) into one
                                    safetensors file, atomically
   help                             this text
 

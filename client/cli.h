@@ -34,6 +34,10 @@ struct CommandLine {
   std::string trace;                    // local: record a timeline and write it to this file
   std::string device;                   // local: cpu | cuda, overrides the spec's device
   std::string reason;                   // cancel
+  // plan: the ranks listed in full (empty: the default, every rank of up to 16, else one per
+  // pipeline stage); list_all_ranks: every rank.
+  std::vector<int> list_ranks;
+  bool list_all_ranks = false;
   bool help = false;
 };
 

@@ -30,7 +30,8 @@ std::string FormatStepJson(const v1::StepMetrics& step) {
                       ",\"loss\":", JsonNumber(step.loss()),
                       ",\"step_seconds\":", JsonNumber(step.step_seconds()),
                       ",\"samples_per_second\":", JsonNumber(step.samples_per_second()),
-                      ",\"bytes_sent\":", step.bytes_sent(), "}");
+                      ",\"bytes_sent\":", step.bytes_sent(),
+                      ",\"peak_bytes\":", step.peak_bytes(), "}");
 }
 
 std::string FormatStateJson(v1::JobState state, const std::string& message) {
@@ -88,6 +89,9 @@ std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps) {
   }
   if (step.bytes_sent() > 0) {
     absl::StrAppend(&out, "  ", absl::StrFormat("%.1f", step.bytes_sent() / 1e6), " MB/step");
+  }
+  if (step.peak_bytes() > 0) {
+    absl::StrAppend(&out, "  ", absl::StrFormat("%.1f", step.peak_bytes() / 1e6), " MB peak");
   }
   if (step.step_seconds() > 0) {
     absl::StrAppend(&out, "  (", absl::StrFormat("%.3f", step.step_seconds()), " s)");

@@ -6,7 +6,7 @@
 //   FormatEventJson(event)
 //     -> {"type":"step","step":3,"loss":0.12345678901234566,"step_seconds":0.014,...}
 //   FormatEventText(event, /*total_steps=*/10)
-//     -> step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  (0.014 s)
+//     -> step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  12.6 MB peak  (0.014 s)
 #ifndef WEFT_CLIENT_EVENT_FORMAT_H_
 #define WEFT_CLIENT_EVENT_FORMAT_H_
 
@@ -27,8 +27,9 @@ std::string StateName(v1::JobState state);
 std::string JsonNumber(double value);
 std::string JsonString(const std::string& value);
 
-// {"type":"step","step":S,"loss":L,"step_seconds":T,"samples_per_second":X,"bytes_sent":N}
-// where N is the payload bytes all ranks' communicators sent during the step (an integer).
+// {"type":"step","step":S,"loss":L,"step_seconds":T,"samples_per_second":X,"bytes_sent":N,
+//  "peak_bytes":P} where N is the payload bytes all ranks' communicators sent during the step and
+// P the most bytes any one rank's kernels held at once during it (integers).
 std::string FormatStepJson(const v1::StepMetrics& step);
 // {"type":"state","state":"FAILED","message":"..."}; the message is always present for FAILED
 // and CANCELLED, and for other states when non-empty.
@@ -38,8 +39,9 @@ std::string FormatSavedJson(const v1::CheckpointSaved& saved);
 // One of the three above; empty for an event with neither a state, a step nor a checkpoint.
 std::string FormatEventJson(const v1::JobEvent& event);
 
-// "step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  (0.014 s)" (total_steps 0:
-// "step 3"; MB = 10^6 bytes sent by all ranks, left out when nothing was sent)
+// "step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  12.6 MB peak  (0.014 s)"
+// (total_steps 0: "step 3"; MB = 10^6 bytes: sent by all ranks, and the largest rank's memory
+// peak; each left out when 0)
 std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps);
 // "state RUNNING" or "state FAILED: <message>"
 std::string FormatStateText(v1::JobState state, const std::string& message);

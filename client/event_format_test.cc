@@ -36,7 +36,7 @@ TEST(EventFormatTest, StepJsonLineRoundTripsTheLoss) {
   const std::string line = FormatEventJson(StepEvent(3, loss, 0.014, 2345.5));
   EXPECT_EQ(line,
             "{\"type\":\"step\",\"step\":3,\"loss\":0.30000000000000004,\"step_seconds\":"
-            "0.014,\"samples_per_second\":2345.5,\"bytes_sent\":0}");
+            "0.014,\"samples_per_second\":2345.5,\"bytes_sent\":0,\"peak_bytes\":0}");
   EXPECT_EQ(line.find('\n'), std::string::npos);
   const nlohmann::json j = nlohmann::json::parse(line);
   EXPECT_EQ(j["type"], "step");
@@ -54,13 +54,34 @@ TEST(EventFormatTest, StepBytesSent) {
   v1::JobEvent event = StepEvent(4, 0.5, 0.2, 2560);
   event.mutable_step()->set_bytes_sent(33554432);
   const std::string line = FormatEventJson(event);
-  EXPECT_THAT(line, HasSubstr(",\"bytes_sent\":33554432}"));
+  EXPECT_THAT(line, HasSubstr(",\"bytes_sent\":33554432,"));
   EXPECT_EQ(nlohmann::json::parse(line)["bytes_sent"].get<int64_t>(), 33554432);
   EXPECT_EQ(FormatEventText(event, 10),
             "step 4/10  loss 0.5  2,560 samples/s  33.6 MB/step  (0.200 s)");
   event.mutable_step()->set_bytes_sent(int64_t{1} << 50);
   EXPECT_EQ(nlohmann::json::parse(FormatEventJson(event))["bytes_sent"].get<int64_t>(),
             int64_t{1} << 50);
+}
+
+// peak_bytes is the largest rank's memory peak, an exact integer; the text line shows it in MB.
+TEST(EventFormatTest, StepPeakBytes) {
+  v1::JobEvent event = StepEvent(4, 0.5, 0.2, 2560);
+  event.mutable_step()->set_bytes_sent(33554432);
+  event.mutable_step()->set_peak_bytes(12582912);
+  const std::string line = FormatEventJson(event);
+  EXPECT_THAT(line, HasSubstr(",\"bytes_sent\":33554432,\"peak_bytes\":12582912}"));
+  const nlohmann::json j = nlohmann::json::parse(line);
+  EXPECT_EQ(j["peak_bytes"].get<int64_t>(), 12582912);
+  EXPECT_EQ(FormatEventText(event, 10),
+            "step 4/10  loss 0.5  2,560 samples/s  33.6 MB/step  12.6 MB peak  (0.200 s)");
+  event.mutable_step()->set_peak_bytes(int64_t{1} << 40);
+  EXPECT_EQ(nlohmann::json::parse(FormatEventJson(event))["peak_bytes"].get<int64_t>(),
+            int64_t{1} << 40);
+  // A step without a peak (older workers) prints 0 in JSON and nothing in text.
+  event.mutable_step()->set_peak_bytes(0);
+  EXPECT_THAT(FormatEventJson(event), HasSubstr(",\"peak_bytes\":0}"));
+  EXPECT_EQ(FormatEventText(event, 10),
+            "step 4/10  loss 0.5  2,560 samples/s  33.6 MB/step  (0.200 s)");
 }
 
 TEST(EventFormatTest, NonFiniteNumbersAreNull) {

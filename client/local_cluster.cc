@@ -1,49 +1,31 @@
 #include "client/local_cluster.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
 #include "common/status.h"
 
 namespace weft::client {
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(50);
-
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return absl::StrCat("exited with code ", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    return absl::StrCat("was killed by signal ", WTERMSIG(status), " (",
-                        strsignal(WTERMSIG(status)), ")");
-  }
-  return absl::StrCat("ended with status ", status);
 }
 
 }  // namespace
@@ -82,13 +64,6 @@ std::vector<std::string> ChildEnvironment(const std::vector<std::string>& parent
   }
   env.push_back(absl::StrCat("OPENBLAS_NUM_THREADS=", threads));
   return env;
-}
-
-std::optional<int> ParsePortFile(const std::string& content) {
-  int port;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(content), &port)) return std::nullopt;
-  if (port <= 0 || port > 65535) return std::nullopt;
-  return port;
 }
 
 std::string TailLines(const std::string& text, int lines) {
@@ -157,65 +132,27 @@ absl::Status LocalCluster::Spawn(const std::string& name, const std::vector<std:
   Child child;
   child.name = name;
   child.log_path = absl::StrCat(dir_, "/logs/", name, ".log");
-  const int log_fd = open(child.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
-    return absl::InternalError(absl::StrCat("opening ", child.log_path, ": ", std::strerror(errno)));
-  }
-  const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  // Everything the child needs is built before fork: between fork and exec only
-  // async-signal-safe calls are allowed.
-  std::vector<char*> args, envp;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  for (const std::string& e : env_) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const pid_t parent = getpid();
-
-  const pid_t pid = fork();
-  if (pid < 0) {
-    close(log_fd);
-    if (null_fd >= 0) close(null_fd);
-    return absl::InternalError(absl::StrCat("starting ", name, ": fork: ", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    // weftctl blocks these for its signal thread; the daemons need them back.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    signal(SIGPIPE, SIG_DFL);
-    prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (getppid() != parent) _exit(126);
-    if (null_fd >= 0) dup2(null_fd, 0);
-    dup2(log_fd, 1);
-    dup2(log_fd, 2);
-    execve(args[0], args.data(), envp.data());
-    const char msg[] = "weftctl: exec failed: ";
-    (void)!write(2, msg, sizeof(msg) - 1);
-    const char* err = strerror(errno);
-    (void)!write(2, err, strlen(err));
-    (void)!write(2, "\n", 1);
-    _exit(127);
-  }
-  close(log_fd);
-  if (null_fd >= 0) close(null_fd);
-  child.pid = pid;
-  children_.push_back(child);
+  SubprocessOptions options;
+  options.argv = argv;
+  options.env = env_;
+  options.stdout_path = child.log_path;
+  // In weftctl's group, so that a terminal's Ctrl-C reaches the daemons as before; they die
+  // with weftctl if it is killed.
+  options.new_process_group = false;
+  options.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> process = Subprocess::Start(std::move(options));
+  if (!process.ok()) return process.status();
+  child.process = std::move(process).value();
+  children_.push_back(std::move(child));
   return absl::OkStatus();
 }
 
 absl::Status LocalCluster::CheckChildren() {
   for (Child& c : children_) {
-    if (c.reaped) {
-      return absl::InternalError(
-          absl::StrCat(c.name, " (pid ", c.pid, ") ", DescribeExit(c.status), "; see ", c.log_path));
-    }
-    int status = 0;
-    const pid_t r = waitpid(c.pid, &status, WNOHANG);
-    if (r == c.pid) {
-      c.reaped = true;
-      c.status = status;
-      return absl::InternalError(
-          absl::StrCat(c.name, " (pid ", c.pid, ") ", DescribeExit(status), "; see ", c.log_path));
+    if (!c.process->Running()) {
+      return absl::InternalError(absl::StrCat(c.name, " (pid ", c.process->pid(), ") ",
+                                              c.process->exit_status()->Describe(), "; see ",
+                                              c.log_path));
     }
   }
   return absl::OkStatus();
@@ -223,49 +160,45 @@ absl::Status LocalCluster::CheckChildren() {
 
 absl::Status LocalCluster::WaitForPort() {
   const std::string port_file = dir_ + "/port";
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(options_.start_timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Interrupted()) return absl::CancelledError("interrupted");
-    RETURN_IF_ERROR(CheckChildren());
-    std::optional<int> port = ParsePortFile(ReadFile(port_file));
-    if (port.has_value()) {
-      // Read again: a port file caught half-written would parse as a shorter number.
-      std::this_thread::sleep_for(kPoll);
-      if (ParsePortFile(ReadFile(port_file)) == port) {
-        address_ = absl::StrCat("127.0.0.1:", *port);
-        return absl::OkStatus();
-      }
-    }
-    std::this_thread::sleep_for(kPoll);
+  absl::StatusOr<int> port =
+      WaitForPortFile(port_file, *children_.front().process,
+                      absl::Seconds(options_.start_timeout_s), [this] { return Interrupted(); });
+  if (port.ok()) {
+    address_ = absl::StrCat("127.0.0.1:", *port);
+    return absl::OkStatus();
   }
-  return absl::DeadlineExceededError(absl::StrCat("the coordinator wrote no port to ", port_file,
-                                                  " within ", options_.start_timeout_s, " s"));
+  if (absl::IsCancelled(port.status())) return absl::CancelledError("interrupted");
+  if (absl::IsDeadlineExceeded(port.status())) {
+    return absl::DeadlineExceededError(absl::StrCat("the coordinator wrote no port to ", port_file,
+                                                    " within ", options_.start_timeout_s, " s"));
+  }
+  RETURN_IF_ERROR(CheckChildren());  // names the coordinator, how it ended and its log
+  return port.status();
 }
 
 absl::Status LocalCluster::WaitForWorkers() {
   CoordinatorClient client(address_);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(options_.start_timeout_s);
   int registered = 0;
   absl::Status last = absl::OkStatus();
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (Interrupted()) return absl::CancelledError("interrupted");
-    RETURN_IF_ERROR(CheckChildren());
-    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
-    if (workers.ok()) {
-      registered = 0;
-      for (const v1::WorkerInfo& w : *workers) {
-        if (w.state() != "lost") ++registered;
-      }
-      if (registered >= options_.ranks) return absl::OkStatus();
-    } else if (!absl::IsUnavailable(workers.status())) {
-      return workers.status();
-    } else {
-      last = workers.status();
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
+  absl::Status failed = absl::OkStatus();  // a ListWorkers error other than UNAVAILABLE
+  const absl::Status s = PollUntil(
+      [&]() -> absl::StatusOr<bool> {
+        if (Interrupted()) return absl::CancelledError("interrupted");
+        RETURN_IF_ERROR(CheckChildren());
+        absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+        if (!workers.ok()) {
+          if (!absl::IsUnavailable(workers.status())) return failed = workers.status();
+          last = workers.status();
+          return false;
+        }
+        registered = 0;
+        for (const v1::WorkerInfo& w : *workers) {
+          if (w.state() != "lost") ++registered;
+        }
+        return registered >= options_.ranks;
+      },
+      absl::Seconds(options_.start_timeout_s), absl::Milliseconds(100));
+  if (!absl::IsDeadlineExceeded(s) || !failed.ok()) return s;
   return absl::DeadlineExceededError(absl::StrCat(
       "only ", registered, " of ", options_.ranks, " worker(s) registered with the coordinator within ",
       options_.start_timeout_s, " s", last.ok() ? "" : absl::StrCat(" (", last.message(), ")")));
@@ -284,35 +217,11 @@ std::string LocalCluster::LogTails(int lines) const {
 void LocalCluster::Stop() {
   if (stopped_) return;
   stopped_ = true;
-  for (Child& c : children_) {
-    if (!c.reaped) kill(c.pid, SIGTERM);
-  }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(options_.grace_s);
-  for (;;) {
-    bool all = true;
-    for (Child& c : children_) {
-      if (c.reaped) continue;
-      int status = 0;
-      const pid_t r = waitpid(c.pid, &status, WNOHANG);
-      if (r == c.pid || (r < 0 && errno == ECHILD)) {
-        c.reaped = true;
-        c.status = status;
-      } else {
-        all = false;
-      }
-    }
-    if (all || std::chrono::steady_clock::now() >= deadline) break;
-    std::this_thread::sleep_for(kPoll);
-  }
-  for (Child& c : children_) {
-    if (c.reaped) continue;
-    kill(c.pid, SIGKILL);
-    int status = 0;
-    while (waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    c.reaped = true;
-    c.status = status;
-  }
+  // All at once: SIGTERM to every child, one grace period for all of them, then SIGKILL.
+  for (Child& c : children_) c.process->Signal(SIGTERM);
+  const absl::Time deadline = absl::Now() + absl::Seconds(options_.grace_s);
+  for (Child& c : children_) c.process->WaitUntil(deadline);
+  for (Child& c : children_) c.process->Stop(absl::ZeroDuration());
   if (!dir_.empty()) {
     if (options_.keep_tmp) {
       Progress(absl::StrCat("kept ", dir_));

@@ -1,7 +1,8 @@
 // `weftctl local`: one weft-coordinator and N weft-worker child processes on 127.0.0.1, in a
 // temporary folder that holds the coordinator's data, the port file and one log per child.
-// Children die with weftctl (PR_SET_PDEATHSIG) and Stop() ends them (SIGTERM, then SIGKILL
-// after a grace period), so nothing outlives the command.
+// Children (common/subprocess) stay in weftctl's process group, die with weftctl
+// (PR_SET_PDEATHSIG) and Stop() ends them (SIGTERM, then SIGKILL after a grace period), so
+// nothing outlives the command.
 //
 // E.g.
 //   LocalCluster cluster({.ranks = 4, .coordinator_bin = c, .worker_bin = w});
@@ -12,15 +13,14 @@
 #ifndef WEFT_CLIENT_LOCAL_CLUSTER_H_
 #define WEFT_CLIENT_LOCAL_CLUSTER_H_
 
-#include <sys/types.h>
-
 #include <functional>
-#include <optional>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/subprocess.h"
 
 namespace weft::client {
 
@@ -38,9 +38,6 @@ int ThreadsPerRank(int cpus, int ranks);
 // parent already sets it.
 std::vector<std::string> ChildEnvironment(const std::vector<std::string>& parent_env,
                                           int threads);
-
-// A port file's content ("41234\n") -> the port; nullopt while it is missing or incomplete.
-std::optional<int> ParsePortFile(const std::string& content);
 
 // The last `lines` lines of text.
 std::string TailLines(const std::string& text, int lines);
@@ -85,11 +82,9 @@ class LocalCluster {
 
  private:
   struct Child {
-    std::string name;      // coordinator, worker-0, ...
+    std::string name;  // coordinator, worker-0, ...
     std::string log_path;
-    pid_t pid = -1;
-    bool reaped = false;
-    int status = 0;        // from waitpid, once reaped
+    std::unique_ptr<Subprocess> process;
   };
 
   absl::Status Spawn(const std::string& name, const std::vector<std::string>& argv);

@@ -53,14 +53,7 @@ TEST(LocalClusterTest, BlasThreadsSplitTheCores) {
   EXPECT_EQ(env, std::vector<std::string>{"OPENBLAS_NUM_THREADS=8"});
 }
 
-TEST(LocalClusterTest, PortFile) {
-  EXPECT_EQ(ParsePortFile("41234\n"), 41234);
-  EXPECT_EQ(ParsePortFile("41234"), 41234);
-  EXPECT_EQ(ParsePortFile(""), std::nullopt);
-  EXPECT_EQ(ParsePortFile("0"), std::nullopt);
-  EXPECT_EQ(ParsePortFile("70000"), std::nullopt);
-  EXPECT_EQ(ParsePortFile("12ab"), std::nullopt);
-}
+// The port file is parsed by common/subprocess (subprocess_test).
 
 TEST(LocalClusterTest, TailLines) {
   EXPECT_EQ(TailLines("a\nb\nc\n", 2), "b\nc");

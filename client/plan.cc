@@ -1,14 +1,19 @@
 #include "client/plan.h"
 
+#include <map>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/spec/spec.h"
+#include "common/jobspec/validate.h"
+#include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "coordinator/planner/format.h"
-#include "coordinator/planner/planner.h"
+#include "common/dtype.h"
+#include "common/program.h"
+#include "coordinator/planner/submit.h"
 #include "nlohmann/json.hpp"
 
 namespace weft::client {
@@ -33,47 +38,114 @@ nlohmann::json BufferJson(const v1::Program& program, int id) {
     b["name"] = program.buffers(id).name();
     b["shape"] = std::vector<int64_t>(program.buffers(id).shape().begin(),
                                       program.buffers(id).shape().end());
+    b["dtype"] = std::string(DTypeName(program.buffers(id).dtype()));
   }
   return b;
 }
 
+nlohmann::json InstructionsJson(const v1::Program& program) {
+  nlohmann::json instructions = nlohmann::json::array();
+  for (int i = 0; i < program.instructions_size(); ++i) {
+    const v1::Instruction& ins = program.instructions(i);
+    nlohmann::json inputs = nlohmann::json::array(), outputs = nlohmann::json::array();
+    for (int b : ins.inputs()) inputs.push_back(BufferJson(program, b));
+    for (int b : ins.outputs()) outputs.push_back(BufferJson(program, b));
+    nlohmann::json item = {{"index", i},
+                           {"op", v1::Instruction::Op_Name(ins.op())},
+                           {"inputs", std::move(inputs)},
+                           {"outputs", std::move(outputs)}};
+    if (planner::IsCollective(ins.op())) item["group"] = ins.group();
+    if (!ins.comment().empty()) item["comment"] = ins.comment();
+    instructions.push_back(std::move(item));
+  }
+  return instructions;
+}
+
 }  // namespace
 
-absl::StatusOr<PlannedJob> PlanSpecFile(const std::string& path) {
+absl::StatusOr<PlannedJob> PlanSpecFile(const std::string& path, const std::vector<int>& ranks,
+                                        bool all) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, LoadJobSpecFile(path));
-  // What SubmitJob does (coordinator.cc): prepare and validate, then plan.
-  absl::Status s = PrepareJobSpec(&spec);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
+  // What SubmitJob does (coordinator.cc): prepare, validate and plan.
+  absl::StatusOr<std::shared_ptr<const planner::Plan>> planned =
+      planner::PrepareAndPlan(&spec, "plan", 0);
+  if (!planned.ok()) {
+    return absl::Status(planned.status().code(),
+                        absl::StrCat(path, ": ", planned.status().message()));
+  }
+  const planner::Plan& plan = **planned;
+  const int world = plan.world_size();
+  std::set<int> listed(ranks.begin(), ranks.end());
+  for (int r : listed) {
+    if (r < 0 || r >= world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--list_ranks: rank ", r, " is not in the job's ", world, " ranks"));
+    }
+  }
+  if (listed.empty()) {
+    if (all || world <= kListAllRanks) {
+      for (int r = 0; r < world; ++r) listed.insert(r);
+    } else {
+      // The first rank of each pipeline stage.
+      const planner::Graph& g = plan.planned().graph;
+      for (int s = 0; s < plan.planned().pipeline.stages; ++s) {
+        std::vector<int64_t> coord(g.mesh.ndim(), 0);
+        if (g.pipeline.dim >= 0) coord[g.pipeline.dim] = s;
+        listed.insert(g.mesh.RankAt(coord));
+      }
+    }
+  }
   PlannedJob job;
-  absl::StatusOr<std::vector<v1::Program>> programs = planner::PlanJob(spec, "plan", 0);
-  if (!programs.ok()) {
-    return Annotate(programs.status(), absl::StrCat(path, ": planning the job"));
+  for (int r = 0; r < world; ++r) {
+    absl::StatusOr<v1::Program> program = plan.Program(r);
+    if (!program.ok()) {
+      return Annotate(program.status(), absl::StrCat(path, ": planning the job"));
+    }
+    // As a worker sees it: group ranks filled in from the mesh dims the planner sends.
+    RETURN_IF_ERROR(ResolveGroupRanks(&*program));
+    const bool full = listed.count(r) > 0;
+    job.report.ranks.push_back(planner::ReportRank(*program, /*collectives=*/full));
+    job.report.total_bytes_per_step += job.report.ranks.back().bytes_sent_per_step;
+    if (full) {
+      job.programs.push_back(*std::move(program));
+      job.listed.push_back(r);
+    }
   }
   job.spec = std::move(spec);
-  job.programs = *std::move(programs);
-  job.report = planner::ReportPlan(job.programs);
   return job;
 }
 
 std::string FormatPlanText(const PlannedJob& job) {
   std::string out;
+  const size_t world = job.report.ranks.size();
   absl::StrAppend(
       &out, "job ", job.spec.name(), ": mesh [", absl::StrJoin(job.spec.mesh().shape(), ","), "](",
-      absl::StrJoin(job.spec.mesh().dim_names(), ","), "), ", job.programs.size(), " rank(s)\n");
-  for (size_t r = 0; r < job.programs.size(); ++r) {
-    absl::StrAppend(&out, "\n== rank ", r, " ==\n", planner::FormatProgram(job.programs[r]));
-    if (r >= job.report.ranks.size()) continue;
-    const planner::RankReport& rank = job.report.ranks[r];
+      absl::StrJoin(job.spec.mesh().dim_names(), ","), "), ", world, " rank(s)\n");
+  if (job.listed.size() < world) {
+    absl::StrAppend(&out, "listed in full: rank(s) ", absl::StrJoin(job.listed, ","),
+                    " (--list_ranks R,... or all for others)\n");
+  }
+  for (size_t i = 0; i < job.programs.size(); ++i) {
+    const planner::RankReport& rank = job.report.ranks[job.listed[i]];
+    absl::StrAppend(&out, "\n== rank ", rank.rank, " ==\n", planner::FormatProgram(job.programs[i]));
     absl::StrAppend(&out, "memory: parameters ", Bytes(rank.param_bytes), ", gradients ",
                     Bytes(rank.grad_bytes), ", optimizer states ",
                     Bytes(rank.optimizer_state_bytes), ", peak activations ",
-                    Bytes(rank.peak_activation_bytes), "\n");
+                    Bytes(rank.peak_activation_bytes), "; at its peak ",
+                    Bytes(rank.peak_bytes), " in all (the arena its buffers share)\n");
     absl::StrAppend(&out, "collectives: ", rank.collectives.size(), ", ",
                     Bytes(rank.bytes_sent_per_step), " sent per step\n");
     for (const planner::CollectiveReport& c : rank.collectives) {
       absl::StrAppend(&out, absl::StrFormat("  %3d %-15s %s over %s ranks [%s]: %s sent\n",
                                             c.instruction, c.op, c.tensor, c.mesh_dims,
                                             absl::StrJoin(c.ranks, ","), Bytes(c.bytes_sent)));
+    }
+  }
+  if (job.listed.size() < world) {
+    absl::StrAppend(&out, "\nevery rank: memory at its peak, bytes sent per step\n");
+    for (const planner::RankReport& rank : job.report.ranks) {
+      absl::StrAppend(&out, "  rank ", rank.rank, ": ", Bytes(rank.peak_bytes), ", ",
+                      Bytes(rank.bytes_sent_per_step), " sent\n");
     }
   }
   absl::StrAppend(&out, "\ntotal bytes moved per step (all ranks): ",
@@ -88,19 +160,22 @@ std::string FormatPlanJson(const PlannedJob& job) {
                                                 job.spec.mesh().shape().end())},
                  {"dim_names", std::vector<std::string>(job.spec.mesh().dim_names().begin(),
                                                         job.spec.mesh().dim_names().end())}};
-  doc["world_size"] = job.programs.size();
+  doc["world_size"] = job.report.ranks.size();
   doc["total_bytes_per_step"] = job.report.total_bytes_per_step;
+  doc["listed_ranks"] = job.listed;
+  std::map<int, const v1::Program*> listed;
+  for (size_t i = 0; i < job.programs.size(); ++i) listed[job.listed[i]] = &job.programs[i];
   nlohmann::json ranks = nlohmann::json::array();
-  for (size_t r = 0; r < job.programs.size(); ++r) {
-    const v1::Program& program = job.programs[r];
-    nlohmann::json rank = {{"rank", program.rank()}};
-    if (r < job.report.ranks.size()) {
-      const planner::RankReport& report = job.report.ranks[r];
-      rank["memory"] = {{"param_bytes", report.param_bytes},
-                        {"grad_bytes", report.grad_bytes},
-                        {"optimizer_state_bytes", report.optimizer_state_bytes},
-                        {"peak_activation_bytes", report.peak_activation_bytes}};
-      rank["bytes_sent_per_step"] = report.bytes_sent_per_step;
+  for (const planner::RankReport& report : job.report.ranks) {
+    nlohmann::json rank = {{"rank", report.rank}};
+    rank["memory"] = {{"peak_bytes", report.peak_bytes},
+                      {"param_bytes", report.param_bytes},
+                      {"grad_bytes", report.grad_bytes},
+                      {"optimizer_state_bytes", report.optimizer_state_bytes},
+                      {"peak_activation_bytes", report.peak_activation_bytes}};
+    rank["bytes_sent_per_step"] = report.bytes_sent_per_step;
+    auto program = listed.find(report.rank);
+    if (program != listed.end()) {
       nlohmann::json collectives = nlohmann::json::array();
       for (const planner::CollectiveReport& c : report.collectives) {
         collectives.push_back({{"instruction", c.instruction},
@@ -111,22 +186,8 @@ std::string FormatPlanJson(const PlannedJob& job) {
                                {"bytes_sent", c.bytes_sent}});
       }
       rank["collectives"] = std::move(collectives);
+      rank["instructions"] = InstructionsJson(*program->second);
     }
-    nlohmann::json instructions = nlohmann::json::array();
-    for (int i = 0; i < program.instructions_size(); ++i) {
-      const v1::Instruction& ins = program.instructions(i);
-      nlohmann::json inputs = nlohmann::json::array(), outputs = nlohmann::json::array();
-      for (int b : ins.inputs()) inputs.push_back(BufferJson(program, b));
-      for (int b : ins.outputs()) outputs.push_back(BufferJson(program, b));
-      nlohmann::json item = {{"index", i},
-                             {"op", v1::Instruction::Op_Name(ins.op())},
-                             {"inputs", std::move(inputs)},
-                             {"outputs", std::move(outputs)}};
-      if (planner::IsCollective(ins.op())) item["group"] = ins.group();
-      if (!ins.comment().empty()) item["comment"] = ins.comment();
-      instructions.push_back(std::move(item));
-    }
-    rank["instructions"] = std::move(instructions);
     ranks.push_back(std::move(rank));
   }
   doc["ranks"] = std::move(ranks);

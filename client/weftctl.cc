@@ -28,8 +28,10 @@
 #include "client/local_cluster.h"
 #include "client/plan.h"
 #include "client/trace_format.h"
-#include "common/spec/spec.h"
+#include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/yaml.h"
 #include "common/status.h"
+#include "coordinator/planner/submit.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace weft::client {
@@ -65,10 +67,12 @@ std::string ToJson(const google::protobuf::Message& message) {
   return out;
 }
 
+// The spec as written, after the checks SubmitJob makes (the model is checked by planning it).
 absl::StatusOr<v1::JobSpec> LoadAndValidate(const std::string& path) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(path);
   if (!spec.ok()) return spec.status();
-  absl::Status s = ValidateJobSpec(*spec);
+  v1::JobSpec checked = *spec;
+  absl::Status s = planner::PrepareAndPlan(&checked, "check", 0).status();
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
   return spec;
 }
@@ -329,7 +333,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
 }
 
 int RunPlan(const CommandLine& cl) {
-  absl::StatusOr<PlannedJob> job = PlanSpecFile(cl.positional[0]);
+  absl::StatusOr<PlannedJob> job = PlanSpecFile(cl.positional[0], cl.list_ranks, cl.list_all_ranks);
   if (!job.ok()) return Fail(job.status());
   std::cout << (cl.json ? FormatPlanJson(*job) + "\n" : FormatPlanText(*job)) << std::flush;
   return 0;

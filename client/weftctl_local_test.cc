@@ -2,22 +2,20 @@
 // stand-in workers: the JSON lines, the exit status, and that no child process or temporary
 // folder outlives it, also when it is interrupted.
 #include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -25,6 +23,10 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::weft::ExitStatus;
+using ::weft::PollUntil;
+using ::weft::Subprocess;
+using ::weft::SubprocessOptions;
 
 std::string g_weftctl;
 std::string g_fake_coordinator;
@@ -65,6 +67,7 @@ class WeftctlLocalTest : public ::testing::Test {
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_ + "/tmp");
+    // The stand-in worker runs until it is stopped; its argv identifies it in /proc.
     sleep_seconds_ = std::to_string(1000 + getpid() % 1000);
     worker_ = dir_ + "/worker.sh";
     std::ofstream(worker_) << "#!/bin/sh\nexec sleep " << sleep_seconds_ << "\n";
@@ -81,38 +84,31 @@ class WeftctlLocalTest : public ::testing::Test {
     return path;
   }
 
-  pid_t Start(const std::vector<std::string>& args) {
-    std::vector<std::string> argv = {g_weftctl};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const pid_t pid = fork();
-    if (pid == 0) {
-      setenv("TMPDIR", (dir_ + "/tmp").c_str(), 1);
-      const int out = open((dir_ + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int err = open((dir_ + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(out, 1);
-      dup2(err, 2);
-      std::vector<char*> cargv;
-      for (std::string& a : argv) cargv.push_back(a.data());
-      cargv.push_back(nullptr);
-      execv(cargv[0], cargv.data());
-      _exit(127);
-    }
-    return pid;
+  // weftctl with args, TMPDIR in dir_/tmp, stdout in dir_/out and stderr in dir_/err; stopped
+  // with its process group at the end of the test if it still runs.
+  Subprocess& Start(const std::vector<std::string>& args) {
+    SubprocessOptions options;
+    options.argv = {g_weftctl};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.env = weft::EnvironmentWith({{"TMPDIR", dir_ + "/tmp"}});
+    options.stdout_path = dir_ + "/out";
+    options.stderr_path = dir_ + "/err";
+    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(std::move(options));
+    EXPECT_TRUE(p.ok()) << p.status();
+    processes_.push_back(std::move(p).value());
+    return *processes_.back();
   }
 
-  // Exit code, or -1 on a timeout (the process is then killed).
-  int Wait(pid_t pid, int timeout_s) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-    int status = 0;
-    while (waitpid(pid, &status, WNOHANG) == 0) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        return -1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // Exit code (minus the signal if killed by one), or -1 on a timeout (the process is then
+  // killed).
+  int Wait(Subprocess& p, int timeout_s) {
+    const std::optional<ExitStatus> exit = p.WaitFor(absl::Seconds(timeout_s));
+    if (!exit.has_value()) {
+      p.Signal(SIGKILL);
+      p.Wait();
+      return -1;
     }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+    return exit->CodeOrMinusSignal();
   }
 
   std::vector<std::string> LocalArgs(const std::string& spec) {
@@ -126,11 +122,12 @@ class WeftctlLocalTest : public ::testing::Test {
   }
 
   std::string dir_, worker_, sleep_seconds_;
+  std::vector<std::unique_ptr<Subprocess>> processes_;
 };
 
 TEST_F(WeftctlLocalTest, RunsAJobAndPrintsJsonLines) {
-  const pid_t pid = Start(LocalArgs(Spec("quickstart")));
-  EXPECT_EQ(Wait(pid, 60), 0) << ReadFile(dir_ + "/err");
+  Subprocess& weftctl = Start(LocalArgs(Spec("quickstart")));
+  EXPECT_EQ(Wait(weftctl, 60), 0) << ReadFile(dir_ + "/err");
   const std::vector<std::string> lines = Lines(ReadFile(dir_ + "/out"));
   ASSERT_EQ(lines.size(), 12u) << ReadFile(dir_ + "/out");
   EXPECT_EQ(lines[0], "{\"type\":\"state\",\"state\":\"RUNNING\"}");
@@ -146,8 +143,8 @@ TEST_F(WeftctlLocalTest, RunsAJobAndPrintsJsonLines) {
 }
 
 TEST_F(WeftctlLocalTest, FailedJobExitsOneAndShowsLogs) {
-  const pid_t pid = Start(LocalArgs(Spec("fail")));
-  EXPECT_EQ(Wait(pid, 60), 1);
+  Subprocess& weftctl = Start(LocalArgs(Spec("fail")));
+  EXPECT_EQ(Wait(weftctl, 60), 1);
   const std::vector<std::string> lines = Lines(ReadFile(dir_ + "/out"));
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back(),
@@ -160,16 +157,17 @@ TEST_F(WeftctlLocalTest, FailedJobExitsOneAndShowsLogs) {
 }
 
 TEST_F(WeftctlLocalTest, InterruptStopsEverything) {
-  const pid_t pid = Start(LocalArgs(Spec("hang")));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ReadFile(dir_ + "/out").find("\"step\":1") == std::string::npos &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  Subprocess& weftctl = Start(LocalArgs(Spec("hang")));
+  (void)PollUntil(
+      [&] { return ReadFile(dir_ + "/out").find("\"step\":1") != std::string::npos; },
+      absl::Seconds(60));
   ASSERT_THAT(ReadFile(dir_ + "/out"), HasSubstr("\"step\":1")) << ReadFile(dir_ + "/err");
+  // The fake coordinator does not wait for the workers: one may still be exec'ing its sleep.
+  (void)PollUntil([&] { return CountProcesses({"sleep", sleep_seconds_}) == 4; },
+                  absl::Seconds(30));
   EXPECT_EQ(CountProcesses({"sleep", sleep_seconds_}), 4);
-  kill(pid, SIGINT);
-  EXPECT_EQ(Wait(pid, 30), 130) << ReadFile(dir_ + "/err");
+  weftctl.Signal(SIGINT);
+  EXPECT_EQ(Wait(weftctl, 30), 130) << ReadFile(dir_ + "/err");
   ExpectNothingLeft();
 }
 
@@ -210,9 +208,9 @@ TEST_F(WeftctlLocalTest, TraceFlagWritesAChromeTrace) {
 }
 
 TEST_F(WeftctlLocalTest, MissingCoordinatorBinaryIsAClearError) {
-  const pid_t pid = Start({"local", "--coordinator_bin", dir_ + "/nope", "--worker_bin", worker_,
-                           Spec("quickstart")});
-  EXPECT_EQ(Wait(pid, 30), 1);
+  Subprocess& weftctl = Start({"local", "--coordinator_bin", dir_ + "/nope", "--worker_bin",
+                               worker_, Spec("quickstart")});
+  EXPECT_EQ(Wait(weftctl, 30), 1);
   EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("weftctl: NOT_FOUND: "));
   ExpectNothingLeft();
 }
@@ -220,21 +218,15 @@ TEST_F(WeftctlLocalTest, MissingCoordinatorBinaryIsAClearError) {
 TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
   // Start a fake coordinator by hand and drive submit/get/list/watch/cancel/workers.
   const std::string port_file = dir_ + "/port";
-  const pid_t coord = fork();
-  if (coord == 0) {
-    const int null_fd = open("/dev/null", O_WRONLY);
-    dup2(null_fd, 2);
-    execl(g_fake_coordinator.c_str(), g_fake_coordinator.c_str(), "--listen", "127.0.0.1:0",
-          "--port_file", port_file.c_str(), "--data_dir", dir_.c_str(), nullptr);
-    _exit(127);
-  }
-  std::string port;
-  for (int i = 0; i < 500 && port.empty(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    port = ReadFile(port_file);
-  }
-  ASSERT_FALSE(port.empty());
-  const std::string address = "127.0.0.1:" + port.substr(0, port.find('\n'));
+  SubprocessOptions options;
+  options.argv = {g_fake_coordinator, "--listen", "127.0.0.1:0", "--port_file", port_file,
+                  "--data_dir", dir_};
+  options.stdout_path = dir_ + "/fake_coordinator.log";
+  absl::StatusOr<std::unique_ptr<Subprocess>> coord = Subprocess::Start(std::move(options));
+  ASSERT_TRUE(coord.ok()) << coord.status();
+  const absl::StatusOr<int> port = weft::WaitForPortFile(port_file, **coord, absl::Seconds(10));
+  ASSERT_TRUE(port.ok()) << port.status();
+  const std::string address = "127.0.0.1:" + std::to_string(*port);
   auto run = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"--coordinator", address});
     return Wait(Start(args), 30);
@@ -268,8 +260,8 @@ TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
   EXPECT_EQ(run({"trace", "job-3", dir_ + "/t.json"}), 0) << ReadFile(dir_ + "/err");
   EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("4 ranks, 80 spans"));
   ExpectChromeTrace(ReadFile(dir_ + "/t.json"), 4);
-  kill(coord, SIGKILL);
-  waitpid(coord, nullptr, 0);
+  (*coord)->Signal(SIGKILL);
+  (*coord)->Wait();
   EXPECT_EQ(run({"list"}), 1);
   EXPECT_THAT(ReadFile(dir_ + "/err"),
               HasSubstr("weftctl: UNAVAILABLE: cannot reach coordinator at " + address));

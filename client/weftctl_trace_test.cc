@@ -2,18 +2,17 @@
 // the Chrome trace parses, has one named process per rank, every slice carries its micro-batch
 // and chunk, and the slices measure real time (positive durations that add up to a part of the
 // job's run). No test asserts how long anything takes.
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -41,26 +40,25 @@ class WeftctlTraceTest : public ::testing::Test {
     std::filesystem::create_directories(dir_);
   }
 
-  // Runs weftctl with args; returns its exit status, stdout in out_, stderr in err_.
+  // Runs weftctl with args; returns its exit status (-1 if it did not exit within 240 s), stdout
+  // in out_, stderr in err_.
   int Run(std::vector<std::string> args) {
-    args.insert(args.begin(), g_weftctl);
-    const pid_t pid = fork();
-    if (pid == 0) {
-      if (!freopen((dir_ + "/out").c_str(), "w", stdout) ||
-          !freopen((dir_ + "/err").c_str(), "w", stderr)) {
-        _exit(126);
-      }
-      std::vector<char*> argv;
-      for (std::string& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
+    weft::SubprocessOptions options;
+    options.argv = {g_weftctl};
+    options.argv.insert(options.argv.end(), args.begin(), args.end());
+    options.stdout_path = dir_ + "/out";
+    options.stderr_path = dir_ + "/err";
+    absl::StatusOr<std::unique_ptr<weft::Subprocess>> weftctl =
+        weft::Subprocess::Start(std::move(options));
+    if (!weftctl.ok()) {
+      ADD_FAILURE() << weftctl.status();
+      return -1;
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
+    const std::optional<weft::ExitStatus> exit = (*weftctl)->WaitFor(absl::Seconds(240));
+    weftctl->reset();  // stops it if it still runs
     out_ = ReadFile(dir_ + "/out");
     err_ = ReadFile(dir_ + "/err");
-    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return exit.has_value() && exit->exited() ? exit->code : -1;
   }
 
   std::string WriteSpec(const std::string& name, const std::string& yaml) {

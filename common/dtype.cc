@@ -82,6 +82,33 @@ absl::StatusOr<v1::DType> DTypeFromSafetensors(absl::string_view name) {
       absl::StrCat("dtype ", name, " is not supported (F32, BF16, I32 and I64 are)"));
 }
 
+void EncodeElement(double value, v1::DType dtype, void* element) {
+  switch (dtype) {
+    case v1::F32: {
+      const float f = static_cast<float>(value);
+      std::memcpy(element, &f, sizeof(f));
+      return;
+    }
+    case v1::BF16: {
+      // Through float: a double rounded straight to bf16 could differ from PyTorch's
+      // float -> bf16 only for values a float cannot hold.
+      const uint16_t b = FloatToBf16Bits(static_cast<float>(value));
+      std::memcpy(element, &b, sizeof(b));
+      return;
+    }
+    case v1::I32: {
+      const int32_t i = SaturatingCast<int32_t>(value);
+      std::memcpy(element, &i, sizeof(i));
+      return;
+    }
+    default: {
+      const int64_t i = SaturatingCast<int64_t>(value);
+      std::memcpy(element, &i, sizeof(i));
+      return;
+    }
+  }
+}
+
 void ConvertElements(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) {
   if (from == to) {
     if (in != out) std::memmove(out, in, static_cast<size_t>(n * DTypeSize(from)));
@@ -97,24 +124,13 @@ void ConvertElements(const void* in, v1::DType from, void* out, v1::DType to, in
     }
     return;
   }
+  const int64_t size = DTypeSize(to);
   for (int64_t i = 0; i < n; ++i) {
-    const double v = ToDouble(in, from, i);
-    switch (to) {
-      case v1::F32:
-        static_cast<float*>(out)[i] = static_cast<float>(v);
-        break;
-      case v1::BF16:
-        // Through float: a double rounded straight to bf16 could differ from PyTorch's
-        // float -> bf16 only for values a float cannot hold, which no source type here has.
-        static_cast<uint16_t*>(out)[i] = FloatToBf16Bits(static_cast<float>(v));
-        break;
-      case v1::I32:
-        static_cast<int32_t*>(out)[i] = SaturatingCast<int32_t>(v);
-        break;
-      default:
-        static_cast<int64_t*>(out)[i] =
-            from == v1::I32 ? static_cast<const int32_t*>(in)[i] : SaturatingCast<int64_t>(v);
-        break;
+    void* element = static_cast<char*>(out) + i * size;
+    if (from == v1::I32 && to == v1::I64) {
+      static_cast<int64_t*>(out)[i] = static_cast<const int32_t*>(in)[i];  // exact
+    } else {
+      EncodeElement(ToDouble(in, from, i), to, element);
     }
   }
 }

@@ -54,6 +54,11 @@ inline float Bf16BitsToFloat(uint16_t b) {
   return f;
 }
 
+// One element of `dtype` holding `value`: floating types through float32 (bf16 rounded to
+// nearest even), integer types truncated toward zero and saturated at the type's range, NaN to 0.
+// Writes DTypeSize(dtype) bytes to `element`. (Kernels' Fill writes its value so.)
+void EncodeElement(double value, v1::DType dtype, void* element);
+
 // out[i] = in[i] converted from `from` to `to`, n elements in host memory (in and out must not
 // overlap unless the types are equal). Floats to bf16 round to nearest even; floats to integers
 // truncate toward zero and saturate at the integer's range (NaN becomes 0); integers to floats

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/dtype.h"
 #include "common/file_io.h"
 #include "common/status.h"
 
@@ -21,6 +22,13 @@ constexpr size_t kMagicLen = 6;
 absl::Status Invalid(const std::string& path, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what));
 }
+
+// numpy's little-endian descr of each dtype npy files hold here.
+struct NpyDescr {
+  v1::DType dtype;
+  const char* descr;
+};
+constexpr NpyDescr kDescrs[] = {{v1::F32, "<f4"}, {v1::I32, "<i4"}, {v1::I64, "<i8"}};
 
 // Finds the value of 'key' in a Python dict literal like
 // {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }. Returns the raw value text.
@@ -90,9 +98,21 @@ absl::StatusOr<NpyFile> NpyFile::Open(const std::string& path) {
       !FindDictValue(header, "shape", &shape_text)) {
     return Invalid(path, absl::StrCat("malformed header: ", header));
   }
-  if (descr != "'<f4'" && descr != "\"<f4\"") {
-    return Invalid(path, absl::StrCat("dtype ", descr, " is not little-endian float32 '<f4'"));
+  if (descr.size() < 2 || (descr.front() != '\'' && descr.front() != '"') ||
+      descr.back() != descr.front()) {
+    return Invalid(path, absl::StrCat("malformed descr ", descr));
   }
+  descr = descr.substr(1, descr.size() - 2);
+  const NpyDescr* known = nullptr;
+  for (const NpyDescr& d : kDescrs) {
+    if (descr == d.descr) known = &d;
+  }
+  if (known == nullptr) {
+    return Invalid(path, absl::StrCat("dtype '", descr,
+                                      "' is not supported (float32, int32 and int64 are)"));
+  }
+  f.header_.dtype = known->dtype;
+  const int64_t elem_size = DTypeSize(known->dtype);
   if (fortran != "False") return Invalid(path, "Fortran-order arrays are not supported");
   if (shape_text.size() < 2 || shape_text.front() != '(' || shape_text.back() != ')') {
     return Invalid(path, absl::StrCat("malformed shape ", shape_text));
@@ -104,14 +124,14 @@ absl::StatusOr<NpyFile> NpyFile::Open(const std::string& path) {
     if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &d) || d < 0) {
       return Invalid(path, absl::StrCat("malformed shape ", shape_text));
     }
-    if (d > 0 && numel > std::numeric_limits<int64_t>::max() / 4 / d) {
+    if (d > 0 && numel > std::numeric_limits<int64_t>::max() / elem_size / d) {
       return Invalid(path, absl::StrCat("shape ", shape_text, " too large"));
     }
     numel *= d;
-    f.shape_.push_back(d);
+    f.header_.shape.push_back(d);
   }
   f.data_offset_ = header_start + header_len;
-  const int64_t want = numel * static_cast<int64_t>(sizeof(float));
+  const int64_t want = numel * elem_size;
   if (file_size - f.data_offset_ < want) {
     return Invalid(path, absl::StrCat("truncated: shape ", shape_text, " needs ", want,
                                       " data bytes, file holds ", file_size - f.data_offset_));
@@ -123,26 +143,41 @@ absl::StatusOr<NpyFile> NpyFile::Open(const std::string& path) {
   return f;
 }
 
+absl::StatusOr<NpyHeader> NpyFile::ReadHeader(const std::string& path) {
+  ASSIGN_OR_RETURN(NpyFile f, Open(path));
+  return f.header_;
+}
+
 int64_t NpyFile::row_elements() const {
   int64_t n = 1;
-  for (size_t i = 1; i < shape_.size(); ++i) n *= shape_[i];
+  for (size_t i = 1; i < header_.shape.size(); ++i) n *= header_.shape[i];
   return n;
 }
 
-absl::Status NpyFile::ReadRows(int64_t first, int64_t count, float* out) const {
+int64_t NpyFile::row_bytes() const { return row_elements() * DTypeSize(header_.dtype); }
+
+absl::Status NpyFile::ReadRows(int64_t first, int64_t count, void* out) const {
   if (first < 0 || count < 0 || first + count > rows()) {
     return absl::OutOfRangeError(absl::StrCat(file_.path(), ": rows [", first, ", ", first + count,
                                               ") outside the array's ", rows(), " rows"));
   }
   if (count == 0) return absl::OkStatus();
-  const int64_t row_bytes = row_elements() * static_cast<int64_t>(sizeof(float));
-  return file_.ReadAt(data_offset_ + first * row_bytes, static_cast<size_t>(count * row_bytes),
+  return file_.ReadAt(data_offset_ + first * row_bytes(), static_cast<size_t>(count * row_bytes()),
                       out);
 }
 
 absl::Status NpyFile::Write(const std::string& path, const std::vector<int64_t>& shape,
-                            const float* data) {
-  std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+                            v1::DType dtype, const void* data) {
+  const NpyDescr* known = nullptr;
+  for (const NpyDescr& d : kDescrs) {
+    if (d.dtype == dtype) known = &d;
+  }
+  if (known == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("writing ", path, ": dtype ", DTypeName(dtype),
+                                                   " has no .npy form (f32, i32 and i64 do)"));
+  }
+  std::string dict =
+      absl::StrCat("{'descr': '", known->descr, "', 'fortran_order': False, 'shape': (");
   int64_t numel = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
     absl::StrAppend(&dict, shape[i], shape.size() == 1 ? "," : (i + 1 < shape.size() ? ", " : ""));
@@ -161,9 +196,9 @@ absl::Status NpyFile::Write(const std::string& path, const std::vector<int64_t>&
   bytes.push_back(static_cast<char>((dict.size() >> 8) & 0xff));
   bytes += dict;
 
-  const size_t data_bytes = numel > 0 ? static_cast<size_t>(numel) * sizeof(float) : 0;
+  const size_t data_bytes = numel > 0 ? static_cast<size_t>(numel * DTypeSize(dtype)) : 0;
   return WriteFile(path,
-                   {bytes, absl::string_view(reinterpret_cast<const char*>(data), data_bytes)});
+                   {bytes, absl::string_view(static_cast<const char*>(data), data_bytes)});
 }
 
 }  // namespace weft

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/mesh.h"
 #include "common/status.h"
 
@@ -34,6 +35,74 @@ absl::Status ResolveGroupRanks(v1::Program* program) {
     for (int r : mesh.GroupRanks(program->rank(), dims)) group.add_ranks(r);
   }
   return absl::OkStatus();
+}
+
+std::vector<int> GroupMembers(const v1::Program& program, const v1::CommGroup& group) {
+  if (group.ranks_size() > 0) return std::vector<int>(group.ranks().begin(), group.ranks().end());
+  absl::StatusOr<Mesh> mesh = Mesh::FromProto(program.mesh());
+  if (!mesh.ok() || program.rank() < 0 || program.rank() >= mesh->size()) return {};
+  std::vector<int> dims;
+  for (int d : group.dims()) {
+    if (d < 0 || d >= mesh->ndim()) return {};
+    dims.push_back(d);
+  }
+  if (dims.empty()) return {};
+  return mesh->GroupRanks(program.rank(), dims);
+}
+
+int64_t BufferElements(const v1::Buffer& buffer) {
+  int64_t n = 1;
+  for (int64_t d : buffer.shape()) n *= d;
+  return n;
+}
+
+int64_t BufferBytes(const v1::Buffer& buffer) {
+  return DTypeSize(buffer.dtype()) * BufferElements(buffer);
+}
+
+std::vector<BufferLife> BufferLives(const v1::Program& program) {
+  const int n = program.buffers_size();
+  std::vector<BufferLife> lives(n);
+  std::vector<bool> written(n, false);
+  auto touch = [&](int b, int i, bool read) {
+    if (b < 0 || b >= n) return;
+    if (lives[b].first < 0) lives[b].first = i;
+    lives[b].last = i;
+    if (read && !written[b]) lives[b].carried = true;
+  };
+  for (int i = 0; i < program.instructions_size(); ++i) {
+    const v1::Instruction& ins = program.instructions(i);
+    for (int b : ins.inputs()) touch(b, i, true);
+    // ACCUMULATE adds into its output; every other op writes its outputs whole.
+    const bool reads_output = ins.op() == v1::Instruction::ACCUMULATE;
+    for (int b : ins.outputs()) touch(b, i, reads_output);
+    for (int b : ins.outputs()) {
+      if (b >= 0 && b < n) written[b] = true;
+    }
+    if (ins.has_scratch()) {
+      touch(ins.scratch(), i, false);
+      if (ins.scratch() >= 0 && ins.scratch() < n) written[ins.scratch()] = true;
+    }
+  }
+  for (int b = 0; b < n; ++b) {
+    const v1::Buffer::Role role = program.buffers(b).role();
+    if (role == v1::Buffer::PARAM || role == v1::Buffer::OPTIMIZER_STATE) lives[b].carried = true;
+  }
+  // Checkpoints read and write these between steps.
+  for (const v1::CheckpointItem& item : program.checkpoint_items()) {
+    if (item.buffer() >= 0 && item.buffer() < n) lives[item.buffer()].carried = true;
+  }
+  // The worker reads the loss after the last instruction.
+  const int loss = program.loss_buffer();
+  if (loss >= 0 && loss < n && lives[loss].first >= 0) {
+    lives[loss].last = program.instructions_size() - 1;
+  }
+  return lives;
+}
+
+bool AliveTogether(const BufferLife& a, const BufferLife& b) {
+  if (a.carried || b.carried || a.first < 0 || b.first < 0) return true;
+  return a.first <= b.last && b.first <= a.last;
 }
 
 }  // namespace weft

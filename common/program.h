@@ -6,6 +6,9 @@
 #ifndef WEFT_COMMON_PROGRAM_H_
 #define WEFT_COMMON_PROGRAM_H_
 
+#include <cstdint>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "weft/v1/program.pb.h"
 
@@ -16,6 +19,34 @@ namespace weft {
 // left as it is. INVALID_ARGUMENT for a dim outside the mesh, a group with neither, or a mesh
 // the rank is not in.
 absl::Status ResolveGroupRanks(v1::Program* program);
+
+// The global ranks of `group` of `program`, in member order: its ranks, or (none given) those of
+// its mesh dims. Empty for a group ResolveGroupRanks would reject.
+std::vector<int> GroupMembers(const v1::Program& program, const v1::CommGroup& group);
+
+// Elements of a buffer (the product of its local shape; 1 for a scalar) and its bytes (times its
+// dtype's size).
+int64_t BufferElements(const v1::Buffer& buffer);
+int64_t BufferBytes(const v1::Buffer& buffer);
+
+// When a buffer of a program holds a value, by the instruction list: the rule by which the
+// planner lets buffers share arena bytes (coordinator/planner/memory_plan.h) and the executor
+// checks that they may. A buffer lives from the first instruction touching it (an input, an
+// output or an instruction's scratch) to the last, both included; the loss to the last
+// instruction (the worker reads it after the step). It is carried, alive for the whole job, when
+// its value outlives a step: a parameter or optimizer state, a buffer a checkpoint item names,
+// or one read before the instruction list first writes it (ACCUMULATE reads its output).
+struct BufferLife {
+  int first = -1;  // -1: no instruction touches it
+  int last = -1;
+  bool carried = false;
+};
+std::vector<BufferLife> BufferLives(const v1::Program& program);
+
+// Whether two buffers hold values at the same time, so that they may not share bytes: either is
+// carried or touched by no instruction (it keeps the value it starts with), or their
+// [first, last] ranges intersect.
+bool AliveTogether(const BufferLife& a, const BufferLife& b);
 
 }  // namespace weft
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/box.h"
+#include "common/dtype.h"
 #include "common/file_io.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -150,16 +151,31 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   return f;
 }
 
-absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
-                                      const std::vector<int64_t>& lengths, float* out) const {
+absl::StatusOr<v1::DType> SafetensorsFile::DTypeOf(const std::string& name) const {
   const Entry* e = Find(name);
   if (e == nullptr) {
     return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
   }
-  if (e->dtype != "F32") {
-    return absl::InvalidArgumentError(absl::StrCat(file_.path(), ": tensor '", name,
-                                                   "' has dtype ", e->dtype,
-                                                   ", only F32 is supported"));
+  absl::StatusOr<v1::DType> dtype = DTypeFromSafetensors(e->dtype);
+  if (!dtype.ok()) {
+    return Annotate(dtype.status(), absl::StrCat(file_.path(), ": tensor '", name, "'"));
+  }
+  return *dtype;
+}
+
+absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
+                                      const std::vector<int64_t>& lengths, v1::DType dtype,
+                                      void* out) const {
+  const Entry* e = Find(name);
+  if (e == nullptr) {
+    return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
+  }
+  ASSIGN_OR_RETURN(const v1::DType stored, DTypeOf(name));
+  if (stored != dtype && !(IsFloatingPoint(stored) && IsFloatingPoint(dtype))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file_.path(), ": tensor '", name, "' has dtype ", SafetensorsDTypeName(stored),
+        ", the destination is ", SafetensorsDTypeName(dtype),
+        ": only floating dtypes convert on read (F32 <-> BF16)"));
   }
   const size_t rank = e->shape.size();
   if (offsets.size() != rank || lengths.size() != rank) {
@@ -176,11 +192,24 @@ absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector
     }
   }
   const int64_t base = data_offset_ + e->begin;
-  return ForEachBoxRun(e->shape, offsets, lengths, [&](int64_t src, int64_t dst, int64_t n) {
-    return Annotate(file_.ReadAt(base + src * static_cast<int64_t>(sizeof(float)),
-                                 static_cast<size_t>(n) * sizeof(float), out + dst),
-                    absl::StrCat("reading tensor '", name, "'"));
-  });
+  const int64_t stored_size = DTypeSize(stored);
+  const int64_t out_size = DTypeSize(dtype);
+  char* out_bytes = static_cast<char*>(out);
+  std::vector<char> scratch;  // a run as stored, when it is converted
+  return ForEachBoxRun(
+      e->shape, offsets, lengths, [&](int64_t src, int64_t dst, int64_t n) -> absl::Status {
+        const size_t bytes = static_cast<size_t>(n * stored_size);
+        char* to = out_bytes + dst * out_size;
+        char* read_into = stored == dtype ? to : nullptr;
+        if (read_into == nullptr) {
+          scratch.resize(bytes);
+          read_into = scratch.data();
+        }
+        RETURN_IF_ERROR(Annotate(file_.ReadAt(base + src * stored_size, bytes, read_into),
+                                 absl::StrCat("reading tensor '", name, "'")));
+        if (stored != dtype) ConvertElements(read_into, stored, to, dtype, n);
+        return absl::OkStatus();
+      });
 }
 
 absl::Status SafetensorsFile::Write(const std::string& path,
@@ -207,14 +236,14 @@ absl::Status SafetensorsFile::Write(const std::string& path,
                                                        "' has a negative dim"));
       }
     }
-    entries.push_back({t.name, t.shape});
+    entries.push_back({t.name, t.shape, t.dtype});
   }
   const SafetensorsHeader header = EncodeSafetensorsHeader(entries, metadata);
 
   std::vector<absl::string_view> chunks = {header.bytes};
   for (size_t i = 0; i < sorted.size(); ++i) {
     const auto& [begin, end] = header.ranges[i];
-    chunks.emplace_back(reinterpret_cast<const char*>(sorted[i]->data),
+    chunks.emplace_back(static_cast<const char*>(sorted[i]->data),
                         static_cast<size_t>(end - begin));
   }
   absl::Status s = WriteFile(path, chunks);
@@ -235,9 +264,9 @@ SafetensorsHeader EncodeSafetensorsHeader(const std::vector<SafetensorsHeaderEnt
   for (const SafetensorsHeaderEntry& t : tensors) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
-    const int64_t bytes = numel * static_cast<int64_t>(sizeof(float));
+    const int64_t bytes = numel * DTypeSize(t.dtype);
     nlohmann::json entry = nlohmann::json::object();
-    entry["dtype"] = "F32";
+    entry["dtype"] = std::string(SafetensorsDTypeName(t.dtype));
     entry["shape"] = t.shape;
     entry["data_offsets"] = {offset, offset + bytes};
     json[t.name] = entry;

@@ -1,11 +1,13 @@
 // safetensors files (8-byte little-endian header length, JSON header, raw little-endian data):
-// the format numpy, PyTorch and Hugging Face tools read without Weft. Weft reads F32 tensors
-// (F64 converted on read is not supported; other dtypes are an error naming the tensor).
+// the format numpy, PyTorch and Hugging Face tools read without Weft. Weft reads and writes F32,
+// BF16, I32 and I64 tensors; a file may hold others (F16, F64, U8, ...), which are listed but
+// not read (an error naming the tensor and its dtype).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::Open("init.safetensors"));
-//   const SafetensorsFile::Entry* e = f.Find("fc0.weight");
-//   RETURN_IF_ERROR(f.ReadBox("fc0.weight", box_offsets, box_lengths, buffer));
+//   const SafetensorsFile::Entry* e = f.Find("fc0.weight");              // e->dtype "BF16"
+//   // Into a bf16 buffer as stored, or into a float32 buffer, converted:
+//   RETURN_IF_ERROR(f.ReadBox("fc0.weight", box_offsets, box_lengths, v1::F32, buffer));
 #ifndef WEFT_COMMON_SAFETENSORS_H_
 #define WEFT_COMMON_SAFETENSORS_H_
 
@@ -17,13 +19,15 @@
 
 #include "absl/status/statusor.h"
 #include "common/file_io.h"
+#include "weft/v1/job.pb.h"
 
 namespace weft {
 
 class SafetensorsFile {
  public:
   struct Entry {
-    std::string dtype;            // e.g. F32
+    // As the file names it: F32, BF16, I32, I64, or one Weft does not read (F16, U8, ...).
+    std::string dtype;
     std::vector<int64_t> shape;
     int64_t begin = 0;            // byte offsets into the data section
     int64_t end = 0;
@@ -33,21 +37,37 @@ class SafetensorsFile {
   // no overlaps). Errors name the file and what is wrong.
   static absl::StatusOr<SafetensorsFile> Open(const std::string& path);
 
+  const std::string& path() const { return file_.path(); }
+  // The file offset of the data section (Entry::begin and end count from it).
+  int64_t data_offset() const { return data_offset_; }
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const Entry* Find(const std::string& name) const;
 
-  // Reads the region [offsets, offsets+lengths) of F32 tensor `name` into out (row-major,
-  // prod(lengths) floats), reading only the bytes it needs.
+  // The Weft dtype of tensor `name`. NOT_FOUND when there is no such tensor, INVALID_ARGUMENT
+  // naming the file, the tensor and its dtype for one Weft does not read.
+  absl::StatusOr<v1::DType> DTypeOf(const std::string& name) const;
+
+  // Reads the region [offsets, offsets+lengths) of tensor `name` into out as prod(lengths)
+  // elements of `dtype` (row-major), reading only the bytes it needs. A floating tensor is
+  // converted to another floating dtype (F32 <-> BF16, rounded to nearest even); an integer
+  // tensor is read only as its own dtype, else INVALID_ARGUMENT naming the tensor and both.
   absl::Status ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
-                       const std::vector<int64_t>& lengths, float* out) const;
+                       const std::vector<int64_t>& lengths, v1::DType dtype, void* out) const;
+  // Into float32: ReadBox(name, offsets, lengths, v1::F32, out).
+  absl::Status ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
+                       const std::vector<int64_t>& lengths, float* out) const {
+    return ReadBox(name, offsets, lengths, v1::F32, out);
+  }
 
   struct TensorToWrite {
     std::string name;
     std::vector<int64_t> shape;
-    const float* data;  // prod(shape) floats
+    const void* data;  // prod(shape) elements of dtype
+    v1::DType dtype = v1::F32;
   };
-  // Writes F32 tensors (sorted by name, 8-byte aligned header as the reference writer does).
+  // Writes the tensors, each with its dtype (sorted by name, 8-byte aligned header as the
+  // reference writer does).
   static absl::Status Write(const std::string& path, const std::vector<TensorToWrite>& tensors,
                             const std::map<std::string, std::string>& metadata = {});
 
@@ -61,17 +81,18 @@ class SafetensorsFile {
 };
 
 // The bytes of a safetensors file before its data section (8-byte little-endian length, JSON
-// header padded with spaces to a multiple of 8) for F32 tensors laid out back to back in the
-// given order, and where each tensor's data lies. Every safetensors file Weft writes (files,
+// header padded with spaces to a multiple of 8) for tensors laid out back to back in the given
+// order, and where each tensor's data lies. Every safetensors file Weft writes (files,
 // checkpoint shards, `weftctl ckpt export`) is laid out by this, so they are byte for byte what
 // the reference writer produces. Callers check names (unique, not __metadata__) and shapes.
 //
 // E.g.
 //   SafetensorsHeader h = EncodeSafetensorsHeader({{"fc0.weight", {4, 8}}}, {{"format", "pt"}});
-//   // write h.bytes, then fc0.weight's 128 bytes at file offset h.ranges[0].first
+//   // write h.bytes, then fc0.weight's 128 bytes (32 F32) at file offset h.ranges[0].first
 struct SafetensorsHeaderEntry {
   std::string name;
   std::vector<int64_t> shape;  // non-negative dims
+  v1::DType dtype = v1::F32;
 };
 struct SafetensorsHeader {
   std::string bytes;                                // length, JSON, padding

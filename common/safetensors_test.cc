@@ -8,6 +8,7 @@
 
 #include "common/testing_files.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace weft {
 namespace {
@@ -127,6 +128,135 @@ TEST(SafetensorsTest, OtherDtypesParseButReadBoxRejectsThem) {
   absl::Status s = f->ReadBox("h", {0}, {2}, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("F16"), absl::string_view::npos) << s;
+}
+
+template <typename T>
+std::string Raw(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+// The four dtypes in one file: the header written as the format says (checked with a JSON
+// parser, not Weft's reader), then every tensor read back in its own dtype, whole and a box.
+TEST(SafetensorsTest, RoundTripEveryDtype) {
+  const std::string path = TempPath("typed.safetensors");
+  const std::vector<float> f = {1.5f, -2.0f, 3.25f, 0.0f, -0.5f, 7.0f};       // [2,3]
+  const std::vector<uint16_t> b = {0x3f80, 0xc040, 0x7f80, 0x0001, 0x4049, 0x8000};  // [3,2]
+  const std::vector<int32_t> i = {-2147483647 - 1, 2147483647, 0, -9};        // [4]
+  const std::vector<int64_t> l = {int64_t{1} << 53 | 1, -(int64_t{1} << 62), 12};  // [3,1]
+  ASSERT_TRUE(SafetensorsFile::Write(path, {{"f", {2, 3}, f.data()},
+                                            {"b", {3, 2}, b.data(), v1::BF16},
+                                            {"i", {4}, i.data(), v1::I32},
+                                            {"l", {3, 1}, l.data(), v1::I64}})
+                  .ok());
+  const std::string bytes = ReadAll(path);
+  uint64_t n = 0;
+  for (int k = 7; k >= 0; --k) n = (n << 8) | static_cast<uint8_t>(bytes[k]);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(8, n));
+  // Sorted by name: b, f, i, l back to back.
+  EXPECT_EQ(header["b"], nlohmann::json::parse(R"({"dtype":"BF16","shape":[3,2],"data_offsets":[0,12]})"));
+  EXPECT_EQ(header["f"], nlohmann::json::parse(R"({"dtype":"F32","shape":[2,3],"data_offsets":[12,36]})"));
+  EXPECT_EQ(header["i"], nlohmann::json::parse(R"({"dtype":"I32","shape":[4],"data_offsets":[36,52]})"));
+  EXPECT_EQ(header["l"], nlohmann::json::parse(R"({"dtype":"I64","shape":[3,1],"data_offsets":[52,76]})"));
+  EXPECT_EQ(bytes.substr(8 + n), Raw(b) + Raw(f) + Raw(i) + Raw(l));
+
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->Find("b")->dtype, "BF16");
+  EXPECT_EQ(file->Find("l")->dtype, "I64");
+  EXPECT_EQ(*file->DTypeOf("f"), v1::F32);
+  EXPECT_EQ(*file->DTypeOf("b"), v1::BF16);
+  EXPECT_EQ(*file->DTypeOf("i"), v1::I32);
+  EXPECT_EQ(*file->DTypeOf("l"), v1::I64);
+  EXPECT_EQ(file->DTypeOf("nope").status().code(), absl::StatusCode::kNotFound);
+
+  std::vector<uint16_t> b_out(6);
+  ASSERT_TRUE(file->ReadBox("b", {0, 0}, {3, 2}, v1::BF16, b_out.data()).ok());
+  EXPECT_EQ(b_out, b);
+  std::vector<uint16_t> b_col(3);
+  ASSERT_TRUE(file->ReadBox("b", {0, 1}, {3, 1}, v1::BF16, b_col.data()).ok());
+  EXPECT_EQ(b_col, (std::vector<uint16_t>{b[1], b[3], b[5]}));
+  std::vector<int32_t> i_out(2);
+  ASSERT_TRUE(file->ReadBox("i", {1}, {2}, v1::I32, i_out.data()).ok());
+  EXPECT_EQ(i_out, (std::vector<int32_t>{2147483647, 0}));
+  std::vector<int64_t> l_out(3);
+  ASSERT_TRUE(file->ReadBox("l", {0, 0}, {3, 1}, v1::I64, l_out.data()).ok());
+  EXPECT_EQ(l_out, l);
+  std::vector<float> f_out(2);
+  ASSERT_TRUE(file->ReadBox("f", {1, 1}, {1, 2}, v1::F32, f_out.data()).ok());
+  EXPECT_EQ(f_out, (std::vector<float>{-0.5f, 7.0f}));
+}
+
+// bfloat16 is the upper half of a float32: the float bits of a bf16 value b are b << 16, and a
+// float becomes bf16 rounded to nearest, ties to even.
+TEST(SafetensorsTest, FloatingDtypesConvertOnRead) {
+  const std::string path = TempPath("convert.safetensors");
+  const std::vector<uint16_t> b = {0x3f80, 0xc040, 0x3fc0, 0x4049};  // 1, -3, 1.5, 3.140625
+  // 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7: ties to even give 1 (0x3f80); 1 + 3*2^-8
+  // is halfway between 0x3f81 and 0x3f82: 0x3f82; just above the first half rounds up: 0x3f81.
+  const std::vector<float> f = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256,
+                                1.0f + 1.0f / 256 + 1.0f / (1 << 20), -2.0f};
+  ASSERT_TRUE(SafetensorsFile::Write(path, {{"b", {2, 2}, b.data(), v1::BF16},
+                                            {"f", {4}, f.data(), v1::F32}})
+                  .ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<float> as_float(4, std::nanf(""));
+  ASSERT_TRUE(file->ReadBox("b", {0, 0}, {2, 2}, v1::F32, as_float.data()).ok());
+  EXPECT_EQ(as_float, (std::vector<float>{1.0f, -3.0f, 1.5f, 3.140625f}));
+  // A box of the second column only.
+  std::vector<float> col(2);
+  ASSERT_TRUE(file->ReadBox("b", {0, 1}, {2, 1}, v1::F32, col.data()).ok());
+  EXPECT_EQ(col, (std::vector<float>{-3.0f, 3.140625f}));
+  std::vector<uint16_t> as_bf16(4);
+  ASSERT_TRUE(file->ReadBox("f", {0}, {4}, v1::BF16, as_bf16.data()).ok());
+  EXPECT_EQ(as_bf16, (std::vector<uint16_t>{0x3f80, 0x3f82, 0x3f81, 0xc000}));
+}
+
+TEST(SafetensorsTest, IntegerTensorsReadOnlyAsTheirOwnDtype) {
+  const std::string path = TempPath("ints.safetensors");
+  const std::vector<int32_t> i = {1, 2, 3};
+  const std::vector<float> f = {1, 2, 3};
+  ASSERT_TRUE(SafetensorsFile::Write(path, {{"labels", {3}, i.data(), v1::I32},
+                                            {"w", {3}, f.data()}})
+                  .ok());
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::vector<float> out_f(3);
+  absl::Status s = file->ReadBox("labels", {0}, {3}, v1::F32, out_f.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), path + ": tensor 'labels' has dtype I32, the destination is F32: only "
+                                "floating dtypes convert on read (F32 <-> BF16)");
+  std::vector<int64_t> out_l(3);
+  s = file->ReadBox("labels", {0}, {3}, v1::I64, out_l.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'labels' has dtype I32, the destination is I64"), std::string::npos);
+  std::vector<int32_t> out_i(3);
+  s = file->ReadBox("w", {0}, {3}, v1::I32, out_i.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("'w' has dtype F32, the destination is I32"), std::string::npos);
+}
+
+// Dtypes Weft does not hold are listed with their names and skipped; reading one names it.
+TEST(SafetensorsTest, UnsupportedDtypesAreListedAndNamedOnRead) {
+  const std::string path = TempPath("foreign.safetensors");
+  WriteAll(path, Assemble(R"({"d":{"dtype":"F64","shape":[1],"data_offsets":[0,8]},)"
+                          R"("u":{"dtype":"U8","shape":[4],"data_offsets":[8,12]},)"
+                          R"("w":{"dtype":"F32","shape":[1],"data_offsets":[12,16]}})",
+                          std::string(12, '\0') + std::string("\x00\x00\x80\x3f", 4)));
+  auto file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_EQ(file->entries().size(), 3u);
+  EXPECT_EQ(file->Find("d")->dtype, "F64");
+  EXPECT_EQ(file->Find("u")->dtype, "U8");
+  float w = 0;
+  ASSERT_TRUE(file->ReadBox("w", {0}, {1}, v1::F32, &w).ok());
+  EXPECT_EQ(w, 1.0f);
+  double d;
+  absl::Status s = file->ReadBox("d", {0}, {1}, v1::F32, &d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), path + ": tensor 'd': dtype F64 is not supported (F32, BF16, I32 and I64 are)");
+  EXPECT_EQ(file->DTypeOf("u").status().message(),
+            path + ": tensor 'u': dtype U8 is not supported (F32, BF16, I32 and I64 are)");
 }
 
 struct CorruptCase {

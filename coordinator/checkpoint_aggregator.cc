@@ -16,6 +16,7 @@ checkpoint::IndexedChunk ChunkFromProto(const v1::CheckpointChunk& chunk) {
   out.chunk.begin = chunk.begin();
   out.chunk.end = chunk.end();
   out.chunk.crc32c = chunk.crc32c();
+  out.dtype = chunk.dtype();
   return out;
 }
 

@@ -8,10 +8,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/checkpoint/checkpoint.h"
+#include "common/crash_point.h"
 #include "common/job_state.h"
-#include "common/spec/spec.h"
+#include "common/jobspec/defaults.h"
+#include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/starting_state.h"
+#include "common/jobspec/validate.h"
 #include "common/status.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/planner/submit.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
 
@@ -45,13 +50,31 @@ std::string HostOfPeer(const std::string& peer) {
 
 absl::Status DefaultPrepareSpec(v1::JobSpec* spec) { return PrepareJobSpec(spec); }
 
+// The planner's Plan as the coordinator keeps it.
+class PlannerJobPlan final : public JobPlan {
+ public:
+  explicit PlannerJobPlan(std::shared_ptr<const planner::Plan> plan) : plan_(std::move(plan)) {}
+  int world_size() const override { return plan_->world_size(); }
+  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
+    return plan_->Program(rank, attempt);
+  }
+
+ private:
+  const std::shared_ptr<const planner::Plan> plan_;
+};
+
+absl::StatusOr<std::shared_ptr<const JobPlan>> DefaultPlan(const v1::JobSpec& spec) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const planner::Plan> plan, planner::PlanPrepared(spec, "", 0));
+  return std::shared_ptr<const JobPlan>(std::make_shared<PlannerJobPlan>(std::move(plan)));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<JobStore> store,
                                                                   CoordinatorOptions options) {
   if (!options.now_ms) options.now_ms = [] { return absl::ToUnixMillis(absl::Now()); };
   if (!options.prepare_spec) options.prepare_spec = DefaultPrepareSpec;
-  if (!options.plan) options.plan = planner::PlanJob;
+  if (!options.plan) options.plan = DefaultPlan;
   if (!options.world_size) options.world_size = WorldSize;
 
   ASSIGN_OR_RETURN(std::vector<std::string> interrupted,
@@ -60,12 +83,29 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
     spdlog::warn("job {}: marked FAILED ({})", id, kRestartMessage);
   }
   ASSIGN_OR_RETURN(std::vector<v1::Job> pending, store->ListJobsInState(v1::PENDING));
+  // A plan lives in memory only: the pending jobs of a previous coordinator are planned again,
+  // before this one serves anything.
+  std::vector<absl::StatusOr<std::shared_ptr<const JobPlan>>> plans;
+  for (const v1::Job& job : pending) plans.push_back(options.plan(job.spec()));
 
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options)));
   c->committer_ = std::thread([coordinator = c.get()] { coordinator->CommitLoop(); });
   absl::MutexLock lock(&c->mu_);
   if (!pending.empty()) spdlog::info("{} pending job(s) queued again", pending.size());
-  c->pending_ = std::move(pending);
+  for (size_t i = 0; i < pending.size(); ++i) {
+    v1::Job& job = pending[i];
+    if (!plans[i].ok()) {
+      job.set_state(v1::FAILED);
+      job.set_message(absl::StrCat("planning failed after a coordinator restart: ",
+                                   plans[i].status().message()));
+      job.set_end_time_ms(c->Now());
+      v1::JobEvent event = c->StateEvent(job);
+      c->SaveJob(job, &event);
+      continue;
+    }
+    c->plans_[job.id()] = *std::move(plans[i]);
+    c->pending_.push_back(std::move(job));
+  }
   return c;
 }
 
@@ -100,7 +140,6 @@ void Coordinator::Shutdown() {
   rendezvous_.Shutdown();
   if (!stop_ticker_.HasBeenNotified()) stop_ticker_.Notify();
   if (ticker_.joinable() && ticker_.get_id() != std::this_thread::get_id()) ticker_.join();
-  if (!stop_committer_.HasBeenNotified()) stop_committer_.Notify();
   if (committer_.joinable() && committer_.get_id() != std::this_thread::get_id()) {
     committer_.join();
   }
@@ -148,17 +187,18 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   ApplyJobSpecDefaults(&checked);  // also when prepare_spec (a test's) does not
   RETURN_IF_ERROR(options_.prepare_spec(&checked));
   const int64_t world_size = options_.world_size(checked);
-  absl::StatusOr<std::vector<v1::Program>> programs = options_.plan(checked, "dry-run", 0);
-  if (!programs.ok()) return Annotate(programs.status(), "planning the job");
-  if (static_cast<int64_t>(programs->size()) != world_size) {
+  // Planned once, here, off the lock: its attempts only emit each rank's Program from it.
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = options_.plan(checked);
+  if (!plan.ok()) return Annotate(plan.status(), "planning the job");
+  if ((*plan)->world_size() != world_size) {
     return absl::InternalError(absl::StrCat("planning the job: the planner made ",
-                                            programs->size(), " programs for ", world_size,
-                                            " ranks"));
+                                            (*plan)->world_size(), " ranks for ", world_size));
   }
 
-  absl::MutexLock lock(&mu_);
+  SchedulingLock lock(this);
   if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
   ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(checked, Now(), "submitted"));
+  plans_[job.id()] = *std::move(plan);
   spdlog::info("job {} ({}): submitted, {} ranks on {}", job.id(), checked.name(), world_size,
                checked.device());
   pending_.push_back(job);
@@ -175,12 +215,13 @@ absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs() { return store_->Li
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
   const std::string why = reason.empty() ? "cancelled by the user" : reason;
-  absl::MutexLock lock(&mu_);
+  SchedulingLock lock(this);
   auto pending = std::find_if(pending_.begin(), pending_.end(),
                               [&](const v1::Job& j) { return j.id() == job_id; });
   if (pending != pending_.end()) {
     v1::Job job = std::move(*pending);
     pending_.erase(pending);
+    plans_.erase(job_id);
     job.set_state(v1::CANCELLED);
     job.set_message(absl::StrCat("cancelled while pending: ", why));
     job.set_end_time_ms(Now());
@@ -374,36 +415,26 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
     w->draining = false;
   }
 
-  absl::StatusOr<std::vector<v1::Program>> programs = options_.plan(job.spec(), job_id, job.attempt());
-  if (programs.ok() && static_cast<int>(programs->size()) != world) {
-    programs = absl::InternalError(absl::StrCat("the planner made ", programs->size(),
-                                                " programs for ", world, " ranks"));
-  }
   // Where the starting state comes from: train.resume or init_from naming a checkpoint.
-  absl::StatusOr<CheckpointLoad> load = CheckpointLoad();
-  if (programs.ok()) load = ResolveCheckpointLoad(job.spec());
-  if (programs.ok() && !load.ok()) programs = load.status();
-  if (programs.ok() && load->optimizer_states && load->step >= job.spec().train().steps()) {
-    programs = absl::InvalidArgumentError(
+  absl::Status ready = absl::OkStatus();
+  absl::StatusOr<CheckpointLoad> load = ResolveCheckpointLoad(job.spec());
+  if (!load.ok()) ready = load.status();
+  if (ready.ok() && load->optimizer_states && load->step >= job.spec().train().steps()) {
+    ready = absl::InvalidArgumentError(
         absl::StrCat("train.steps: ", job.spec().train().steps(), " leaves nothing to resume: ",
                      load->step_dir, " is at step ", load->step));
   }
-  if (!programs.ok()) {
+  auto plan = plans_.find(job_id);
+  if (ready.ok() && (plan == plans_.end() || plan->second->world_size() != world)) {
+    ready = absl::InternalError(absl::StrCat("no plan of ", world, " ranks for the job"));
+  }
+  if (!ready.ok()) {
     run.done.assign(world, true);  // nobody got anything to cancel
-    FinishRunLocked(job_id, v1::FAILED,
-                    absl::StrCat("planning failed: ", programs.status().message()));
+    FinishRunLocked(job_id, v1::FAILED, absl::StrCat("planning failed: ", ready.message()));
     return;
   }
-  for (v1::Program& program : *programs) {
-    program.set_load_checkpoint(load->step_dir);
-    program.set_load_optimizer_states(load->optimizer_states);
-    program.set_start_step(load->step);
-  }
 
-  if (job.spec().trace()) {
-    for (v1::Program& program : *programs) program.set_trace(true);
-    traces_.Begin(job_id, job.attempt(), workers);
-  }
+  if (job.spec().trace()) traces_.Begin(job_id, job.attempt(), workers);
   run.job.set_state(v1::RUNNING);
   run.job.set_start_time_ms(Now());
   run.job.set_message(absl::StrCat("running on ", world, " worker", world == 1 ? "" : "s"));
@@ -418,20 +449,54 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   spdlog::info("job {}: running, ranks 0..{} on {}", job_id, world - 1,
                absl::StrJoin(workers, ", "));
 
-  // Fan the programs out; the first worker that cannot take its program fails the attempt, and
-  // FinishRunLocked cancels the ranks already sent.
-  const std::string scope = RendezvousScope(job_id, job.attempt());
-  for (int r = 0; r < world; ++r) {
-    Worker* w = FindWorker(workers[r]);
-    v1::CoordinatorMessage msg;
-    *msg.mutable_assignment()->mutable_program() = std::move((*programs)[r]);
-    msg.mutable_assignment()->set_rendezvous_scope(scope);
-    if (w->connection == nullptr || !w->connection->Send(msg)) {
-      for (int later = r; later < world; ++later) run.done[later] = true;
-      FinishRunLocked(job_id, v1::FAILED,
-                      absl::StrCat("sending the program of rank ", r, " to worker ", w->id,
-                                   ": the worker's stream is closed"));
-      return;
+  // The Programs go out once mu_ is released (DispatchStarted).
+  dispatches_.push_back(Dispatch{job_id, job.attempt(), plan->second,
+                                 planner::Attempt{job_id, job.attempt(), load->step,
+                                                  load->step_dir, load->optimizer_states},
+                                 job.spec().trace(), RendezvousScope(job_id, job.attempt())});
+}
+
+void Coordinator::DispatchStarted() {
+  while (true) {
+    Dispatch d;
+    {
+      absl::MutexLock lock(&mu_);
+      if (dispatches_.empty()) return;
+      d = std::move(dispatches_.front());
+      dispatches_.pop_front();
+    }
+    const int world = d.plan->world_size();
+    for (int r = 0; r < world; ++r) {
+      absl::StatusOr<v1::Program> program = d.plan->Program(r, d.start);  // off mu_
+      if (program.ok() && d.trace) program->set_trace(true);
+      absl::MutexLock lock(&mu_);
+      auto it = runs_.find(d.job_id);
+      if (it == runs_.end() || it->second.job.attempt() != d.attempt) break;  // it ended
+      Run& run = it->second;
+      if (run.cancelling) {
+        // Nothing to cancel on the ranks not sent yet: they are done.
+        for (int later = r; later < world; ++later) RankDoneLocked(&run, later, true, "");
+        break;
+      }
+      // The first rank that cannot get its Program fails the attempt; FinishRunLocked cancels
+      // the ranks already sent.
+      Worker* w = FindWorker(run.workers[r]);
+      if (!program.ok()) {
+        for (int later = r; later < world; ++later) run.done[later] = true;
+        FinishRunLocked(d.job_id, v1::FAILED,
+                        absl::StrCat("planning failed: ", program.status().message()));
+        break;
+      }
+      v1::CoordinatorMessage msg;
+      *msg.mutable_assignment()->mutable_program() = *std::move(program);
+      msg.mutable_assignment()->set_rendezvous_scope(d.rendezvous_scope);
+      if (w == nullptr || w->connection == nullptr || !w->connection->Send(msg)) {
+        for (int later = r; later < world; ++later) run.done[later] = true;
+        FinishRunLocked(d.job_id, v1::FAILED,
+                        absl::StrCat("sending the program of rank ", r, " to worker ",
+                                     run.workers[r], ": the worker's stream is closed"));
+        break;
+      }
     }
   }
 }
@@ -454,6 +519,7 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   if (it == runs_.end()) return;
   Run run = std::move(it->second);
   runs_.erase(it);
+  plans_.erase(job_id);
   traces_.Finish(job_id);
 
   run.job.set_state(state);
@@ -522,7 +588,7 @@ void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string&
 absl::StatusOr<std::string> Coordinator::ConnectWorker(const v1::Hello& hello,
                                                        const std::string& peer,
                                                        std::shared_ptr<WorkerConnection> connection) {
-  absl::MutexLock lock(&mu_);
+  SchedulingLock lock(this);
   if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
   auto w = std::make_unique<Worker>();
   w->id = absl::StrCat("worker-", ++next_worker_);
@@ -547,7 +613,7 @@ absl::StatusOr<std::string> Coordinator::ConnectWorker(const v1::Hello& hello,
 }
 
 void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& msg) {
-  absl::MutexLock lock(&mu_);
+  SchedulingLock lock(this);
   Worker* w = FindWorker(worker_id);
   if (w == nullptr || w->status == WorkerStatus::kLost) return;
   w->last_heartbeat_ms = Now();
@@ -635,7 +701,6 @@ void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& 
 }
 
 void Coordinator::CommitLoop() {
-  const absl::Duration pause = absl::Milliseconds(options_.debug_pause_before_commit_ms);
   while (true) {
     Commit commit;
     {
@@ -646,11 +711,8 @@ void Coordinator::CommitLoop() {
       commit = std::move(commits_.front());
       commits_.pop_front();
     }
-    if (pause > absl::ZeroDuration()) {
-      spdlog::warn("job {}: pausing {} before committing step {} (--debug_pause_before_commit_ms)",
-                   commit.job_id, absl::FormatDuration(pause), commit.save.step);
-      if (stop_committer_.WaitForNotificationWithTimeout(pause)) return;
-    }
+    // Crash tests (WEFT_DEBUG_CRASH_AT): every shard is written and reported, nothing committed.
+    CrashPoint(kCoordinatorBeforeCommit, commit.save.step);
     const absl::Time start = absl::Now();
     const absl::Status status = checkpoint::CommitCheckpoint(
         commit.dir, commit.save.step, commit.save.chunks, commit.keep, commit.metadata);
@@ -720,7 +782,7 @@ void Coordinator::HandleDoneLocked(Worker* w, const v1::TaskDone& done) {
 }
 
 void Coordinator::DisconnectWorker(const std::string& worker_id, const std::string& why) {
-  absl::MutexLock lock(&mu_);
+  SchedulingLock lock(this);
   Worker* w = FindWorker(worker_id);
   if (w == nullptr || w->status == WorkerStatus::kLost) return;
   MarkLostLocked(w, why);
@@ -761,7 +823,7 @@ void Coordinator::ForgetOldLostWorkersLocked() {
 }
 
 void Coordinator::Tick() {
-  absl::MutexLock lock(&mu_);
+  SchedulingLock lock(this);
   if (shutting_down_) return;
   const int64_t now = Now();
   for (auto& w : workers_) {

@@ -47,6 +47,7 @@
 #include "absl/synchronization/notification.h"
 #include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
+#include "coordinator/planner/planner.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/step_aggregator.h"
 #include "coordinator/trace_store.h"
@@ -56,6 +57,15 @@
 #include "weft/v1/service.pb.h"
 
 namespace weft::coordinator {
+
+// A planned job as the coordinator keeps it from SubmitJob until its attempts start: each rank's
+// Program is emitted when an attempt starts (planner::Plan; tests substitute their own).
+class JobPlan {
+ public:
+  virtual ~JobPlan() = default;
+  virtual int world_size() const = 0;
+  virtual absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const = 0;
+};
 
 struct CoordinatorOptions {
   // Told to workers in Welcome; how often they send a Heartbeat.
@@ -71,17 +81,13 @@ struct CoordinatorOptions {
   // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own; SubmitJob
   // applies ApplyJobSpecDefaults (device, checkpoint keep, ...) before it either way.
   std::function<absl::Status(v1::JobSpec*)> prepare_spec;
-  // One Program per rank (default: planner::PlanJob).
-  std::function<absl::StatusOr<std::vector<v1::Program>>(const v1::JobSpec&, const std::string&,
-                                                         int)>
-      plan;
+  // Plans a prepared spec, once per job (default: planner::PlanPrepared: building the model
+  // validates it, and init_from or resume must hold its parameters).
+  std::function<absl::StatusOr<std::shared_ptr<const JobPlan>>(const v1::JobSpec&)> plan;
   // Mesh size (default: WorldSize).
   std::function<int64_t(const v1::JobSpec&)> world_size;
   // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
   TraceLimits trace_limits;
-  // Test hook (crash tests): wait this long after every rank wrote a checkpoint's shards and
-  // before committing it, so that a test can kill the coordinator in between. 0 in production.
-  int64_t debug_pause_before_commit_ms = 0;
 };
 
 class Coordinator {
@@ -179,7 +185,39 @@ class Coordinator {
     bool closed = false;  // by Shutdown
   };
 
+  // An attempt that has started (RUNNING) and whose Programs are still to be sent. Emitting a
+  // Program costs time linear in the model, times the ranks: it runs off mu_ (DispatchStarted),
+  // each send under it.
+  struct Dispatch {
+    std::string job_id;
+    int attempt = 0;
+    std::shared_ptr<const JobPlan> plan;
+    planner::Attempt start;  // job, attempt, starting state
+    bool trace = false;
+    std::string rendezvous_scope;
+  };
+
+  // mu_, for a call that may start jobs: when it ends, mu_ is released and then the started
+  // attempts' Programs are emitted and sent (DispatchStarted), before the call returns.
+  class ABSL_SCOPED_LOCKABLE SchedulingLock {
+   public:
+    explicit SchedulingLock(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_) : c_(c) {
+      c_->mu_.Lock();
+    }
+    ~SchedulingLock() ABSL_UNLOCK_FUNCTION() {
+      c_->mu_.Unlock();
+      c_->DispatchStarted();
+    }
+
+   private:
+    Coordinator* const c_;
+  };
+
   Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options);
+  // Emits and sends each queued attempt's Programs, rank by rank; stops an attempt that ended
+  // meanwhile (its unsent ranks count as done), fails one whose Program cannot be emitted or
+  // sent.
+  void DispatchStarted() ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t Now() const { return options_.now_ms(); }
   Worker* FindWorker(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -232,13 +270,16 @@ class Coordinator {
   int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);  // registration order
   std::vector<v1::Job> pending_ ABSL_GUARDED_BY(mu_);                  // submit order
+  // Each job's plan from SubmitJob (or from Create, for the pending jobs it recovers) until the
+  // job ends.
+  std::map<std::string, std::shared_ptr<const JobPlan>> plans_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);               // by job id
   std::map<std::string, std::vector<std::shared_ptr<Watcher>>> watchers_ ABSL_GUARDED_BY(mu_);
   std::deque<Commit> commits_ ABSL_GUARDED_BY(mu_);  // for the committer thread, in order
+  std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);  // started attempts, in start order
 
   absl::Notification stop_ticker_;
   std::thread ticker_;     // owned; joined by Shutdown
-  absl::Notification stop_committer_;
   std::thread committer_;  // owned; started by Create, joined by Shutdown
 };
 

@@ -83,6 +83,31 @@ int64_t Ranks(const v1::JobSpec& spec) {
   return n;
 }
 
+// A stand-in plan: empty Programs that say whose they are; "unplannable" jobs pass SubmitJob
+// and fail when an attempt emits them.
+class FakePlan final : public JobPlan {
+ public:
+  // Program fails for ranks >= fail_from (world: none).
+  FakePlan(int world, int fail_from) : world_(world), fail_from_(fail_from) {}
+  int world_size() const override { return world_; }
+  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
+    if (rank >= fail_from_) return absl::InvalidArgumentError("fc0.weight: no SPMD rule for matmul");
+    v1::Program p;
+    p.set_job_id(attempt.job_id);
+    p.set_attempt(attempt.attempt);
+    p.set_rank(rank);
+    p.set_world_size(world_);
+    p.set_start_step(attempt.start_step);
+    p.set_load_checkpoint(attempt.load_checkpoint);
+    p.set_load_optimizer_states(attempt.load_optimizer_states);
+    return p;
+  }
+
+ private:
+  const int world_;
+  const int fail_from_;
+};
+
 // Drives the coordinator's mechanics with a stand-in validator and planner and a manual clock;
 // RealSpecAndPlannerTest below runs the real ones.
 class CoordinatorTest : public ::testing::Test {
@@ -107,20 +132,12 @@ class CoordinatorTest : public ::testing::Test {
       }
       return absl::OkStatus();
     };
-    o.plan = [this](const v1::JobSpec& spec, const std::string& job_id,
-                    int attempt) -> absl::StatusOr<std::vector<v1::Program>> {
-      if (spec.name() == "unplannable" && job_id != "dry-run") {
-        return absl::InvalidArgumentError("fc0.weight: no SPMD rule for matmul");
-      }
+    o.plan = [this](const v1::JobSpec& spec) -> absl::StatusOr<std::shared_ptr<const JobPlan>> {
       ++plans_;
-      std::vector<v1::Program> programs(Ranks(spec));
-      for (size_t r = 0; r < programs.size(); ++r) {
-        programs[r].set_job_id(job_id);
-        programs[r].set_attempt(attempt);
-        programs[r].set_rank(static_cast<int>(r));
-        programs[r].set_world_size(static_cast<int>(programs.size()));
-      }
-      return programs;
+      const int world = Ranks(spec);
+      return std::make_shared<FakePlan>(world, spec.name() == "unplannable"     ? 0
+                                               : spec.name() == "rank1-fails" ? 1
+                                                                              : world);
     };
     o.world_size = Ranks;
     return o;
@@ -523,6 +540,40 @@ TEST_F(CoordinatorTest, PlanningFailureFailsTheJobAndFreesWorkers) {
   EXPECT_TRUE(c1->assignments().empty());
 }
 
+TEST_F(CoordinatorTest, AProgramThatCannotBeEmittedFailsTheAttemptAndCancelsTheRanksSent) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1);
+  std::string w2 = Connect(&c2);
+  std::string job = Submit(Spec(2, "rank1-fails"));
+  v1::Job j = Get(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.message().find("planning failed: fc0.weight: no SPMD rule"), std::string::npos)
+      << j.message();
+  // Rank 0 got its Program and then a cancel; rank 1 got nothing and is free at once.
+  ASSERT_EQ(c1->assignments().size(), 1u);
+  EXPECT_TRUE(c2->assignments().empty());
+  EXPECT_EQ(WorkerState(w2), "idle");
+  bool cancelled = false;
+  for (const v1::CoordinatorMessage& m : c1->sent()) cancelled = cancelled || m.has_cancel();
+  EXPECT_TRUE(cancelled);
+}
+
+TEST_F(CoordinatorTest, PlansEachJobOnceAtSubmit) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(2));
+  EXPECT_EQ(plans_, 1);  // planned at SubmitJob, before any worker is free for it
+  EXPECT_EQ(Get(job).state(), v1::PENDING);
+  std::string w2 = Connect(&c2);
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
+  EXPECT_EQ(plans_, 1);  // the attempt only emitted each rank's Program from that plan
+  ASSERT_EQ(c1->assignments().size(), 1u);
+  ASSERT_EQ(c2->assignments().size(), 1u);
+  EXPECT_EQ(c1->assignments()[0].program().rank(), 0);
+  EXPECT_EQ(c2->assignments()[0].program().rank(), 1);
+  EXPECT_EQ(c2->assignments()[0].program().job_id(), job);
+}
+
 TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
   std::shared_ptr<FakeConnection> c1;
   std::string w1 = Connect(&c1);
@@ -540,11 +591,12 @@ TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
         },
         [] { return false; });
   });
-  auto count = [&] {
+  {
+    // The replay (PENDING, PLANNING, RUNNING) has been seen before the live events are made.
     absl::MutexLock lock(&mu);
-    return seen.size();
-  };
-  while (count() < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));  // replay
+    auto replayed = [&] { return seen.size() >= 3; };
+    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&replayed), absl::Seconds(30)));
+  }
   Step(w1, job, 0, 1, 0.3, 0.5);
   Done(w1, job, 0, true);
   watcher.join();
@@ -563,15 +615,12 @@ TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
 
 TEST_F(CoordinatorTest, WatchEndsWhenTheClientGoesAway) {
   std::string job = Submit(Spec(4));
-  std::atomic<bool> gone{false};
-  std::thread leaver([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    gone = true;
-  });
+  // Still there at the first poll (the watch is waiting for events by then), gone at the second.
+  int polls = 0;
   absl::Status s = coordinator_->WatchJob(
-      job, [](const v1::JobEvent&) { return true; }, [&] { return gone.load(); });
-  leaver.join();
+      job, [](const v1::JobEvent&) { return true; }, [&] { return ++polls == 2; });
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(polls, 2);
 }
 
 TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {

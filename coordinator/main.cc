@@ -16,6 +16,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/crash_point.h"
 #include "common/file_io.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
@@ -29,9 +30,6 @@ ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here (atomically) once serving");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
 ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
-ABSL_FLAG(int64_t, debug_pause_before_commit_ms, 0,
-          "test hook: wait this long between the last shard of a checkpoint being reported and "
-          "its commit, so that a crash test can kill the coordinator in between; 0 in production");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
 
@@ -42,6 +40,11 @@ int Run() {
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (data_dir.empty()) {
     spdlog::error("--data_dir is required");
+    return 2;
+  }
+  // Crash tests arm a crash point through the environment; a misspelt one fails here.
+  if (absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {
+    spdlog::error("{}", s.ToString());
     return 2;
   }
   std::error_code ec;
@@ -73,7 +76,6 @@ int Run() {
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
-  options.debug_pause_before_commit_ms = absl::GetFlag(FLAGS_debug_pause_before_commit_ms);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
     return 2;

@@ -2,11 +2,23 @@
 
 #include <gtest/gtest.h>
 
-#include <atomic>
+#include <functional>
 #include <thread>
+
+#include "absl/synchronization/notification.h"
 
 namespace weft::coordinator {
 namespace {
+
+// A `cancelled` callback for Wait that never cancels but notifies `waiting` the first time Wait
+// polls it: from then on Wait is inside its wait loop, so a Set, DropScope or Shutdown made after
+// the notification wakes a waiter rather than being seen before it waits.
+std::function<bool()> NotifyWhenWaiting(absl::Notification* waiting) {
+  return [waiting] {
+    if (!waiting->HasBeenNotified()) waiting->Notify();
+    return false;
+  };
+}
 
 TEST(RendezvousTest, SetThenGet) {
   Rendezvous kv;
@@ -29,11 +41,12 @@ TEST(RendezvousTest, GetOfAbsentKeyIsNotFound) {
 TEST(RendezvousTest, WaitReturnsWhenAllKeysArrive) {
   Rendezvous kv;
   kv.Set("s", "a", "1").IgnoreError();
+  absl::Notification waiting;
   std::thread setter([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waiting.WaitForNotification();
     kv.Set("s", "b", "2").IgnoreError();
   });
-  absl::Status s = kv.Wait("s", {"a", "b"}, absl::Seconds(10), nullptr);
+  absl::Status s = kv.Wait("s", {"a", "b"}, absl::Seconds(10), NotifyWhenWaiting(&waiting));
   setter.join();
   EXPECT_TRUE(s.ok()) << s;
 }
@@ -50,25 +63,24 @@ TEST(RendezvousTest, WaitTimesOutNamingMissingKeys) {
 
 TEST(RendezvousTest, WaitRespectsCancellation) {
   Rendezvous kv;
-  std::atomic<bool> cancelled{false};
-  std::thread canceller([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    cancelled = true;
-  });
-  absl::Status s = kv.Wait("s", {"never"}, absl::ZeroDuration(), [&] { return cancelled.load(); });
-  canceller.join();
+  // Not cancelled at the first poll (Wait is waiting by then), cancelled at the second.
+  int polls = 0;
+  absl::Status s = kv.Wait("s", {"never"}, absl::ZeroDuration(), [&] { return ++polls == 2; });
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(polls, 2);
 }
 
 TEST(RendezvousTest, DropScopeForgetsKeysAndWakesWaiters) {
   Rendezvous kv;
   kv.Set("job-1/0", "a", "1").IgnoreError();
   kv.Set("job-2/0", "a", "1").IgnoreError();
+  absl::Notification waiting;
   std::thread dropper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waiting.WaitForNotification();
     kv.DropScope("job-1/0");
   });
-  absl::Status s = kv.Wait("job-1/0", {"a", "b"}, absl::Seconds(10), nullptr);
+  absl::Status s =
+      kv.Wait("job-1/0", {"a", "b"}, absl::Seconds(10), NotifyWhenWaiting(&waiting));
   dropper.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
   EXPECT_EQ(kv.Get("job-1/0", "a").status().code(), absl::StatusCode::kNotFound);
@@ -78,11 +90,12 @@ TEST(RendezvousTest, DropScopeForgetsKeysAndWakesWaiters) {
 
 TEST(RendezvousTest, ShutdownWakesWaiters) {
   Rendezvous kv;
+  absl::Notification waiting;
   std::thread stopper([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    waiting.WaitForNotification();
     kv.Shutdown();
   });
-  absl::Status s = kv.Wait("s", {"a"}, absl::ZeroDuration(), nullptr);
+  absl::Status s = kv.Wait("s", {"a"}, absl::ZeroDuration(), NotifyWhenWaiting(&waiting));
   stopper.join();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(kv.Set("s", "a", "1").code(), absl::StatusCode::kUnavailable);

@@ -32,12 +32,14 @@ absl::StatusOr<std::optional<v1::StepMetrics>> StepAggregator::Add(const v1::Ste
   metrics.set_step(report.step());
   metrics.set_loss(partial.by_rank.at(0).loss());
   double slowest = 0;
-  int64_t bytes_sent = 0;
+  int64_t bytes_sent = 0, peak_bytes = 0;
   for (const auto& [rank, r] : partial.by_rank) {
     slowest = std::max(slowest, r.step_seconds());
     bytes_sent += r.bytes_sent();
+    peak_bytes = std::max(peak_bytes, r.peak_bytes());
   }
   metrics.set_bytes_sent(bytes_sent);
+  metrics.set_peak_bytes(peak_bytes);
   metrics.set_step_seconds(slowest);
   metrics.set_samples_per_second(slowest > 0 ? static_cast<double>(batch_size_) / slowest : 0.0);
   partial_.erase(report.step());

@@ -1,7 +1,8 @@
 // Collects the per-rank StepReports of one job attempt and turns each step into one StepMetrics
 // once every rank has reported it: the loss of rank 0 (the loss buffer holds the replicated
-// global-mean loss), the slowest rank's step time, the global batch over that time, and the
-// bytes all ranks sent during the step (the sum of their bytes_sent).
+// global-mean loss), the slowest rank's step time, the global batch over that time, the bytes
+// all ranks sent during the step (the sum of their bytes_sent), and the largest rank's memory
+// peak (the max of their peak_bytes: each rank's memory is its own device's).
 //
 // E.g.
 //   StepAggregator steps(/*world_size=*/2, /*batch_size=*/8);

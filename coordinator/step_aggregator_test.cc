@@ -55,6 +55,28 @@ TEST(StepAggregatorTest, SumsBytesSentOverRanks) {
   EXPECT_EQ((*only)->bytes_sent(), 0);
 }
 
+// Memory is per device: the step's peak is the largest rank's, not a sum.
+TEST(StepAggregatorTest, PeakBytesIsTheMaxOverRanks) {
+  StepAggregator agg(3, 12);
+  const int64_t peaks[3] = {5000, 9000, 7000};
+  for (int rank : {2, 0, 1}) {
+    v1::StepReport r = Report(rank, 1, 0.5, 0.1);
+    r.set_peak_bytes(peaks[rank]);
+    auto m = agg.Add(r);
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (rank != 1) {
+      EXPECT_FALSE(m->has_value());
+    } else {
+      ASSERT_TRUE(m->has_value());
+      EXPECT_EQ((*m)->peak_bytes(), 9000);
+    }
+  }
+  // Ranks that report no peak (older workers) give 0.
+  auto only = StepAggregator(1, 4).Add(Report(0, 1, 0.5, 0.1));
+  ASSERT_TRUE(only.ok() && only->has_value());
+  EXPECT_EQ((*only)->peak_bytes(), 0);
+}
+
 TEST(StepAggregatorTest, KeepsStepsApart) {
   StepAggregator agg(2, 4);
   ASSERT_TRUE(agg.Add(Report(0, 1, 1.0, 1)).ok());

@@ -5,11 +5,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <fstream>
-#include <thread>
 
-#include "common/spec/spec.h"
+#include "common/jobspec/yaml.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -176,7 +174,7 @@ TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {
   std::string big_id;
   grpc::Status s = Submit(job_->SpecYaml("{shape: [4], dim_names: [dp]}"), &big_id);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // SubmitJob schedules before it returns: the job is already waiting, with its reason.
   v1::Job big = GetJob(big_id);
   EXPECT_EQ(big.state(), v1::PENDING);
   EXPECT_NE(big.message().find("4"), std::string::npos) << big.message();

@@ -4,23 +4,29 @@
 //    every saved tensor, optimizer states included); resumed on another mesh within 1e-5;
 //  - init_from a checkpoint folder, onto another mesh;
 //  - dedup: on dp=4 the shards hold one copy of every replicated tensor, spread over ranks;
-//  - crashes: workers SIGKILLed during a save, and the coordinator SIGKILLed after every shard
-//    was written but before the commit (--debug_pause_before_commit_ms) leave the previous
-//    checkpoint loadable and the partial one ignored, and a resume then works.
+//  - crashes: workers killed during a save (after writing their shards, before reporting them),
+//    and the coordinator killed after every shard was written and reported but before the
+//    commit, leave the previous checkpoint loadable and the partial one ignored, and a resume then
+//    works. The daemons kill themselves at exactly those points (common/crash_point,
+//    WEFT_DEBUG_CRASH_AT), so nothing races.
+// Jobs that need no crash run one after another on one cluster shared by the suite.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
-#include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/checkpoint/checkpoint.h"
-#include "common/spec/spec.h"
+#include "common/crash_point.h"
+#include "common/jobspec/starting_state.h"
+#include "common/jobspec/yaml.h"
+#include "common/subprocess.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -42,38 +48,12 @@ std::string SubmitFile(const DaemonCluster& cluster, const std::string& spec_pat
   return id;
 }
 
-struct RunResult {
-  std::map<int64_t, double> losses;  // by step
-  std::vector<v1::CheckpointSaved> saves;
-  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
-  std::string message;
+// Four workers: enough for every mesh below; a job takes the ones it needs.
+class CheckpointTest : public SharedClusterSuite<::testing::Test, 4> {
+ protected:
+  // Runs a spec to its end on the shared cluster.
+  static JobOutcome RunJob(const std::string& spec_path) { return cluster_->RunSpecFile(spec_path); }
 };
-
-RunResult Summarize(const std::vector<v1::JobEvent>& events) {
-  RunResult r;
-  for (const v1::JobEvent& e : events) {
-    if (e.has_step()) r.losses[e.step().step()] = e.step().loss();
-    if (e.has_saved()) r.saves.push_back(e.saved());
-    if (e.event_case() == v1::JobEvent::kState) {
-      r.state = e.state();
-      r.message = e.message();
-    }
-  }
-  return r;
-}
-
-// Runs a spec on a fresh cluster of `ranks` workers to its end.
-RunResult RunJob(const std::string& spec_path, int ranks) {
-  auto cluster = DaemonCluster::Start(ranks);
-  EXPECT_TRUE(cluster.ok()) << cluster.status();
-  if (!cluster.ok()) return {};
-  const std::string id = SubmitFile(**cluster, spec_path);
-  if (id.empty()) return {};
-  RunResult r = Summarize((*cluster)->Watch(id));
-  EXPECT_EQ(r.state, v1::SUCCEEDED) << spec_path << ": " << r.message << "\n"
-                                    << (*cluster)->Logs();
-  return r;
-}
 
 // The MLP job with its train block and a checkpoint block.
 std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
@@ -119,12 +99,12 @@ void CopyDir(const std::string& from, const std::string& to) {
   fs::copy(from, to, fs::copy_options::recursive);
 }
 
-TEST(CheckpointTest, ResumeOnTheSameMeshIsBitExact) {
+TEST_F(CheckpointTest, ResumeOnTheSameMeshIsBitExact) {
   MlpJob job = MlpJob::Create();
   const std::string dp2 = "{shape: [2], dim_names: [dp]}";
   // 4 steps straight, saving the last.
-  RunResult straight = RunJob(
-      job.WriteSpec("straight.yaml", MlpSpec(job, dp2, 4, "{dir: straight, every: 4}", false)), 2);
+  JobOutcome straight = RunJob(
+      job.WriteSpec("straight.yaml", MlpSpec(job, dp2, 4, "{dir: straight, every: 4}", false)));
   ASSERT_EQ(straight.losses.size(), 4u);
   ASSERT_EQ(straight.saves.size(), 1u);
   EXPECT_EQ(straight.saves[0].step(), 4);
@@ -132,38 +112,36 @@ TEST(CheckpointTest, ResumeOnTheSameMeshIsBitExact) {
   EXPECT_EQ(straight.saves[0].path(), job.dir + "/straight/step-4");
 
   // 2 steps, then the same job resumed for 2 more.
-  RunResult first = RunJob(
-      job.WriteSpec("first.yaml", MlpSpec(job, dp2, 2, "{dir: split, every: 1}", false)), 2);
+  JobOutcome first = RunJob(
+      job.WriteSpec("first.yaml", MlpSpec(job, dp2, 2, "{dir: split, every: 1}", false)));
   ASSERT_EQ(first.saves.size(), 2u);
   EXPECT_EQ(first.losses, (std::map<int64_t, double>{{1, straight.losses[1]},
                                                       {2, straight.losses[2]}}));
-  RunResult resumed = RunJob(
-      job.WriteSpec("resumed.yaml", MlpSpec(job, dp2, 4, "{dir: split, every: 1}", true)), 2);
+  JobOutcome resumed = RunJob(
+      job.WriteSpec("resumed.yaml", MlpSpec(job, dp2, 4, "{dir: split, every: 1}", true)));
   ASSERT_EQ(resumed.losses.size(), 2u) << "only steps 3 and 4 run";
   EXPECT_EQ(resumed.losses[3], straight.losses[3]);  // bit for bit
   EXPECT_EQ(resumed.losses[4], straight.losses[4]);
   ExpectSameTensors(job.dir + "/straight/step-4", job.dir + "/split/step-4");
 }
 
-TEST(CheckpointTest, ResumeOnAnotherMeshMatchesWithinTolerance) {
+TEST_F(CheckpointTest, ResumeOnAnotherMeshMatchesWithinTolerance) {
   MlpJob job = MlpJob::Create();
   const std::string dp2 = "{shape: [2], dim_names: [dp]}";
-  RunResult straight =
-      RunJob(job.WriteSpec("straight.yaml", MlpSpec(job, dp2, 4, "", false)), 2);
+  JobOutcome straight = RunJob(job.WriteSpec("straight.yaml", MlpSpec(job, dp2, 4, "", false)));
   ASSERT_EQ(straight.losses.size(), 4u);
-  RunResult first = RunJob(
-      job.WriteSpec("first.yaml", MlpSpec(job, dp2, 2, "{dir: saved, every: 2}", false)), 2);
+  JobOutcome first = RunJob(
+      job.WriteSpec("first.yaml", MlpSpec(job, dp2, 2, "{dir: saved, every: 2}", false)));
   ASSERT_EQ(first.saves.size(), 1u);
   CopyDir(job.dir + "/saved", job.dir + "/for_mp");
   CopyDir(job.dir + "/saved", job.dir + "/for_one");
 
-  RunResult on_mp = RunJob(
-      job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 4,
-                                       "{dir: for_mp}", true, ColRowOverMp())),
-      2);
-  RunResult on_one = RunJob(
-      job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 4, "{dir: for_one}", true)), 1);
-  for (const RunResult* r : {&on_mp, &on_one}) {
+  JobOutcome on_mp = RunJob(job.WriteSpec(
+      "mp.yaml",
+      MlpSpec(job, "{shape: [2], dim_names: [mp]}", 4, "{dir: for_mp}", true, ColRowOverMp())));
+  JobOutcome on_one = RunJob(
+      job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 4, "{dir: for_one}", true)));
+  for (const JobOutcome* r : {&on_mp, &on_one}) {
     ASSERT_EQ(r->losses.size(), 2u);
     for (int64_t s : {3, 4}) {
       EXPECT_LE(RelDiff(r->losses.at(s), straight.losses[s]), 1e-5)
@@ -173,22 +151,19 @@ TEST(CheckpointTest, ResumeOnAnotherMeshMatchesWithinTolerance) {
   ExpectSameTensors(job.dir + "/for_mp/step-2", job.dir + "/saved/step-2");
 }
 
-TEST(CheckpointTest, InitFromACheckpointLoadsParametersOntoAnyMesh) {
+TEST_F(CheckpointTest, InitFromACheckpointLoadsParametersOntoAnyMesh) {
   MlpJob job = MlpJob::Create();
-  RunResult saved = RunJob(
-      job.WriteSpec("save.yaml", MlpSpec(job, "{shape: [2], dim_names: [dp]}", 3,
-                                         "{dir: trained}", false)),
-      2);
+  JobOutcome saved = RunJob(job.WriteSpec(
+      "save.yaml", MlpSpec(job, "{shape: [2], dim_names: [dp]}", 3, "{dir: trained}", false)));
   ASSERT_EQ(saved.saves.size(), 1u);
-  RunResult fresh = RunJob(job.WriteSpec("fresh.yaml", MlpSpec(job, "{shape: [1]}", 2, "", false)), 1);
+  JobOutcome fresh =
+      RunJob(job.WriteSpec("fresh.yaml", MlpSpec(job, "{shape: [1]}", 2, "", false)));
   // The checkpoint dir (its newest step) and the step folder itself.
-  RunResult on_one = RunJob(job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 2, "", false,
-                                                              {}, "trained")),
-                            1);
-  RunResult on_mp = RunJob(
+  JobOutcome on_one = RunJob(
+      job.WriteSpec("one.yaml", MlpSpec(job, "{shape: [1]}", 2, "", false, {}, "trained")));
+  JobOutcome on_mp = RunJob(
       job.WriteSpec("mp.yaml", MlpSpec(job, "{shape: [2], dim_names: [mp]}", 2, "", false,
-                                       ColRowOverMp(), "trained/step-3")),
-      2);
+                                       ColRowOverMp(), "trained/step-3")));
   ASSERT_EQ(on_one.losses.size(), 2u);
   ASSERT_EQ(on_mp.losses.size(), 2u);
   ASSERT_EQ(fresh.losses.size(), 2u);
@@ -196,11 +171,10 @@ TEST(CheckpointTest, InitFromACheckpointLoadsParametersOntoAnyMesh) {
   for (int64_t s : {1, 2}) EXPECT_LE(RelDiff(on_mp.losses[s], on_one.losses[s]), 1e-5);
 }
 
-TEST(CheckpointTest, DataParallelWritesOneCopyOfReplicatedTensors) {
+TEST_F(CheckpointTest, DataParallelWritesOneCopyOfReplicatedTensors) {
   MlpJob job = MlpJob::Create();
-  RunResult r = RunJob(job.WriteSpec("dp4.yaml", MlpSpec(job, "{shape: [4], dim_names: [dp]}", 1,
-                                                         "{dir: dp4}", false)),
-                       4);
+  JobOutcome r = RunJob(job.WriteSpec(
+      "dp4.yaml", MlpSpec(job, "{shape: [4], dim_names: [dp]}", 1, "{dir: dp4}", false)));
   ASSERT_EQ(r.saves.size(), 1u);
   auto reader = checkpoint::CheckpointReader::Open(job.dir + "/dp4/step-1");
   ASSERT_TRUE(reader.ok()) << reader.status();
@@ -224,24 +198,6 @@ TEST(CheckpointTest, DataParallelWritesOneCopyOfReplicatedTensors) {
   EXPECT_TRUE(reader->VerifyAll().ok());
 }
 
-// A model large enough that writing a shard takes a while: 3 x [1024, 1024] with AdamW states.
-std::string LargeSpec(const std::string& dir, int steps, bool resume) {
-  std::ostringstream s;
-  s << "name: ckpt-crash\nmesh: {shape: [2], dim_names: [dp]}\nmodel:\n  layers:\n"
-    << "    - {name: fc0, type: linear, in_features: 1024, out_features: 1024}\n"
-    << "    - {name: act0, type: relu}\n"
-    << "    - {name: fc1, type: linear, in_features: 1024, out_features: 1024}\n"
-    << "    - {name: act1, type: relu}\n"
-    << "    - {name: fc2, type: linear, in_features: 1024, out_features: 1024}\n"
-    << "  loss: mse\n"
-    << "data: {source: synthetic, batch_size: 8, sample_shape: [1024], label_shape: [1024], "
-       "num_samples: 32}\n"
-    << "optimizer: {type: adamw, lr: 0.001}\n"
-    << "train: {steps: " << steps << ", seed: 5" << (resume ? ", resume: true" : "") << "}\n"
-    << "checkpoint: {dir: " << dir << ", every: 1, keep: 5}\n";
-  return s.str();
-}
-
 void ExpectLoadable(const std::string& dir, int64_t step) {
   absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(dir);
   ASSERT_TRUE(latest.ok()) << latest.status();
@@ -252,79 +208,87 @@ void ExpectLoadable(const std::string& dir, int64_t step) {
   EXPECT_TRUE(reader->VerifyAll().ok());
 }
 
-bool WaitFor(const std::function<bool()>& done, int timeout_s) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return false;
+// WEFT_DEBUG_CRASH_AT=<point>@<step>.
+std::map<std::string, std::string> CrashAt(const char* point, int64_t step) {
+  return {{kCrashAtEnv, absl::StrCat(point, "@", step)}};
 }
 
-TEST(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
-  const std::string dir = MakeTempDir("ckpt-worker-crash") + "/ckpt";
-  const std::string spec_dir = MakeTempDir("ckpt-worker-crash-spec");
-  std::string spec = spec_dir + "/job.yaml";
-  std::ofstream(spec) << LargeSpec(dir, 3, false);
+TEST_F(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
+  MlpJob job = MlpJob::Create();
+  const std::string dp2 = "{shape: [2], dim_names: [dp]}";
+  const std::string dir = job.dir + "/ckpt";
+  const std::string checkpoint = "{dir: ckpt, every: 1, keep: 5}";
+  const std::string spec = job.WriteSpec("job.yaml", MlpSpec(job, dp2, 3, checkpoint, false));
   {
-    absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(2);
+    // Both workers kill themselves once their shard of step 2 is written, before reporting it.
+    DaemonClusterOptions options;
+    options.cpu_workers = 2;
+    options.worker_env = CrashAt(kWorkerAfterShard, 2);
+    absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     DaemonCluster* cluster = started->get();
     const std::string id = SubmitFile(*cluster, spec);
     ASSERT_FALSE(id.empty());
-    // Kill both workers as soon as the save of step 2 starts.
-    const std::string staging = checkpoint::StagingDir(dir, 2);
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(staging); }, 120)) << cluster->Logs();
-    cluster->worker(0).Signal(SIGKILL);
-    cluster->worker(1).Signal(SIGKILL);
-    ASSERT_TRUE(WaitFor([&] { return cluster->GetJob(id).state() == v1::FAILED; }, 60))
+    for (int w : {0, 1}) {
+      const std::optional<ExitStatus> exit = cluster->worker(w).WaitFor(absl::Seconds(120));
+      ASSERT_TRUE(exit.has_value()) << "worker " << w << " did not crash\n" << cluster->Logs();
+      EXPECT_EQ(exit->signal, SIGKILL) << exit->Describe() << "\n" << cluster->Logs();
+    }
+    EXPECT_TRUE(fs::exists(checkpoint::StagingDir(dir, 2))) << "the shards of step 2 were written";
+    ASSERT_TRUE(
+        PollUntil([&] { return cluster->GetJob(id).state() == v1::FAILED; }, absl::Seconds(60))
+            .ok())
         << cluster->Logs();
     // The save of step 1 was complete before: it is committed (the commit may still be running).
-    ASSERT_TRUE(WaitFor([&] { return fs::exists(checkpoint::StepDir(dir, 1)); }, 30));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    // No rank reported step 2, so nothing can commit it.
+    ASSERT_TRUE(PollUntil(
+                    [&] {
+                      return ReadFileOrEmpty(cluster->coordinator_log())
+                                 .find("checkpoint of step 1 committed") != std::string::npos;
+                    },
+                    absl::Seconds(30))
+                    .ok())
+        << cluster->Logs();
+    ASSERT_TRUE(fs::exists(checkpoint::StepDir(dir, 1)));
     EXPECT_FALSE(fs::exists(checkpoint::StepDir(dir, 2))) << "a partial save was committed";
   }
   ExpectLoadable(dir, 1);
 
-  std::ofstream(spec) << LargeSpec(dir, 3, true);
-  RunResult resumed = RunJob(spec, 2);
+  JobOutcome resumed = RunJob(job.WriteSpec("job.yaml", MlpSpec(job, dp2, 3, checkpoint, true)));
   EXPECT_EQ(resumed.losses.size(), 2u);
   EXPECT_EQ(resumed.losses.count(2), 1u);
   ExpectLoadable(dir, 3);
   EXPECT_FALSE(fs::exists(checkpoint::StagingDir(dir, 2))) << "leftover staging not removed";
 }
 
-TEST(CheckpointTest, CoordinatorKilledBeforeTheCommitLeavesThePreviousCheckpoint) {
+TEST_F(CheckpointTest, CoordinatorKilledBeforeTheCommitLeavesThePreviousCheckpoint) {
   MlpJob job = MlpJob::Create();
   const std::string dp2 = "{shape: [2], dim_names: [dp]}";
-  RunResult first =
-      RunJob(job.WriteSpec("first.yaml", MlpSpec(job, dp2, 1, "{dir: ckpt, every: 1}", false)), 2);
+  JobOutcome first =
+      RunJob(job.WriteSpec("first.yaml", MlpSpec(job, dp2, 1, "{dir: ckpt, every: 1}", false)));
   ASSERT_EQ(first.saves.size(), 1u);
   const std::string dir = job.dir + "/ckpt";
   const std::string resume = job.WriteSpec("resume.yaml", MlpSpec(job, dp2, 2, "{dir: ckpt}", true));
   {
-    absl::StatusOr<std::unique_ptr<DaemonCluster>> started =
-        DaemonCluster::Start(2, {"--debug_pause_before_commit_ms", "600000"});
+    // The coordinator kills itself once every shard of step 2 is written and reported, before
+    // it commits them.
+    DaemonClusterOptions options;
+    options.cpu_workers = 2;
+    options.coordinator_env = CrashAt(kCoordinatorBeforeCommit, 2);
+    absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     DaemonCluster* cluster = started->get();
     const std::string id = SubmitFile(*cluster, resume);
     ASSERT_FALSE(id.empty());
-    // Every shard of step 2 is written and reported once the coordinator pauses before its commit.
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          return ReadFileOrEmpty(cluster->coordinator_log()).find("before committing step 2") !=
-                 std::string::npos;
-        },
-        120))
-        << cluster->Logs();
-    cluster->coordinator().Signal(SIGKILL);
-    cluster->coordinator().Wait();
+    const std::optional<ExitStatus> exit = cluster->coordinator().WaitFor(absl::Seconds(120));
+    ASSERT_TRUE(exit.has_value()) << "the coordinator did not crash\n" << cluster->Logs();
+    EXPECT_EQ(exit->signal, SIGKILL) << exit->Describe() << "\n" << cluster->Logs();
   }
   EXPECT_TRUE(fs::exists(checkpoint::StagingDir(dir, 2)));
   EXPECT_FALSE(fs::exists(checkpoint::StepDir(dir, 2)));
   ExpectLoadable(dir, 1);
 
-  RunResult resumed = RunJob(resume, 2);
+  JobOutcome resumed = RunJob(resume);
   EXPECT_EQ(resumed.losses.size(), 1u);
   EXPECT_EQ(resumed.losses.count(2), 1u);
   ExpectLoadable(dir, 2);

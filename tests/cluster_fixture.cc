@@ -102,6 +102,14 @@ std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks, int 
   return losses;
 }
 
+std::vector<double> RunClusterLosses(const DaemonCluster& cluster, const std::string& spec_path,
+                                     int steps) {
+  const JobOutcome outcome = cluster.RunSpecFile(spec_path);  // fails the test unless SUCCEEDED
+  std::vector<double> losses = outcome.LossList();
+  EXPECT_EQ(losses.size(), static_cast<size_t>(steps)) << spec_path << ": " << outcome.message;
+  return losses;
+}
+
 const std::map<std::string, std::string>& ColRowOverMp() {
   static const auto* layers = new std::map<std::string, std::string>{
       {"fc0", "placements: {weight: [Shard(1)], bias: [Shard(0)]}"},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/daemon_cluster.h"
 #include "tests/mlp_reference.h"
 #include "tests/process.h"
 
@@ -46,6 +47,12 @@ const std::map<std::string, std::string>& ColRowOverMp();
 // losses; fails the calling test unless the job SUCCEEDED with every step reported.
 std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks,
                                    int steps = MlpJob::kSteps);
+
+// Runs the spec file on a running cluster (submitted as weftctl does, watched to its end) and
+// returns the per-step losses; fails the calling test unless the job SUCCEEDED with every step
+// reported. For suites that share one cluster between their cases.
+std::vector<double> RunClusterLosses(const DaemonCluster& cluster, const std::string& spec_path,
+                                     int steps = MlpJob::kSteps);
 
 // |a - b| / |b|.
 double RelDiff(double a, double b);

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/jobspec/yaml.h"
 
 namespace weft::testing {
 namespace {
@@ -16,29 +16,56 @@ std::chrono::system_clock::time_point In(int seconds) {
 
 }  // namespace
 
+JobOutcome JobOutcome::Of(const std::vector<v1::JobEvent>& events) {
+  JobOutcome r;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_step()) r.losses[e.step().step()] = e.step().loss();
+    if (e.has_saved()) r.saves.push_back(e.saved());
+    if (e.event_case() == v1::JobEvent::kState) {
+      r.state = e.state();
+      r.message = e.message();
+    }
+  }
+  return r;
+}
+
+std::vector<double> JobOutcome::LossList() const {
+  std::vector<double> out;
+  for (const auto& [step, loss] : losses) out.push_back(loss);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(int cpu_workers) {
+  DaemonClusterOptions options;
+  options.cpu_workers = cpu_workers;
+  return Start(options);
+}
+
 absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(
-    int cpu_workers, const std::vector<std::string>& coordinator_flags) {
+    const DaemonClusterOptions& options) {
   std::unique_ptr<DaemonCluster> c(new DaemonCluster());
   c->dir_ = MakeTempDir("cluster");
   auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), c->dir_,
-                                         coordinator_flags);
+                                         options.coordinator_flags, options.coordinator_env);
   if (!coord.ok()) return coord.status();
   c->coordinator_ = std::move(coord).value();
-  for (int i = 0; i < cpu_workers; ++i) {
-    auto w = ChildProcess::Start({BinaryPath("worker/weft-worker"), "--coordinator",
-                                  c->address(), "--device", "cpu"},
-                                 absl::StrCat(c->dir_, "/worker", i, ".log"));
+  for (int i = 0; i < options.cpu_workers; ++i) {
+    auto w = StartDaemon(
+        {BinaryPath("worker/weft-worker"), "--coordinator", c->address(), "--device", "cpu"},
+        absl::StrCat(c->dir_, "/worker", i, ".log"), options.worker_env);
     if (!w.ok()) return w.status();
     c->workers_.push_back(std::move(w).value());
   }
   c->channel_ = grpc::CreateChannel(c->address(), grpc::InsecureChannelCredentials());
-  for (int i = 0; i < 300; ++i) {
-    if (static_cast<int>(c->ListWorkers().size()) >= cpu_workers) return c;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const absl::Status registered = PollUntil(
+      [&] { return static_cast<int>(c->ListWorkers().size()) >= options.cpu_workers; },
+      absl::Seconds(30), absl::Milliseconds(50));
+  if (!registered.ok()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("only ", c->ListWorkers().size(), " of ", options.cpu_workers,
+                     " workers registered within 30 s (logs in ", c->dir_, ")"));
   }
-  return absl::DeadlineExceededError(
-      absl::StrCat("only ", c->ListWorkers().size(), " of ", cpu_workers,
-                   " workers registered within 30 s (logs in ", c->dir_, ")"));
+  return c;
 }
 
 DaemonCluster::~DaemonCluster() {
@@ -102,6 +129,20 @@ std::vector<v1::WorkerInfo> DaemonCluster::ListWorkers() const {
   v1::ListWorkersResponse resp;
   if (!stub->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) return {};
   return {resp.workers().begin(), resp.workers().end()};
+}
+
+JobOutcome DaemonCluster::RunSpecFile(const std::string& spec_path) const {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(spec_path);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  if (!spec.ok()) return {};
+  std::string id;
+  const grpc::Status s = Submit(*spec, &id);
+  EXPECT_TRUE(s.ok()) << spec_path << ": " << s.error_message();
+  if (!s.ok()) return {};
+  JobOutcome outcome = JobOutcome::Of(Watch(id));
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << spec_path << ": " << outcome.message << "\n"
+                                          << Logs();
+  return outcome;
 }
 
 CommandResult DaemonCluster::Weftctl(const std::vector<std::string>& args, int timeout_s) const {

@@ -1,39 +1,62 @@
 // A running test cluster: a real weft-coordinator and N cpu weft-workers on 127.0.0.1 (ports
 // picked at run time), with the few JobService calls the integration tests make. Everything it
-// started is stopped when it is destroyed.
+// started is stopped when it is destroyed. A suite whose cases need no fresh daemons shares one
+// (started in SetUpTestSuite, destroyed in TearDownTestSuite).
 //
 // E.g.
 //   auto cluster = DaemonCluster::Start(2);  // returns once both workers are registered
 //   std::string id;
 //   ASSERT_TRUE(cluster->Submit(spec, &id).ok());
 //   EXPECT_EQ(cluster->GetJob(id).state(), v1::PENDING);
+//   JobOutcome run = cluster->RunSpecFile(spec_path);  // submitted as weftctl does, to its end
 #ifndef WEFT_TESTS_DAEMON_CLUSTER_H_
 #define WEFT_TESTS_DAEMON_CLUSTER_H_
 
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/subprocess.h"
 #include "tests/process.h"
 #include "weft/v1/service.grpc.pb.h"
 
 namespace weft::testing {
 
+struct DaemonClusterOptions {
+  int cpu_workers = 1;
+  std::vector<std::string> coordinator_flags;          // added to weft-coordinator's command line
+  std::map<std::string, std::string> coordinator_env;  // added to its environment
+  std::map<std::string, std::string> worker_env;       // added to every worker's
+};
+
+// What a job's events said.
+struct JobOutcome {
+  std::map<int64_t, double> losses;  // by step
+  std::vector<v1::CheckpointSaved> saves;
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // the last state event's
+  std::string message;
+
+  static JobOutcome Of(const std::vector<v1::JobEvent>& events);
+  // The losses in step order.
+  std::vector<double> LossList() const;
+};
+
 class DaemonCluster {
  public:
-  // `coordinator_flags` are added to weft-coordinator's command line.
-  static absl::StatusOr<std::unique_ptr<DaemonCluster>> Start(
-      int cpu_workers, const std::vector<std::string>& coordinator_flags = {});
+  static absl::StatusOr<std::unique_ptr<DaemonCluster>> Start(int cpu_workers);
+  static absl::StatusOr<std::unique_ptr<DaemonCluster>> Start(const DaemonClusterOptions& options);
   ~DaemonCluster();
 
   const std::string& address() const { return coordinator_->address(); }
   const std::string& dir() const { return dir_; }
-  // The daemons, for tests that kill them (Signal(SIGKILL)).
-  ChildProcess& coordinator() { return coordinator_->process(); }
-  ChildProcess& worker(int i) { return *workers_[i]; }
+  // The daemons, for tests that kill them or wait for them to end.
+  Subprocess& coordinator() { return coordinator_->process(); }
+  Subprocess& worker(int i) { return *workers_[i]; }
   std::string coordinator_log() const;
   // Every daemon's log, for failure messages.
   std::string Logs() const;
@@ -47,14 +70,39 @@ class DaemonCluster {
   std::vector<v1::WorkerInfo> ListWorkers() const;
   // `weftctl --coordinator <address> args...`.
   CommandResult Weftctl(const std::vector<std::string>& args, int timeout_s = 60) const;
+  // Loads the spec file as weftctl does, submits it and watches it to its end; fails the calling
+  // test if it cannot be loaded or submitted, or unless it SUCCEEDED.
+  JobOutcome RunSpecFile(const std::string& spec_path) const;
 
  private:
   DaemonCluster() = default;
 
   std::string dir_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
   std::shared_ptr<grpc::Channel> channel_;
+};
+
+// A suite whose cases share one cluster of kWorkers cpu workers: started before its first case,
+// stopped after its last. Base is ::testing::Test or ::testing::TestWithParam<...>; a suite that
+// makes more once per suite (a baseline run) calls these from its own SetUpTestSuite and
+// TearDownTestSuite.
+//
+// E.g.
+//   class ResidualTest : public SharedClusterSuite<::testing::Test, 2> {};
+//   TEST_F(ResidualTest, Runs) { RunClusterLosses(*cluster_, spec); }
+template <typename Base, int kWorkers>
+class SharedClusterSuite : public Base {
+ protected:
+  static void SetUpTestSuite() {
+    auto cluster = DaemonCluster::Start(kWorkers);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = std::move(cluster).value();
+  }
+  static void TearDownTestSuite() { cluster_.reset(); }
+  void SetUp() override { ASSERT_NE(cluster_, nullptr) << "the shared cluster did not start"; }
+
+  inline static std::unique_ptr<DaemonCluster> cluster_;
 };
 
 }  // namespace weft::testing

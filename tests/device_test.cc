@@ -7,13 +7,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 
-#include "common/spec/spec.h"
+#include "common/jobspec/yaml.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -111,7 +110,8 @@ TEST_F(DeviceTest, WorkersReportTheirDevice) {
 TEST_F(DeviceTest, CudaJobWaitsWithAReasonAndCpuJobsStillRun) {
   const std::string cuda_job =
       Submit(job_->SpecYaml("{shape: [2], dim_names: [dp]}", "device: cuda\n"));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  // SubmitJob schedules before it returns: the job is already waiting, with its reason; it is
+  // still waiting after the cpu job below has run.
   v1::Job waiting = GetJob(cuda_job);
   EXPECT_EQ(waiting.state(), v1::PENDING);
   EXPECT_EQ(waiting.message(), "waiting for 2 idle cuda workers, 0 registered");
@@ -161,11 +161,17 @@ TEST(PrecisionTest, Bf16TrainsLikeARoundingReferenceOnOneAndTwoRanks) {
   const std::vector<double> exact = job.ReferenceLosses(false);
   const std::vector<double> bf16 = job.ReferenceLosses(true);
   const std::string bf16_key = "precision: bf16\n";
-  const std::vector<double> one = Losses(job, "bf16_1.yaml", "{shape: [1]}", 1, bf16_key);
-  const std::vector<double> dp2 =
-      Losses(job, "bf16_dp2.yaml", "{shape: [2], dim_names: [dp]}", 2, bf16_key);
+  // The three runs share one cluster.
+  absl::StatusOr<std::unique_ptr<DaemonCluster>> cluster = DaemonCluster::Start(2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto losses = [&](const std::string& file, const std::string& mesh,
+                    const std::map<std::string, std::string>& layers = {}) {
+    return RunClusterLosses(**cluster, job.WriteSpec(file, job.SpecYaml(mesh, bf16_key, layers)));
+  };
+  const std::vector<double> one = losses("bf16_1.yaml", "{shape: [1]}");
+  const std::vector<double> dp2 = losses("bf16_dp2.yaml", "{shape: [2], dim_names: [dp]}");
   const std::vector<double> mp2 =
-      Losses(job, "bf16_mp2.yaml", "{shape: [2], dim_names: [mp]}", 2, bf16_key, ColRowOverMp());
+      losses("bf16_mp2.yaml", "{shape: [2], dim_names: [mp]}", ColRowOverMp());
   ASSERT_EQ(one.size(), bf16.size());
   ASSERT_EQ(dp2.size(), bf16.size());
   ASSERT_EQ(mp2.size(), bf16.size());

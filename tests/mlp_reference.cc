@@ -34,10 +34,18 @@ double RoundToBf16(double v) {
 std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
                                   const std::vector<double>& labels, int num_samples, int batch,
                                   int steps, const RefOptimizer& opt) {
+  const int n = static_cast<int>(layers_.size());
   const int in0 = layers_.front().in;
-  int out_last = 0;
-  for (const auto& l : layers_) {
-    if (l.type == "linear") out_last = l.out;
+  // What each layer reads: indices into the values, 0 the batch and i + 1 layer i's output.
+  std::vector<std::vector<int>> reads(n);
+  std::map<std::string, int> value_of = {{"input", 0}};
+  for (int i = 0; i < n; ++i) {
+    if (layers_[i].inputs.empty()) {
+      reads[i] = {i};
+    } else {
+      for (const std::string& name : layers_[i].inputs) reads[i].push_back(value_of.at(name));
+    }
+    value_of[layers_[i].name] = i + 1;
   }
   // The matmul operands as the run sees them.
   auto operand = [this](std::vector<double> v) {
@@ -48,7 +56,12 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
   };
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
-    // Batch rows.
+    // Widths: the batch's, then each layer's output.
+    std::vector<int> widths = {in0};
+    for (int i = 0; i < n; ++i) {
+      widths.push_back(layers_[i].type == "linear" ? layers_[i].out : widths[reads[i][0]]);
+    }
+    const int out_last = widths.back();
     std::vector<double> x(static_cast<size_t>(batch) * in0), y(static_cast<size_t>(batch) * out_last);
     for (int b = 0; b < batch; ++b) {
       int sample = static_cast<int>((static_cast<int64_t>(step - 1) * batch + b) % num_samples);
@@ -57,48 +70,54 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
         y[b * out_last + j] = labels[static_cast<size_t>(sample) * out_last + j];
       }
     }
-    // Forward, keeping every layer's input.
-    std::vector<std::vector<double>> acts = {x};
-    std::vector<int> widths = {in0};
-    for (const auto& l : layers_) {
-      const auto& a = acts.back();
-      const int w_in = widths.back();
+    // Forward, keeping every value.
+    std::vector<std::vector<double>> values = {x};
+    for (int i = 0; i < n; ++i) {
+      const RefLayer& l = layers_[i];
+      const std::vector<double>& a = values[reads[i][0]];
       std::vector<double> o;
       if (l.type == "linear") {
         const std::vector<double> w = operand(params.at(l.name + ".weight"));
         const std::vector<double> xa = operand(a);
         o.assign(static_cast<size_t>(batch) * l.out, 0.0);
         for (int b = 0; b < batch; ++b) {
-          for (int n = 0; n < l.out; ++n) {
-            double s = l.bias ? params.at(l.name + ".bias")[n] : 0.0;
-            for (int k = 0; k < l.in; ++k) s += xa[b * l.in + k] * w[k * l.out + n];
-            o[b * l.out + n] = s;
+          for (int j = 0; j < l.out; ++j) {
+            double s = l.bias ? params.at(l.name + ".bias")[j] : 0.0;
+            for (int k = 0; k < l.in; ++k) s += xa[b * l.in + k] * w[k * l.out + j];
+            o[b * l.out + j] = s;
           }
         }
-        widths.push_back(l.out);
+      } else if (l.type == "add") {
+        o.assign(a.size(), 0.0);
+        for (int r : reads[i]) {
+          for (size_t e = 0; e < o.size(); ++e) o[e] += values[r][e];
+        }
       } else {
         o = a;
         for (auto& v : o) v = l.type == "relu" ? (v > 0 ? v : 0.0) : Gelu(v);
-        widths.push_back(w_in);
       }
-      acts.push_back(std::move(o));
+      values.push_back(std::move(o));
     }
-    const auto& pred = acts.back();
+    const auto& pred = values.back();
     const double n_total = static_cast<double>(batch) * out_last;
     double loss = 0;
-    std::vector<double> grad(pred.size());
+    // The gradient of every value, summed over the layers that read it.
+    std::vector<std::vector<double>> grads_of(n + 1);
+    for (int v = 0; v <= n; ++v) grads_of[v].assign(values[v].size(), 0.0);
     for (size_t i = 0; i < pred.size(); ++i) {
       const double d = pred[i] - y[i];
       loss += d * d / n_total;
-      grad[i] = 2.0 * d / n_total;
+      grads_of[n][i] = 2.0 * d / n_total;
     }
     losses.push_back(loss);
     // Backward.
     std::map<std::string, std::vector<double>> grads;
-    for (int li = static_cast<int>(layers_.size()) - 1; li >= 0; --li) {
-      const auto& l = layers_[li];
-      const auto& act = acts[li];
-      std::vector<double> gin(act.size(), 0.0);
+    for (int li = n - 1; li >= 0; --li) {
+      const RefLayer& l = layers_[li];
+      const std::vector<double>& grad = grads_of[li + 1];
+      const int src = reads[li][0];
+      const std::vector<double>& act = values[src];
+      std::vector<double>& gin = grads_of[src];
       if (l.type == "linear") {
         const std::vector<double> w = operand(params.at(l.name + ".weight"));
         const std::vector<double> a = operand(act);
@@ -106,9 +125,9 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
         std::vector<double> gw(static_cast<size_t>(l.in) * l.out, 0.0);
         for (int b = 0; b < batch; ++b) {
           for (int k = 0; k < l.in; ++k) {
-            for (int n = 0; n < l.out; ++n) {
-              gw[k * l.out + n] += a[b * l.in + k] * g[b * l.out + n];
-              gin[b * l.in + k] += g[b * l.out + n] * w[k * l.out + n];
+            for (int j = 0; j < l.out; ++j) {
+              gw[k * l.out + j] += a[b * l.in + k] * g[b * l.out + j];
+              gin[b * l.in + k] += g[b * l.out + j] * w[k * l.out + j];
             }
           }
         }
@@ -116,16 +135,19 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
         if (l.bias) {
           std::vector<double> gb(l.out, 0.0);
           for (int b = 0; b < batch; ++b) {
-            for (int n = 0; n < l.out; ++n) gb[n] += grad[b * l.out + n];
+            for (int j = 0; j < l.out; ++j) gb[j] += grad[b * l.out + j];
           }
           grads[l.name + ".bias"] = gb;
         }
+      } else if (l.type == "add") {
+        for (int r : reads[li]) {
+          for (size_t e = 0; e < grad.size(); ++e) grads_of[r][e] += grad[e];
+        }
       } else {
         for (size_t i = 0; i < act.size(); ++i) {
-          gin[i] = grad[i] * (l.type == "relu" ? (act[i] > 0 ? 1.0 : 0.0) : GeluGrad(act[i]));
+          gin[i] += grad[i] * (l.type == "relu" ? (act[i] > 0 ? 1.0 : 0.0) : GeluGrad(act[i]));
         }
       }
-      grad = std::move(gin);
     }
     // Update.
     for (auto& [name, g] : grads) {

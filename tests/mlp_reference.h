@@ -1,7 +1,8 @@
 // An independent float64 reference of the math Weft trains, written for tests: an MLP of linear
-// / relu / gelu layers, mean-squared-error loss, SGD or decoupled AdamW, and the data order of a
-// Weft job (step s uses samples (s-1)*B .. s*B-1, wrapping). Deliberately plain loops: it shares
-// no code with Weft's kernels, planner or executor.
+// / relu / gelu layers and `add` layers summing earlier layers' outputs (residual connections),
+// mean-squared-error loss, SGD or decoupled AdamW, and the data order of a Weft job (step s uses
+// samples (s-1)*B .. s*B-1, wrapping). Deliberately plain loops: it shares no code with Weft's
+// kernels, planner or executor.
 //
 // E.g.
 //   RefMlp mlp({{"fc0", "linear", 8, 16, true}, {"act0", "gelu"}, ...});
@@ -19,10 +20,13 @@ namespace weft::testing {
 
 struct RefLayer {
   std::string name;
-  std::string type;  // linear | relu | gelu
+  std::string type;  // linear | relu | gelu | add
   int in = 0;
   int out = 0;
   bool bias = false;
+  // The layers read, by name ("input": the batch); empty: the previous layer (the batch for the
+  // first). add sums them.
+  std::vector<std::string> inputs = {};
 };
 
 struct RefOptimizer {

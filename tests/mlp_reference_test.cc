@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 
 namespace weft::testing {
 namespace {
@@ -20,23 +23,27 @@ std::map<std::string, std::vector<double>> Params() {
           {"fc2.bias", TestValues(2, 15, 0.3)}};
 }
 
-TEST(MlpReferenceTest, SgdStepMatchesFiniteDifferences) {
+// One SGD step with lr = 1 moves each parameter by its gradient: compare with central finite
+// differences of the loss.
+void ExpectGradientsMatchFiniteDifferences(const std::vector<RefLayer>& layers,
+                                           const std::map<std::string, std::vector<double>>& params,
+                                           int in, int out) {
   const int samples = 6, batch = 6;
-  std::vector<double> x = TestValues(samples * 3, 21, 1.0), y = TestValues(samples * 2, 22, 1.0);
+  std::vector<double> x = TestValues(samples * in, 21, 1.0), y = TestValues(samples * out, 22, 1.0);
   RefOptimizer sgd;
   sgd.type = "sgd";
   sgd.lr = 1.0;
 
-  RefMlp mlp(Layers());
-  mlp.params = Params();
+  RefMlp mlp(layers);
+  mlp.params = params;
   mlp.Train(x, y, samples, batch, 1, sgd);
 
-  for (const auto& [name, p0] : Params()) {
+  for (const auto& [name, p0] : params) {
     for (size_t i = 0; i < p0.size(); ++i) {
       const double analytic = p0[i] - mlp.params[name][i];
       const double h = 1e-6;
-      RefMlp plus(Layers()), minus(Layers());
-      plus.params = minus.params = Params();
+      RefMlp plus(layers), minus(layers);
+      plus.params = minus.params = params;
       plus.params[name][i] += h;
       minus.params[name][i] -= h;
       const double lp = plus.Train(x, y, samples, batch, 1, sgd)[0];
@@ -44,6 +51,27 @@ TEST(MlpReferenceTest, SgdStepMatchesFiniteDifferences) {
       EXPECT_NEAR(analytic, (lp - lm) / (2 * h), 1e-6) << name << "[" << i << "]";
     }
   }
+}
+
+TEST(MlpReferenceTest, SgdStepMatchesFiniteDifferences) {
+  ExpectGradientsMatchFiniteDifferences(Layers(), Params(), 3, 2);
+}
+
+TEST(MlpReferenceTest, ResidualGradientsSumOverTheReadersOfATensor) {
+  // a0 is read by fc1 and by res (a residual over fc1 -> a1 -> fc2); res also reads the batch.
+  const std::vector<RefLayer> layers = {{"fc0", "linear", 3, 3, true},
+                                        {"a0", "gelu"},
+                                        {"fc1", "linear", 3, 3, false},
+                                        {"a1", "relu"},
+                                        {"fc2", "linear", 3, 3, true},
+                                        {"res", "add", 0, 0, false, {"a0", "fc2", "input"}},
+                                        {"fc3", "linear", 3, 2, true}};
+  const std::map<std::string, std::vector<double>> params = {
+      {"fc0.weight", TestValues(9, 41, 0.8)}, {"fc0.bias", TestValues(3, 42, 0.3)},
+      {"fc1.weight", TestValues(9, 43, 0.8)}, {"fc2.weight", TestValues(9, 44, 0.8)},
+      {"fc2.bias", TestValues(3, 45, 0.3)},   {"fc3.weight", TestValues(6, 46, 0.8)},
+      {"fc3.bias", TestValues(2, 47, 0.3)}};
+  ExpectGradientsMatchFiniteDifferences(layers, params, 3, 2);
 }
 
 TEST(MlpReferenceTest, AdamWReducesTheLoss) {

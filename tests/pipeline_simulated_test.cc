@@ -8,7 +8,7 @@
 #include <map>
 #include <sstream>
 
-#include "common/spec/spec.h"
+#include "common/jobspec/yaml.h"
 #include "tests/cluster_fixture.h"
 #include "tests/mlp_reference.h"
 #include "tests/process.h"

@@ -2,15 +2,18 @@
 // schedule (FThenB, 1F1B with 4 and 8 micro-batches, VPP with 2 virtual stages), and on [2,2]
 // meshes pp x dp and pp x mp. Per-step losses equal the 1-rank run (1e-5 relative) and an
 // independent float64 reference (1e-4); a traced run's timeline has every micro-batch's forward
-// and backward on every stage.
+// and backward on every stage. The schedule cases share one cluster and one 1-rank run.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 
 #include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
 
 namespace weft::testing {
 namespace {
@@ -76,23 +79,50 @@ struct DeepJob {
 
 struct PpCase {
   std::string name;
-  std::string mesh;
-  int ranks;
+  std::string mesh;  // 4 ranks
   std::string extra;
 };
 
 void PrintTo(const PpCase& c, std::ostream* os) { *os << c.name; }
 
-class PipelineTest : public ::testing::TestWithParam<PpCase> {};
+class PipelineTest : public SharedClusterSuite<::testing::TestWithParam<PpCase>, 4> {
+ protected:
+  // The job, its float64 reference and its 1-rank run.
+  struct Baseline {
+    DeepJob job;
+    std::vector<double> reference, one;
+  };
+
+  static void TearDownTestSuite() {
+    SharedClusterSuite::TearDownTestSuite();
+    baseline_.reset();
+  }
+
+  // Made by the first case.
+  static const Baseline& GetBaseline() {
+    if (!baseline_.has_value()) {
+      Baseline b{DeepJob::Create(), {}, {}};
+      b.reference = b.job.Reference();
+      b.one = RunClusterLosses(
+          *cluster_, b.job.Spec("one.yaml", "{shape: [1], dim_names: [dp]}", ""), kSteps);
+      baseline_ = std::move(b);
+    }
+    return *baseline_;
+  }
+
+  static std::optional<Baseline> baseline_;
+};
+
+std::optional<PipelineTest::Baseline> PipelineTest::baseline_;
 
 TEST_P(PipelineTest, LossesMatchOneRankAndFloat64Reference) {
   const PpCase& c = GetParam();
-  DeepJob job = DeepJob::Create();
-  std::vector<double> reference = job.Reference();
-  std::vector<double> one =
-      RunLocalLosses(job.Spec("one.yaml", "{shape: [1], dim_names: [dp]}", ""), 1, kSteps);
+  const Baseline& base = GetBaseline();
+  const DeepJob& job = base.job;
+  const std::vector<double>& reference = base.reference;
+  const std::vector<double>& one = base.one;
   std::vector<double> pp =
-      RunLocalLosses(job.Spec(c.name + ".yaml", c.mesh, c.extra), c.ranks, kSteps);
+      RunClusterLosses(*cluster_, job.Spec(c.name + ".yaml", c.mesh, c.extra), kSteps);
   ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(pp.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s) {
@@ -110,17 +140,17 @@ const char kMp[] =
 INSTANTIATE_TEST_SUITE_P(
     Schedules, PipelineTest,
     ::testing::Values(
-        PpCase{"fthenb", "{shape: [4], dim_names: [pp]}", 4,
+        PpCase{"fthenb", "{shape: [4], dim_names: [pp]}",
                "pipeline: {dim: pp, schedule: FThenB, micro_batches: 4}\n"},
-        PpCase{"one_f_one_b_m4", "{shape: [4], dim_names: [pp]}", 4,
+        PpCase{"one_f_one_b_m4", "{shape: [4], dim_names: [pp]}",
                "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 4}\n"},
-        PpCase{"one_f_one_b_m8", "{shape: [4], dim_names: [pp]}", 4,
+        PpCase{"one_f_one_b_m8", "{shape: [4], dim_names: [pp]}",
                "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 8}\n"},
-        PpCase{"vpp", "{shape: [4], dim_names: [pp]}", 4,
+        PpCase{"vpp", "{shape: [4], dim_names: [pp]}",
                "pipeline: {dim: pp, schedule: VPP, micro_batches: 4, virtual_stages: 2}\n"},
-        PpCase{"pp_dp", "{shape: [2, 2], dim_names: [pp, dp]}", 4,
+        PpCase{"pp_dp", "{shape: [2, 2], dim_names: [pp, dp]}",
                "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 4}\n"},
-        PpCase{"pp_mp", "{shape: [2, 2], dim_names: [pp, mp]}", 4,
+        PpCase{"pp_mp", "{shape: [2, 2], dim_names: [pp, mp]}",
                std::string("pipeline: {dim: pp, schedule: 1F1B, micro_batches: 4}\n") + kMp}),
     [](const ::testing::TestParamInfo<PpCase>& info) { return info.param.name; });
 

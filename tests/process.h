@@ -1,5 +1,6 @@
-// Child processes for integration tests: start the real binaries on 127.0.0.1, capture their
-// output, and make sure nothing outlives the test.
+// Child processes for integration tests, on common/subprocess: run a command to completion and
+// capture its output, start the real coordinator on 127.0.0.1 with a port it picked itself, and
+// find this workspace's binaries. Everything started here is stopped when its owner goes.
 //
 // E.g.
 //   CommandResult r = RunCommand({weftctl, "local", "--ranks", "2", "--json", spec}, 120);
@@ -10,14 +11,13 @@
 #ifndef WEFT_TESTS_PROCESS_H_
 #define WEFT_TESTS_PROCESS_H_
 
-#include <sys/types.h>
-
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/subprocess.h"
 
 namespace weft::testing {
 
@@ -28,42 +28,33 @@ struct CommandResult {
   std::string err;
 };
 
-// Runs argv to completion (killing its whole process group after timeout_s), capturing stdout
-// and stderr.
+// Runs argv to completion (stopping its whole process group after timeout_s), with `env` added
+// to this process's environment, and captures stdout and stderr. Whatever the command leaves
+// behind in its group is killed.
 CommandResult RunCommand(const std::vector<std::string>& argv, int timeout_s,
                          const std::map<std::string, std::string>& env = {});
 
-// A long-running child in its own process group, killed (SIGTERM, then SIGKILL) on destruction.
-class ChildProcess {
- public:
-  static absl::StatusOr<std::unique_ptr<ChildProcess>> Start(const std::vector<std::string>& argv,
-                                                             const std::string& log_path);
-  ~ChildProcess();
-  pid_t pid() const { return pid_; }
-  // Sends sig to the child; Wait reaps it and returns its exit code (-signal if signalled).
-  void Signal(int sig);
-  int Wait();
-  bool Running();
+// A daemon in its own process group with its output in log_path, stopped (SIGTERM, then SIGKILL)
+// when the Subprocess goes; `env` is added to this process's environment.
+absl::StatusOr<std::unique_ptr<Subprocess>> StartDaemon(
+    const std::vector<std::string>& argv, const std::string& log_path,
+    const std::map<std::string, std::string>& env = {});
 
- private:
-  explicit ChildProcess(pid_t pid) : pid_(pid) {}
-  pid_t pid_;
-  bool reaped_ = false;
-  int status_ = 0;
-};
-
-// weft-coordinator listening on 127.0.0.1 with a port it picked itself.
+// weft-coordinator listening on 127.0.0.1 with a port it picked itself; its data, port file and
+// log (coordinator.log) in work_dir.
 class CoordinatorProcess {
  public:
-  // `flags` are added to the command line (e.g. {"--debug_pause_before_commit_ms", "600000"}).
+  // `flags` are added to the command line, `env` to its environment (e.g.
+  // {{"WEFT_DEBUG_CRASH_AT", "coordinator_before_commit"}}).
   static absl::StatusOr<std::unique_ptr<CoordinatorProcess>> Start(
       const std::string& binary, const std::string& work_dir,
-      const std::vector<std::string>& flags = {});
+      const std::vector<std::string>& flags = {},
+      const std::map<std::string, std::string>& env = {});
   const std::string& address() const { return address_; }
-  ChildProcess& process() { return *process_; }
+  Subprocess& process() { return *process_; }
 
  private:
-  std::unique_ptr<ChildProcess> process_;
+  std::unique_ptr<Subprocess> process_;
   std::string address_;
 };
 

@@ -6,7 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/spec/spec.h"
+#include "coordinator/planner/pipeline/deadlock.h"
+#include "coordinator/planner/submit.h"
 #include "coordinator/planner/planner.h"
 #include "gtest/gtest.h"
 #include "worker/comm/local/local_communicator.h"
@@ -72,11 +73,15 @@ std::vector<RankRun> SimulateRanks(const std::vector<v1::Program>& programs) {
 
 JobSimulation PlanAndSimulate(v1::JobSpec spec) {
   JobSimulation out;
-  absl::Status prepared = PrepareJobSpec(&spec);
-  EXPECT_TRUE(prepared.ok()) << prepared;
-  auto programs = planner::PlanJob(spec, "sim", 0);
+  auto plan = planner::PrepareAndPlan(&spec, "sim", 0);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return out;
+  auto programs = (*plan)->AllPrograms();
   EXPECT_TRUE(programs.ok()) << programs.status();
   if (!programs.ok()) return out;
+  // Every rank against every other (PlanJob checked one rank per pipeline stage).
+  EXPECT_TRUE(planner::pipeline::CheckTransfersMatch(*programs).ok());
+  EXPECT_TRUE(planner::pipeline::CheckDeadlockFree(*programs).ok());
   for (const v1::Program& p : *programs) {
     for (const v1::Instruction& ins : p.instructions()) ++out.ops[ins.op()];
   }

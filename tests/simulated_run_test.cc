@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-#include "common/spec/spec.h"
+#include "common/jobspec/yaml.h"
 #include "tests/cluster_fixture.h"
 #include "tests/rank_simulation.h"
 

@@ -33,7 +33,9 @@
 #include "common/mesh.h"
 #include "common/safetensors.h"
 #include "common/status.h"
+#include "common/dtype.h"
 #include "coordinator/planner/emit.h"
+#include "coordinator/planner/planner.h"
 #include "coordinator/planner/graph.h"
 #include "coordinator/planner/lower.h"
 #include "coordinator/planner/propagate.h"
@@ -113,11 +115,11 @@ struct OpCase {
   std::string type;     // registry key
   std::string variant;  // attributes, e.g. "transpose_a"
   std::string shapes;   // "even" | "uneven" | "rank3"
-  bool transpose_a = false, transpose_b = false;
+  Attrs attrs;          // the op's attributes (op_table.h)
   std::vector<InputSpec> inputs;
   std::vector<std::vector<int64_t>> outputs;  // global shapes
+  std::vector<v1::DType> output_dtypes;       // empty: F32
   std::vector<int> updated;  // update ops: inputs written in place, checked instead of outputs
-  float scale = 1.0f;
   std::function<std::vector<Array>(const std::vector<Array>&)> reference;
 
   std::string Label() const {
@@ -149,8 +151,7 @@ std::vector<OpCase> MatmulCases() {
                   : tb     ? "transpose_b"
                            : "";
       c.shapes = label;
-      c.transpose_a = ta;
-      c.transpose_b = tb;
+      c.attrs = Attrs{{"transpose_a", ta}, {"transpose_b", tb}};
       c.inputs = {{"a", ta ? std::vector<int64_t>{d.k, d.m} : std::vector<int64_t>{d.m, d.k}},
                   {"b", tb ? std::vector<int64_t>{d.n, d.k} : std::vector<int64_t>{d.k, d.n}}};
       c.outputs = {{d.m, d.n}};
@@ -175,8 +176,7 @@ std::vector<OpCase> MatmulCases() {
     c.type = "matmul";
     c.variant = r.variant;
     c.shapes = "rank3";
-    c.transpose_a = r.ta;
-    c.transpose_b = r.tb;
+    c.attrs = Attrs{{"transpose_a", r.ta}, {"transpose_b", r.tb}};
     c.inputs = {{"a", r.a}, {"b", r.b}};
     c.outputs = {r.o};
     const bool ta = r.ta, tb = r.tb;
@@ -267,13 +267,46 @@ std::vector<OpCase> OtherCases() {
       };
       out.push_back(std::move(c));
     }
+    {
+      OpCase c = base("add");
+      c.inputs = {{"x", x}, {"y", x}};
+      c.outputs = {x};
+      c.reference = [](const std::vector<Array>& in) {
+        return std::vector<Array>{Zip(in[0], in[1], [](double a, double b) { return a + b; })};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("add");
+      c.variant = "3 inputs";
+      c.inputs = {{"x", x}, {"y", x}, {"z", x}};
+      c.outputs = {x};
+      c.reference = [](const std::vector<Array>& in) {
+        Array sum = Zip(in[0], in[1], [](double a, double b) { return a + b; });
+        return std::vector<Array>{Zip(sum, in[2], [](double a, double b) { return a + b; })};
+      };
+      out.push_back(std::move(c));
+    }
+    // cast: the values (multiples of 1/8) are exact in bf16; to int32 they truncate toward 0.
+    for (const v1::DType to : {v1::BF16, v1::I32}) {
+      OpCase c = base("cast");
+      c.variant = std::string(DTypeName(to));
+      c.inputs = {{"x", x}};
+      c.outputs = {x};
+      c.output_dtypes = {to};
+      c.reference = [to](const std::vector<Array>& in) {
+        return std::vector<Array>{
+            Map(in[0], [to](double v) { return to == v1::I32 ? std::trunc(v) : v; })};
+      };
+      out.push_back(std::move(c));
+    }
     const double numel = static_cast<double>(NumElements(x));
     {
       OpCase c = base("mse");
       c.inputs = {{"pred", x}, {"label", x}};
       c.outputs = {{1}};
-      c.scale = static_cast<float>(1.0 / numel);
-      const double scale = c.scale;
+      const double scale = static_cast<float>(1.0 / numel);
+      c.attrs = Attrs{{"scale", scale}};
       c.reference = [scale](const std::vector<Array>& in) {
         double sum = 0;
         for (size_t i = 0; i < in[0].v.size(); ++i) {
@@ -287,8 +320,8 @@ std::vector<OpCase> OtherCases() {
       OpCase c = base("mse_grad");
       c.inputs = {{"pred", x}, {"label", x}};
       c.outputs = {x};
-      c.scale = static_cast<float>(2.0 / numel);
-      const double scale = c.scale;
+      const double scale = static_cast<float>(2.0 / numel);
+      c.attrs = Attrs{{"scale", scale}};
       c.reference = [scale](const std::vector<Array>& in) {
         return std::vector<Array>{
             Zip(in[0], in[1], [scale](double p, double l) { return scale * (p - l); })};
@@ -298,6 +331,7 @@ std::vector<OpCase> OtherCases() {
     // Update ops: the parameter and its states are updated in place; states are never Partial.
     {
       OpCase c = base("sgd");
+      c.attrs = Attrs{{"lr", kLr}, {"weight_decay", kWeightDecay}};
       c.inputs = {{"param", x}, {"grad", x}};
       c.updated = {0};
       c.reference = [](const std::vector<Array>& in) {
@@ -308,6 +342,8 @@ std::vector<OpCase> OtherCases() {
     }
     {
       OpCase c = base("adamw");
+      c.attrs = Attrs{{"lr", kLr}, {"weight_decay", kWeightDecay}, {"beta1", kBeta1},
+                      {"beta2", kBeta2}, {"eps", kEps}};
       c.inputs = {{"param", x}, {"grad", x}, {"m", x, false}, {"v", x, false, true}};
       c.updated = {0, 2, 3};
       c.reference = [](const std::vector<Array>& in) {
@@ -505,28 +541,34 @@ v1::JobSpec SpecFor(const Mesh& mesh, const std::string& init_from) {
 }
 
 int AddInput(Graph* g, const PlacedInput& in) {
-  Tensor t{in.name, in.shape, v1::Buffer::PARAM, "l0"};
+  Tensor t{in.name, in.shape, v1::F32, v1::Buffer::PARAM, "l0"};
   t.dist = in.attr;
   int id = g->AddTensor(std::move(t));
-  g->params.push_back(id);
+  g->params.push_back(Parameter{id, 0.0f});
   return id;
 }
 
-// A Program needs a non-empty loss buffer, and a rank's piece of the result may be empty.
-int AddLossPlaceholder(Graph* g) {
-  Tensor t{"validator.loss", {1}, v1::Buffer::LOSS, ""};
-  t.dist = DistAttr::Replicated(g->mesh);
-  return g->AddTensor(std::move(t));
+// A graph of layer l0 on mesh, with a loss placeholder: a Program needs a non-empty loss buffer,
+// and a rank's piece of the result may be empty.
+Graph NewGraph(const Mesh& mesh) {
+  Graph g;
+  g.mesh = mesh;
+  g.layers.push_back(Layer{"l0", 0});
+  Tensor t{"validator.loss", {1}, v1::F32, v1::Buffer::LOSS, ""};
+  t.dist = DistAttr::Replicated(g.mesh);
+  g.loss = g.AddTensor(std::move(t));
+  return g;
 }
 
 // Emits each rank's Program, its inputs read from `terms`.
-absl::StatusOr<std::vector<v1::Program>> EmitAll(const Graph& g, const LoweredGraph& lowered,
+absl::StatusOr<std::vector<v1::Program>> EmitAll(const PlannedGraph& planned,
                                                  const std::vector<PlacedInput>& inputs,
                                                  const TermFile& terms) {
-  const v1::JobSpec spec = SpecFor(g.mesh, terms.path());
+  const v1::Program header = ProgramHeader(SpecFor(planned.graph.mesh, terms.path()), "validator", 0);
+  MemoryPlanner memory;
   std::vector<v1::Program> programs;
-  for (int rank = 0; rank < g.mesh.size(); ++rank) {
-    ASSIGN_OR_RETURN(v1::Program p, EmitProgram(spec, g, lowered, "validator", 0, rank));
+  for (int rank = 0; rank < planned.graph.mesh.size(); ++rank) {
+    ASSIGN_OR_RETURN(v1::Program p, EmitProgram(planned, header, rank, &memory));
     for (v1::ParamInit& init : *p.mutable_init()) {
       for (const PlacedInput& in : inputs) {
         if (in.name != init.name()) continue;
@@ -707,41 +749,37 @@ std::pair<Outcome, std::string> ValidateOp(const RuleRegistry& registry, const O
   const std::string label = absl::StrCat(c.Label(), " on mesh ", mesh.ToString(), " with ",
                                          absl::StrJoin(described, ", "));
 
-  Graph g;
-  g.mesh = mesh;
+  Graph g = NewGraph(mesh);
   std::vector<PlacedInput> inputs;
-  Op op;
-  op.type = c.type;
-  op.layer = "l0";
-  op.transpose_a = c.transpose_a;
-  op.transpose_b = c.transpose_b;
-  op.scale = c.scale;
+  Op op{c.type, {}, {}, "l0", Phase::kForward, c.attrs};
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     inputs.push_back({c.inputs[i].name, c.inputs[i].shape, attrs[i]});
     op.inputs.push_back(AddInput(&g, inputs.back()));
   }
   for (size_t i = 0; i < c.outputs.size(); ++i) {
-    op.outputs.push_back(
-        g.AddTensor(Tensor{absl::StrCat("out", i), c.outputs[i], v1::Buffer::ACTIVATION, "l0"}));
+    const v1::DType dtype = i < c.output_dtypes.size() ? c.output_dtypes[i] : v1::F32;
+    op.outputs.push_back(g.AddTensor(
+        Tensor{absl::StrCat("out", i), c.outputs[i], dtype, v1::Buffer::ACTIVATION, "l0"}));
   }
   const std::vector<int> input_ids = op.inputs, output_ids = op.outputs;
-  g.loss = AddLossPlaceholder(&g);
   absl::Status placed = AppendPlacedOp(registry, &g, op);
   if (!placed.ok()) return {Outcome::kMissing, absl::StrCat(label, ": ", placed.ToString())};
-  absl::StatusOr<LoweredGraph> lowered = Lower(g);
-  if (!lowered.ok()) {
-    return {Outcome::kMissing, absl::StrCat(label, ": plan ", DescribePlan(g, nullptr),
-                                            ": lowering: ", lowered.status().ToString())};
+  const Graph placed_graph = g;
+  absl::StatusOr<PlannedGraph> planned = PlanPlacedGraph(std::move(g));
+  if (!planned.ok()) {
+    return {Outcome::kMissing, absl::StrCat(label, ": plan ", DescribePlan(placed_graph, nullptr),
+                                            ": lowering: ", planned.status().ToString())};
   }
-  std::string plan = DescribePlan(g, &*lowered);
-  for (const Op& o : g.ops) {
+  const Graph& pg = planned->graph;
+  std::string plan = DescribePlan(pg, &planned->lowered);
+  for (const Op& o : pg.ops) {
     for (int i : c.updated) {
       if (o.type == "reshard" && o.inputs[0] == input_ids[i]) {
         absl::StrAppend(&plan, " [", kUpdateResharded, "]");
       }
     }
   }
-  absl::StatusOr<std::vector<v1::Program>> programs = EmitAll(g, *lowered, inputs, terms);
+  absl::StatusOr<std::vector<v1::Program>> programs = EmitAll(*planned, inputs, terms);
   if (!programs.ok()) {
     return {Outcome::kMissing,
             absl::StrCat(label, ": plan ", plan, ": emit: ", programs.status().ToString())};
@@ -753,8 +791,8 @@ std::pair<Outcome, std::string> ValidateOp(const RuleRegistry& registry, const O
   std::vector<DistAttr> read_attrs;
   if (c.updated.empty()) {
     for (int id : output_ids) {
-      read.push_back(g.tensors[id].name);
-      read_attrs.push_back(*g.tensors[id].dist);
+      read.push_back(pg.tensors[id].name);
+      read_attrs.push_back(*pg.tensors[id].dist);
     }
   } else {
     for (int i : c.updated) {
@@ -922,7 +960,8 @@ TEST(RuleCoverageTest, EveryRegisteredRuleHasAValidatorCase) {
       {"RELU_GRAD", "relu_grad"}, {"GELU", "gelu"},
       {"GELU_GRAD", "gelu_grad"}, {"MSE_LOSS", "mse"},
       {"MSE_GRAD", "mse_grad"},   {"SGD", "sgd"},
-      {"ADAMW", "adamw"}};
+      {"ADAMW", "adamw"},         {"ADD", "add"},
+      {"CAST", "cast"}};
   const google::protobuf::EnumDescriptor* ops = v1::Instruction::Op_descriptor();
   for (int i = 0; i < ops->value_count(); ++i) {
     const std::string name = ops->value(i)->name();
@@ -955,26 +994,26 @@ std::pair<Outcome, std::string> ValidateReshard(const DistAttr& from, const Dist
   const std::string label =
       absl::StrCat("reshard t", Dims(global.shape), " on mesh ", from.mesh().ToString(), " ",
                    from.ToString(), "->", to.ToString());
-  Graph g;
-  g.mesh = from.mesh();
+  Graph g = NewGraph(from.mesh());
   PlacedInput in{"t", global.shape, from};
   const int t = AddInput(&g, in);
-  const int out = AppendReshard(&g, t, to, Phase::kForward, "l0");
+  absl::StatusOr<int> out =
+      AppendReshard(&g, t, to, Placement::Replicate(), Phase::kForward, "l0");
+  if (!out.ok()) return {Outcome::kMissing, absl::StrCat(label, ": ", out.status().ToString())};
   std::string read = "t";
-  if (out != t) {
-    g.tensors[out].name = "t.resharded";
+  if (*out != t) {
+    g.tensors[*out].name = "t.resharded";
     read = "t.resharded";
   }
-  g.loss = AddLossPlaceholder(&g);
-  absl::StatusOr<LoweredGraph> lowered = Lower(g);
-  if (!lowered.ok())
-    return {Outcome::kMissing, absl::StrCat(label, ": ", lowered.status().ToString())};
-  if (out != t && lowered->steps.back().empty()) read = "t";  // emit aliases a no-step reshard
-  absl::StatusOr<std::vector<v1::Program>> programs = EmitAll(g, *lowered, {in}, terms);
+  absl::StatusOr<PlannedGraph> planned = PlanPlacedGraph(std::move(g));
+  if (!planned.ok())
+    return {Outcome::kMissing, absl::StrCat(label, ": ", planned.status().ToString())};
+  if (*out != t && planned->lowered.steps.back().empty()) read = "t";  // a no-step reshard aliases
+  absl::StatusOr<std::vector<v1::Program>> programs = EmitAll(*planned, {in}, terms);
   if (!programs.ok())
     return {Outcome::kMissing, absl::StrCat(label, ": emit: ", programs.status().ToString())};
   std::vector<RankOutput> ranks = RunAllRanks(*programs, {read});
-  const std::string plan = DescribePlan(g, &*lowered);
+  const std::string plan = DescribePlan(planned->graph, &planned->lowered);
   for (size_t r = 0; r < ranks.size(); ++r) {
     if (!ranks[r].status.ok()) {
       return {Outcome::kWrong, absl::StrCat(label, ": ", plan, ": rank ", r,

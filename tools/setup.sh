@@ -12,7 +12,7 @@ packages=(
   libgtest-dev libgmock-dev
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch python3-numpy)
+  packages+=(python3-torch python3-numpy time bc)
 fi
 
 missing=()

@@ -18,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/crash_point.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -47,6 +48,11 @@ int main(int argc, char** argv) {
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %L weft-worker] %v");
   spdlog::set_default_logger(logger);
 
+  // Crash tests arm a crash point through the environment; a misspelt one fails here.
+  if (const absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {
+    std::fprintf(stderr, "weft-worker: %s\n", s.ToString().c_str());
+    return 2;
+  }
   const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
   if (coordinator.empty()) {
     std::fprintf(stderr, "weft-worker: --coordinator=HOST:PORT is required\n");

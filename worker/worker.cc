@@ -9,6 +9,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/crash_point.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
@@ -165,6 +166,7 @@ absl::Status Task::RunSteps() {
     report->set_loss(*loss);
     report->set_step_seconds(took.count());
     report->set_bytes_sent(bytes_sent() - sent_before);
+    report->set_peak_bytes(executor->last_step_peak_bytes());
     // The step's timeline (Program.trace), sent with its report.
     for (v1::TraceSpan& span : executor->TakeSpans()) *report->add_spans() = std::move(span);
     report_(msg);
@@ -180,6 +182,8 @@ absl::Status Task::SaveCheckpoint(Executor* executor, int64_t step) {
   absl::StatusOr<std::vector<checkpoint::IndexedChunk>> chunks =
       executor->WriteCheckpointShard(step);
   if (!chunks.ok()) return Annotate(chunks.status(), absl::StrCat("checkpoint of step ", step));
+  // Crash tests (WEFT_DEBUG_CRASH_AT): the shard is on disk, the coordinator does not know yet.
+  CrashPoint(kWorkerAfterShard, step);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   v1::WorkerMessage msg;
   v1::CheckpointReport* report = msg.mutable_checkpoint();
@@ -198,6 +202,7 @@ absl::Status Task::SaveCheckpoint(Executor* executor, int64_t step) {
     out->set_begin(c.chunk.begin);
     out->set_end(c.chunk.end);
     out->set_crc32c(c.chunk.crc32c);
+    out->set_dtype(c.dtype);
     bytes += c.chunk.end - c.chunk.begin;
   }
   report->set_bytes(bytes);
@@ -259,6 +264,11 @@ Worker::~Worker() {
 std::string Worker::worker_id() const {
   absl::MutexLock lock(&mu_);
   return worker_id_;
+}
+
+bool Worker::idle() const {
+  absl::MutexLock lock(&mu_);
+  return task_ == nullptr || task_->finished();
 }
 
 void Worker::Shutdown() {

@@ -168,6 +168,9 @@ class Worker {
 
   // The id the coordinator gave this worker on the current stream ("" before the first Welcome).
   std::string worker_id() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether no task runs: none was assigned, or the last one finished (its TaskDone sent, or
+  // dropped with the stream it belonged to). For tests.
+  bool idle() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   // One stream session: OK if it got a Welcome (the coordinator was reachable), UNAVAILABLE if

@@ -16,38 +16,74 @@
 namespace weft {
 namespace {
 
-// Loss 1/step; fails at step `fail_at`; with `block`, RunStep waits for Cancel; with `trace`,
-// one span per step named after it.
+// Counts RunStep calls that block until their cancel, so that a test acts while one does.
+class BlockedSteps {
+ public:
+  void Add() {
+    absl::MutexLock lock(&mu_);
+    ++count_;
+  }
+  // Whether a step has blocked within 10 s.
+  bool WaitForOne() {
+    absl::MutexLock lock(&mu_);
+    auto blocked = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_ > 0; };
+    return mu_.AwaitWithTimeout(absl::Condition(&blocked), absl::Seconds(10));
+  }
+
+ private:
+  absl::Mutex mu_;
+  int count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Loss 1/step and a memory peak of 1000 * step + 24 bytes; fails at step `fail_at`; with
+// `blocked` (not null), RunStep waits for Cancel and counts itself there; with `trace`, one span
+// per step named after it.
 class FakeExecutor : public Executor {
  public:
-  FakeExecutor(int64_t fail_at, bool block, bool trace = false)
-      : fail_at_(fail_at), block_(block), trace_(trace) {}
+  FakeExecutor(int64_t fail_at, BlockedSteps* blocked, bool trace = false)
+      : fail_at_(fail_at), blocked_(blocked), trace_(trace) {}
   absl::Status Initialize() override { return absl::OkStatus(); }
   absl::StatusOr<float> RunStep(int64_t step) override {
     if (step == fail_at_) {
       return absl::UnavailableError("all_reduce on group 1 (dp) ranks [0,1]: Connection closed");
     }
-    while (block_ && !cancelled_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (cancelled_) return absl::CancelledError("cancelled");
+    if (blocked_ != nullptr) {
+      blocked_->Add();
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&cancelled_));
+    }
+    if (cancelled()) return absl::CancelledError("cancelled");
     if (trace_) {
       spans_.emplace_back();
       spans_.back().set_name("step " + std::to_string(step));
       spans_.back().set_duration_us(step);
     }
+    peak_bytes_ = 1000 * step + 24;
     return 1.0f / step;
   }
+  int64_t last_step_peak_bytes() const override { return peak_bytes_; }
   std::vector<v1::TraceSpan> TakeSpans() override { return std::move(spans_); }
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string&) const override {
     return absl::NotFoundError("fake");
   }
-  void Cancel() override { cancelled_ = true; }
+  void Cancel() override {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+  }
 
  private:
+  bool cancelled() {
+    absl::MutexLock lock(&mu_);
+    return cancelled_;
+  }
+
   const int64_t fail_at_;
-  const bool block_;
+  BlockedSteps* const blocked_;  // not owned
   const bool trace_;
   std::vector<v1::TraceSpan> spans_;
-  std::atomic<bool> cancelled_{false};
+  int64_t peak_bytes_ = 0;
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // Job ids pick the behaviour: "fail-at-2" fails at step 2, "block" blocks until cancelled.
@@ -62,9 +98,11 @@ class FakeEnvironment : public TaskEnvironment {
                                                          CommunicatorFactory*) override {
     if (program.job_id() == "bad-program") return absl::InvalidArgumentError("buffer 7 missing");
     return std::unique_ptr<Executor>(std::make_unique<FakeExecutor>(
-        program.job_id() == "fail-at-2" ? 2 : 0, program.job_id() == "block", program.trace()));
+        program.job_id() == "fail-at-2" ? 2 : 0,
+        program.job_id() == "block" ? &blocked_steps : nullptr, program.trace()));
   }
   std::atomic<bool> comms_cancelled{false};
+  BlockedSteps blocked_steps;
 };
 
 v1::Assignment MakeAssignment(const std::string& job, int attempt, int rank, int64_t steps) {
@@ -112,10 +150,53 @@ TEST(TaskTest, ReportsEveryStepThenDone) {
     EXPECT_EQ(msgs[s - 1].step().step(), s);
     EXPECT_FLOAT_EQ(msgs[s - 1].step().loss(), 1.0f / s);
     EXPECT_GE(msgs[s - 1].step().step_seconds(), 0.0);
+    EXPECT_EQ(msgs[s - 1].step().peak_bytes(), 1000 * s + 24);
   }
   ASSERT_TRUE(msgs[3].has_done());
   EXPECT_TRUE(msgs[3].done().ok());
   EXPECT_TRUE(task.finished());
+}
+
+// The real executor on the CPU kernels: x [2,3] @ w [3,4] -> y [2,4], the loss the MSE of y
+// against itself. Laid out back to back (arena_bytes 0), each of the 4 buffers takes one
+// kArenaAlignment slot, and the executor allocates nothing else: the step's peak is 4 * 256.
+class RealExecutorEnvironment : public FakeEnvironment {
+ public:
+  absl::StatusOr<std::unique_ptr<Executor>> MakeExecutor(const v1::Program& program,
+                                                         CommunicatorFactory*) override {
+    v1::Program p = program;
+    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<int64_t>>>{
+             {"x", {2, 3}}, {"w", {3, 4}}, {"y", {2, 4}}, {"loss", {1}}}) {
+      v1::Buffer* b = p.add_buffers();
+      b->set_id(p.buffers_size() - 1);
+      b->set_name(name);
+      for (int64_t d : shape) b->add_shape(d);
+    }
+    p.set_loss_buffer(3);
+    v1::Instruction* mm = p.add_instructions();
+    mm->set_op(v1::Instruction::MATMUL);
+    mm->add_inputs(0);
+    mm->add_inputs(1);
+    mm->add_outputs(2);
+    v1::Instruction* mse = p.add_instructions();
+    mse->set_op(v1::Instruction::MSE_LOSS);
+    mse->add_inputs(2);
+    mse->add_inputs(2);
+    mse->add_outputs(3);
+    return Executor::Create(p, nullptr);
+  }
+};
+
+TEST(TaskTest, ReportsTheExecutorsPeakBytes) {
+  RealExecutorEnvironment env;
+  Recorder rec;
+  Task task(MakeAssignment("j", 1, 0, 2), &env, [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  task.Join();
+  auto msgs = rec.messages();
+  ASSERT_EQ(msgs.size(), 3u);
+  ASSERT_TRUE(msgs[2].done().ok()) << msgs[2].done().message();
+  for (int s = 0; s < 2; ++s) EXPECT_EQ(msgs[s].step().peak_bytes(), 4 * 256) << "step " << s + 1;
 }
 
 TEST(TaskTest, AttachesEachStepsSpansToItsReport) {
@@ -167,7 +248,7 @@ TEST(TaskTest, CancelStopsARunningStep) {
   Task task(MakeAssignment("block", 0, 1, 100), &env,
             [&](const v1::WorkerMessage& m) { rec.Add(m); });
   task.Start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(env.blocked_steps.WaitForOne());
   task.Cancel("job cancelled by user");
   task.Join();
   auto msgs = rec.messages();
@@ -232,7 +313,8 @@ class FakeCoordinator final : public v1::WorkerService::Service {
     absl::MutexLock lock(&mu_);
     ++close_;
   }
-  // Waits until pred(hellos, received) holds; false after 10 s.
+  // Waits until pred(hellos, received) holds; false after 10 s. Polled rather than awaited on
+  // mu_: a predicate may read the worker's own state, which mu_ does not guard.
   bool WaitFor(const std::function<bool(const std::vector<v1::WorkerMessage>&,
                                         const std::vector<v1::WorkerMessage>&)>& pred) {
     for (int i = 0; i < 1000; ++i) {
@@ -405,7 +487,7 @@ TEST_F(WorkerTest, ReconnectsAfterTheStreamBreaks) {
   ASSERT_TRUE(coordinator_.WaitFor([](const auto& hellos, const auto& received) {
     return hellos.size() == 1 && !received.empty();
   }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(env_.blocked_steps.WaitForOne());  // the task runs when its stream breaks
   coordinator_.CloseStream();
   ASSERT_TRUE(coordinator_.WaitFor([](const auto& hellos, const auto&) {
     return hellos.size() == 2;
@@ -413,8 +495,9 @@ TEST_F(WorkerTest, ReconnectsAfterTheStreamBreaks) {
   EXPECT_TRUE(coordinator_.WaitFor([&](const auto&, const auto&) {
     return worker_->worker_id() == "w-2";
   }));
-  // The running task was cancelled with the first stream and reports nothing on the second.
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The running task was cancelled with the first stream: once it has finished, nothing of it
+  // was reported on the second.
+  ASSERT_TRUE(coordinator_.WaitFor([&](const auto&, const auto&) { return worker_->idle(); }));
   EXPECT_EQ(Count(coordinator_.received(), [](const auto& m) { return m.has_done(); }), 0);
   // The next assignment runs normally.
   v1::CoordinatorMessage next;
@@ -438,7 +521,7 @@ class AllReduceExecutor : public Executor {
   }
   absl::StatusOr<float> RunStep(int64_t step) override {
     float x = (program_.rank() + 1.0f) * step;
-    absl::Status s = comm_->AllReduce(&x, 1, ReduceOp::kSum);
+    absl::Status s = comm_->AllReduce(&x, 1, v1::F32, ReduceOp::kSum);
     if (!s.ok()) return s;
     return x;
   }

@@ -86,6 +86,8 @@ class FakeJobService final : public weft::v1::JobService::Service {
       step.mutable_step()->set_samples_per_second(3200);
       writer->Write(step);
       if (job.spec().name() == "hang") {
+        // The scripted hang: the stream stays open until the client goes. The synchronous API
+        // has no notification of a cancel, so it is polled.
         while (!ctx->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         return grpc::Status::CANCELLED;
       }

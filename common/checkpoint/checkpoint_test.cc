@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -572,6 +574,353 @@ TEST_F(CorruptionTest, AnIndexWithAHoleNamesTheMissingRegion) {
   EXPECT_EQ(r->ReadBox("nope", {0}, {1}, out.data()).code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(r->ReadBox("b", {4}, {3}, out.data()).message(), HasSubstr("outside the saved shape [6]"));
   EXPECT_THAT(r->ReadBox("b", {0, 0}, {1, 1}, out.data()).message(), HasSubstr("shape mismatch"));
+}
+
+// ---- Typed tensors: each chunk in its tensor's dtype, read in the caller's
+
+// A global tensor of any dtype as its little-endian bytes, row-major; every element distinct.
+struct TypedGlobal {
+  std::string name;
+  std::vector<int64_t> shape;
+  v1::DType dtype;
+  std::string bytes;
+};
+
+int ElementBytes(v1::DType dtype) {
+  switch (dtype) {
+    case v1::BF16:
+      return 2;
+    case v1::I64:
+      return 8;
+    default:
+      return 4;
+  }
+}
+
+template <typename T>
+void Append(std::string* out, T v) {
+  out->append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+TypedGlobal MakeTyped(const std::string& name, std::vector<int64_t> shape, v1::DType dtype) {
+  TypedGlobal g{name, std::move(shape), dtype, {}};
+  const int64_t n = Volume(g.shape);
+  for (int64_t i = 0; i < n; ++i) {
+    switch (dtype) {
+      case v1::F32:
+        Append(&g.bytes, 0.5f * static_cast<float>(i) - 3.0f);  // exact in bfloat16 too
+        break;
+      case v1::BF16:
+        Append(&g.bytes, static_cast<uint16_t>(0x3f80 + 3 * i));  // 1.0, 1.0234375, ...
+        break;
+      case v1::I32:
+        Append(&g.bytes, static_cast<int32_t>(0x80000000u + 123457u * static_cast<uint32_t>(i)));
+        break;
+      default:
+        Append(&g.bytes, (i % 2 ? -1 : 1) * (int64_t{1} << 40) + i);
+        break;
+    }
+  }
+  return g;
+}
+
+// The box [off, off+len) of g, row-major, as bytes.
+std::string TypedSlice(const TypedGlobal& g, const std::vector<int64_t>& off,
+                       const std::vector<int64_t>& len) {
+  std::string out;
+  const size_t rank = g.shape.size();
+  const int size = ElementBytes(g.dtype);
+  if (Volume(len) == 0) return out;
+  std::vector<int64_t> idx(rank, 0);
+  while (true) {
+    int64_t linear = 0;
+    for (size_t d = 0; d < rank; ++d) linear = linear * g.shape[d] + off[d] + idx[d];
+    out += g.bytes.substr(static_cast<size_t>(linear * size), size);
+    int d = static_cast<int>(rank) - 1;
+    while (d >= 0 && ++idx[d] == len[d]) idx[d--] = 0;
+    if (d < 0) break;
+  }
+  return out;
+}
+
+// Every rank writes its boxes (each piece in its tensor's dtype), then the coordinator commits.
+absl::Status SaveTyped(const std::string& dir, int64_t step,
+                       const std::vector<std::vector<std::pair<const TypedGlobal*, Box>>>& ranks) {
+  std::vector<IndexedChunk> all;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    std::vector<std::string> data;
+    std::vector<ShardPiece> pieces;
+    data.reserve(ranks[r].size());
+    for (const auto& [g, box] : ranks[r]) {
+      data.push_back(TypedSlice(*g, box.offsets, box.lengths));
+      pieces.push_back({g->name, g->shape, box.offsets, box.lengths, data.back().data(), g->dtype});
+    }
+    absl::StatusOr<std::vector<IndexedChunk>> chunks =
+        WriteShard(StagingDir(dir, step), static_cast<int>(r), pieces);
+    if (!chunks.ok()) return chunks.status();
+    all.insert(all.end(), chunks->begin(), chunks->end());
+  }
+  return CommitCheckpoint(dir, step, all, 0);
+}
+
+// index.json with its checksum recomputed as the format defines it, after an edit.
+std::string ResealIndex(nlohmann::json j) {
+  j.erase("checksum");
+  const std::string canonical = j.dump();
+  j["checksum"] = Crc32c(canonical.data(), canonical.size());
+  return j.dump(2);
+}
+
+class TypedCheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = FreshDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    // mp=2: w by columns, e on its last axis, ids by halves; steps written by rank 1 alone.
+    std::vector<std::vector<std::pair<const TypedGlobal*, Box>>> ranks(2);
+    for (int m = 0; m < 2; ++m) {
+      ranks[m].push_back({&w_, AxisBox(w_.shape, 1, 2, m)});
+      ranks[m].push_back({&e_, AxisBox(e_.shape, 2, 2, m)});
+      ranks[m].push_back({&ids_, AxisBox(ids_.shape, 0, 2, m)});
+    }
+    ranks[1].push_back({&steps_, AxisBox(steps_.shape, -1, 1, 0)});
+    absl::Status s = SaveTyped(dir_, 4, ranks);
+    ASSERT_TRUE(s.ok()) << s;
+    step_ = dir_ + "/step-4";
+  }
+
+  // Reads g's box in dtype `as` into bytes.
+  absl::StatusOr<std::string> Read(const CheckpointReader& r, const TypedGlobal& g, const Box& box,
+                                   v1::DType as) {
+    std::string out(static_cast<size_t>(Volume(box.lengths) * ElementBytes(as)), '\xee');
+    absl::Status s = r.ReadBox(g.name, box.offsets, box.lengths, as, out.data());
+    if (!s.ok()) return s;
+    return out;
+  }
+
+  // Every tensor on other layouts: whole, split k ways along each axis, an inner box; each
+  // element converted by `expect` from the saved bytes.
+  void ExpectEveryLayout(const CheckpointReader& r, const TypedGlobal& g, v1::DType as,
+                         const std::function<std::string(const std::string&)>& expect) {
+    SCOPED_TRACE(g.name);
+    std::vector<Box> boxes = {AxisBox(g.shape, -1, 1, 0)};
+    for (int axis = 0; axis < static_cast<int>(g.shape.size()); ++axis) {
+      for (int64_t k : {2, 3, 4}) {
+        for (int64_t i = 0; i < k; ++i) boxes.push_back(AxisBox(g.shape, axis, k, i));
+      }
+    }
+    Box inner{std::vector<int64_t>(g.shape.size()), std::vector<int64_t>(g.shape.size())};
+    for (size_t d = 0; d < g.shape.size(); ++d) {
+      inner.offsets[d] = g.shape[d] / 3;
+      inner.lengths[d] = g.shape[d] - g.shape[d] / 3 - g.shape[d] / 4;
+    }
+    boxes.push_back(inner);
+    for (const Box& box : boxes) {
+      absl::StatusOr<std::string> got = Read(r, g, box, as);
+      ASSERT_TRUE(got.ok()) << got.status();
+      ASSERT_EQ(*got, expect(TypedSlice(g, box.offsets, box.lengths)))
+          << "box at " << ::testing::PrintToString(box.offsets) << " lengths "
+          << ::testing::PrintToString(box.lengths);
+    }
+  }
+
+  TypedGlobal w_ = MakeTyped("w", {6, 10}, v1::F32);
+  TypedGlobal e_ = MakeTyped("e", {3, 5, 7}, v1::BF16);
+  TypedGlobal ids_ = MakeTyped("ids", {10}, v1::I32);
+  TypedGlobal steps_ = MakeTyped("steps", {5, 3}, v1::I64);
+  std::string dir_, step_;
+};
+
+std::string Same(const std::string& bytes) { return bytes; }
+
+TEST_F(TypedCheckpointTest, EveryDtypeRoundTripsOntoOtherLayouts) {
+  // The index and the shard headers, read as plain JSON, record each tensor's dtype.
+  const nlohmann::json index = nlohmann::json::parse(ReadAll(step_ + "/index.json"));
+  EXPECT_EQ(index["tensors"]["w"]["dtype"], "F32");
+  EXPECT_EQ(index["tensors"]["e"]["dtype"], "BF16");
+  EXPECT_EQ(index["tensors"]["ids"]["dtype"], "I32");
+  EXPECT_EQ(index["tensors"]["steps"]["dtype"], "I64");
+  for (const nlohmann::json& c : index["tensors"]["e"]["chunks"]) {
+    const int64_t elements = Volume(c["lengths"].get<std::vector<int64_t>>());
+    EXPECT_EQ(c["byte_range"][1].get<int64_t>() - c["byte_range"][0].get<int64_t>(), 2 * elements);
+  }
+  const std::string shard = ReadAll(step_ + "/rank-1.safetensors");
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(shard[i]);
+  const nlohmann::json header = nlohmann::json::parse(shard.substr(8, n));
+  EXPECT_EQ(header["e@0,0,3"]["dtype"], "BF16");
+  EXPECT_EQ(header["e@0,0,3"]["shape"], nlohmann::json({3, 5, 4}));
+  EXPECT_EQ(header["ids@5"]["dtype"], "I32");
+  EXPECT_EQ(header["steps@0,0"]["dtype"], "I64");
+  EXPECT_EQ(header["w@0,5"]["dtype"], "F32");
+  EXPECT_EQ(shard.size(), 8 + n + 4 * 30 + 2 * 60 + 4 * 5 + 8 * 15);
+  // Another safetensors reader sees the same bytes.
+  auto as_safetensors = SafetensorsFile::Open(step_ + "/rank-1.safetensors");
+  ASSERT_TRUE(as_safetensors.ok()) << as_safetensors.status();
+  std::string steps(8 * 15, '\0');
+  ASSERT_TRUE(as_safetensors->ReadBox("steps@0,0", {0, 0}, {5, 3}, v1::I64, steps.data()).ok());
+  EXPECT_EQ(steps, steps_.bytes);
+
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(step_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->index().tensors.at("w").dtype, v1::F32);
+  EXPECT_EQ(r->index().tensors.at("e").dtype, v1::BF16);
+  EXPECT_EQ(r->index().tensors.at("ids").dtype, v1::I32);
+  EXPECT_EQ(r->index().tensors.at("steps").dtype, v1::I64);
+  for (const TypedGlobal* g : {&w_, &e_, &ids_, &steps_}) ExpectEveryLayout(*r, *g, g->dtype, Same);
+  EXPECT_TRUE(r->VerifyAll().ok());
+}
+
+// bfloat16 is the upper half of a float32: a bf16 value b is the float with bits b << 16, and
+// the saved floats (multiples of 0.5 below 32) are exact in bfloat16: their upper halves.
+TEST_F(TypedCheckpointTest, FloatingDtypesConvertOnRead) {
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(step_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ExpectEveryLayout(*r, e_, v1::F32, [](const std::string& bf16) {
+    std::string out;
+    for (size_t i = 0; i < bf16.size(); i += 2) {
+      uint16_t b;
+      std::memcpy(&b, bf16.data() + i, 2);
+      Append(&out, static_cast<uint32_t>(b) << 16);
+    }
+    return out;
+  });
+  ExpectEveryLayout(*r, w_, v1::BF16, [](const std::string& f32) {
+    std::string out;
+    for (size_t i = 0; i < f32.size(); i += 4) {
+      uint32_t bits;
+      std::memcpy(&bits, f32.data() + i, 4);
+      EXPECT_EQ(bits & 0xffff, 0u) << "test data not exact in bfloat16";
+      Append(&out, static_cast<uint16_t>(bits >> 16));
+    }
+    return out;
+  });
+}
+
+TEST_F(TypedCheckpointTest, IntegerTensorsReadOnlyAsTheirOwnDtype) {
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(step_);
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::Status s = Read(*r, ids_, AxisBox(ids_.shape, -1, 1, 0), v1::F32).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "loading tensor 'ids' from " + step_ +
+                             ": the checkpoint holds I32, the destination is F32: only floating "
+                             "dtypes convert on read (F32 <-> BF16)");
+  s = Read(*r, steps_, AxisBox(steps_.shape, 0, 2, 1), v1::I32).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'steps'"), HasSubstr("holds I64, the destination is I32")));
+  s = Read(*r, w_, AxisBox(w_.shape, -1, 1, 0), v1::I32).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'w'"), HasSubstr("holds F32, the destination is I32")));
+  s = Read(*r, e_, AxisBox(e_.shape, -1, 1, 0), v1::I64).status();
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("'e'"), HasSubstr("holds BF16, the destination is I64")));
+}
+
+TEST(TypedCommitTest, ChunksThatDisagreeOnTheDtypeAreRefused) {
+  const std::string dir = FreshDir("dtype_disagree");
+  const TypedGlobal f = MakeTyped("w", {4, 4}, v1::F32);
+  const TypedGlobal b = MakeTyped("w", {4, 4}, v1::BF16);
+  absl::Status s = SaveTyped(dir, 1, {{{&f, AxisBox(f.shape, 0, 2, 0)}},
+                                      {{&b, AxisBox(b.shape, 0, 2, 1)}}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("tensor 'w': chunks disagree on the dtype: F32 from "
+                                     "rank-0.safetensors, BF16 from rank-1.safetensors"));
+  EXPECT_FALSE(FindLatest(dir).ok());
+}
+
+// A chunk reported in one dtype but stored in another of the same size (I32 as F32) would load
+// as wrong numbers: the commit compares the report with the shard's own header.
+TEST(TypedCommitTest, AReportThatDisagreesWithItsShardIsRefused) {
+  const std::string dir = FreshDir("dtype_report");
+  const TypedGlobal ids = MakeTyped("ids", {6}, v1::I32);
+  auto chunks = WriteShard(StagingDir(dir, 1), 0,
+                           {{"ids", {6}, {0}, {6}, ids.bytes.data(), v1::I32}});
+  ASSERT_TRUE(chunks.ok()) << chunks.status();
+  ASSERT_EQ(chunks->size(), 1u);
+  EXPECT_EQ((*chunks)[0].dtype, v1::I32);
+  (*chunks)[0].dtype = v1::F32;
+  absl::Status s = CommitCheckpoint(dir, 1, *chunks, 0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("tensor 'ids' in " + StagingDir(dir, 1) + "/rank-0.safetensors"),
+                                 HasSubstr("chunk [0:6] (entry 'ids@0') is I32 in the shard but F32 in the index")));
+  EXPECT_FALSE(FindLatest(dir).ok());
+  // A dtype outside the enum is refused when the shard is written.
+  auto bad = WriteShard(StagingDir(dir, 2), 0,
+                        {{"ids", {6}, {0}, {6}, ids.bytes.data(), static_cast<v1::DType>(7)}});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), AllOf(HasSubstr("tensor 'ids'"), HasSubstr("unknown dtype 7")));
+}
+
+TEST_F(TypedCheckpointTest, AnIndexThatMislabelsADtypeIsCorrupt) {
+  const std::string path = step_ + "/index.json";
+  const std::string good = ReadAll(path);
+  {
+    // I32 relabelled F32 (same byte ranges): the shard headers disagree.
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["tensors"]["ids"]["dtype"] = "F32";
+    WriteAll(path, ResealIndex(j));
+    absl::Status s = CheckpointReader::Open(step_).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_EQ(s.message(), "loading tensor 'ids' from " + step_ +
+                               "/rank-0.safetensors: chunk [0:5] (entry 'ids@0') is I32 in the "
+                               "shard but F32 in the index");
+  }
+  {
+    // BF16 relabelled F32: the byte ranges no longer hold the elements.
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["tensors"]["e"]["dtype"] = "F32";
+    WriteAll(path, ResealIndex(j));
+    absl::Status s = CheckpointReader::Open(step_).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(s.message(), AllOf(HasSubstr(path), HasSubstr("tensor 'e'"),
+                                   HasSubstr("does not hold 45 F32 elements")));
+  }
+  {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["tensors"]["w"]["dtype"] = "F16";
+    WriteAll(path, ResealIndex(j));
+    absl::Status s = CheckpointReader::Open(step_).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+    EXPECT_THAT(s.message(), AllOf(HasSubstr(path), HasSubstr("tensor 'w'"),
+                                   HasSubstr("dtype F16 is not supported")));
+  }
+  WriteAll(path, good);
+  EXPECT_TRUE(CheckpointReader::Open(step_).ok());
+}
+
+// A shard whose own header was damaged is refused at Open, naming the file.
+TEST_F(TypedCheckpointTest, ADamagedShardHeaderIsCorrupt) {
+  const std::string file = step_ + "/rank-0.safetensors";
+  std::string bytes = ReadAll(file);
+  bytes.replace(bytes.find("\"BF16\""), 6, "\"XF16\"");
+  WriteAll(file, bytes);
+  absl::Status s = CheckpointReader::Open(step_).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(s.message(), AllOf(HasSubstr("loading tensor '"), HasSubstr(file),
+                                 HasSubstr("unknown dtype XF16")));
+}
+
+// Checkpoints written before tensors were typed have no dtype in their index: they are F32.
+TEST(TypedIndexTest, AnIndexWithoutDtypeLoadsAsF32) {
+  const std::string dir = FreshDir("untyped");
+  const Global w = MakeGlobal("fc0.weight", {6, 10});
+  const Global b = MakeGlobal("fc0.bias", {10}, 1000);
+  std::vector<RankWrite> ranks(2);
+  for (int m = 0; m < 2; ++m) {
+    ranks[m].boxes.push_back({&w, AxisBox(w.shape, 1, 2, m)});
+    ranks[m].boxes.push_back({&b, AxisBox(b.shape, 0, 2, m)});
+  }
+  ASSERT_TRUE(Save(dir, 3, ranks).ok());
+  const std::string path = dir + "/step-3/index.json";
+  nlohmann::json j = nlohmann::json::parse(ReadAll(path));
+  for (auto& [name, t] : j["tensors"].items()) t.erase("dtype");
+  WriteAll(path, ResealIndex(j));
+  ASSERT_EQ(ReadAll(path).find("dtype"), std::string::npos);
+
+  EXPECT_EQ(*FindLatest(dir), dir + "/step-3");
+  absl::StatusOr<CheckpointReader> r = CheckpointReader::Open(dir + "/step-3");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->index().tensors.at("fc0.weight").dtype, v1::F32);
+  EXPECT_EQ(r->index().tensors.at("fc0.bias").dtype, v1::F32);
+  ExpectEveryLayout(*r, {&w, &b});
+  EXPECT_TRUE(r->VerifyAll().ok());
 }
 
 TEST(IndexTest, SerializeParseRoundTrip) {

@@ -2,8 +2,6 @@
 
 #include <cstring>
 
-#include "common/checkpoint/checkpoint.h"
-
 #if defined(__x86_64__) || defined(__i386__)
 #include <nmmintrin.h>
 #define WEFT_CRC32C_X86 1

@@ -2,62 +2,88 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "coordinator/planner/op_table.h"
 #include "coordinator/planner/propagate.h"
 
 namespace weft::planner {
+namespace {
+
+// The name of the gradient of `of`, or of one term of it when several ops read it.
+std::string GradName(const Graph& g, int of, const std::map<int, int>& readers,
+                     const std::string& term) {
+  auto it = readers.find(of);
+  if (it != readers.end() && it->second > 1 && !term.empty()) {
+    return absl::StrCat(g.tensors[of].name, "@grad.", term);
+  }
+  return absl::StrCat(g.tensors[of].name, "@grad");
+}
+
+}  // namespace
 
 absl::StatusOr<int> GradBuilder::Emit(const std::string& type, std::vector<int> inputs, int of,
-                                      bool transpose_a, bool transpose_b, float scale) {
+                                      Attrs attrs) {
   const Tensor& src = g_->tensors[of];
   Tensor t;
-  t.name = absl::StrCat(src.name, "@grad");
+  t.name = GradName(*g_, of, *readers_, op_.layer.empty() ? op_.type : op_.layer);
   t.shape = src.shape;
+  t.dtype = src.dtype;
   t.role = v1::Buffer::GRAD;
   t.layer = op_.layer;
-  int out = g_->AddTensor(std::move(t));
-  Op op;
-  op.type = type;
-  op.inputs = std::move(inputs);
-  op.outputs = {out};
-  op.layer = op_.layer;
-  op.phase = Phase::kBackward;
-  op.transpose_a = transpose_a;
-  op.transpose_b = transpose_b;
-  op.scale = scale;
+  const int out = g_->AddTensor(std::move(t));
+  Op op{type, std::move(inputs), {out}, op_.layer, Phase::kBackward, std::move(attrs)};
   RETURN_IF_ERROR(AppendPlacedOp(registry_, g_, std::move(op)));
   return out;
 }
 
 absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
-  return AutodiffFrom(registry, std::move(g), {}, {});
-}
-
-absl::StatusOr<Graph> AutodiffFrom(const RuleRegistry& registry, Graph g,
-                                   const std::map<int, int>& seeds, const std::vector<int>& wrt) {
   const size_t num_forward = g.ops.size();
   std::vector<bool> needs(g.tensors.size(), false);
-  for (int p : g.params) needs[p] = true;
-  for (int t : wrt) needs[t] = true;
+  for (int p : g.ParamIds()) needs[p] = true;
+  std::map<int, int> readers;        // forward tensor -> op inputs reading it
+  std::map<int, std::string> maker;  // forward tensor -> the layer of the op that made it
+  int loss_op = -1;
   for (size_t i = 0; i < num_forward; ++i) {
     const Op& op = g.ops[i];
     bool any = false;
-    for (int in : op.inputs) any = any || needs[in];
-    for (int out : op.outputs) needs[out] = needs[out] || any;
+    for (int in : op.inputs) {
+      any = any || needs[in];
+      ++readers[in];
+    }
+    for (int out : op.outputs) {
+      needs[out] = needs[out] || any;
+      maker[out] = op.layer;
+    }
+    const OpDef* def = FindOpDef(op.type);
+    if (def != nullptr && def->kind == OpKind::kLoss) {
+      if (loss_op >= 0) return absl::InternalError("autodiff: the graph has two loss ops");
+      loss_op = static_cast<int>(i);
+    }
   }
+  if (loss_op < 0) return absl::InvalidArgumentError("autodiff: the graph has no loss op");
 
-  std::map<int, int> grads = seeds;  // forward tensor -> its gradient tensor
-  int loss_op = -1;
-  for (size_t i = 0; i < num_forward; ++i) {
-    if (g.ops[i].type == "mse") loss_op = static_cast<int>(i);
-  }
-  if (loss_op < 0 && seeds.empty()) {
-    return absl::InvalidArgumentError("autodiff: the graph has no loss op");
-  }
-  const int last = loss_op >= 0 ? loss_op : static_cast<int>(num_forward) - 1;
+  std::map<int, int> grads;  // forward tensor -> its gradient tensor (so far)
+  // Adds a term to the gradient of x: the first term is the gradient, later ones are summed.
+  auto accumulate = [&](int x, int term) -> absl::Status {
+    auto it = grads.find(x);
+    if (it == grads.end()) {
+      grads.emplace(x, term);
+      return absl::OkStatus();
+    }
+    Tensor sum = g.tensors[term];
+    sum.name = absl::StrCat(g.tensors[x].name, "@grad");
+    sum.layer = maker.count(x) > 0 ? maker[x] : g.tensors[x].layer;
+    const int out = g.AddTensor(std::move(sum));
+    Op add{"add", {it->second, term}, {out}, g.tensors[out].layer, Phase::kBackward};
+    add.comment = absl::StrCat(g.tensors[x].name, "@grad: the sum of its readers' terms");
+    RETURN_IF_ERROR(AppendPlacedOp(registry, &g, std::move(add)));
+    it->second = out;
+    return absl::OkStatus();
+  };
 
-  for (int i = last; i >= 0; --i) {
+  for (int i = loss_op; i >= 0; --i) {
     const Op op = g.ops[i];  // copy: emitting appends to g.ops
-    if (op.type == "load_input" || op.type == "load_label") continue;
+    const OpDef* def = FindOpDef(op.type);
+    if (def != nullptr && def->kind == OpKind::kLoad) continue;
     std::vector<int> out_grads;
     bool any_out = i == loss_op;
     for (int out : op.outputs) {
@@ -83,7 +109,7 @@ absl::StatusOr<Graph> AutodiffFrom(const RuleRegistry& registry, Graph g,
         return absl::InvalidArgumentError(absl::StrCat("autodiff: no VJP rule for ", OpLabel(op),
                                                        " with inputs ", DescribeInputs(g, op)));
       }
-      GradBuilder builder(registry, &g, op, out_grads, in_needs);
+      GradBuilder builder(registry, &g, op, out_grads, in_needs, &readers);
       RETURN_IF_ERROR(Annotate(rule->vjp(builder), absl::StrCat("autodiff of ", OpLabel(op))));
       in_grads = builder.input_grads();
     }
@@ -93,28 +119,16 @@ absl::StatusOr<Graph> AutodiffFrom(const RuleRegistry& registry, Graph g,
         return absl::InternalError(absl::StrCat("autodiff of ", OpLabel(op), ": no gradient for ",
                                                 g.tensors[op.inputs[k]].name));
       }
-      if (!grads.emplace(op.inputs[k], in_grads[k]).second) {
-        // Accumulating the gradients of a tensor read twice needs an ADD instruction.
-        return absl::UnimplementedError(absl::StrCat(
-            "autodiff: ", g.tensors[op.inputs[k]].name, " feeds more than one op"));
-      }
+      RETURN_IF_ERROR(accumulate(op.inputs[k], in_grads[k]));
     }
   }
-  for (int p : g.params) {
+  for (int p : g.ParamIds()) {
     auto it = grads.find(p);
     if (it == grads.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat("autodiff: parameter ", g.tensors[p].name, " does not affect the loss"));
     }
     g.grad_of[p] = it->second;
-  }
-  for (int t : wrt) {
-    auto it = grads.find(t);
-    if (it == grads.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("autodiff: ", g.tensors[t].name, " does not affect the outputs"));
-    }
-    g.grad_of[t] = it->second;
   }
   return g;
 }

@@ -1,9 +1,10 @@
-// Pass 3, autodiff: appends the backward graph. Forward ops are visited in reverse; each op's
-// VJP rule (from the same registry as its SPMD rule) emits backward ops through a GradBuilder,
-// which places them with the SPMD rules like any other op. Nothing here knows about data
-// parallelism: with x Shard(0) and dy Shard(0), dW = x^T @ dy contracts the sharded axis and
-// comes out Partial(sum), and the optimizer's reshard of it to the parameter's placement is
-// the all-reduce.
+// Pass 3, autodiff: appends the backward graph. Forward ops are visited in reverse from the loss
+// op (the op table's kLoss op, whose output's gradient is 1); each op's VJP rule (from the same
+// registry as its SPMD rule) emits backward ops through a GradBuilder, which places them with the
+// SPMD rules like any other op. A tensor read by several ops gets the sum of their gradients (an
+// `add` in the layer that produced it). Nothing here knows about data parallelism: with x Shard(0)
+// and dy Shard(0), dW = x^T @ dy contracts the sharded axis and comes out Partial(sum), and the
+// optimizer's reshard of it to the parameter's placement is the all-reduce.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(g, Autodiff(BuiltinRules(), std::move(g)));
@@ -21,23 +22,18 @@
 
 namespace weft::planner {
 
+// The gradients of every parameter go into g.grad_of. A parameter that does not affect the loss
+// is INVALID_ARGUMENT naming it.
 absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g);
-
-// Autodiff of a graph that is one piece of a model (a pipeline chunk): `seeds` gives the
-// gradient tensor (already in g and placed) of each output whose gradient comes from outside;
-// the loss op, when g has one, is seeded with 1 as above. The gradients of the parameters and
-// of each tensor in `wrt` (e.g. the chunk's input) are recorded in g.grad_of.
-absl::StatusOr<Graph> AutodiffFrom(const RuleRegistry& registry, Graph g,
-                                   const std::map<int, int>& seeds, const std::vector<int>& wrt);
 
 // What a VJP rule sees: the forward op, the gradients of its outputs and which inputs need
 // gradients; it emits backward ops and records the gradient of each input that needs one.
 class GradBuilder {
  public:
   GradBuilder(const RuleRegistry& registry, Graph* g, const Op& op, std::vector<int> out_grads,
-              std::vector<bool> needs_grad)
+              std::vector<bool> needs_grad, const std::map<int, int>* readers)
       : registry_(registry), g_(g), op_(op), out_grads_(std::move(out_grads)),
-        needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1) {}
+        needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1), readers_(readers) {}
 
   const Op& op() const { return op_; }
   // Gradient tensor id of op().outputs[i]; -1 for the loss (whose gradient is 1).
@@ -46,11 +42,11 @@ class GradBuilder {
   void set_input_grad(int input, int grad_id) { in_grads_[input] = grad_id; }
   const std::vector<int>& input_grads() const { return in_grads_; }
 
-  // Appends a backward op of `type` on `inputs` producing a new gradient tensor named
-  // "<of>@grad" with the global shape of tensor `of`; placed by the SPMD rules.
+  // Appends a backward op of `type` on `inputs` producing a new gradient tensor with the global
+  // shape and dtype of tensor `of`, named "<of>@grad" ("<of>@grad.<layer>" when `of` is read by
+  // several ops, each contributing a term); placed by the SPMD rules.
   absl::StatusOr<int> Emit(const std::string& type, std::vector<int> inputs, int of,
-                           bool transpose_a = false, bool transpose_b = false,
-                           float scale = 1.0f);
+                           Attrs attrs = {});
 
  private:
   const RuleRegistry& registry_;
@@ -59,6 +55,7 @@ class GradBuilder {
   std::vector<int> out_grads_;
   std::vector<bool> needs_grad_;
   std::vector<int> in_grads_;
+  const std::map<int, int>* readers_;  // forward tensor -> how many op inputs read it
 };
 
 }  // namespace weft::planner

@@ -17,7 +17,7 @@ using testing::SpecBuilder;
 absl::StatusOr<Graph> Differentiated(const v1::JobSpec& spec) {
   absl::StatusOr<Graph> g = BuildGraph(spec);
   if (!g.ok()) return g.status();
-  g = Propagate(spec, BuiltinRules(), *std::move(g));
+  g = Propagate(BuiltinRules(), *std::move(g));
   if (!g.ok()) return g.status();
   return Autodiff(BuiltinRules(), *std::move(g));
 }
@@ -35,7 +35,7 @@ TEST(AutodiffTest, GradientsHaveTheirParametersShapes) {
   absl::StatusOr<Graph> g = Differentiated(Mlp({1}, {"dp"}));
   ASSERT_TRUE(g.ok()) << g.status();
   ASSERT_EQ(g->grad_of.size(), 4u);
-  for (int p : g->params) {
+  for (int p : g->ParamIds()) {
     const Tensor& grad = g->tensors[g->grad_of.at(p)];
     EXPECT_EQ(grad.name, g->tensors[p].name + "@grad");
     EXPECT_EQ(grad.shape, g->tensors[p].shape);
@@ -50,7 +50,7 @@ TEST(AutodiffTest, GradientsHaveTheirParametersShapes) {
                                                  "gelu_grad", "bias_grad", "matmul"}));
   for (const Op& op : g->ops) {
     if (op.type == "mse_grad") {
-      EXPECT_FLOAT_EQ(op.scale, 2.0f / 32);
+      EXPECT_DOUBLE_EQ(op.attrs.Float("scale"), 2.0 / 32);
     }
   }
 }
@@ -58,7 +58,7 @@ TEST(AutodiffTest, GradientsHaveTheirParametersShapes) {
 TEST(AutodiffTest, ShardedBatchMakesWeightGradientsPartial) {
   absl::StatusOr<Graph> g = Differentiated(Mlp({4}, {"dp"}));
   ASSERT_TRUE(g.ok()) << g.status();
-  for (int p : g->params) {
+  for (int p : g->ParamIds()) {
     EXPECT_EQ(g->tensors[g->grad_of.at(p)].dist->placements(), std::vector<Placement>{P})
         << g->tensors[p].name;
   }
@@ -88,7 +88,7 @@ TEST(AutodiffTest, ColumnParallelWeightGradientIsSharded) {
                                                         {"fc0.bias", {S(0)}},
                                                         {"fc1.weight", {S(0)}},
                                                         {"fc1.bias", {R}}};
-  for (int p : g->params) {
+  for (int p : g->ParamIds()) {
     EXPECT_EQ(g->tensors[g->grad_of.at(p)].dist->placements(), want[g->tensors[p].name])
         << g->tensors[p].name;
   }

@@ -2,96 +2,97 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <set>
-#include <string>
 #include <tuple>
-#include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/dtype.h"
+#include "common/jobspec/starting_state.h"
 
 namespace weft::planner {
-namespace {
 
-using BoxKey = std::tuple<std::string, std::vector<int64_t>, std::vector<int64_t>>;
-
-BoxKey KeyOf(const v1::CheckpointItem& item) {
-  return {item.name(),
-          {item.box().offsets().begin(), item.box().offsets().end()},
-          {item.box().lengths().begin(), item.box().lengths().end()}};
+int StageOfTensor(const Graph& g, const pipeline::PipelinePlan& plan, const Tensor& t) {
+  const int chunk = g.ChunkOf(t.layer);
+  return chunk < 0 ? 0 : chunk % plan.stages;
 }
 
-int64_t Bytes(const v1::CheckpointItem& item) {
-  int64_t n = 4;
-  for (int64_t d : item.box().lengths()) n *= d;
-  return n;
+bool HoldsValue(const DistAttr& attr, int rank) {
+  std::vector<int64_t> coord = attr.mesh().Coordinate(rank);
+  for (int d = 0; d < attr.mesh().ndim(); ++d) {
+    const Placement& p = attr.placement(d);
+    if (p.is_partial() && p.reduce == Placement::Reduce::kSum && coord[d] != 0) return false;
+  }
+  return true;
 }
 
-}  // namespace
+std::string CheckpointName(const Graph& g, const Tensor& t) {
+  if (t.role != v1::Buffer::OPTIMIZER_STATE) return t.name;
+  // The optimizer pass names a state <param>.<state> (fc0.weight.m).
+  const size_t dot = t.name.rfind('.');
+  return CheckpointStateName(t.name.substr(0, dot), g.optimizer.type, t.name.substr(dot + 1));
+}
 
-absl::Status AssignCheckpointWriters(std::vector<v1::Program>* programs) {
-  const int world = static_cast<int>(programs->size());
-  // Which ranks hold each (name, box) at all.
-  std::map<BoxKey, std::set<int>> holders;
-  for (int r = 0; r < world; ++r) {
-    for (const v1::CheckpointItem& item : (*programs)[r].checkpoint_items()) {
-      if (!holders[KeyOf(item)].insert(r).second) {
-        return absl::InternalError(absl::StrCat("rank ", r, " has two checkpoint items for ",
-                                                item.name()));
-      }
-    }
-  }
-  // Groups of identical copies: (name, box, replicas that hold it) -> (rank, item index).
-  using GroupKey = std::pair<BoxKey, std::vector<int>>;
-  std::map<GroupKey, std::vector<std::pair<int, int>>> groups;
-  for (int r = 0; r < world; ++r) {
-    const v1::Program& p = (*programs)[r];
-    for (int i = 0; i < p.checkpoint_items_size(); ++i) {
-      const v1::CheckpointItem& item = p.checkpoint_items(i);
-      const std::set<int>& held = holders[KeyOf(item)];
-      std::vector<int> replicas;
-      for (int q : item.replicas()) {
-        if (held.count(q) > 0) replicas.push_back(q);
-      }
-      if (std::find(replicas.begin(), replicas.end(), r) == replicas.end()) {
-        return absl::InternalError(absl::StrCat("rank ", r, ": checkpoint item ", item.name(),
-                                                " does not list the rank among its replicas [",
-                                                absl::StrJoin(item.replicas(), ","), "]"));
-      }
-      groups[{KeyOf(item), replicas}].emplace_back(r, i);
-    }
-  }
-  std::vector<const GroupKey*> order;
-  for (const auto& [key, members] : groups) {
-    // Every replica must see the same group; one that does not is a planner bug.
-    if (members.size() != key.second.size()) {
-      return absl::InternalError(absl::StrCat(
-          "checkpoint item ", std::get<0>(key.first), ": replicas [",
-          absl::StrJoin(key.second, ","), "] disagree about who holds the same copy"));
-    }
-    order.push_back(&key);
-  }
-  auto bytes_of = [&](const GroupKey* key) {
-    const auto& [r, i] = groups.at(*key).front();
-    return Bytes((*programs)[r].checkpoint_items(i));
+absl::StatusOr<CheckpointWriters> CheckpointWriters::Assign(const Graph& g,
+                                                            const pipeline::PipelinePlan& plan) {
+  struct Copies {
+    std::string name;
+    std::vector<int64_t> offsets, lengths;
+    std::vector<int> holders;  // ascending
+    int64_t bytes = 0;
+    int tensor = -1;
   };
-  std::stable_sort(order.begin(), order.end(), [&](const GroupKey* a, const GroupKey* b) {
-    return bytes_of(a) > bytes_of(b);
+  const Mesh& mesh = g.mesh;
+  const int pp = g.pipeline.dim;
+  std::vector<Copies> groups;
+  for (size_t id = 0; id < g.tensors.size(); ++id) {
+    const Tensor& t = g.tensors[id];
+    if (t.role != v1::Buffer::OPTIMIZER_STATE && !(t.role == v1::Buffer::PARAM && g.IsParam(id))) {
+      continue;
+    }
+    const DistAttr& attr = *t.dist;
+    // Identical copies: along the dims where the tensor is whole (Replicate, or Partial(avg) of
+    // equal pieces) other than the pipeline dim, where only its own stage holds it.
+    std::vector<int> dims;
+    for (int d = 0; d < mesh.ndim(); ++d) {
+      const Placement& p = attr.placement(d);
+      if (d != pp && (p.is_replicate() || (p.is_partial() && p.reduce == Placement::Reduce::kAvg))) {
+        dims.push_back(d);
+      }
+    }
+    const int stage = StageOfTensor(g, plan, t);
+    for (int r = 0; r < mesh.size(); ++r) {
+      const std::vector<int64_t> coord = mesh.Coordinate(r);
+      bool first = pp < 0 || coord[pp] == stage;
+      for (int d : dims) first = first && coord[d] == 0;
+      if (!first || !HoldsValue(attr, r)) continue;
+      const v1::TensorBox box = attr.Box(t.shape, r);
+      Copies c;
+      c.name = CheckpointName(g, t);
+      c.offsets.assign(box.offsets().begin(), box.offsets().end());
+      c.lengths.assign(box.lengths().begin(), box.lengths().end());
+      c.holders = mesh.GroupRanks(r, dims);
+      std::sort(c.holders.begin(), c.holders.end());
+      c.bytes = DTypeSize(t.dtype);
+      for (int64_t d : c.lengths) c.bytes *= d;
+      c.tensor = static_cast<int>(id);
+      groups.push_back(std::move(c));
+    }
+  }
+  std::sort(groups.begin(), groups.end(), [](const Copies& a, const Copies& b) {
+    if (a.bytes != b.bytes) return a.bytes > b.bytes;
+    return std::tie(a.name, a.offsets, a.lengths, a.holders) <
+           std::tie(b.name, b.offsets, b.lengths, b.holders);
   });
-  std::vector<int64_t> load(world, 0);
-  for (const GroupKey* key : order) {
-    const std::vector<int>& replicas = key->second;
-    int writer = replicas.front();
-    for (int q : replicas) {
+  CheckpointWriters writers;
+  std::vector<int64_t> load(mesh.size(), 0);
+  for (const Copies& c : groups) {
+    int writer = c.holders.front();
+    for (int q : c.holders) {
       if (load[q] < load[writer]) writer = q;
     }
-    load[writer] += bytes_of(key);
-    for (const auto& [r, i] : groups.at(*key)) {
-      (*programs)[r].mutable_checkpoint_items(i)->set_write(r == writer);
-    }
+    load[writer] += c.bytes;
+    writers.writes_.insert({c.tensor, writer});
   }
-  return absl::OkStatus();
+  return writers;
 }
 
 }  // namespace weft::planner

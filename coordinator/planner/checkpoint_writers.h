@@ -1,28 +1,48 @@
 // Which rank writes each checkpoint chunk. A box of a parameter or optimizer state that several
-// ranks hold in identical copies (CheckpointItem.replicas: the ranks that differ only along the
-// dims where it is Replicate or Partial(avg)) is written by exactly one of them, so a checkpoint
-// stores one copy; the writer is chosen to balance bytes over ranks, not always the first
-// replica. Copies are identified by placement, never merely because names and boxes match: a
-// replica counts only if its own program holds the same name and box (a pipeline stage's
-// parameters are Replicate on the pipeline dim but held by one stage only).
+// ranks hold in identical copies (the ranks that differ only along the mesh dims where it is
+// Replicate or Partial(avg), within its pipeline stage) is written by exactly one of them, so a
+// checkpoint stores one copy; the writer is chosen to balance bytes over ranks, not always the
+// first replica. The groups of copies are enumerated once per group (by its first rank), never
+// per member, so the assignment is linear in the number of ranks.
 //
 // E.g.
-//   ASSIGN_OR_RETURN(std::vector<v1::Program> programs, ...);  // emitted, write unset
-//   RETURN_IF_ERROR(AssignCheckpointWriters(&programs));
+//   ASSIGN_OR_RETURN(CheckpointWriters writers, CheckpointWriters::Assign(g, plan));
+//   writers.Writes(tensor_id, rank);   // CheckpointItem.write of that rank's item
 #ifndef WEFT_COORDINATOR_PLANNER_CHECKPOINT_WRITERS_H_
 #define WEFT_COORDINATOR_PLANNER_CHECKPOINT_WRITERS_H_
 
+#include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
-#include "absl/status/status.h"
-#include "weft/v1/program.pb.h"
+#include "absl/status/statusor.h"
+#include "coordinator/planner/graph.h"
+#include "coordinator/planner/pipeline/pipeline.h"
 
 namespace weft::planner {
 
-// programs[r] is rank r's. Sets CheckpointItem.write on every item: true on exactly one rank per
-// group of identical copies. Largest chunks are placed first, each on the replica with the
-// fewest bytes so far (ties: the lowest rank), so the result is the same on every run.
-absl::Status AssignCheckpointWriters(std::vector<v1::Program>* programs);
+// The stage (coordinate along the pipeline dim, 0 without one) that holds tensor t: its layer's.
+int StageOfTensor(const Graph& g, const pipeline::PipelinePlan& plan, const Tensor& t);
+// Whether rank holds the value of a tensor placed by attr: a Partial(sum) tensor lives on
+// member 0 of each Partial(sum) dim (zeros elsewhere, so that the pieces sum to it).
+bool HoldsValue(const DistAttr& attr, int rank);
+// The name a parameter or optimizer state has in checkpoints: the parameter's (fc0.weight), or
+// CheckpointStateName for a state (fc0.weight/adamw.m).
+std::string CheckpointName(const Graph& g, const Tensor& t);
+
+class CheckpointWriters {
+ public:
+  // Largest chunks are placed first, each on the copy holder with the fewest bytes so far (ties:
+  // the lowest rank; equal sizes in the order of name, box and holders), so the result is the
+  // same on every run.
+  static absl::StatusOr<CheckpointWriters> Assign(const Graph& g,
+                                                  const pipeline::PipelinePlan& plan);
+  bool Writes(int tensor, int rank) const { return writes_.count({tensor, rank}) > 0; }
+
+ private:
+  std::set<std::pair<int, int>> writes_;  // (tensor, rank)
+};
 
 }  // namespace weft::planner
 

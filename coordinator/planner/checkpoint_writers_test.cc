@@ -46,6 +46,19 @@ Written Collect(const std::vector<v1::Program>& programs) {
   return w;
 }
 
+// (name, offsets) -> the ranks holding that box.
+std::map<std::tuple<std::string, std::vector<int64_t>>, std::set<int>> Holders(
+    const std::vector<v1::Program>& programs) {
+  std::map<std::tuple<std::string, std::vector<int64_t>>, std::set<int>> out;
+  for (const v1::Program& p : programs) {
+    for (const v1::CheckpointItem& item : p.checkpoint_items()) {
+      out[{item.name(), {item.box().offsets().begin(), item.box().offsets().end()}}].insert(
+          p.rank());
+    }
+  }
+  return out;
+}
+
 int64_t Numel(const v1::CheckpointItem& item) {
   int64_t n = 1;
   for (int64_t d : item.global_shape()) n *= d;
@@ -77,9 +90,10 @@ TEST(CheckpointWritersTest, DataParallelWritesOneCopyBalancedOverRanks) {
   for (const v1::Program& p : programs) {
     // 4 weights + 4 biases, each with m and v.
     EXPECT_EQ(p.checkpoint_items_size(), 24);
-    for (const v1::CheckpointItem& item : p.checkpoint_items()) {
-      EXPECT_EQ(item.replicas_size(), 4) << item.name();
-    }
+  }
+  // Every rank holds every tensor whole: each box has 4 holders.
+  for (const auto& [chunk, ranks] : Holders(programs)) {
+    EXPECT_EQ(ranks.size(), 4u) << std::get<0>(chunk);
   }
   ExpectOneCopyEach(programs);
   // 12 weight-sized chunks of 256 bytes and 12 bias-sized of 32: 3 + 3 per rank.
@@ -114,12 +128,11 @@ TEST(CheckpointWritersTest, ShardedBoxesAreEachWrittenByTheirHolder) {
                          .Spec();
   std::vector<v1::Program> programs = MustPlan(spec);
   ExpectOneCopyEach(programs);
-  for (const v1::Program& p : programs) {
-    for (const v1::CheckpointItem& item : p.checkpoint_items()) {
-      // The replicas of rank (dp, mp) are the ranks with the same mp coordinate.
-      EXPECT_EQ(item.replicas_size(), 2);
-      for (int q : item.replicas()) EXPECT_EQ(q % 2, p.rank() % 2);
-    }
+  // The copies of rank (dp, mp)'s box are held by the ranks with the same mp coordinate.
+  std::map<std::tuple<std::string, std::vector<int64_t>>, std::set<int>> holders = Holders(programs);
+  for (const auto& [chunk, ranks] : holders) {
+    EXPECT_EQ(ranks.size(), 2u) << std::get<0>(chunk);
+    EXPECT_EQ(*ranks.begin() % 2, *ranks.rbegin() % 2) << std::get<0>(chunk);
   }
 }
 
@@ -140,9 +153,10 @@ TEST(CheckpointWritersTest, PartialSumParameterIsWrittenByMemberZero) {
     if (item.name() != "fc0.weight") continue;
     found = true;
     EXPECT_TRUE(item.write());
-    EXPECT_EQ(item.replicas_size(), 1);
   }
   EXPECT_TRUE(found);
+  const std::set<int> holders = Holders(programs)[{"fc0.weight", {0, 0}}];
+  EXPECT_EQ(holders, std::set<int>{0});
 }
 
 TEST(CheckpointWritersTest, PipelineStagesWriteOnlyTheirOwnParameters) {

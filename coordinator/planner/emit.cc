@@ -1,247 +1,405 @@
 #include "coordinator/planner/emit.h"
 
-#include <cmath>
-#include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/philox.h"
-#include "common/spec/spec.h"
 #include "common/status.h"
+#include "coordinator/planner/op_table.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
 
 namespace weft::planner {
 namespace {
 
-void SetRepeated(google::protobuf::RepeatedField<int64_t>* field, const std::vector<int64_t>& v) {
-  field->Clear();
-  for (int64_t x : v) field->Add(x);
-}
+using pipeline::StageItem;
+using v1::Instruction;
 
-struct OpCode {
-  const char* type;
-  v1::Instruction::Op op;
-};
-constexpr OpCode kOpCodes[] = {
-    {"load_input", v1::Instruction::LOAD_INPUT}, {"load_label", v1::Instruction::LOAD_LABEL},
-    {"matmul", v1::Instruction::MATMUL},         {"bias_add", v1::Instruction::ADD_BIAS},
-    {"bias_grad", v1::Instruction::BIAS_GRAD},   {"relu", v1::Instruction::RELU},
-    {"relu_grad", v1::Instruction::RELU_GRAD},   {"gelu", v1::Instruction::GELU},
-    {"gelu_grad", v1::Instruction::GELU_GRAD},   {"mse", v1::Instruction::MSE_LOSS},
-    {"mse_grad", v1::Instruction::MSE_GRAD},     {"sgd", v1::Instruction::SGD},
-    {"adamw", v1::Instruction::ADAMW},
-};
+template <typename Repeated, typename Values>
+void SetRepeated(Repeated* field, const Values& values) {
+  field->Clear();
+  for (const auto& v : values) field->Add(v);
+}
 
 v1::Placement::ReduceOp ReduceProto(Placement::Reduce r) {
   return r == Placement::Reduce::kAvg ? v1::Placement::AVG : v1::Placement::SUM;
 }
 
-// Whether rank holds the value of a tensor placed by attr: a Partial(sum) tensor lives on
-// member 0 of each Partial(sum) dim (zeros elsewhere, so that the pieces sum to it).
-bool HoldsValue(const DistAttr& attr, int rank) {
-  std::vector<int64_t> coord = attr.mesh().Coordinate(rank);
-  for (int d = 0; d < attr.mesh().ndim(); ++d) {
-    const Placement& p = attr.placement(d);
-    if (p.is_partial() && p.reduce == Placement::Reduce::kSum && coord[d] != 0) return false;
-  }
-  return true;
-}
-
-v1::Instruction::Phase PhaseProto(Phase phase) {
+Instruction::Phase PhaseProto(Phase phase) {
   switch (phase) {
     case Phase::kForward:
-      return v1::Instruction::FORWARD;
+      return Instruction::FORWARD;
     case Phase::kBackward:
-      return v1::Instruction::BACKWARD;
+      return Instruction::BACKWARD;
     case Phase::kOptimizer:
-      return v1::Instruction::OPTIMIZER;
+      return Instruction::OPTIMIZER;
   }
-  return v1::Instruction::PHASE_UNSPECIFIED;
+  return Instruction::PHASE_UNSPECIFIED;
 }
 
-// beta1, beta2 and eps of an ADAMW instruction, from the spec's optimizer.
-absl::Status SetAdamWHyperparameters(const v1::Optimizer& opt, v1::Instruction* ins) {
-  if (opt.betas_size() != 2) {
-    return absl::InvalidArgumentError("optimizer.betas: adamw needs [beta1, beta2]");
+int64_t Product(const std::vector<int64_t>& v, size_t begin, size_t end) {
+  int64_t n = 1;
+  for (size_t i = begin; i < end && i < v.size(); ++i) n *= v[i];
+  return n;
+}
+
+// Sets the instruction field named like each attribute (an attribute `scale` sets
+// Instruction.scale), so that a new op's attributes need nothing here.
+absl::Status SetAttributes(const Op& op, Instruction* ins) {
+  const google::protobuf::Descriptor* d = ins->GetDescriptor();
+  const google::protobuf::Reflection* r = ins->GetReflection();
+  for (const auto& [name, value] : op.attrs.values()) {
+    const google::protobuf::FieldDescriptor* f = d->FindFieldByName(name);
+    if (f == nullptr || f->is_repeated()) {
+      return absl::InternalError(
+          absl::StrCat(OpLabel(op), ": attribute ", name, " has no Instruction field"));
+    }
+    using FD = google::protobuf::FieldDescriptor;
+    if (const bool* b = std::get_if<bool>(&value); b && f->cpp_type() == FD::CPPTYPE_BOOL) {
+      r->SetBool(ins, f, *b);
+    } else if (const double* x = std::get_if<double>(&value);
+               x && f->cpp_type() == FD::CPPTYPE_FLOAT) {
+      r->SetFloat(ins, f, static_cast<float>(*x));
+    } else if (const int64_t* i = std::get_if<int64_t>(&value);
+               i && f->cpp_type() == FD::CPPTYPE_INT64) {
+      r->SetInt64(ins, f, *i);
+    } else if (i && f->cpp_type() == FD::CPPTYPE_INT32) {
+      r->SetInt32(ins, f, static_cast<int32_t>(*i));
+    } else {
+      return absl::InternalError(absl::StrCat(OpLabel(op), ": attribute ", name,
+                                              " does not fit Instruction.", name));
+    }
   }
-  ins->set_beta1(static_cast<float>(opt.betas(0)));
-  ins->set_beta2(static_cast<float>(opt.betas(1)));
-  ins->set_eps(static_cast<float>(opt.eps()));
   return absl::OkStatus();
 }
 
-}  // namespace
-
-RankEmitter::RankEmitter(const v1::JobSpec& spec, const Mesh& mesh, const std::string& job_id,
-                         int attempt, int rank, v1::Program* program)
-    : spec_(spec), mesh_(mesh), rank_(rank), program_(program) {
-  v1::Program& p = *program_;
-  p.set_job_id(job_id);
-  p.set_attempt(attempt);
-  p.set_rank(rank);
-  p.set_world_size(mesh.size());
-  *p.mutable_mesh() = spec.mesh();
-  *p.mutable_data() = spec.data();
-  p.set_steps(spec.train().steps());
-  p.set_seed(spec.train().seed());
-  p.set_init_from(spec.init_from());
-  p.set_device(spec.device());
-  p.set_precision(spec.precision());
-  p.set_allow_tf32(spec.allow_tf32());
-  p.set_trace(spec.trace());
-  p.set_checkpoint_dir(spec.checkpoint().dir());
-  p.set_checkpoint_every(spec.checkpoint().every());
-}
-
-void RankEmitter::AddGroups(const LoweredGraph& lowered) {
-  for (int d : lowered.group_dims) {
-    v1::CommGroup* group = program_->add_groups();
-    group->set_id(lowered.group_base.at(d) + mesh_.GroupIndex(rank_, {d}));
-    for (int r : mesh_.GroupRanks(rank_, {d})) group->add_ranks(r);
-    group->set_mesh_dims(mesh_.dim_name(d));
-    group_id_[d] = group->id();
+class RankEmitter {
+ public:
+  RankEmitter(const PlannedGraph& planned, int rank, v1::Program* program)
+      : p_(planned), g_(planned.graph), rank_(rank), program_(*program),
+        pipelined_(planned.graph.pipeline.dim >= 0) {
+    stage_ = pipelined_ ? static_cast<int>(g_.mesh.Coordinate(rank)[g_.pipeline.dim]) : 0;
   }
-}
 
-int RankEmitter::GroupId(int mesh_dim) const {
-  auto it = group_id_.find(mesh_dim);
-  return it == group_id_.end() ? -1 : it->second;
-}
-
-int RankEmitter::AddBuffer(const std::string& name, const std::vector<int64_t>& shape,
-                           v1::Buffer::Role role) {
-  v1::Buffer* b = program_->add_buffers();
-  b->set_id(program_->buffers_size() - 1);
-  b->set_name(name);
-  SetRepeated(b->mutable_shape(), shape.empty() ? std::vector<int64_t>{1} : shape);
-  b->set_role(role);
-  return b->id();
-}
-
-absl::StatusOr<std::vector<int>> RankEmitter::AssignBuffers(
-    const Graph& g, const LoweredGraph& lowered, const std::function<int(int)>& existing) {
-  std::map<int, int> alias;
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    if (g.ops[i].type == "reshard" && lowered.steps[i].empty()) {
-      alias[g.ops[i].outputs[0]] = g.ops[i].inputs[0];
+  absl::Status Emit() {
+    for (int d : p_.lowered.group_dims) {
+      v1::CommGroup* group = program_.add_groups();
+      group->set_id(p_.lowered.GroupId(g_.mesh, rank_, d));
+      group->add_dims(d);
+      group->set_mesh_dims(g_.mesh.dim_name(d));
+      group_id_[d] = group->id();
     }
+    RETURN_IF_ERROR(AddInits());
+    const int holder = (p_.pipeline.chunks - 1) % p_.pipeline.stages;
+    if (stage_ != holder) loss_ = NewBuffer("loss", {1}, v1::Buffer::LOSS, v1::F32);
+    for (const StageItem& item : p_.pipeline.order[stage_]) RETURN_IF_ERROR(EmitItem(item));
+    if (stage_ == holder) {
+      ASSIGN_OR_RETURN(loss_, Instance(g_.loss, 0));
+    }
+    program_.set_loss_buffer(loss_);
+    return absl::OkStatus();
   }
-  std::vector<int> buf(g.tensors.size(), -1);
-  for (size_t t = 0; t < g.tensors.size(); ++t) {
-    const Tensor& tensor = g.tensors[t];
-    if (int b = existing(static_cast<int>(t)); b >= 0) {
-      buf[t] = b;
-      continue;
-    }
-    if (auto it = alias.find(t); it != alias.end()) {
-      buf[t] = buf[it->second];
-      continue;
-    }
+
+ private:
+  int NewBuffer(const std::string& name, const std::vector<int64_t>& shape,
+                v1::Buffer::Role role, v1::DType dtype) {
+    v1::Buffer* b = program_.add_buffers();
+    b->set_id(program_.buffers_size() - 1);
+    b->set_name(name);
+    SetRepeated(b->mutable_shape(), shape.empty() ? std::vector<int64_t>{1} : shape);
+    b->set_role(role);
+    b->set_dtype(dtype);
+    return b->id();
+  }
+
+  // Which instance of tensor t an item of micro-batch mb uses: one per step (-1) for what no
+  // per-micro-batch op makes, else mb's (0 in the per-step items of a single micro-batch).
+  int InstanceIndex(int t, int mb) const {
+    const int producer = p_.producer[t];
+    if (producer < 0 || p_.pipeline.per_step[producer]) return -1;
+    return std::max(mb, 0);
+  }
+
+  absl::StatusOr<int> Instance(int t, int mb) {
+    const int index = InstanceIndex(t, mb);
+    auto key = std::make_pair(t, index);
+    auto it = buffers_.find(key);
+    if (it != buffers_.end()) return it->second;
+    const Tensor& tensor = g_.tensors[t];
     if (!tensor.dist) {
       return absl::InternalError(absl::StrCat("emit: tensor ", tensor.name, " has no placement"));
     }
-    buf[t] = AddBuffer(tensor.name, tensor.dist->LocalShape(tensor.shape, rank_), tensor.role);
+    const int b = NewBuffer(tensor.name,
+                            tensor.dist->LocalShape(MicroShape(g_, tensor, std::max(index, 0)), rank_),
+                            tensor.role, tensor.dtype);
+    buffers_.emplace(key, b);
+    return b;
   }
-  return buf;
-}
 
-absl::Status RankEmitter::AddInits(const Graph& g, const std::vector<int>& buf) {
-  std::map<std::string, int64_t> in_features;
-  for (const v1::Layer& layer : spec_.model().layers()) {
-    in_features[layer.name()] = layer.in_features();
-  }
-  for (size_t t = 0; t < g.tensors.size(); ++t) {
-    const Tensor& tensor = g.tensors[t];
-    const bool param = tensor.role == v1::Buffer::PARAM;
-    const bool state = tensor.role == v1::Buffer::OPTIMIZER_STATE;
-    if (!param && !state) continue;
-    if (param && std::find(g.params.begin(), g.params.end(), static_cast<int>(t)) == g.params.end()) {
-      // A resharded copy of a parameter, computed in the step. (States are never resharded:
-      // the update writes them in place.)
-      continue;
-    }
-    v1::ParamInit* init = program_->add_init();
-    init->set_buffer(buf[t]);
-    init->set_name(tensor.name);
-    SetRepeated(init->mutable_global_shape(), tensor.shape);
-    *init->mutable_box() = tensor.dist->Box(tensor.shape, rank_);
-    if (HoldsValue(*tensor.dist, rank_)) {
-      RETURN_IF_ERROR(AddCheckpointItem(tensor, buf[t], init->box()));
-    }
-    if (state || !HoldsValue(*tensor.dist, rank_)) {
-      init->set_kind(v1::ParamInit::ZEROS);
-    } else if (!spec_.init_from().empty()) {
-      init->set_kind(v1::ParamInit::FROM_FILE);
-    } else {
-      auto it = in_features.find(tensor.layer);
-      int64_t fan_in = it != in_features.end() && it->second > 0 ? it->second : tensor.shape[0];
-      init->set_kind(v1::ParamInit::UNIFORM);
-      init->set_bound(static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in))));
-      init->set_tensor_key(Fnv1a64(tensor.name));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status RankEmitter::AddCheckpointItem(const Tensor& tensor, int buffer,
-                                            const v1::TensorBox& box) {
-  v1::CheckpointItem* item = program_->add_checkpoint_items();
-  item->set_buffer(buffer);
-  item->set_role(tensor.role);
-  if (tensor.role == v1::Buffer::OPTIMIZER_STATE) {
-    // The optimizer pass names a state <param>.<state> (fc0.weight.m).
-    const size_t dot = tensor.name.rfind('.');
-    if (dot == std::string::npos) {
-      return absl::InternalError(absl::StrCat("emit: optimizer state ", tensor.name,
-                                              " is not named <param>.<state>"));
-    }
-    item->set_name(CheckpointStateName(tensor.name.substr(0, dot), spec_.optimizer().type(),
-                                       tensor.name.substr(dot + 1)));
-  } else {
-    item->set_name(tensor.name);
-  }
-  SetRepeated(item->mutable_global_shape(), tensor.shape);
-  *item->mutable_box() = box;
-  // Identical copies: the ranks that differ from this one only along the dims where the tensor
-  // is whole (Replicate, or Partial(avg) of equal pieces). Partial(sum) dims are not among them:
-  // only member 0 holds the value there.
-  const DistAttr& attr = *tensor.dist;
-  std::vector<int> dims;
-  for (int d = 0; d < attr.mesh().ndim(); ++d) {
-    const Placement& p = attr.placement(d);
-    if (p.is_replicate() || (p.is_partial() && p.reduce == Placement::Reduce::kAvg)) {
-      dims.push_back(d);
-    }
-  }
-  std::vector<int> replicas = attr.mesh().GroupRanks(rank_, dims);
-  std::sort(replicas.begin(), replicas.end());
-  for (int r : replicas) item->add_replicas(r);
-  return absl::OkStatus();
-}
-
-absl::Status RankEmitter::EmitOp(const Graph& g, const LoweredGraph& lowered, int op_index,
-                                 const std::vector<int>& buf, InstructionList* out) {
-  const Mesh& mesh = mesh_;
-  const int rank = rank_;
-  const v1::Optimizer& opt = spec_.optimizer();
-  const Op& op = g.ops[op_index];
-  auto add = [&]() {
-    v1::Instruction* ins = out->Add();
-    ins->set_phase(PhaseProto(op.phase));
-    ins->set_micro_batch(-1);
-    ins->set_chunk(-1);
+  Instruction* Add(const StageItem& item, Phase phase) {
+    Instruction* ins = program_.add_instructions();
+    const bool per_step = item.micro_batch < 0;
+    // Per-step work of the forward phase (the loss summed over micro-batches) belongs to none.
+    ins->set_phase(per_step && phase == Phase::kForward && g_.micro_batches() > 1
+                       ? Instruction::PHASE_UNSPECIFIED
+                       : PhaseProto(phase));
+    ins->set_micro_batch(pipelined_ && !per_step ? item.micro_batch : -1);
+    ins->set_chunk(pipelined_ && !per_step ? item.chunk : -1);
     return ins;
-  };
-  if (op.type == "reshard") {
-    const Tensor& t = g.tensors[op.inputs[0]];
-    int cur = buf[op.inputs[0]];
-    const std::vector<ReshardStep>& steps = lowered.steps[op_index];
+  }
+
+  absl::Status AddInits() {
+    for (size_t t = 0; t < g_.tensors.size(); ++t) {
+      const Tensor& tensor = g_.tensors[t];
+      const bool param = tensor.role == v1::Buffer::PARAM && g_.IsParam(t);
+      const bool state = tensor.role == v1::Buffer::OPTIMIZER_STATE;
+      if (!param && !state) continue;
+      if (StageOfTensor(g_, p_.pipeline, tensor) != stage_) continue;
+      ASSIGN_OR_RETURN(const int buffer, Instance(t, -1));
+      v1::ParamInit* init = program_.add_init();
+      init->set_buffer(buffer);
+      init->set_name(tensor.name);
+      SetRepeated(init->mutable_global_shape(), tensor.shape);
+      *init->mutable_box() = tensor.dist->Box(tensor.shape, rank_);
+      const bool holds = HoldsValue(*tensor.dist, rank_);
+      if (holds) {
+        v1::CheckpointItem* item = program_.add_checkpoint_items();
+        item->set_buffer(buffer);
+        item->set_role(tensor.role);
+        item->set_name(CheckpointName(g_, tensor));
+        SetRepeated(item->mutable_global_shape(), tensor.shape);
+        *item->mutable_box() = init->box();
+        item->set_write(p_.writers.Writes(static_cast<int>(t), rank_));
+      }
+      if (state || !holds) {
+        init->set_kind(v1::ParamInit::ZEROS);
+      } else if (!program_.init_from().empty()) {
+        init->set_kind(v1::ParamInit::FROM_FILE);
+      } else {
+        float bound = 0;
+        for (const Parameter& p : g_.params) {
+          if (p.tensor == static_cast<int>(t)) bound = p.init_bound;
+        }
+        init->set_kind(v1::ParamInit::UNIFORM);
+        init->set_bound(bound);
+        init->set_tensor_key(Fnv1a64(tensor.name));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitItem(const StageItem& item) {
+    switch (item.kind) {
+      case StageItem::kCompute:
+        return EmitOp(item);
+      case StageItem::kFill: {
+        ASSIGN_OR_RETURN(const int acc, Accumulator(item.op));
+        Instruction* ins = Add(item, Phase::kForward);
+        ins->set_phase(Instruction::PHASE_UNSPECIFIED);
+        ins->set_op(Instruction::FILL);
+        ins->add_outputs(acc);
+        ins->set_scale(0.0f);
+        ins->set_comment(absl::StrCat(program_.buffers(acc).name(),
+                                      " = 0: accumulated over micro-batches"));
+        return absl::OkStatus();
+      }
+      case StageItem::kAccumulate: {
+        const int in = g_.ops[item.op].inputs[0];
+        ASSIGN_OR_RETURN(const int acc, Accumulator(item.op));
+        ASSIGN_OR_RETURN(const int term, Instance(in, item.micro_batch));
+        Instruction* ins = Add(item, item.phase);
+        ins->set_op(Instruction::ACCUMULATE);
+        ins->add_inputs(term);
+        ins->add_outputs(acc);
+        ins->set_comment(g_.tensors[in].role == v1::Buffer::LOSS
+                             ? std::string("loss += this micro-batch's share")
+                             : absl::StrCat(g_.tensors[in].name, " accumulated"));
+        return absl::OkStatus();
+      }
+      case StageItem::kSend:
+      case StageItem::kRecv: {
+        ASSIGN_OR_RETURN(const int b, Instance(item.tensor, item.micro_batch));
+        Instruction* ins = Add(item, item.phase);
+        const bool send = item.kind == StageItem::kSend;
+        ins->set_op(send ? Instruction::SEND : Instruction::RECV);
+        (send ? ins->add_inputs(b) : ins->add_outputs(b));
+        ins->set_group(group_id_.at(g_.pipeline.dim));
+        ins->set_peer(item.peer_stage);
+        ins->set_tag(item.tag);
+        ins->set_comment(absl::StrCat(g_.tensors[item.tensor].name,
+                                      send ? " to stage " : " from stage ", item.peer_stage));
+        return absl::OkStatus();
+      }
+      case StageItem::kLossFill: {
+        Instruction* ins = Add(item, Phase::kForward);
+        ins->set_phase(Instruction::PHASE_UNSPECIFIED);
+        ins->set_op(Instruction::FILL);
+        ins->add_outputs(loss_);
+        ins->set_scale(0.0f);
+        ins->set_comment("loss = 0: accumulated over micro-batches");
+        return absl::OkStatus();
+      }
+      case StageItem::kLossSum: {
+        ASSIGN_OR_RETURN(const int loss, LossBuffer());
+        Instruction* ins = Add(item, Phase::kForward);
+        ins->set_phase(Instruction::PHASE_UNSPECIFIED);
+        ins->set_op(Instruction::ALL_REDUCE);
+        ins->add_inputs(loss);
+        ins->add_outputs(loss);
+        ins->set_group(group_id_.at(g_.pipeline.dim));
+        ins->set_reduce(v1::Placement::SUM);
+        ins->set_comment(absl::StrCat("loss: sum over ", g_.mesh.dim_name(g_.pipeline.dim),
+                                      " (held by the last stage, 0 elsewhere)"));
+        return absl::OkStatus();
+      }
+    }
+    return absl::InternalError("emit: unknown stage item");
+  }
+
+  absl::StatusOr<int> LossBuffer() {
+    if (loss_ >= 0) return loss_;
+    return Instance(g_.loss, 0);
+  }
+
+  // The buffer summing the micro-batch terms of accumulating reshard op's input.
+  absl::StatusOr<int> Accumulator(int op) {
+    auto it = accumulators_.find(op);
+    if (it != accumulators_.end()) return it->second;
+    const Tensor& t = g_.tensors[g_.ops[op].inputs[0]];
+    const int b = NewBuffer(t.name, t.dist->LocalShape(MicroShape(g_, t, 0), rank_),
+                            t.role, t.dtype);
+    accumulators_.emplace(op, b);
+    return b;
+  }
+
+  absl::Status EmitOp(const StageItem& item) {
+    const Op& op = g_.ops[item.op];
+    const OpDef* def = FindOpDef(op.type);
+    if (def == nullptr) return absl::InternalError(absl::StrCat("emit: ", OpLabel(op)));
+    switch (def->kind) {
+      case OpKind::kReshard:
+        return EmitReshard(item, op);
+      case OpKind::kLoad:
+        return EmitLoad(item, op, *def);
+      case OpKind::kUpdate:
+        return EmitUpdate(item, op, *def);
+      default:
+        break;
+    }
+    Instruction* ins = Add(item, op.phase);
+    ins->set_op(def->instruction);
+    for (int in : op.inputs) {
+      ASSIGN_OR_RETURN(const int b, Instance(in, item.micro_batch));
+      ins->add_inputs(b);
+    }
+    for (int out : op.outputs) {
+      ASSIGN_OR_RETURN(const int b, Instance(out, item.micro_batch));
+      ins->add_outputs(b);
+    }
+    RETURN_IF_ERROR(SetAttributes(op, ins));
+    ins->set_comment(Comment(op));
+    return absl::OkStatus();
+  }
+
+  std::string Comment(const Op& op) const {
+    if (!op.comment.empty()) return op.comment;
+    std::string comment = op.layer.empty() ? op.type : absl::StrCat(op.layer, " ", op.type);
+    if (!op.outputs.empty()) absl::StrAppend(&comment, " -> ", g_.tensors[op.outputs[0]].name);
+    return comment;
+  }
+
+  absl::Status EmitLoad(const StageItem& item, const Op& op, const OpDef& def) {
+    const Tensor& t = g_.tensors[op.outputs[0]];
+    ASSIGN_OR_RETURN(const int out, Instance(op.outputs[0], item.micro_batch));
+    Instruction* ins = Add(item, op.phase);
+    if (!HoldsValue(*t.dist, rank_)) {
+      // A Partial(sum) batch: member 0 loads it, the others hold zeros (the SCALE by 0 states it
+      // in the program and clears whatever the buffer held).
+      ins->set_op(Instruction::SCALE);
+      ins->add_inputs(out);
+      ins->add_outputs(out);
+      ins->set_scale(0.0f);
+      ins->set_comment(absl::StrCat(t.name, ": zeros (Partial(sum) batch, loaded by member 0)"));
+      return absl::OkStatus();
+    }
+    ins->set_op(def.instruction);
+    ins->add_outputs(out);
+    const int mb = std::max(item.micro_batch, 0);
+    *ins->mutable_box() = t.dist->Box(MicroShape(g_, t, mb), rank_);
+    // The micro-batch's rows of the global batch.
+    if (t.micro.is_shard()) {
+      const int axis = t.micro.axis;
+      ins->mutable_box()->set_offsets(axis, ins->box().offsets(axis) + MicroOffset(g_, t, mb));
+    }
+    ins->set_comment(Comment(op));
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitUpdate(const StageItem& item, const Op& op, const OpDef& def) {
+    std::vector<int> bufs;
+    for (int in : op.inputs) {
+      ASSIGN_OR_RETURN(const int b, Instance(in, item.micro_batch));
+      bufs.push_back(b);
+    }
+    const std::string& param = g_.tensors[op.inputs[0]].name;
+    if (HoldsValue(*g_.tensors[op.inputs[0]].dist, rank_)) {
+      Instruction* ins = Add(item, op.phase);
+      ins->set_op(def.instruction);
+      for (int b : bufs) ins->add_inputs(b);
+      RETURN_IF_ERROR(SetAttributes(op, ins));
+      ins->set_comment(Comment(op));
+      return absl::OkStatus();
+    }
+    // A Partial(sum) parameter not held here: p_i = p_i * (1 - lr*wd), the step goes to the
+    // member that holds the value. AdamW still advances m and v (replicated) with lr 0.
+    if (def.updates_in_place.size() > 1) {
+      Instruction* ins = Add(item, op.phase);
+      ins->set_op(def.instruction);
+      for (int b : bufs) ins->add_inputs(b);
+      RETURN_IF_ERROR(SetAttributes(op, ins));
+      ins->set_lr(0.0f);
+      ins->set_comment(absl::StrCat(op.type, " states of ", param,
+                                    " (Partial(sum), step on member 0)"));
+    }
+    Instruction* ins = Add(item, op.phase);
+    ins->set_op(Instruction::SCALE);
+    ins->add_inputs(bufs[0]);
+    ins->add_outputs(bufs[0]);
+    ins->set_scale(1.0f - static_cast<float>(op.attrs.Float("lr")) *
+                              static_cast<float>(op.attrs.Float("weight_decay")));
+    ins->set_comment(absl::StrCat("weight decay of ", param, " (Partial(sum), step on member 0)"));
+    return absl::OkStatus();
+  }
+
+  absl::Status EmitReshard(const StageItem& item, const Op& op) {
+    const int in_id = op.inputs[0], out_id = op.outputs[0];
+    const Tensor& t = g_.tensors[in_id];
+    int cur;
+    if (p_.pipeline.accumulates[item.op]) {
+      ASSIGN_OR_RETURN(cur, Accumulator(item.op));
+    } else {
+      ASSIGN_OR_RETURN(cur, Instance(in_id, item.micro_batch));
+    }
+    const std::vector<ReshardStep>& steps = p_.lowered.steps[item.op];
+    const auto out_key = std::make_pair(out_id, InstanceIndex(out_id, item.micro_batch));
+    if (steps.empty()) {
+      buffers_[out_key] = cur;  // nothing moves: the output is the input's buffer
+      return absl::OkStatus();
+    }
+    const Shape shape = MicroShape(g_, t, std::max(InstanceIndex(in_id, item.micro_batch), 0));
+    const Mesh& mesh = g_.mesh;
     for (size_t s = 0; s < steps.size(); ++s) {
       const ReshardStep& step = steps[s];
       const int d = step.mesh_dim;
-      int next = s + 1 == steps.size()
-                     ? buf[op.outputs[0]]
-                     : AddBuffer(t.name, step.after.LocalShape(t.shape, rank), t.role);
-      v1::Instruction* ins = add();
+      int next;
+      if (s + 1 == steps.size()) {
+        ASSIGN_OR_RETURN(next, Instance(out_id, item.micro_batch));
+      } else {
+        next = NewBuffer(t.name, step.after.LocalShape(shape, rank_), t.role, t.dtype);
+      }
+      Instruction* ins = Add(item, op.phase);
       ins->set_op(step.kind);
       ins->add_inputs(cur);
       ins->add_outputs(next);
@@ -249,37 +407,43 @@ absl::Status RankEmitter::EmitOp(const Graph& g, const LoweredGraph& lowered, in
       ins->set_comment(absl::StrCat(t.name, ": ", step.before.placement(d).ToString(), "->",
                                     step.after.placement(d).ToString(), " over ",
                                     mesh.dim_name(d)));
-      const bool local =
-          step.kind == v1::Instruction::SLICE || step.kind == v1::Instruction::SCALE;
+      const bool local = step.kind == Instruction::SLICE || step.kind == Instruction::SCALE;
       if (!local) {
-        if (GroupId(d) < 0) return absl::InternalError("emit: no group for a reshard step");
-        ins->set_group(GroupId(d));
+        auto group = group_id_.find(d);
+        if (group == group_id_.end()) return absl::InternalError("emit: no group for a reshard step");
+        ins->set_group(group->second);
       }
-      std::vector<int> members = mesh.GroupRanks(rank, {d});
+      const std::vector<int> members = mesh.GroupRanks(rank_, {d});
+      const std::vector<int64_t> in_shape = step.before.LocalShape(shape, rank_);
+      const std::vector<int64_t> out_shape = step.after.LocalShape(shape, rank_);
       switch (step.kind) {
-        case v1::Instruction::ALL_REDUCE:
+        case Instruction::ALL_REDUCE:
           ins->set_reduce(ReduceProto(step.reduce));
           break;
-        case v1::Instruction::ALL_GATHER:
-          for (int m : members) ins->add_split_sizes(step.before.LocalShape(t.shape, m)[step.axis]);
+        case Instruction::ALL_GATHER:
+          for (int m : members) ins->add_split_sizes(step.before.LocalShape(shape, m)[step.axis]);
+          if (Product(in_shape, 0, step.axis) > 1) AddScratch(ins, t, Product(out_shape, 0, out_shape.size()));
           break;
-        case v1::Instruction::REDUCE_SCATTER:
+        case Instruction::REDUCE_SCATTER:
           ins->set_reduce(ReduceProto(step.reduce));
-          for (int m : members) ins->add_split_sizes(step.after.LocalShape(t.shape, m)[step.axis]);
+          for (int m : members) ins->add_split_sizes(step.after.LocalShape(shape, m)[step.axis]);
+          if (Product(in_shape, 0, step.axis) > 1) AddScratch(ins, t, Product(in_shape, 0, in_shape.size()));
           break;
-        case v1::Instruction::ALL_TO_ALL:
+        case Instruction::ALL_TO_ALL:
           ins->set_concat_axis(step.concat_axis);
           for (int m : members) {
-            ins->add_split_sizes(step.after.LocalShape(t.shape, m)[step.axis]);
-            ins->add_concat_split_sizes(step.before.LocalShape(t.shape, m)[step.concat_axis]);
+            ins->add_split_sizes(step.after.LocalShape(shape, m)[step.axis]);
+            ins->add_concat_split_sizes(step.before.LocalShape(shape, m)[step.concat_axis]);
           }
+          AddScratch(ins, t, Product(in_shape, 0, in_shape.size()) +
+                                 Product(out_shape, 0, out_shape.size()));
           break;
-        case v1::Instruction::SCALE:
-          ins->set_scale(step.first_member_only && members.front() != rank ? 0.0f : step.scale);
+        case Instruction::SCALE:
+          ins->set_scale(step.first_member_only && members.front() != rank_ ? 0.0f : step.scale);
           break;
-        case v1::Instruction::SLICE: {
-          v1::TensorBox before = step.before.Box(t.shape, rank);
-          v1::TensorBox after = step.after.Box(t.shape, rank);
+        case Instruction::SLICE: {
+          const v1::TensorBox before = step.before.Box(shape, rank_);
+          const v1::TensorBox after = step.after.Box(shape, rank_);
           ins->set_offset(after.offsets(step.axis) - before.offsets(step.axis));
           ins->set_length(after.lengths(step.axis));
           break;
@@ -291,88 +455,37 @@ absl::Status RankEmitter::EmitOp(const Graph& g, const LoweredGraph& lowered, in
     }
     return absl::OkStatus();
   }
-  const OpCode* code = nullptr;
-  for (const OpCode& c : kOpCodes) {
-    if (op.type == c.type) code = &c;
-  }
-  if (code == nullptr) {
-    return absl::InternalError(absl::StrCat("emit: no instruction for ", OpLabel(op)));
-  }
-  if ((op.type == "load_input" || op.type == "load_label") &&
-      !HoldsValue(*g.tensors[op.outputs[0]].dist, rank)) {
-    // A Partial(sum) batch: member 0 loads it, the others hold zeros (the SCALE by 0 states it
-    // in the program and clears whatever the buffer held).
-    v1::Instruction* ins = add();
-    ins->set_op(v1::Instruction::SCALE);
-    ins->add_inputs(buf[op.outputs[0]]);
-    ins->add_outputs(buf[op.outputs[0]]);
-    ins->set_scale(0.0f);
-    ins->set_comment(absl::StrCat(g.tensors[op.outputs[0]].name,
-                                  ": zeros (Partial(sum) batch, loaded by member 0)"));
-    return absl::OkStatus();
-  }
-  const bool update = op.type == "sgd" || op.type == "adamw";
-  const bool holds = !update || HoldsValue(*g.tensors[op.inputs[0]].dist, rank);
-  if (update && !holds) {
-    // A Partial(sum) parameter not held here: p_i = p_i * (1 - lr*wd), the step goes to the
-    // member that holds the value. AdamW still advances m and v (replicated) with lr 0.
-    const int param = buf[op.inputs[0]];
-    if (op.type == "adamw") {
-      v1::Instruction* ins = add();
-      ins->set_op(v1::Instruction::ADAMW);
-      for (int in : op.inputs) ins->add_inputs(buf[in]);
-      ins->set_lr(0.0f);
-      RETURN_IF_ERROR(SetAdamWHyperparameters(opt, ins));
-      ins->set_comment(absl::StrCat("adamw states of ", g.tensors[op.inputs[0]].name,
-                                    " (Partial(sum), step on member 0)"));
-    }
-    v1::Instruction* ins = add();
-    ins->set_op(v1::Instruction::SCALE);
-    ins->add_inputs(param);
-    ins->add_outputs(param);
-    ins->set_scale(1.0f - static_cast<float>(opt.lr()) * static_cast<float>(opt.weight_decay()));
-    ins->set_comment(absl::StrCat("weight decay of ", g.tensors[op.inputs[0]].name,
-                                  " (Partial(sum), step on member 0)"));
-    return absl::OkStatus();
-  }
-  v1::Instruction* ins = add();
-  ins->set_op(code->op);
-  for (int in : op.inputs) ins->add_inputs(buf[in]);
-  for (int o : op.outputs) ins->add_outputs(buf[o]);
-  ins->set_transpose_a(op.transpose_a);
-  ins->set_transpose_b(op.transpose_b);
-  if (op.type == "mse" || op.type == "mse_grad") ins->set_scale(op.scale);
-  if (op.type == "load_input" || op.type == "load_label") {
-    const Tensor& t = g.tensors[op.outputs[0]];
-    *ins->mutable_box() = t.dist->Box(t.shape, rank);
-  }
-  if (update) {
-    ins->set_lr(static_cast<float>(opt.lr()));
-    ins->set_weight_decay(static_cast<float>(opt.weight_decay()));
-  }
-  if (op.type == "adamw") RETURN_IF_ERROR(SetAdamWHyperparameters(opt, ins));
-  std::string comment = op.comment;
-  if (comment.empty()) {
-    comment = op.layer.empty() ? op.type : absl::StrCat(op.layer, " ", op.type);
-    if (!op.outputs.empty()) absl::StrAppend(&comment, " -> ", g.tensors[op.outputs[0]].name);
-  }
-  ins->set_comment(comment);
-  return absl::OkStatus();
-}
 
-absl::StatusOr<v1::Program> EmitProgram(const v1::JobSpec& spec, const Graph& g,
-                                        const LoweredGraph& lowered, const std::string& job_id,
-                                        int attempt, int rank) {
-  v1::Program p;
-  RankEmitter e(spec, g.mesh, job_id, attempt, rank, &p);
-  e.AddGroups(lowered);
-  ASSIGN_OR_RETURN(std::vector<int> buf, e.AssignBuffers(g, lowered, [](int) { return -1; }));
-  RETURN_IF_ERROR(e.AddInits(g, buf));
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    RETURN_IF_ERROR(e.EmitOp(g, lowered, static_cast<int>(i), buf, p.mutable_instructions()));
+  // A buffer for the packing of a collective along an inner axis: the executor needs `elements`
+  // of the tensor's dtype there ([send | receive] for an all-to-all).
+  void AddScratch(Instruction* ins, const Tensor& t, int64_t elements) {
+    ins->set_scratch(NewBuffer(absl::StrCat(t.name, ".scratch"), {elements},
+                               v1::Buffer::SCRATCH, t.dtype));
   }
-  p.set_loss_buffer(buf[g.loss]);
-  return p;
+
+  const PlannedGraph& p_;
+  const Graph& g_;
+  const int rank_;
+  v1::Program& program_;
+  const bool pipelined_;
+  int stage_ = 0;
+  int loss_ = -1;
+  std::map<int, int> group_id_;                    // mesh dim -> this rank's group id
+  std::map<std::pair<int, int>, int> buffers_;     // (tensor, instance) -> buffer
+  std::map<int, int> accumulators_;                // accumulating reshard op -> buffer
+};
+
+}  // namespace
+
+absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
+                                        int rank, MemoryPlanner* memory) {
+  v1::Program program = header;
+  program.set_rank(rank);
+  program.set_world_size(planned.graph.mesh.size());
+  RankEmitter emitter(planned, rank, &program);
+  RETURN_IF_ERROR(Annotate(emitter.Emit(), absl::StrCat("emitting rank ", rank)));
+  memory->Plan(&program);
+  return program;
 }
 
 }  // namespace weft::planner

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
 
 namespace weft::planner {
 namespace {
@@ -13,7 +14,8 @@ namespace {
 std::string BufferRef(const v1::Program& p, int id) {
   if (id < 0 || id >= p.buffers_size()) return absl::StrCat("b", id, "?");
   const v1::Buffer& b = p.buffers(id);
-  return absl::StrCat("b", id, " ", b.name(), "[", absl::StrJoin(b.shape(), ","), "]");
+  return absl::StrCat("b", id, " ", b.name(), "[", absl::StrJoin(b.shape(), ","), "]",
+                      b.dtype() == v1::F32 ? "" : absl::StrCat(" ", DTypeName(b.dtype())));
 }
 
 std::string Bytes(int64_t n) {
@@ -36,19 +38,17 @@ const v1::CommGroup* FindGroup(const v1::Program& program, int group_id) {
   return nullptr;
 }
 
-int64_t BufferElements(const v1::Buffer& buffer) {
-  int64_t n = 1;
-  for (int64_t d : buffer.shape()) n *= d;
-  return n;
+int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
+  const v1::CommGroup* group = FindGroup(p, ins.group());
+  if (group == nullptr) return 0;
+  return CollectiveBytes(p, ins, GroupMembers(p, *group));
 }
 
-int64_t BufferBytes(const v1::Buffer& buffer) { return 4 * BufferElements(buffer); }
-
-int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
-  if (!IsCollective(ins.op())) return 0;
-  const v1::CommGroup* group = FindGroup(p, ins.group());
-  if (group == nullptr || ins.inputs_size() == 0 || ins.outputs_size() == 0) return 0;
-  const int64_t k = group->ranks_size();
+int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins,
+                        const std::vector<int>& members) {
+  if (!IsCollective(ins.op()) || ins.inputs_size() == 0 || ins.outputs_size() == 0) return 0;
+  const int64_t k = static_cast<int64_t>(members.size());
+  if (k == 0) return 0;
   const int64_t in = BufferBytes(p.buffers(ins.inputs(0)));
   const int64_t out = BufferBytes(p.buffers(ins.outputs(0)));
   switch (ins.op()) {
@@ -62,8 +62,8 @@ int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins) {
       // Every piece but this member's own leaves the rank.
       int64_t total = 0;
       for (int64_t len : ins.split_sizes()) total += len;
-      auto me = std::find(group->ranks().begin(), group->ranks().end(), p.rank());
-      const int index = static_cast<int>(me - group->ranks().begin());
+      auto me = std::find(members.begin(), members.end(), p.rank());
+      const int index = static_cast<int>(me - members.begin());
       if (ins.split_sizes_size() != k || total == 0 || index >= k) return in * (k - 1) / k;
       return in * (total - ins.split_sizes(index)) / total;
     }
@@ -83,7 +83,7 @@ std::string FormatProgram(const v1::Program& p) {
   absl::StrAppend(&s, "groups:\n");
   for (const v1::CommGroup& g : p.groups()) {
     absl::StrAppend(&s, "  g", g.id(), " over ", g.mesh_dims(), ": ranks [",
-                    absl::StrJoin(g.ranks(), ","), "]\n");
+                    absl::StrJoin(GroupMembers(p, g), ","), "]\n");
   }
   absl::StrAppend(&s, "init:\n");
   for (const v1::ParamInit& init : p.init()) {
@@ -116,8 +116,9 @@ std::string FormatProgram(const v1::Program& p) {
     }
     if (ins.op() == v1::Instruction::SEND || ins.op() == v1::Instruction::RECV) {
       const v1::CommGroup* g = FindGroup(p, ins.group());
-      const int peer = g != nullptr && ins.peer() >= 0 && ins.peer() < g->ranks_size()
-                           ? g->ranks(ins.peer())
+      const std::vector<int> members = g != nullptr ? GroupMembers(p, *g) : std::vector<int>();
+      const int peer = ins.peer() >= 0 && ins.peer() < static_cast<int>(members.size())
+                           ? members[ins.peer()]
                            : -1;
       absl::StrAppend(&s, "  [g", ins.group(), " ", ins.op() == v1::Instruction::SEND ? "to" : "from",
                       " rank ", peer, " tag ", ins.tag(), "]");
@@ -132,14 +133,10 @@ std::string FormatProgram(const v1::Program& p) {
     absl::StrAppend(&s, "\n");
   }
   std::map<std::string, int64_t> by_role;
-  int64_t memory = 0;
-  for (const v1::Buffer& b : p.buffers()) {
-    by_role[v1::Buffer::Role_Name(b.role())] += BufferBytes(b);
-    memory += BufferBytes(b);
-  }
+  for (const v1::Buffer& b : p.buffers()) by_role[v1::Buffer::Role_Name(b.role())] += BufferBytes(b);
   absl::StrAppend(&s, "totals: ", p.instructions_size(), " instructions, ", collectives,
-                  " collectives, ", Bytes(total_bytes), " sent per step; memory ", Bytes(memory),
-                  " (");
+                  " collectives, ", Bytes(total_bytes), " sent per step; memory ",
+                  Bytes(p.arena_bytes()), " at the peak (buffers sharing bytes by liveness; ");
   std::vector<std::string> parts;
   for (const auto& [role, bytes] : by_role) parts.push_back(absl::StrCat(role, " ", Bytes(bytes)));
   absl::StrAppend(&s, absl::StrJoin(parts, ", "), "), loss in b", p.loss_buffer(), "\n");

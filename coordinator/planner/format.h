@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/program.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::planner {
@@ -23,16 +24,13 @@ const v1::CommGroup* FindGroup(const v1::Program& program, int group_id);
 // (SEND and RECV are point-to-point).
 bool IsCollective(v1::Instruction::Op op);
 
-// Number of elements of `buffer` (the product of its local shape; 1 for a scalar).
-int64_t BufferElements(const v1::Buffer& buffer);
-
-// Bytes of `buffer` (float32 throughout: 4 * BufferElements).
-int64_t BufferBytes(const v1::Buffer& buffer);
-
 // Bytes this rank sends for one collective instruction (ring all-reduce 2(K-1)/K * n,
 // all-gather and reduce-scatter (K-1)/K of the full tensor, all-to-all every piece of the
 // local tensor but this member's own); 0 for local instructions.
 int64_t CollectiveBytes(const v1::Program& program, const v1::Instruction& instruction);
+// The same, knowing the members of the instruction's group (GroupMembers).
+int64_t CollectiveBytes(const v1::Program& program, const v1::Instruction& instruction,
+                        const std::vector<int>& members);
 
 }  // namespace weft::planner
 

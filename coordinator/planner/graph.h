@@ -1,14 +1,20 @@
-// Graph: the planner's plain-data intermediate form. Build makes the single-device view (global
-// shapes, no placements); propagate gives every tensor a DistAttr and inserts `reshard` ops;
-// autodiff and optimizer append backward and update ops in the same form; lower and emit turn it
-// into per-rank Programs. Tensors keep their GLOBAL shape throughout; local shapes are derived.
+// Graph: the planner's plain-data intermediate form, built once from the spec (build.h) and then
+// only ever transformed by passes that take the graph, never the spec. Build makes the
+// single-device view (global shapes and dtypes, parameters with their roles and the placements
+// the user gave them); propagate gives every tensor a DistAttr and inserts `reshard` ops;
+// autodiff and optimizer append backward and update ops in the same form; the pipeline pass
+// orders the ops per stage and micro-batch; lower and emit turn it into per-rank Programs.
+// Tensors keep their GLOBAL shape throughout; local shapes are derived.
+//
+// A tensor may feed any number of ops (its gradient is the sum of theirs), an op may have several
+// outputs, and an op's attributes are named values checked against the op table (op_table.h).
 //
 // E.g.
 //   Graph g;
-//   int x = g.AddTensor({"input", {32, 8}, v1::Buffer::DATA});
-//   int w = g.AddTensor({"fc0.weight", {8, 16}, v1::Buffer::PARAM, "fc0"});
-//   int y = g.AddTensor({"fc0.out", {32, 16}, v1::Buffer::ACTIVATION, "fc0"});
-//   g.ops.push_back(Op{"matmul", {x, w}, {y}, "fc0"});
+//   int x = g.AddTensor({"input", {32, 8}, v1::F32, v1::Buffer::DATA});
+//   int w = g.AddTensor({"fc0.weight", {8, 16}, v1::F32, v1::Buffer::PARAM, "fc0"});
+//   int y = g.AddTensor({"fc0.out", {32, 16}, v1::F32, v1::Buffer::ACTIVATION, "fc0"});
+//   RETURN_IF_ERROR(g.AddOp(Op{"matmul", {x, w}, {y}, "fc0"}));
 #ifndef WEFT_COORDINATOR_PLANNER_GRAPH_H_
 #define WEFT_COORDINATOR_PLANNER_GRAPH_H_
 
@@ -16,65 +22,142 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/dist_attr.h"
 #include "common/mesh.h"
+#include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::planner {
 
+using Shape = std::vector<int64_t>;
+
 struct Tensor {
-  std::string name;             // global name, e.g. fc0.weight, fc0.out@grad
-  std::vector<int64_t> shape;   // global shape; the loss is [1]
+  std::string name;  // global name, e.g. fc0.weight, fc0.out@grad
+  Shape shape;       // global shape; the loss is [1]
+  v1::DType dtype = v1::F32;
   v1::Buffer::Role role = v1::Buffer::ACTIVATION;
-  std::string layer;            // the spec layer it belongs to, "" for data and loss
-  std::optional<DistAttr> dist;  // set by propagate (and for params/data before it)
+  std::string layer;             // the spec layer it belongs to, "" for data and loss
+  std::optional<DistAttr> dist;  // over the mesh: set by build (parameters, batch) or propagate
+  // Over the step's micro-batches, when the job has more than one (Graph::micro_batches): like a
+  // placement on a mesh dim that runs in time instead of space. Shard(axis): each micro-batch
+  // holds a slice along axis (the batch and activations); Partial(sum): each holds a term of the
+  // step's value (parameter gradients, the loss), summed by accumulation; Replicate: one value
+  // per step (parameters, optimizer states, accumulated gradients).
+  Placement micro = Placement::Replicate();
+};
+
+// Named op attributes. The op table declares each op's attributes with their type and default.
+class Attrs {
+ public:
+  using Value = std::variant<bool, int64_t, double, std::string>;
+
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<const std::string, Value>> values) : values_(values) {}
+
+  Attrs& Set(const std::string& name, Value value) {
+    values_[name] = std::move(value);
+    return *this;
+  }
+  bool Has(const std::string& name) const { return values_.count(name) > 0; }
+  // The op table has filled every declared attribute (Graph::AddOp), so reading a declared one
+  // never fails; an undeclared or mistyped one is a programming error caught by every test.
+  bool Bool(const std::string& name) const { return std::get<bool>(values_.at(name)); }
+  int64_t Int(const std::string& name) const { return std::get<int64_t>(values_.at(name)); }
+  double Float(const std::string& name) const { return std::get<double>(values_.at(name)); }
+  const std::string& Str(const std::string& name) const {
+    return std::get<std::string>(values_.at(name));
+  }
+  const std::map<std::string, Value>& values() const { return values_; }
+
+ private:
+  std::map<std::string, Value> values_;
 };
 
 enum class Phase { kForward, kBackward, kOptimizer };
 
-// Op types are registry keys (rules/): load_input, load_label, matmul, bias_add, relu, gelu,
-// mse, reshard, and the backward/update ops relu_grad, gelu_grad, bias_grad, mse_grad, sgd,
-// adamw. Update ops write their inputs in place and have no outputs.
 struct Op {
-  std::string type;
+  std::string type;          // an entry of the op table (op_table.h)
   std::vector<int> inputs;   // tensor ids
   std::vector<int> outputs;  // tensor ids
-  std::string layer;
+  std::string layer;         // the spec layer it computes or differentiates; "" for data, loss
   Phase phase = Phase::kForward;
-  bool transpose_a = false;  // matmul
-  bool transpose_b = false;  // matmul
-  float scale = 1.0f;        // mse, mse_grad
-  std::string comment;       // carried into Instruction.comment
+  Attrs attrs;
+  std::string comment;  // carried into Instruction.comment
+};
+
+// How a parameter gets its first value when no file or checkpoint gives one: U(-bound, bound)
+// from Philox keyed by the seed and the parameter's name (bound 1/sqrt(fan_in), PyTorch's Linear).
+struct Parameter {
+  int tensor = -1;
+  float init_bound = 0;
+};
+
+// A spec layer as the pipeline pass sees it: which chunk it is in.
+struct Layer {
+  std::string name;
+  int chunk = 0;
+};
+
+struct OptimizerConfig {
+  std::string type;  // sgd | adamw
+  double lr = 0;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weight_decay = 0;
+};
+
+// The pipeline: stages laid along mesh dim `dim` (-1: none, one stage), `chunks` = stages x
+// virtual stages, micro-batches per step, and the schedule that orders them.
+struct PipelineConfig {
+  int dim = -1;
+  std::string schedule;
+  int micro_batches = 1;
+  int virtual_stages = 1;
 };
 
 struct Graph {
   Mesh mesh;
   std::vector<Tensor> tensors;
-  std::vector<Op> ops;  // in execution order
-  int input = -1;
+  std::vector<Op> ops;  // in execution order (topological)
+  int input = -1;       // the batch input and label, loaded every step
   int label = -1;
-  int loss = -1;  // after propagate: the replicated loss
-  std::vector<int> params;        // tensor ids, in layer order
-  std::map<int, int> grad_of;     // param (or requested) id -> gradient id (after autodiff)
+  int loss = -1;  // the loss op's output; after propagate, the replicated loss
+  std::vector<Parameter> params;  // in layer order
+  std::map<int, int> grad_of;     // param (or requested) tensor id -> gradient id (autodiff)
+  std::vector<Layer> layers;      // spec order
+  OptimizerConfig optimizer;
+  PipelineConfig pipeline;
 
   int AddTensor(Tensor t) {
     tensors.push_back(std::move(t));
     return static_cast<int>(tensors.size()) - 1;
   }
+  // Appends op after checking it against the op table: its type, arity, attributes (undeclared
+  // ones are errors, missing ones get their defaults) and the dtypes of its tensors. Errors are
+  // INTERNAL: the builder checks what users write before it adds ops.
+  absl::Status AddOp(Op op);
   // Number of elements of a tensor's global shape.
-  int64_t NumElements(int id) const {
-    int64_t n = 1;
-    for (int64_t d : tensors[id].shape) n *= d;
-    return n;
-  }
+  int64_t NumElements(int id) const;
+  int micro_batches() const { return pipeline.micro_batches; }
+  // The tensor ids of the parameters, in order.
+  std::vector<int> ParamIds() const;
+  // Whether tensor id is one of the parameters.
+  bool IsParam(int id) const;
+  // The chunk of a spec layer by name; -1 when no layer has that name.
+  int ChunkOf(const std::string& layer) const;
 };
 
 // "op matmul (layer fc0)": for error messages.
-inline std::string OpLabel(const Op& op) {
-  return op.layer.empty() ? "op " + op.type : "op " + op.type + " (layer " + op.layer + ")";
-}
+std::string OpLabel(const Op& op);
+
+// The global shape of micro-batch `mb`'s piece of tensor t: the slice along its micro Shard axis
+// (SplitSizes: the last micro-batch takes the remainder), or the whole shape.
+Shape MicroShape(const Graph& g, const Tensor& t, int mb);
+// Where micro-batch mb's piece starts along the micro Shard axis (0 for other tensors).
+int64_t MicroOffset(const Graph& g, const Tensor& t, int mb);
 
 }  // namespace weft::planner
 

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/status.h"
 
 namespace weft::planner {
@@ -88,17 +89,18 @@ std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to
 }
 
 std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
-                                const std::vector<int64_t>& shape) {
+                                const std::vector<int64_t>& shape, int64_t element_bytes) {
   const Placement& c = before.placement(d);
   const int64_t k = before.mesh().dim_size(d);
   if (c == to || k == 1) return 0.0;
   if (c.is_shard() && SplitLater(before, d, c.axis)) return std::nullopt;
   if (to.is_shard() && SplitLater(before, d, to.axis)) return std::nullopt;
-  return OneDimMoveBytes(c, to, k, 4 * before.MaxLocalElements(shape));
+  return OneDimMoveBytes(c, to, k, element_bytes * before.MaxLocalElements(shape));
 }
 
 absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, const DistAttr& to,
                                                       const std::vector<int64_t>& shape,
+                                                      int64_t element_bytes,
                                                       const std::string& tensor) {
   const Mesh& mesh = from.mesh();
   if (mesh != to.mesh()) {
@@ -146,7 +148,7 @@ absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, cons
     for (int d = 0; d < n; ++d) {
       for (const Placement& p : candidates[d]) {
         if (p == cur.attr.placement(d)) continue;
-        std::optional<double> bytes = MoveBytes(cur.attr, d, p, shape);
+        std::optional<double> bytes = MoveBytes(cur.attr, d, p, shape, element_bytes);
         if (!bytes) continue;
         Path next = cur;
         next.bytes += *bytes;
@@ -163,24 +165,29 @@ absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, cons
                                                mesh.ToString(), " has no lowering"));
 }
 
-absl::StatusOr<LoweredGraph> Lower(const Graph& g) {
+absl::StatusOr<LoweredGraph> Lower(const Graph& g, const std::vector<int>& extra_dims) {
   LoweredGraph lowered;
   lowered.steps.resize(g.ops.size());
   int next_group = 0;
+  auto add_dim = [&](int d) {
+    if (lowered.group_base.count(d) > 0) return;
+    lowered.group_base[d] = next_group;
+    lowered.group_dims.push_back(d);
+    next_group += g.mesh.size() / static_cast<int>(g.mesh.dim_size(d));
+  };
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const Op& op = g.ops[i];
     if (op.type != "reshard") continue;
     const Tensor& in = g.tensors[op.inputs[0]];
     const Tensor& out = g.tensors[op.outputs[0]];
-    ASSIGN_OR_RETURN(lowered.steps[i], LowerReshard(*in.dist, *out.dist, in.shape, in.name));
+    ASSIGN_OR_RETURN(lowered.steps[i], LowerReshard(*in.dist, *out.dist, in.shape,
+                                                    DTypeSize(in.dtype), in.name));
     for (const ReshardStep& step : lowered.steps[i]) {
       if (step.kind == v1::Instruction::SLICE || step.kind == v1::Instruction::SCALE) continue;
-      if (lowered.group_base.count(step.mesh_dim) > 0) continue;
-      lowered.group_base[step.mesh_dim] = next_group;
-      lowered.group_dims.push_back(step.mesh_dim);
-      next_group += static_cast<int>(g.mesh.AllGroups({step.mesh_dim}).size());
+      add_dim(step.mesh_dim);
     }
   }
+  for (int d : extra_dims) add_dim(d);
   return lowered;
 }
 

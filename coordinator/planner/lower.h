@@ -11,7 +11,7 @@
 // mesh-dim order), which is what forces e.g. inner gathers before outer ones. Mesh dims of size
 // 1 need no step. The result is the same for every rank; emit instantiates it per rank.
 // Communicator groups get ids here: for each mesh dim in order of first use, its groups in
-// Mesh::AllGroups order.
+// Mesh::AllGroups order (counted, never listed, so that planning stays linear in the ranks).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::vector<ReshardStep> steps,
@@ -55,23 +55,33 @@ struct ReshardStep {
 std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to, int64_t k,
                                       int64_t local_bytes);
 
-// Bytes one rank sends for one move on mesh dim d of a tensor with global `shape`, from
-// `before` to `before.With(d, to)`; nullopt when the move is not a single legal step.
+// Bytes one rank sends for one move on mesh dim d of a tensor with global `shape` and elements of
+// `element_bytes`, from `before` to `before.With(d, to)`; nullopt when the move is not a single
+// legal step.
 std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
-                                const std::vector<int64_t>& shape);
+                                const std::vector<int64_t>& shape, int64_t element_bytes);
 
 struct LoweredGraph {
   std::vector<std::vector<ReshardStep>> steps;  // by op index; empty for other ops
   std::vector<int> group_dims;                  // mesh dims with communicator groups
   std::map<int, int> group_base;                // mesh dim -> id of its first group
+  // This rank's group along mesh dim d: group_base[d] + its index among the dim's groups.
+  int GroupId(const Mesh& mesh, int rank, int d) const {
+    return group_base.at(d) + mesh.GroupIndex(rank, {d});
+  }
 };
 
-// `tensor` names the tensor in errors; `shape` is its global shape (for the costs).
+// `tensor` names the tensor in errors; `shape` is its global shape and `element_bytes` the size
+// of its elements (for the costs).
 absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, const DistAttr& to,
                                                       const std::vector<int64_t>& shape,
+                                                      int64_t element_bytes,
                                                       const std::string& tensor);
 
-absl::StatusOr<LoweredGraph> Lower(const Graph& g);
+// The mesh part of every reshard (over micro-batches a reshard only accumulates: emit's job), and
+// groups for every mesh dim a step runs on, plus `extra_dims` (the pipeline dim's send, recv and
+// loss sum) after them.
+absl::StatusOr<LoweredGraph> Lower(const Graph& g, const std::vector<int>& extra_dims = {});
 
 }  // namespace weft::planner
 

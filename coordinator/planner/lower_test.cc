@@ -28,7 +28,7 @@ std::vector<ReshardStep> MustLower(const Mesh& mesh, std::vector<Placement> from
                                    std::vector<Placement> to,
                                    std::vector<int64_t> shape = {8, 6}) {
   absl::StatusOr<std::vector<ReshardStep>> steps =
-      LowerReshard(A(mesh, from), A(mesh, to), shape, "t");
+      LowerReshard(A(mesh, from), A(mesh, to), shape, 4, "t");
   EXPECT_TRUE(steps.ok()) << steps.status();
   if (!steps.ok()) return {};
   // Every step starts where the previous one ended and the last ends at the target (up to
@@ -94,19 +94,19 @@ TEST(LowerTest, EachTransitionOnOneDim) {
 TEST(LowerTest, MoveBytes) {
   Mesh mesh = MakeMesh({4}, {"dp"});
   const std::vector<int64_t> shape = {8, 6};  // 192 bytes whole, 48 per shard
-  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {P}), 0, R, shape), 2.0 * 3 / 4 * 192);
-  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {P}), 0, S(0), shape), 3.0 / 4 * 192);
-  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {S(0)}), 0, R, shape), 3 * 48);
-  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {S(0)}), 0, S(1), shape), 3.0 / 4 * 48);
-  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {R}), 0, S(1), shape), 0);
-  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {R}), 0, P, shape), 0);
-  EXPECT_FALSE(MoveBytes(A(mesh, {S(0)}), 0, P, shape).has_value());
+  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {P}), 0, R, shape, 4), 2.0 * 3 / 4 * 192);
+  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {P}), 0, S(0), shape, 4), 3.0 / 4 * 192);
+  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {S(0)}), 0, R, shape, 4), 3 * 48);
+  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {S(0)}), 0, S(1), shape, 4), 3.0 / 4 * 48);
+  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {R}), 0, S(1), shape, 4), 0);
+  EXPECT_DOUBLE_EQ(*MoveBytes(A(mesh, {R}), 0, P, shape, 4), 0);
+  EXPECT_FALSE(MoveBytes(A(mesh, {S(0)}), 0, P, shape, 4).has_value());
   // On [2,2], dim 0 cannot re-split axis 0 while dim 1 splits it inside.
   Mesh mesh2 = MakeMesh({2, 2}, {"dp", "mp"});
-  EXPECT_FALSE(MoveBytes(A(mesh2, {S(0), S(0)}), 0, R, shape).has_value());
-  EXPECT_FALSE(MoveBytes(A(mesh2, {R, S(0)}), 0, S(0), shape).has_value());
-  EXPECT_TRUE(MoveBytes(A(mesh2, {S(0), S(0)}), 1, R, shape).has_value());
-  EXPECT_TRUE(MoveBytes(A(mesh2, {S(0), R}), 1, S(0), shape).has_value());
+  EXPECT_FALSE(MoveBytes(A(mesh2, {S(0), S(0)}), 0, R, shape, 4).has_value());
+  EXPECT_FALSE(MoveBytes(A(mesh2, {R, S(0)}), 0, S(0), shape, 4).has_value());
+  EXPECT_TRUE(MoveBytes(A(mesh2, {S(0), S(0)}), 1, R, shape, 4).has_value());
+  EXPECT_TRUE(MoveBytes(A(mesh2, {S(0), R}), 1, S(0), shape, 4).has_value());
 }
 
 TEST(LowerTest, MultiDimPicksTheCheapestOrder) {
@@ -154,7 +154,7 @@ TEST(LowerTest, ThreeDimMesh) {
 TEST(LowerTest, AcrossMeshesIsNotLowered) {
   Mesh a = MakeMesh({2}, {"dp"});
   Mesh b = MakeMesh({4}, {"dp"});
-  absl::Status s = LowerReshard(A(a, {R}), A(b, {R}), {8, 6}, "fc0.out").status();
+  absl::Status s = LowerReshard(A(a, {R}), A(b, {R}), {8, 6}, 4, "fc0.out").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(s.message().find("fc0.out"), std::string::npos) << s;
 }

@@ -1,25 +1,24 @@
 // Pass 4, optimizer: per parameter, reshard its gradient to the parameter's DistAttr (a
-// Partial(sum) gradient becomes an all-reduce), then one update op: sgd(param, grad) or
-// adamw(param, grad, m, v) with m and v optimizer-state tensors placed like the parameter.
-// Over a mesh dim where the parameter is Partial, its gradient and states are Replicate (the
-// gradient of the global value); emit gives the whole update step to the member holding the
-// value: for Partial(sum) p_i = p_i * (1 - lr*wd) - (member 0 ? step : 0), for Partial(avg)
-// every member takes the step. All gradient reshards come before all updates.
+// Partial(sum) gradient becomes an all-reduce; with micro-batches, the terms of the micro-batches
+// are accumulated first), then one update op with the graph's optimizer settings as attributes:
+// sgd(param, grad) or adamw(param, grad, m, v) with m and v optimizer-state tensors placed like the
+// parameter. Over a mesh dim where the parameter is Partial, its gradient and states are
+// Replicate (the gradient of the global value); emit gives the whole update step to the member
+// holding the value: for Partial(sum) p_i = p_i * (1 - lr*wd) - (member 0 ? step : 0), for
+// Partial(avg) every member takes the step. All gradient reshards come before all updates.
 //
 // E.g.
-//   ASSIGN_OR_RETURN(g, AppendOptimizer(spec, BuiltinRules(), std::move(g)));
+//   ASSIGN_OR_RETURN(g, AppendOptimizer(BuiltinRules(), std::move(g)));
 #ifndef WEFT_COORDINATOR_PLANNER_OPTIMIZER_H_
 #define WEFT_COORDINATOR_PLANNER_OPTIMIZER_H_
 
 #include "absl/status/statusor.h"
 #include "coordinator/planner/graph.h"
 #include "coordinator/planner/spmd.h"
-#include "weft/v1/job.pb.h"
 
 namespace weft::planner {
 
-absl::StatusOr<Graph> AppendOptimizer(const v1::JobSpec& spec, const RuleRegistry& registry,
-                                      Graph g);
+absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g);
 
 }  // namespace weft::planner
 

@@ -15,11 +15,11 @@ using testing::SpecBuilder;
 absl::StatusOr<Graph> WithOptimizer(const v1::JobSpec& spec) {
   absl::StatusOr<Graph> g = BuildGraph(spec);
   if (!g.ok()) return g.status();
-  g = Propagate(spec, BuiltinRules(), *std::move(g));
+  g = Propagate(BuiltinRules(), *std::move(g));
   if (!g.ok()) return g.status();
   g = Autodiff(BuiltinRules(), *std::move(g));
   if (!g.ok()) return g.status();
-  return AppendOptimizer(spec, BuiltinRules(), *std::move(g));
+  return AppendOptimizer(BuiltinRules(), *std::move(g));
 }
 
 TEST(OptimizerTest, GradientReshardsThenUpdates) {

@@ -1,7 +1,8 @@
 // PlanReport: what `weftctl plan` prints before any worker is touched — per rank, the memory the
-// Program needs (parameters, gradients, optimizer states, peak live activations from a liveness
-// walk over the instruction list) and every collective with its group and the bytes this rank sends;
-// plus the total bytes moved per step over all ranks.
+// Program needs (its peak: the arena the memory plan laid its buffers out in, which is what the
+// worker's allocator holds; and by role: parameters, gradients, optimizer states, peak live
+// activations from a liveness walk over the instruction list) and every collective with its group
+// and the bytes this rank sends; plus the total bytes moved per step over all ranks.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::vector<v1::Program> programs, PlanJob(spec, "plan", 0));
@@ -33,6 +34,9 @@ struct RankReport {
   int64_t grad_bytes = 0;
   int64_t optimizer_state_bytes = 0;
   int64_t peak_activation_bytes = 0;  // activations, data and loss buffers alive at once
+  // Everything the rank holds at its peak: parameters, gradients, optimizer states, live
+  // activations and communication scratch (Program.arena_bytes).
+  int64_t peak_bytes = 0;
   int64_t bytes_sent_per_step = 0;
   std::vector<CollectiveReport> collectives;
 };
@@ -43,6 +47,10 @@ struct PlanReport {
 };
 
 PlanReport ReportPlan(const std::vector<v1::Program>& programs);
+
+// One rank's report; without `collectives` only their totals (bytes_sent_per_step) are kept,
+// which is what a report of thousands of ranks holds for most of them.
+RankReport ReportRank(const v1::Program& program, bool collectives = true);
 
 }  // namespace weft::planner
 

@@ -4,8 +4,6 @@
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/build.h"
-#include "coordinator/planner/checkpoint_writers.h"
-#include "coordinator/planner/emit.h"
 #include "coordinator/planner/lower.h"
 #include "coordinator/planner/optimizer.h"
 #include "coordinator/planner/pipeline/deadlock.h"
@@ -14,39 +12,116 @@
 #include "coordinator/planner/spmd.h"
 
 namespace weft::planner {
+
+v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, int attempt) {
+  v1::Program p;
+  p.set_job_id(job_id);
+  p.set_attempt(attempt);
+  *p.mutable_mesh() = spec.mesh();
+  *p.mutable_data() = spec.data();
+  p.set_steps(spec.train().steps());
+  p.set_seed(spec.train().seed());
+  p.set_init_from(spec.init_from());
+  p.set_device(spec.device());
+  p.set_precision(spec.precision());
+  p.set_allow_tf32(spec.allow_tf32());
+  p.set_trace(spec.trace());
+  p.set_checkpoint_dir(spec.checkpoint().dir());
+  p.set_checkpoint_every(spec.checkpoint().every());
+  return p;
+}
+
+absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g) {
+  PlannedGraph planned;
+  ASSIGN_OR_RETURN(planned.pipeline, pipeline::PlanPipeline(g));
+  std::vector<int> extra;
+  if (g.pipeline.dim >= 0) extra.push_back(g.pipeline.dim);
+  ASSIGN_OR_RETURN(planned.lowered, Lower(g, extra));
+  ASSIGN_OR_RETURN(planned.writers, CheckpointWriters::Assign(g, planned.pipeline));
+  planned.producer.assign(g.tensors.size(), -1);
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    for (int out : g.ops[i].outputs) planned.producer[out] = static_cast<int>(i);
+  }
+  planned.graph = std::move(g);
+  return planned;
+}
+
 namespace {
 
-absl::StatusOr<std::vector<v1::Program>> Plan(const v1::JobSpec& spec, const std::string& job_id,
-                                              int attempt) {
-  if (!spec.pipeline().dim().empty()) return pipeline::PlanPipeline(spec, job_id, attempt);
+absl::StatusOr<PlannedGraph> RunPasses(const v1::JobSpec& spec) {
   const RuleRegistry& rules = BuiltinRules();
   ASSIGN_OR_RETURN(Graph g, BuildGraph(spec));
-  ASSIGN_OR_RETURN(g, Propagate(spec, rules, std::move(g)));
+  ASSIGN_OR_RETURN(g, Propagate(rules, std::move(g)));
   ASSIGN_OR_RETURN(g, Autodiff(rules, std::move(g)));
-  ASSIGN_OR_RETURN(g, AppendOptimizer(spec, rules, std::move(g)));
-  ASSIGN_OR_RETURN(LoweredGraph lowered, Lower(g));
-  std::vector<v1::Program> programs;
-  for (int rank = 0; rank < g.mesh.size(); ++rank) {
-    ASSIGN_OR_RETURN(v1::Program p, EmitProgram(spec, g, lowered, job_id, attempt, rank));
-    programs.push_back(std::move(p));
-  }
-  RETURN_IF_ERROR(pipeline::CheckDeadlockFree(programs));
-  return programs;
+  ASSIGN_OR_RETURN(g, AppendOptimizer(rules, std::move(g)));
+  return PlanPlacedGraph(std::move(g));
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<v1::Program>> PlanJob(const v1::JobSpec& spec,
-                                                 const std::string& job_id, int attempt) {
-  absl::StatusOr<std::vector<v1::Program>> programs = Plan(spec, job_id, attempt);
-  if (programs.ok()) {
-    absl::Status writers = AssignCheckpointWriters(&*programs);
-    if (!writers.ok()) programs = writers;
+absl::StatusOr<v1::Program> Plan::Program(int rank) const {
+  return Program(rank, Attempt{header_.job_id(), header_.attempt()});
+}
+
+absl::StatusOr<v1::Program> Plan::Program(int rank, const Attempt& attempt) const {
+  if (rank < 0 || rank >= world_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank, " is not in the plan's ", world_size(), " ranks"));
   }
-  if (!programs.ok()) {
-    return Annotate(programs.status(), absl::StrCat("planning job ", spec.name()));
+  v1::Program header = header_;
+  header.set_job_id(attempt.job_id);
+  header.set_attempt(attempt.attempt);
+  header.set_start_step(attempt.start_step);
+  header.set_load_checkpoint(attempt.load_checkpoint);
+  header.set_load_optimizer_states(attempt.load_optimizer_states);
+  absl::MutexLock lock(&mu_);
+  return EmitProgram(planned_, header, rank, &memory_);
+}
+
+absl::StatusOr<std::vector<v1::Program>> Plan::AllPrograms() const {
+  std::vector<v1::Program> programs;
+  programs.reserve(world_size());
+  for (int r = 0; r < world_size(); ++r) {
+    ASSIGN_OR_RETURN(v1::Program p, Program(r));
+    programs.push_back(std::move(p));
   }
   return programs;
+}
+
+std::vector<ParameterShape> Plan::Parameters() const {
+  std::vector<ParameterShape> out;
+  for (const Parameter& p : planned_.graph.params) {
+    const Tensor& t = planned_.graph.tensors[p.tensor];
+    out.push_back({t.name, t.shape, t.dtype});
+  }
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<const Plan>> PlanJob(const v1::JobSpec& spec,
+                                                    const std::string& job_id, int attempt) {
+  absl::StatusOr<PlannedGraph> planned = RunPasses(spec);
+  if (!planned.ok()) {
+    return Annotate(planned.status(), absl::StrCat("planning job ", spec.name()));
+  }
+  auto plan =
+      std::make_shared<const Plan>(*std::move(planned), ProgramHeader(spec, job_id, attempt));
+  // The ranks of one pipeline stage run the same list, so checking one of each covers them all.
+  const Graph& g = plan->planned().graph;
+  std::vector<v1::Program> representatives;
+  std::vector<int> ranks;
+  for (int s = 0; s < plan->planned().pipeline.stages; ++s) {
+    std::vector<int64_t> coord(g.mesh.ndim(), 0);
+    if (g.pipeline.dim >= 0) coord[g.pipeline.dim] = s;
+    ranks.push_back(g.mesh.RankAt(coord));
+  }
+  for (int r : ranks) {
+    absl::StatusOr<v1::Program> p = plan->Program(r);
+    if (!p.ok()) return Annotate(p.status(), absl::StrCat("planning job ", spec.name()));
+    representatives.push_back(*std::move(p));
+  }
+  absl::Status checked = pipeline::CheckStages(representatives, g.pipeline.dim);
+  if (!checked.ok()) return Annotate(checked, absl::StrCat("planning job ", spec.name()));
+  return plan;
 }
 
 }  // namespace weft::planner

@@ -1,26 +1,86 @@
-// The planner: JobSpec -> one Program per rank. A pure library: no I/O, no threads.
-// Passes (DESIGN.md): build -> propagate (SPMD rules, reshard insertion) -> autodiff (VJP rules)
-// -> optimizer -> lower (reshards to collectives on mesh groups) -> emit (per-rank Programs).
+// The planner: a job spec -> a Plan that emits any rank's Program. A pure library: no I/O, no
+// threads. Passes (DESIGN.md): build (the spec's only reader) -> propagate (SPMD rules, reshard
+// insertion) -> autodiff (VJP rules) -> optimizer -> pipeline (stages, micro-batches, schedule;
+// every job, one stage and one micro-batch without a pipeline block) -> lower (reshards to
+// collectives on mesh groups) -> emit (one rank's Program, with its memory plan).
+//
+// Planning is linear in the number of ranks: the passes up to lower work on the graph alone, the
+// checkpoint writers once per group of copies, the transfer order on one rank per stage, and a
+// rank's Program is emitted when it is asked for (groups are described by mesh dims, not rank
+// lists), so a coordinator holds the Plan and emits each Program as it sends it.
 //
 // E.g.
-//   ASSIGN_OR_RETURN(std::vector<v1::Program> programs, PlanJob(spec, "job-1", /*attempt=*/0));
-//   // programs[r] goes to the worker assigned global rank r.
+//   ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanJob(spec, "job-1", /*attempt=*/0));
+//   ASSIGN_OR_RETURN(v1::Program p, plan->Program(/*rank=*/3));   // goes to global rank 3
 #ifndef WEFT_COORDINATOR_PLANNER_PLANNER_H_
 #define WEFT_COORDINATOR_PLANNER_PLANNER_H_
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/jobspec/starting_state.h"
+#include "coordinator/planner/emit.h"
+#include "coordinator/planner/memory_plan.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::planner {
 
-// spec must have passed ValidateJobSpec. Errors are INVALID_ARGUMENT naming the layer, the
-// tensor and the placements (e.g. a missing SPMD rule).
-absl::StatusOr<std::vector<v1::Program>> PlanJob(const v1::JobSpec& spec, const std::string& job_id,
-                                                 int attempt);
+// What differs between the attempts of one job: the fields of Program an attempt sets.
+struct Attempt {
+  std::string job_id;
+  int attempt = 0;
+  int64_t start_step = 0;          // resume: the checkpoint's step
+  std::string load_checkpoint;     // a committed step folder to start from; empty: none
+  bool load_optimizer_states = false;
+};
+
+class Plan {
+ public:
+  Plan(PlannedGraph planned, v1::Program header)
+      : planned_(std::move(planned)), header_(std::move(header)) {}
+
+  int world_size() const { return planned_.graph.mesh.size(); }
+  // Rank r's Program, for the job id and attempt the plan was made with or for `attempt`.
+  // Thread-safe.
+  absl::StatusOr<v1::Program> Program(int rank) const;
+  absl::StatusOr<v1::Program> Program(int rank, const Attempt& attempt) const;
+  // Every rank's Program, for tests and tools that want them all at once (a coordinator, and
+  // `weftctl plan`, emit one rank at a time). PlanJob has checked them for deadlock by stage;
+  // pipeline/deadlock.h checks a whole set (CheckTransfersMatch, CheckDeadlockFree).
+  absl::StatusOr<std::vector<v1::Program>> AllPrograms() const;
+  // The parameters, as files and checkpoints name them (init_from and resume are checked
+  // against them: CheckStartingState).
+  std::vector<ParameterShape> Parameters() const;
+  const v1::Program& header() const { return header_; }
+  const PlannedGraph& planned() const { return planned_; }
+
+ private:
+  const PlannedGraph planned_;
+  const v1::Program header_;
+  mutable absl::Mutex mu_;
+  mutable MemoryPlanner memory_ ABSL_GUARDED_BY(mu_);
+};
+
+// The job-level fields of every rank's Program: job id, attempt, mesh, data, steps, seed,
+// init_from, device, precision, trace, checkpointing.
+v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, int attempt);
+
+// The passes after autodiff and the optimizer, on a graph whose ops are placed: pipeline, lower,
+// checkpoint writers. PlanJob runs them after the others; the SPMD validator on graphs of one op.
+absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g);
+
+// spec must have passed PrepareJobSpec (common/jobspec/validate.h). Model errors are
+// INVALID_ARGUMENT naming the field (validation is building); planning errors name the layer,
+// the tensor and the placements (e.g. a missing SPMD rule); every message starts with
+// "planning job <name>". Before any Program is emitted, the ranks of one representative per
+// pipeline stage are checked for deadlock.
+absl::StatusOr<std::shared_ptr<const Plan>> PlanJob(const v1::JobSpec& spec,
+                                                    const std::string& job_id, int attempt);
 
 }  // namespace weft::planner
 

@@ -6,6 +6,7 @@
 #include <set>
 #include <tuple>
 
+#include "absl/strings/str_cat.h"
 #include "common/philox.h"
 #include "coordinator/planner/emit.h"
 #include "coordinator/planner/format.h"
@@ -468,6 +469,52 @@ TEST(PlannerTest, PartialSumBatchIsLoadedByMemberZero) {
              .DataPlacements({Placement::Partial(Placement::Reduce::kAvg)})
              .Spec();
   for (const v1::Program& p : MustPlan(spec)) EXPECT_EQ(Count(p, v1::Instruction::LOAD_INPUT), 1);
+}
+
+}  // namespace
+}  // namespace weft::planner
+
+namespace weft::planner {
+namespace {
+
+// dp x pp x mp with a pipeline and tensor parallelism from parallelize, 16 linear layers: every
+// pass on a 3-d mesh at once. (The optimizer pass once kept a reference into the graph's tensors
+// across adding one, which crashed planning of this shape.)
+TEST(PlannerTest, ThreeDimMeshWithPipelineAndParallelize) {
+  testing::SpecBuilder b({2, 2, 2}, {"dp", "pp", "mp"});
+  b.Batch(8, {16}, {16}).AdamW();
+  v1::JobSpec spec;
+  for (int i = 0; i < 16; ++i) {
+    b.Linear(absl::StrCat("fc", i), 16, 16);
+    if (i < 15) b.Act(absl::StrCat("act", i), "relu");
+  }
+  spec = b.Spec();
+  spec.mutable_pipeline()->set_dim("pp");
+  spec.mutable_pipeline()->set_schedule("1F1B");
+  spec.mutable_pipeline()->set_micro_batches(2);
+  v1::ParallelizeConfig& mp = (*spec.mutable_parallelize())["mp"];
+  mp.set_dim("mp");
+  for (int i = 0; i < 16; ++i) {
+    (*mp.mutable_plan())[absl::StrCat("fc", i)] = i % 2 == 0 ? "ColWiseParallel" : "RowWiseParallel";
+  }
+  std::vector<v1::Program> programs = testing::MustPlan(spec);
+  ASSERT_EQ(programs.size(), 8u);
+  // Stage 0 (pp coordinate 0) holds fc0..fc7, stage 1 fc8..fc15; both do mp all-reduces per
+  // micro-batch and dp all-reduces of the gradients once per step.
+  for (const v1::Program& p : programs) {
+    const bool first = (p.rank() / 2) % 2 == 0;
+    std::set<std::string> layers;
+    for (const v1::ParamInit& init : p.init()) layers.insert(init.name().substr(0, init.name().find('.')));
+    EXPECT_EQ(layers.count(first ? "fc0" : "fc8"), 1u) << "rank " << p.rank();
+    EXPECT_EQ(layers.count(first ? "fc8" : "fc0"), 0u) << "rank " << p.rank();
+    int per_micro_batch = 0, per_step = 0;
+    for (const v1::Instruction& ins : p.instructions()) {
+      if (ins.op() != v1::Instruction::ALL_REDUCE) continue;
+      (ins.micro_batch() >= 0 ? per_micro_batch : per_step)++;
+    }
+    EXPECT_GT(per_micro_batch, 0) << "rank " << p.rank();
+    EXPECT_GT(per_step, 0) << "rank " << p.rank();
+  }
 }
 
 }  // namespace

@@ -16,7 +16,7 @@ using testing::SpecBuilder;
 absl::StatusOr<Graph> Placed(const v1::JobSpec& spec) {
   absl::StatusOr<Graph> g = BuildGraph(spec);
   if (!g.ok()) return g.status();
-  return Propagate(spec, BuiltinRules(), *std::move(g));
+  return Propagate(BuiltinRules(), *std::move(g));
 }
 
 const Tensor& Find(const Graph& g, const std::string& name) {
@@ -96,7 +96,7 @@ TEST(PropagateTest, PartialParametersAndBatchesAreAccepted) {
                          .Spec();
   absl::StatusOr<Graph> g = Placed(spec);
   ASSERT_TRUE(g.ok()) << g.status();
-  EXPECT_EQ(g->tensors[g->params[0]].dist->placements(), std::vector<Placement>{P});
+  EXPECT_EQ(g->tensors[g->params[0].tensor].dist->placements(), std::vector<Placement>{P});
   EXPECT_EQ(g->tensors[g->input].dist->placements(), std::vector<Placement>{P});
 }
 

@@ -1,10 +1,13 @@
 #include "coordinator/planner/spmd.h"
 
+#include <functional>
 #include <limits>
 #include <optional>
 #include <tuple>
 
 #include "absl/algorithm/container.h"
+#include "common/dtype.h"
+#include "coordinator/planner/op_table.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/planner/lower.h"
@@ -59,18 +62,26 @@ std::string DescribeInputs(const Graph& g, const Op& op) {
   std::vector<std::string> parts;
   for (int id : op.inputs) {
     const Tensor& t = g.tensors[id];
-    parts.push_back(absl::StrCat(t.name, " ", t.dist ? t.dist->ToString() : "[unplaced]"));
+    std::string micro;
+    if (g.micro_batches() > 1 && !t.micro.is_replicate()) {
+      micro = absl::StrCat(" (", t.micro.ToString(), " over micro-batches)");
+    }
+    parts.push_back(absl::StrCat(t.name, " ", t.dist ? t.dist->ToString() : "[unplaced]", micro));
   }
   return absl::StrJoin(parts, ", ");
 }
 
 absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph& g,
-                                       const Op& op) {
+                                       const Op& unfilled) {
+  Op op = unfilled;
+  FillDefaultAttrs(&op);  // rules read every declared attribute
   const OpRule* rule = registry.Find(op.type);
   if (rule == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("no SPMD rule for ", OpLabel(op),
                                                    " with inputs ", DescribeInputs(g, op)));
   }
+  const OpDef* def = FindOpDef(op.type);
+  const std::vector<int> in_place = def != nullptr ? def->updates_in_place : std::vector<int>{};
   OpSignature sig;
   sig.op = &op;
   for (int id : op.inputs) {
@@ -87,65 +98,102 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
                         absl::StrCat(OpLabel(op), " with inputs ", DescribeInputs(g, op), ": ",
                                      strategies.status().message()));
   }
-
-  const Mesh& mesh = g.mesh;
-  SpmdDecision decision;
-  for (int id : op.inputs) decision.inputs.push_back(*g.tensors[id].dist);
-  for (size_t i = 0; i < op.outputs.size(); ++i) {
-    decision.outputs.push_back(DistAttr::Replicated(mesh));
+  for (const DimStrategy& s : *strategies) {
+    if (s.inputs.size() != op.inputs.size() || s.outputs.size() != op.outputs.size()) {
+      return absl::InternalError(
+          absl::StrCat("rule for ", OpLabel(op), " returned a strategy of the wrong arity"));
+    }
   }
-  for (int d = 0; d < mesh.ndim(); ++d) {
+  auto is_in_place = [&](size_t i) { return absl::c_linear_search(in_place, static_cast<int>(i)); };
+  // The strategy with the smallest key among those whose moves `cost` allows (nullopt: not).
+  using Key = std::tuple<double, int, int, std::string>;
+  auto pick = [&](const std::function<std::optional<double>(size_t, const Placement&,
+                                                            const Placement&)>& cost,
+                  const std::function<Placement(size_t)>& current) -> std::pair<const DimStrategy*, Key> {
     const DimStrategy* best = nullptr;
-    std::tuple<double, int, int, std::string> best_key;
+    Key best_key;
     for (const DimStrategy& s : *strategies) {
-      if (s.inputs.size() != op.inputs.size() || s.outputs.size() != op.outputs.size()) {
-        return absl::InternalError(absl::StrCat("rule for ", OpLabel(op),
-                                                " returned a strategy of the wrong arity"));
-      }
-      double cost = 0;
+      double bytes = 0;
       int moves = 0;
       bool reachable = true;
       for (size_t i = 0; i < op.inputs.size() && reachable; ++i) {
-        const DistAttr& cur = *g.tensors[op.inputs[i]].dist;
-        const bool in_place = absl::c_linear_search(rule->updates_in_place, static_cast<int>(i));
-        if (in_place && cur.placement(d) != s.inputs[i]) {
+        const Placement cur = current(i);
+        if (is_in_place(i) && cur != s.inputs[i]) {
           reachable = false;
           break;
         }
-        std::optional<double> c;
-        if (SearchMakes(cur.placement(d), s.inputs[i], !rule->updates_in_place.empty())) {
-          c = OneDimMoveBytes(cur.placement(d), s.inputs[i], mesh.dim_size(d),
-                              4 * cur.MaxLocalElements(g.tensors[op.inputs[i]].shape));
-        }
+        std::optional<double> c = cost(i, cur, s.inputs[i]);
         if (!c) {
           reachable = false;
           break;
         }
-        cost += *c;
-        moves += cur.placement(d) != s.inputs[i];
+        bytes += *c;
+        moves += cur != s.inputs[i];
       }
       if (!reachable) continue;
       int debt = 0;
       for (const Placement& p : s.outputs) debt += Debt(p);
-      auto key = std::make_tuple(cost, moves, debt, StrategyKey(s));
+      Key key = std::make_tuple(bytes, moves, debt, StrategyKey(s));
       if (best == nullptr || key < best_key) {
         best = &s;
         best_key = key;
       }
     }
+    return {best, best_key};
+  };
+
+  const Mesh& mesh = g.mesh;
+  SpmdDecision decision;
+  for (int id : op.inputs) {
+    decision.inputs.push_back(*g.tensors[id].dist);
+    decision.inputs_micro.push_back(g.tensors[id].micro);
+  }
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    decision.outputs.push_back(DistAttr::Replicated(mesh));
+    decision.outputs_micro.push_back(Placement::Replicate());
+  }
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    auto [best, key] = pick(
+        [&](size_t i, const Placement& from, const Placement& to) -> std::optional<double> {
+          if (!SearchMakes(from, to, !in_place.empty())) return std::nullopt;
+          const Tensor& t = g.tensors[op.inputs[i]];
+          const int64_t bytes =
+              DTypeSize(t.dtype) * t.dist->MaxLocalElements(MicroShape(g, t, g.micro_batches() - 1));
+          return OneDimMoveBytes(from, to, mesh.dim_size(d), bytes);
+        },
+        [&](size_t i) { return g.tensors[op.inputs[i]].dist->placement(d); });
     if (best == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           "no SPMD strategy for ", OpLabel(op), " on mesh dim ", mesh.dim_name(d),
           " with inputs ", DescribeInputs(g, op),
-          rule->updates_in_place.empty() ? "" : " (inputs updated in place keep their placement)"));
+          in_place.empty() ? "" : " (inputs updated in place keep their placement)"));
     }
-    decision.cost_bytes += std::get<0>(best_key);
+    decision.cost_bytes += std::get<0>(key);
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       decision.inputs[i] = decision.inputs[i].With(d, best->inputs[i]);
     }
     for (size_t i = 0; i < op.outputs.size(); ++i) {
       decision.outputs[i] = decision.outputs[i].With(d, best->outputs[i]);
     }
+  }
+  if (g.micro_batches() > 1) {
+    // Micro-batches run one after another: nothing moves between them but accumulation.
+    auto [best, key] = pick(
+        [&](size_t, const Placement& from, const Placement& to) -> std::optional<double> {
+          if (from == to || (from.is_partial() && (to.is_replicate() || to.is_partial()))) {
+            return 0.0;
+          }
+          return std::nullopt;
+        },
+        [&](size_t i) { return g.tensors[op.inputs[i]].micro; });
+    if (best == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no SPMD strategy for ", OpLabel(op), " over the ", g.micro_batches(),
+          " micro-batches with inputs ", DescribeInputs(g, op),
+          ": an op that needs the whole batch cannot run per micro-batch"));
+    }
+    decision.inputs_micro = best->inputs;
+    decision.outputs_micro = best->outputs;
   }
   return decision;
 }

@@ -5,6 +5,11 @@
 // (ties: fewer reshards, then outputs that owe less communication: Replicate < Shard <
 // Partial). Registration order never matters. The same registry holds each op's VJP rule.
 //
+// With micro-batches (Graph::micro_batches > 1) the same list also places the op over them, as if
+// on one more dim that runs in time: there only moves without traffic between micro-batches are
+// made (Partial -> Replicate: accumulating the terms once all micro-batches ran; Partial(sum) <->
+// Partial(avg)), so an op reads the batch piece by piece or waits for a whole step's sum.
+//
 // E.g. (rules/matmul.cc, einsum `mk,kn->mn`, one mesh dim)
 //   mk[S(0)], kn[R]    -> mn[S(0)]
 //   mk[S(1)], kn[S(0)] -> mn[Partial(sum)]
@@ -34,8 +39,8 @@ struct DimStrategy {
 // What a rule sees of an op: its type and attributes and the global shapes of its tensors.
 struct OpSignature {
   const Op* op = nullptr;
-  std::vector<std::vector<int64_t>> input_shapes;
-  std::vector<std::vector<int64_t>> output_shapes;
+  std::vector<Shape> input_shapes;
+  std::vector<Shape> output_shapes;
 };
 
 class GradBuilder;  // autodiff.h
@@ -47,12 +52,6 @@ using VjpFn = std::function<absl::Status(GradBuilder& builder)>;
 struct OpRule {
   StrategyFn strategies;
   VjpFn vjp;  // empty: the op is not differentiated (backward and update ops)
-  // Inputs the op writes in place (an optimizer's parameter and states). The search never
-  // reshards them, since the update would land in a copy; it moves the other inputs instead,
-  // with any move lowering can make (Partial -> Shard too: nothing reads them afterwards). The
-  // optimizer pass never needs that (it reshards gradients to the parameter's placement first),
-  // but an update op planned on arbitrary inputs does (tests/spmd_validator_test).
-  std::vector<int> updates_in_place = {};
 };
 
 class RuleRegistry {
@@ -73,10 +72,16 @@ const RuleRegistry& BuiltinRules();
 struct SpmdDecision {
   std::vector<DistAttr> inputs;   // the attrs the op needs its inputs in
   std::vector<DistAttr> outputs;  // the attrs its outputs get
-  double cost_bytes = 0;          // bytes per rank moved by the input reshards
+  std::vector<Placement> inputs_micro;   // over micro-batches (Replicate with one per step)
+  std::vector<Placement> outputs_micro;
+  double cost_bytes = 0;  // bytes per rank moved by the input reshards
 };
 
-// Every input of op must already have a DistAttr in g. Errors are INVALID_ARGUMENT naming the
+// Every input of op must already have a DistAttr in g. An op's inputs it updates in place (the
+// op table's updates_in_place: an optimizer's parameter and states) are never resharded, since
+// the update would land in a copy; the other inputs move instead, with any move lowering can
+// make (Partial -> Shard too: nothing reads them afterwards). Byte costs count each tensor's
+// dtype and, with micro-batches, one micro-batch's piece. Errors are INVALID_ARGUMENT naming the
 // op, its layer and its input placements.
 absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph& g,
                                        const Op& op);

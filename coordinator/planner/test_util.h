@@ -14,8 +14,12 @@
 
 #include "absl/status/statusor.h"
 #include "common/dist_attr.h"
+#include "common/jobspec/defaults.h"
+#include "common/jobspec/parallelize.h"
+#include "common/program.h"
 #include "coordinator/planner/format.h"
 #include "coordinator/planner/graph.h"
+#include "coordinator/planner/pipeline/deadlock.h"
 #include "coordinator/planner/planner.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
@@ -88,9 +92,31 @@ class SpecBuilder {
   v1::JobSpec spec_;
 };
 
-// PlanJob(spec, "job-1", attempt); a planning error fails the test and gives no programs.
+// The plan of spec with its defaults applied (no files are read).
+inline absl::StatusOr<std::vector<v1::Program>> PlanPrograms(v1::JobSpec spec, int attempt = 0) {
+  ApplyJobSpecDefaults(&spec);
+  absl::Status parallelized = ApplyParallelize(&spec);
+  if (!parallelized.ok()) return parallelized;
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanJob(spec, "job-1", attempt);
+  if (!plan.ok()) return plan.status();
+  absl::StatusOr<std::vector<v1::Program>> programs = (*plan)->AllPrograms();
+  if (!programs.ok()) return programs.status();
+  // PlanJob checks one rank per pipeline stage; tests check every rank against every other.
+  absl::Status matched = pipeline::CheckTransfersMatch(*programs);
+  if (!matched.ok()) return matched;
+  absl::Status free = pipeline::CheckDeadlockFree(*programs);
+  if (!free.ok()) return free;
+  // The worker fills in group ranks from mesh dims; so do the tests that look at them.
+  for (v1::Program& p : *programs) {
+    absl::Status resolved = ResolveGroupRanks(&p);
+    if (!resolved.ok()) return resolved;
+  }
+  return programs;
+}
+
+// PlanPrograms(spec, attempt); a planning error fails the test and gives no programs.
 inline std::vector<v1::Program> MustPlan(const v1::JobSpec& spec, int attempt = 0) {
-  absl::StatusOr<std::vector<v1::Program>> programs = PlanJob(spec, "job-1", attempt);
+  absl::StatusOr<std::vector<v1::Program>> programs = PlanPrograms(spec, attempt);
   EXPECT_TRUE(programs.ok()) << programs.status();
   return programs.ok() ? *std::move(programs) : std::vector<v1::Program>{};
 }
@@ -103,13 +129,13 @@ inline Mesh MakeMesh(std::vector<int64_t> shape, std::vector<std::string> names)
 inline int AddPlaced(Graph* g, const std::string& name, std::vector<int64_t> shape,
                      std::vector<Placement> placements) {
   int ndim = static_cast<int>(shape.size());
-  Tensor t{name, std::move(shape), v1::Buffer::ACTIVATION, "l0"};
+  Tensor t{name, std::move(shape), v1::F32, v1::Buffer::ACTIVATION, "l0"};
   t.dist = *DistAttr::Create(g->mesh, std::move(placements), ndim);
   return g->AddTensor(std::move(t));
 }
 
 inline int AddUnplaced(Graph* g, const std::string& name, std::vector<int64_t> shape) {
-  return g->AddTensor(Tensor{name, std::move(shape), v1::Buffer::ACTIVATION, "l0"});
+  return g->AddTensor(Tensor{name, std::move(shape), v1::F32, v1::Buffer::ACTIVATION, "l0"});
 }
 
 inline int Count(const v1::Program& p, v1::Instruction::Op op) {

@@ -155,6 +155,7 @@ TEST_F(GrpcServerTest, WorkerIsWelcomedListedAndLostWhenItLeaves) {
   stream->WritesDone();
   EXPECT_FALSE(stream->Read(&welcome));
   EXPECT_TRUE(stream->Finish().ok());
+  // Polled (2 s at most): the state is only visible through ListWorkers.
   for (int i = 0; i < 100 && list().workers(0).state() != "lost"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
+#include "common/status.h"
 
 namespace weft {
 
@@ -45,6 +47,29 @@ absl::Status CheckPeer(const Communicator& comm, const char* op, int peer, uint3
   }
   return absl::OkStatus();
 }
+
+absl::Status CheckDType(const Communicator& comm, const char* op, v1::DType dtype) {
+  // proto3 enums hold any int: a value from a newer program, or garbage, must not be read as f32.
+  if (!v1::DType_IsValid(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " on ", comm.name(), ": unknown dtype ",
+                                                   static_cast<int>(dtype),
+                                                   " (expected f32, bf16, i32 or i64)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckReduce(const Communicator& comm, const char* op, v1::DType dtype,
+                         ReduceOp reduce) {
+  RETURN_IF_ERROR(CheckDType(comm, op, dtype));
+  if (reduce == ReduceOp::kAvg && !IsFloatingPoint(dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on ", comm.name(), ": ", ReduceOpName(reduce), " of ", DTypeName(dtype),
+        " is not supported (integer reductions are exact sums; average in a float type)"));
+  }
+  return absl::OkStatus();
+}
+
+const char* ReduceOpName(ReduceOp op) { return op == ReduceOp::kAvg ? "avg" : "sum"; }
 
 absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank) {
   const auto& ranks = group.ranks();

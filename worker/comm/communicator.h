@@ -2,14 +2,30 @@
 // mesh dimensions). Knows nothing of the transport: Gloo (worker/comm/gloo) on CPU, NCCL on GPU,
 // and an in-process one (worker/comm/local) for tests that simulate all ranks in one process.
 //
-// Buffers are flat float32; layout along a tensor axis (packing an all-gather along axis 1, for
-// instance) is the executor's job. Every call is blocking and bounded by the communicator's
-// timeout; a timeout or a dead peer is an error naming the operation and the group, and the
-// communicator is unusable afterwards.
+// Buffers are flat arrays of one element type, weft.v1.DType (F32, BF16, I32, I64), and every
+// count is in elements of that type; layout along a tensor axis (packing an all-gather along
+// axis 1, for instance) is the executor's job. Every call is blocking and bounded by the
+// communicator's timeout; a timeout or a dead peer is an error naming the operation and the
+// group, and the communicator is unusable afterwards.
+//
+// Reductions (all-reduce, reduce-scatter) by element type:
+//   F32       float32 sums; avg is the sum divided by the group's size.
+//   BF16      sums computed in float32 and rounded back to bf16 (nearest even, common/dtype.h).
+//             Where the rounding happens (after every pairwise addition, or once after summing
+//             all members in float32) is the transport's algorithm: each transport's header
+//             says, for avg (the sum divided by the group's size) too.
+//   I32, I64  exact integer sums (two's complement, wrapping on overflow). avg of an integer
+//             type is INVALID_ARGUMENT: a mean of integers needs a rounding rule the callers
+//             would have to choose.
+// Copies (all-gather, all-to-all, broadcast, send/recv) move the bytes unchanged for every type.
+// Bad arguments (an unknown dtype, avg of integers, wrong counts, a bad peer or root) are
+// INVALID_ARGUMENT naming the op and the group, found before any traffic: the communicator stays
+// usable.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory->Create(group));
-//   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), ReduceOp::kSum));
+//   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), v1::F32, ReduceOp::kSum));
+//   RETURN_IF_ERROR(comm->AllGather(ids.data(), all_ids.data(), counts, v1::I64));
 #ifndef WEFT_WORKER_COMM_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_COMMUNICATOR_H_
 
@@ -20,6 +36,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft {
@@ -44,36 +61,47 @@ class Communicator {
   virtual int size() const = 0;
   virtual const std::string& name() const = 0;  // for messages, e.g. "group 1 (dp) ranks [0,2]"
 
-  // In place.
-  virtual absl::Status AllReduce(float* data, size_t count, ReduceOp op) = 0;
-  // out = concatenation of every member's `in`; member i contributes counts[i] floats.
-  virtual absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) = 0;
-  // in holds sum(counts) floats; out (counts[rank()] floats) = the sum over members of
-  // in[offset_i : offset_i + counts[i]] for i = rank().
-  virtual absl::Status ReduceScatter(const float* in, float* out,
-                                     absl::Span<const int64_t> counts) = 0;
-  // in holds size() chunks, chunk j (send_counts[j] floats) goes to member j; out receives
-  // recv_counts[j] floats from member j, concatenated in member order.
-  virtual absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
-                                absl::Span<const int64_t> recv_counts) = 0;
-  virtual absl::Status Broadcast(float* data, size_t count, int root) = 0;
-  virtual absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) = 0;
-  virtual absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) = 0;
+  // In place: data holds `count` elements of `dtype` on every member.
+  virtual absl::Status AllReduce(void* data, size_t count, v1::DType dtype, ReduceOp op) = 0;
+  // out = concatenation of every member's `in`; member i contributes counts[i] elements.
+  virtual absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts,
+                                 v1::DType dtype) = 0;
+  // in holds sum(counts) elements; out (counts[rank()] elements) = the sum over members of
+  // in[offset_i : offset_i + counts[i]] for i = rank(). Always a sum: an average scales after.
+  virtual absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
+                                     v1::DType dtype) = 0;
+  // in holds size() chunks, chunk j (send_counts[j] elements) goes to member j; out receives
+  // recv_counts[j] elements from member j, concatenated in member order.
+  virtual absl::Status AllToAll(const void* in, absl::Span<const int64_t> send_counts, void* out,
+                                absl::Span<const int64_t> recv_counts, v1::DType dtype) = 0;
+  virtual absl::Status Broadcast(void* data, size_t count, v1::DType dtype, int root) = 0;
+  virtual absl::Status Send(const void* data, size_t count, v1::DType dtype, int peer,
+                            uint32_t tag) = 0;
+  virtual absl::Status Recv(void* data, size_t count, v1::DType dtype, int peer,
+                            uint32_t tag) = 0;
   virtual absl::Status Barrier() = 0;
 
   // Payload bytes this member has put on the wire since it was created, as the transport's
   // algorithm really moves them (a ring all-reduce sends about 2 (K-1)/K of the buffer, not the
-  // buffer); framing, acknowledgements and the connection handshake are not counted. Recv and
-  // Barrier add nothing. Exact per transport in its header (Gloo: worker/comm/wire_bytes.h).
+  // buffer), each element counted at its dtype's size (DTypeSize: bf16 2 bytes, i64 8); framing,
+  // acknowledgements and the connection handshake are not counted. Recv and Barrier add nothing. Exact per transport in its header (Gloo: worker/comm/wire_bytes.h).
   virtual int64_t bytes_sent() const = 0;
 };
 
 // Argument checks every transport makes before calling into its library: INVALID_ARGUMENT
-// "<op> on <comm.name()>: ..." unless `counts` holds one non-negative count per member, or
-// unless `peer` is a member other than comm.rank().
+// "<op> on <comm.name()>: ..." unless `counts` holds one non-negative count per member, unless
+// `peer` is a member other than comm.rank(), unless `dtype` is one of weft.v1.DType's values
+// (the message names the unknown value), or, for CheckReduce, when `op` averages an integer type
+// (the message names the op, the group and the dtype). CheckReduce checks the dtype too.
 absl::Status CheckCounts(const Communicator& comm, const char* op,
                          absl::Span<const int64_t> counts);
 absl::Status CheckPeer(const Communicator& comm, const char* op, int peer, uint32_t tag);
+absl::Status CheckDType(const Communicator& comm, const char* op, v1::DType dtype);
+absl::Status CheckReduce(const Communicator& comm, const char* op, v1::DType dtype,
+                         ReduceOp reduce);
+
+// "sum" or "avg".
+const char* ReduceOpName(ReduceOp op);
 
 // Creates the communicator of one group for this rank. Every member calls Create for the same
 // group; it returns once all of them are connected (or fails after the timeout).

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "common/box.h"
+#include "common/dtype.h"
 #include "common/npy.h"
 #include "common/philox.h"
 #include "common/status.h"
@@ -24,12 +25,12 @@ class SyntheticSource final : public BatchSource {
  public:
   SyntheticSource(uint64_t seed, uint64_t key) : seed_(seed), key_(key) {}
 
-  absl::Status ReadBox(int64_t step, const v1::TensorBox& box, float* out) override {
+  absl::Status Read(int64_t step, const v1::TensorBox& box, void* out) override {
     const int64_t b0 = box.offsets(0), nb = box.lengths(0);
     const int64_t per_row = BoxRowElements(box);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t base = SampleIndex(step, b0 + b) * sample_numel_;
-      float* row = out + b * per_row;
+      float* row = static_cast<float*>(out) + b * per_row;
       ForEachBoxRun(sample_shape_, SampleAxes(box.offsets()), SampleAxes(box.lengths()),
                     [&](int64_t src, int64_t dst, int64_t n) {
                       for (int64_t j = 0; j < n; ++j) {
@@ -55,7 +56,9 @@ class NpySource final : public BatchSource {
  public:
   explicit NpySource(NpyFile file) : file_(std::move(file)) {}
 
-  absl::Status ReadBox(int64_t step, const v1::TensorBox& box, float* out) override {
+  absl::Status Read(int64_t step, const v1::TensorBox& box, void* out) override {
+    const int64_t elem = DTypeSize(dtype_);
+    char* out_bytes = static_cast<char*>(out);
     const int64_t b0 = box.offsets(0), nb = box.lengths(0);
     bool whole_samples = true;
     int64_t per_row = 1;
@@ -69,16 +72,17 @@ class NpySource final : public BatchSource {
       const int64_t first = SampleIndex(step, b0 + b);
       const int64_t count = std::min(nb - b, num_samples_ - first);
       if (whole_samples) {
-        RETURN_IF_ERROR(Annotate(file_.ReadRows(first, count, out + b * per_row), what_));
+        RETURN_IF_ERROR(
+            Annotate(file_.ReadRows(first, count, out_bytes + b * per_row * elem), what_));
       } else {
-        scratch_.resize(static_cast<size_t>(count * sample_numel_));
+        scratch_.resize(static_cast<size_t>(count * sample_numel_ * elem));
         RETURN_IF_ERROR(Annotate(file_.ReadRows(first, count, scratch_.data()), what_));
         for (int64_t k = 0; k < count; ++k) {
-          const float* sample = scratch_.data() + k * sample_numel_;
-          float* row = out + (b + k) * per_row;
+          const char* sample = scratch_.data() + k * sample_numel_ * elem;
+          char* row = out_bytes + (b + k) * per_row * elem;
           ForEachBoxRun(sample_shape_, SampleAxes(box.offsets()), SampleAxes(box.lengths()),
                         [&](int64_t src, int64_t dst, int64_t n) {
-                          std::memcpy(row + dst, sample + src, n * sizeof(float));
+                          std::memcpy(row + dst * elem, sample + src * elem, n * elem);
                         });
         }
       }
@@ -89,7 +93,7 @@ class NpySource final : public BatchSource {
 
  private:
   NpyFile file_;
-  std::vector<float> scratch_;  // whole samples when the box takes part of each
+  std::vector<char> scratch_;  // whole samples, as stored, when the box takes part of each
 };
 
 }  // namespace
@@ -98,6 +102,16 @@ std::vector<int64_t> BatchSource::batch_shape() const {
   std::vector<int64_t> shape = {batch_size_};
   shape.insert(shape.end(), sample_shape_.begin(), sample_shape_.end());
   return shape;
+}
+
+absl::Status BatchSource::ReadBox(int64_t step, const v1::TensorBox& box, v1::DType dtype,
+                                  void* out) {
+  if (dtype != dtype_) {
+    return absl::InvalidArgumentError(absl::StrCat(what_, ": ", origin_, " holds ",
+                                                   DTypeName(dtype_), " elements, the buffer is ",
+                                                   DTypeName(dtype)));
+  }
+  return Read(step, box, out);
 }
 
 int64_t BatchSource::SampleIndex(int64_t step, int64_t b) const {
@@ -142,6 +156,8 @@ absl::StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(const v1::Data&
           absl::StrCat(what, ": synthetic data needs num_samples > 0, got ", num_samples));
     }
     source = std::make_unique<SyntheticSource>(seed, Fnv1a64(what));
+    source->origin_ = "synthetic data";
+    source->dtype_ = v1::F32;
   } else if (data.source() == "npy") {
     const std::string& path = stream == kInput ? data.input() : data.label();
     if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(what, ": no .npy path"));
@@ -165,7 +181,10 @@ absl::StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(const v1::Data&
     }
     shape = file_sample;
     num_samples = file->rows();
+    const v1::DType dtype = file->dtype();
     source = std::make_unique<NpySource>(*std::move(file));
+    source->origin_ = path;
+    source->dtype_ = dtype;
   } else {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": unknown data source '", data.source(), "' (npy | synthetic)"));

@@ -3,16 +3,17 @@
 // [B, sample_shape...]; each rank reads only its box of it.
 //
 // Two sources:
-//   npy:       samples are the rows of a float32 .npy file [num_samples, ...], read with pread.
-//   synthetic: element j (row-major within the sample) of sample i is the Philox uniform in
-//              [-1, 1) with seed = Program.seed, tensor_key = Fnv1a64("data.input") (or
+//   npy:       samples are the rows of a .npy file [num_samples, ...] of float32, int32 or
+//              int64 (class ids), read with pread and delivered in the file's dtype.
+//   synthetic: float32; element j (row-major within the sample) of sample i is the Philox
+//              uniform in [-1, 1) with seed = Program.seed, tensor_key = Fnv1a64("data.input") (or
 //              "data.label"), element index i * sample_numel + j (see common/philox.h), so every
 //              rank and the single-device reference see the same data.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(auto inputs, BatchSource::Create(program.data(), BatchSource::kInput,
 //                                                     program.seed()));
-//   RETURN_IF_ERROR(inputs->ReadBox(step, instruction.box(), buffer));
+//   RETURN_IF_ERROR(inputs->ReadBox(step, instruction.box(), buffer_dtype, buffer));
 #ifndef WEFT_WORKER_DATA_BATCH_SOURCE_H_
 #define WEFT_WORKER_DATA_BATCH_SOURCE_H_
 
@@ -36,6 +37,8 @@ class BatchSource {
                                                              uint64_t seed);
   virtual ~BatchSource() = default;
 
+  // The element type of the stream: the .npy file's, F32 for synthetic data.
+  v1::DType dtype() const { return dtype_; }
   const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
   int64_t num_samples() const { return num_samples_; }
   int64_t batch_size() const { return batch_size_; }
@@ -44,15 +47,21 @@ class BatchSource {
 
   // Checks that `box` lies inside batch_shape(); the message names the stream.
   absl::Status CheckBox(const v1::TensorBox& box) const;
-  // Writes the box of step `step`'s global batch into out (prod(box.lengths) floats,
-  // row-major). The box must have passed CheckBox.
-  virtual absl::Status ReadBox(int64_t step, const v1::TensorBox& box, float* out) = 0;
+  // Writes the box of step `step`'s global batch into out (prod(box.lengths) elements of
+  // `dtype`, row-major). The box must have passed CheckBox. Nothing is converted: a `dtype`
+  // other than dtype() is INVALID_ARGUMENT naming the stream, the file and both dtypes.
+  absl::Status ReadBox(int64_t step, const v1::TensorBox& box, v1::DType dtype, void* out);
 
  protected:
+  // ReadBox once the dtype matched: out holds prod(box.lengths) elements of dtype().
+  virtual absl::Status Read(int64_t step, const v1::TensorBox& box, void* out) = 0;
+
   // Global sample index of row b of step `step`'s batch.
   int64_t SampleIndex(int64_t step, int64_t b) const;
 
-  std::string what_;  // "data.input", "data.label"
+  std::string what_;    // "data.input", "data.label"
+  std::string origin_;  // the .npy path, or "synthetic data"
+  v1::DType dtype_ = v1::F32;
   std::vector<int64_t> sample_shape_;
   int64_t sample_numel_ = 1;
   int64_t num_samples_ = 0;

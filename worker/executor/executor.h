@@ -4,11 +4,23 @@
 // point-to-point transfers the instructions name. With Program.trace it also
 // records the step's timeline (TakeSpans).
 //
+// Memory: every buffer lives in one arena allocated at Initialize (Program.arena_bytes, buffers
+// at their Buffer.offset; back to back when arena_bytes is 0), plus, only when some collective
+// packs along an inner axis without a planned scratch buffer (Instruction.scratch) or averages
+// bf16 in a reduce-scatter, one block of the executor's own scratch. Nothing else is allocated
+// through the kernels, so a step's peak (last_step_peak_bytes) is those two blocks plus the
+// backend's own scratch (Kernels MemoryStats).
+//
+// The implementation, one concern a file: executor.cc (Create, Initialize, RunStep, dispatch),
+// buffers.h (the arena and its checks), step.h (decoding and checking instructions), init_io.h
+// (ParamInit and checkpoints), trace.h (the timeline).
+//
 // E.g.
 //   ASSIGN_OR_RETURN(auto exec, Executor::Create(program, &comm_factory));
 //   RETURN_IF_ERROR(exec->Initialize());
 //   for (int64_t s = program.start_step() + 1; s <= program.steps(); ++s) {
 //     ASSIGN_OR_RETURN(float loss, exec->RunStep(s));
+//     int64_t peak = exec->last_step_peak_bytes();                  // for the StepReport
 //     ASSIGN_OR_RETURN(auto chunks, exec->WriteCheckpointShard(s));  // when it saves step s
 //     std::vector<v1::TraceSpan> spans = exec->TakeSpans();  // empty unless Program.trace
 //   }
@@ -37,11 +49,12 @@ KernelOptions KernelOptionsFor(const v1::Program& program, int device_index);
 
 class Executor {
  public:
-  // Checks the program (buffer ids in range, shapes consistent with each instruction) and opens
-  // the data source. comm_factory must outlive Initialize(); may be null for a program with no
-  // groups.
-  // The kernels are NewKernels(KernelOptionsFor(program, 0)): the program's device (cpu, or
-  // cuda:0), precision and TF32 setting.
+  // Checks the program (buffer ids in range, shapes and element types consistent with each
+  // instruction, the arena layout, scratch sizes, the data sources' dtypes) and opens the data
+  // sources; errors name the instruction and the buffers. comm_factory must outlive
+  // Initialize(); may be null for a program with no groups. The kernels are
+  // NewKernels(KernelOptionsFor(program, 0)): the program's device (cpu, or cuda:0), precision
+  // and TF32 setting.
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const v1::Program& program,
                                                           CommunicatorFactory* comm_factory);
   // The same on the given kernels (a worker's cuda:N; the communicators must work on the same
@@ -55,13 +68,19 @@ class Executor {
   virtual absl::Status Initialize() = 0;
   // Runs one step (from 1) and returns the replicated mean loss (Program.loss_buffer).
   virtual absl::StatusOr<float> RunStep(int64_t step) = 0;
+  // The most bytes the kernels held at once during the last successful RunStep (their peak is
+  // reset as it starts): see "Memory" above. 0 before the first step, and for executors that do
+  // not measure.
+  virtual int64_t last_step_peak_bytes() const { return 0; }
   // The timeline of the last successful RunStep when Program.trace is set, in instruction order
   // (wall clock, Unix microseconds); empty otherwise. Moves them out: a second call returns none.
   // One span per maximal run of consecutive compute instructions with the same phase,
   // micro-batch and chunk ("F mb3 c0", "B mb3 c0", "optimizer", "load mb3"), and one per SEND,
   // RECV and collective ("send fc3.out to r2", "all_reduce fc0.weight@grad").
   virtual std::vector<v1::TraceSpan> TakeSpans() { return {}; }
-  // Read access to a buffer by global name, for tests and checkpoints.
+  // Read access to a buffer by global name, for tests: its elements converted to float32 from
+  // the buffer's dtype (bf16 exactly, integers rounded to nearest). In a planned arena a buffer
+  // whose life ended before the step's end may hold what a later buffer wrote over its bytes.
   virtual absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const = 0;
   // Writes this rank's share of a checkpoint of the buffers as they are now (the
   // Program.checkpoint_items marked write) into checkpoint::StagingDir(checkpoint_dir, step) and

@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/dtype.h"
 #include "common/npy.h"
 #include "common/philox.h"
 #include "common/safetensors.h"
@@ -34,12 +35,13 @@ class ProgramBuilder {
     p_.set_seed(20240607);
   }
   int Buffer(const std::string& name, std::vector<int64_t> shape,
-             v1::Buffer::Role role = v1::Buffer::ACTIVATION) {
+             v1::Buffer::Role role = v1::Buffer::ACTIVATION, v1::DType dtype = v1::F32) {
     v1::Buffer* b = p_.add_buffers();
     b->set_id(p_.buffers_size() - 1);
     b->set_name(name);
     for (int64_t d : shape) b->add_shape(d);
     b->set_role(role);
+    b->set_dtype(dtype);
     return b->id();
   }
   v1::ParamInit* Init(int buffer, v1::ParamInit::Kind kind, std::vector<int64_t> global,
@@ -418,47 +420,52 @@ TEST(ExecutorTest, ModelParallelFromNpyAndSafetensorsMatchesReference) {
 
 // ---- REDUCE_SCATTER and ALL_GATHER along a non-leading axis with uneven splits ----
 
+// Rank r of 2: x [2,3,5] loaded, scaled by r+1, reduce-scattered along axis 2 (splits 2, 3) and
+// axis 1 (avg, splits 1, 2), the first gathered back along the last axis. Every collective packs
+// along an inner axis (outer > 1), in the executor's own scratch.
+v1::Program AxisCollectivesProgram(int r, const std::string& input) {
+  ProgramBuilder b(r, 2);
+  b.program().mutable_data()->set_source("npy");
+  b.program().mutable_data()->set_input(input);
+  b.program().mutable_data()->set_batch_size(2);
+  const int64_t len = r == 0 ? 2 : 3;
+  const int x = b.Buffer("x", {2, 3, 5});
+  const int scaled = b.Buffer("scaled", {2, 3, 5});
+  const int shard = b.Buffer("shard", {2, 3, len});
+  const int gathered = b.Buffer("gathered", {2, 3, 5});
+  const int avg_shard = b.Buffer("avg_shard", {2, r == 0 ? 1 : 2, 5});
+  const int loss = b.Buffer("loss", {1});
+  b.program().set_loss_buffer(loss);
+  b.Group(0, {0, 1}, "mp");
+  b.Load(Instruction::LOAD_INPUT, x, {0, 0, 0}, {2, 3, 5});
+  b.Op(Instruction::SCALE, {x}, {scaled})->set_scale(r + 1.0f);
+  Instruction* rs = b.Op(Instruction::REDUCE_SCATTER, {scaled}, {shard});
+  rs->set_group(0);
+  rs->set_axis(2);
+  rs->add_split_sizes(2);
+  rs->add_split_sizes(3);
+  Instruction* avg = b.Op(Instruction::REDUCE_SCATTER, {scaled}, {avg_shard}, "Partial(avg)");
+  avg->set_group(0);
+  avg->set_axis(1);
+  avg->set_reduce(v1::Placement::AVG);
+  avg->add_split_sizes(1);
+  avg->add_split_sizes(2);
+  Instruction* ag = b.Op(Instruction::ALL_GATHER, {shard}, {gathered});
+  ag->set_group(0);
+  ag->set_axis(-1);
+  ag->add_split_sizes(2);
+  ag->add_split_sizes(3);
+  b.Op(Instruction::MSE_LOSS, {gathered, x}, {loss})->set_scale(1.0f);
+  return b.program();
+}
+
 TEST(ExecutorTest, ReduceScatterAndAllGatherAlongAxis1) {
   const std::string input = TempPath("rs_x.npy");
   std::vector<float> xs(2 * 3 * 5);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.25f * i - 2.0f;
   ASSERT_TRUE(NpyFile::Write(input, {2, 3, 5}, xs.data()).ok());
   std::vector<v1::Program> programs;
-  for (int r = 0; r < 2; ++r) {
-    ProgramBuilder b(r, 2);
-    b.program().mutable_data()->set_source("npy");
-    b.program().mutable_data()->set_input(input);
-    b.program().mutable_data()->set_batch_size(2);
-    const int64_t len = r == 0 ? 2 : 3;
-    const int x = b.Buffer("x", {2, 3, 5});
-    const int scaled = b.Buffer("scaled", {2, 3, 5});
-    const int shard = b.Buffer("shard", {2, 3, len});
-    const int gathered = b.Buffer("gathered", {2, 3, 5});
-    const int avg_shard = b.Buffer("avg_shard", {2, r == 0 ? 1 : 2, 5});
-    const int loss = b.Buffer("loss", {1});
-    b.program().set_loss_buffer(loss);
-    b.Group(0, {0, 1}, "mp");
-    b.Load(Instruction::LOAD_INPUT, x, {0, 0, 0}, {2, 3, 5});
-    b.Op(Instruction::SCALE, {x}, {scaled})->set_scale(r + 1.0f);
-    Instruction* rs = b.Op(Instruction::REDUCE_SCATTER, {scaled}, {shard});
-    rs->set_group(0);
-    rs->set_axis(2);
-    rs->add_split_sizes(2);
-    rs->add_split_sizes(3);
-    Instruction* avg = b.Op(Instruction::REDUCE_SCATTER, {scaled}, {avg_shard}, "Partial(avg)");
-    avg->set_group(0);
-    avg->set_axis(1);
-    avg->set_reduce(v1::Placement::AVG);
-    avg->add_split_sizes(1);
-    avg->add_split_sizes(2);
-    Instruction* ag = b.Op(Instruction::ALL_GATHER, {shard}, {gathered});
-    ag->set_group(0);
-    ag->set_axis(-1);
-    ag->add_split_sizes(2);
-    ag->add_split_sizes(3);
-    b.Op(Instruction::MSE_LOSS, {gathered, x}, {loss})->set_scale(1.0f);
-    programs.push_back(b.program());
-  }
+  for (int r = 0; r < 2; ++r) programs.push_back(AxisCollectivesProgram(r, input));
   std::vector<std::vector<float>> losses;
   std::vector<std::unique_ptr<Executor>> execs;
   RunAll(programs, 1, &losses, &execs);
@@ -921,6 +928,404 @@ TEST(ExecutorTest, CreateRejectsBadPointToPointAndAccumulate) {
   p = PipelineProgram(0, false);
   first(p, Instruction::FILL)->add_inputs(1);
   expect_error(p, "expects 0 inputs and 1 outputs");
+}
+
+
+// ---- Typed buffers: ADD, CAST, data loads, typed collectives ----
+
+// x rounded to bfloat16 (8 significant bits, to nearest even), from the definition rather than
+// common/dtype.h's bit manipulation.
+double Bf16Round(float x) {
+  if (x == 0.0f || !std::isfinite(x)) return x;
+  int e = 0;
+  const double m = std::frexp(static_cast<double>(x), &e);  // x = m 2^e, 0.5 <= |m| < 1
+  return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
+}
+
+// Philox values of the global tensor `name` [n], as Uniform(name, ..., bound) initializes it.
+std::vector<float> UniformValues(const std::string& name, int64_t n, float bound) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = PhiloxUniform(20240607, Fnv1a64(name), i, bound);
+  return v;
+}
+
+// Expects Create to fail with INVALID_ARGUMENT whose message holds every one of `texts`.
+void ExpectRejected(const v1::Program& p, CommunicatorFactory* factory,
+                    const std::vector<std::string>& texts) {
+  absl::Status s = Executor::Create(p, factory).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const std::string& t : texts) EXPECT_NE(s.message().find(t), std::string::npos) << s;
+}
+
+// a, b, c [2,3]: s2 = a + b; t = a, then t = t + b + c in place (3 inputs, out = input 0);
+// u = b, then u = a + u (out = input 1); loss = sum((s2 - t)^2) = sum(c^2).
+v1::Program AddProgram() {
+  ProgramBuilder b(0, 1);
+  const int a = b.Buffer("a", {2, 3}, v1::Buffer::PARAM);
+  const int bb = b.Buffer("b", {2, 3}, v1::Buffer::PARAM);
+  const int c = b.Buffer("c", {2, 3}, v1::Buffer::PARAM);
+  const int s2 = b.Buffer("s2", {2, 3});
+  const int t = b.Buffer("t", {2, 3});
+  const int u = b.Buffer("u", {2, 3});
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  for (int id : {a, bb, c}) b.Uniform(id, {2, 3}, 1.0f);
+  b.Op(Instruction::ADD, {a, bb}, {s2}, "a + b");
+  b.Op(Instruction::SCALE, {a}, {t})->set_scale(1.0f);
+  b.Op(Instruction::ADD, {t, bb, c}, {t}, "t += b + c");
+  b.Op(Instruction::SCALE, {bb}, {u})->set_scale(1.0f);
+  b.Op(Instruction::ADD, {a, u}, {u}, "u = a + u");
+  b.Op(Instruction::MSE_LOSS, {s2, t}, {loss})->set_scale(1.0f);
+  return b.program();
+}
+
+TEST(ExecutorTest, AddSumsTwoOrMoreInputsAndMayUpdateInPlace) {
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({AddProgram()}, 1, &losses, &execs);
+  ASSERT_NE(execs[0], nullptr);
+  const std::vector<float> a = UniformValues("a", 6, 1.0f), b = UniformValues("b", 6, 1.0f),
+                           c = UniformValues("c", 6, 1.0f);
+  std::vector<double> s2, t;
+  double loss = 0;
+  for (int i = 0; i < 6; ++i) {
+    s2.push_back(static_cast<double>(a[i]) + b[i]);
+    t.push_back(static_cast<double>(a[i]) + b[i] + c[i]);
+    loss += static_cast<double>(c[i]) * c[i];
+  }
+  ExpectAllClose(*execs[0]->ReadBuffer("s2"), s2, 1e-6, 1e-7, "s2");
+  ExpectAllClose(*execs[0]->ReadBuffer("t"), t, 1e-6, 1e-7, "t");
+  ExpectAllClose(*execs[0]->ReadBuffer("u"), s2, 1e-6, 1e-7, "u");
+  EXPECT_NEAR(losses[0][0], loss, 1e-5 * loss);
+
+  auto find = [](v1::Program& p, const std::string& comment) {
+    for (Instruction& ins : *p.mutable_instructions()) {
+      if (ins.comment() == comment) return &ins;
+    }
+    return static_cast<Instruction*>(nullptr);
+  };
+  v1::Program p = AddProgram();
+  find(p, "a + b")->mutable_inputs()->RemoveLast();
+  ExpectRejected(p, nullptr, {"instruction 0 (ADD 'a + b')", "expects 2 or more inputs, got 1"});
+  p = AddProgram();
+  find(p, "t += b + c")->set_inputs(2, 4);  // t = t + b + t: t is overwritten before it is read
+  ExpectRejected(p, nullptr, {"instruction 2 (ADD", "output aliases input 2 (buffer 4 't'"});
+  p = AddProgram();
+  p.mutable_buffers(2)->set_shape(1, 2);  // c [2,2]
+  p.mutable_init(2)->set_global_shape(1, 2);
+  p.mutable_init(2)->mutable_box()->set_lengths(1, 2);
+  ExpectRejected(p, nullptr, {"input 2 (buffer 2 'c' f32[2,2]) is not the shape of input 0"});
+  p = AddProgram();
+  p.mutable_buffers(1)->set_dtype(v1::BF16);
+  ExpectRejected(p, nullptr, {"instruction 0 (ADD 'a + b')", "input 1 (buffer 1 'b' bf16[2,3]) "
+                              "is bf16; ADD computes in f32"});
+}
+
+// a [3,5] f32 -> h bf16 -> r f32; loss = sum((r - a)^2), the rounding error.
+TEST(ExecutorTest, CastRoundsToBf16AndBack) {
+  ProgramBuilder b(0, 1);
+  const int a = b.Buffer("a", {3, 5}, v1::Buffer::PARAM);
+  const int h = b.Buffer("h", {3, 5}, v1::Buffer::ACTIVATION, v1::BF16);
+  const int r = b.Buffer("r", {3, 5});
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.Uniform(a, {3, 5}, 1.0f);
+  b.Op(Instruction::CAST, {a}, {h});
+  b.Op(Instruction::CAST, {h}, {r});
+  b.Op(Instruction::MSE_LOSS, {r, a}, {loss})->set_scale(1.0f);
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({b.program()}, 1, &losses, &execs);
+  ASSERT_NE(execs[0], nullptr);
+  const std::vector<float> av = UniformValues("a", 15, 1.0f);
+  std::vector<double> rounded;
+  double err = 0;
+  for (float v : av) {
+    rounded.push_back(Bf16Round(v));
+    err += (rounded.back() - v) * (rounded.back() - v);
+  }
+  // ReadBuffer converts the bf16 buffer to floats exactly.
+  ExpectAllClose(*execs[0]->ReadBuffer("h"), rounded, 0, 0, "h (bf16)");
+  ExpectAllClose(*execs[0]->ReadBuffer("r"), rounded, 0, 0, "r");
+  EXPECT_GT(err, 0.0);
+  EXPECT_NEAR(losses[0][0], err, 1e-4 * err);
+}
+
+// An int32 .npy [4,3] loaded as int32 and cast to float32; a float32 load of it is rejected.
+TEST(ExecutorTest, CastsAnInt32LoadToFloat) {
+  const std::string input = TempPath("ids.npy");
+  const std::vector<int32_t> ids = {-7, 0, 5, 123456789, -2147483647, 3, 1, 2, 4, 16777217, 8, -9};
+  ASSERT_TRUE(NpyFile::Write(input, {4, 3}, ids.data()).ok());
+  auto program = [&](v1::DType load_dtype) {
+    ProgramBuilder b(0, 1);
+    b.program().mutable_data()->set_source("npy");
+    b.program().mutable_data()->set_input(input);
+    b.program().mutable_data()->set_batch_size(2);
+    const int xi = b.Buffer("xi", {2, 3}, v1::Buffer::DATA, load_dtype);
+    const int xf = b.Buffer("xf", {2, 3});
+    const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+    b.program().set_loss_buffer(loss);
+    b.Load(Instruction::LOAD_INPUT, xi, {0, 0}, {2, 3});
+    b.Op(Instruction::CAST, {xi}, {xf});
+    b.Op(Instruction::MSE_LOSS, {xf, xf}, {loss})->set_scale(1.0f);
+    return b.program();
+  };
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({program(v1::I32)}, 2, &losses, &execs);  // step 2 reads rows 2..3
+  ASSERT_NE(execs[0], nullptr);
+  std::vector<double> want;
+  for (int i = 6; i < 12; ++i) want.push_back(static_cast<float>(ids[i]));  // nearest float
+  ExpectAllClose(*execs[0]->ReadBuffer("xf"), want, 0, 0, "xf");
+  ExpectAllClose(*execs[0]->ReadBuffer("xi"), want, 0, 0, "xi read as floats");
+  EXPECT_EQ(want[3], 16777216.0);  // 2^24 + 1 is not a float: the cast rounds it
+
+  ExpectRejected(program(v1::F32), nullptr,
+                 {"instruction 0 (LOAD_INPUT)", "output (buffer 0 'xi' f32[2,3]) is f32 but "
+                  "data.input (" + input + ") holds i32"});
+}
+
+// Rank r of 2 loads x [2,6] (values (i - 5) / 8, exact in bf16), scales it by r + 1 and keeps
+// columns [3r, 3r + 3). Its piece goes round as bf16 (all-gather along axis 1 through a planned
+// bf16 scratch) and as int32 (8 x the piece: all-gather along axis 0, and along axis 1 through the
+// executor's own scratch); x scaled, as bf16, is averaged over the ranks by a reduce-scatter.
+v1::Program TypedCollectivesProgram(int r, const std::string& input) {
+  ProgramBuilder b(r, 2);
+  b.program().mutable_data()->set_source("npy");
+  b.program().mutable_data()->set_input(input);
+  b.program().mutable_data()->set_batch_size(2);
+  b.Group(0, {0, 1}, "mp");
+  const int x = b.Buffer("x", {2, 6}, v1::Buffer::DATA);
+  const int xs = b.Buffer("xs", {2, 6});
+  const int piece = b.Buffer("piece", {2, 3});
+  const int pb = b.Buffer("pb", {2, 3}, v1::Buffer::ACTIVATION, v1::BF16);
+  const int gb = b.Buffer("gb", {2, 6}, v1::Buffer::ACTIVATION, v1::BF16);
+  const int pack = b.Buffer("gb.scratch", {12}, v1::Buffer::SCRATCH, v1::BF16);
+  const int p8 = b.Buffer("p8", {2, 3});
+  const int pi = b.Buffer("pi", {2, 3}, v1::Buffer::ACTIVATION, v1::I32);
+  const int gi0 = b.Buffer("gi0", {4, 3}, v1::Buffer::ACTIVATION, v1::I32);
+  const int gi1 = b.Buffer("gi1", {2, 6}, v1::Buffer::ACTIVATION, v1::I32);
+  const int xb = b.Buffer("xb", {2, 6}, v1::Buffer::ACTIVATION, v1::BF16);
+  const int rsb = b.Buffer("rsb", {1, 6}, v1::Buffer::ACTIVATION, v1::BF16);
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  auto gather = [&](int in, int out, int axis, std::vector<int64_t> splits,
+                    const std::string& comment = "") {
+    Instruction* ins = b.Op(Instruction::ALL_GATHER, {in}, {out}, comment);
+    ins->set_group(0);
+    ins->set_axis(axis);
+    for (int64_t len : splits) ins->add_split_sizes(len);
+    return ins;
+  };
+  b.Load(Instruction::LOAD_INPUT, x, {0, 0}, {2, 6});
+  b.Op(Instruction::SCALE, {x}, {xs})->set_scale(r + 1.0f);
+  Instruction* slice = b.Op(Instruction::SLICE, {xs}, {piece});
+  slice->set_axis(1);
+  slice->set_offset(3 * r);
+  slice->set_length(3);
+  b.Op(Instruction::CAST, {piece}, {pb});
+  gather(pb, gb, 1, {3, 3}, "bf16 along axis 1")->set_scratch(pack);
+  b.Op(Instruction::SCALE, {piece}, {p8})->set_scale(8.0f);
+  b.Op(Instruction::CAST, {p8}, {pi});
+  gather(pi, gi0, 0, {2, 2});
+  gather(pi, gi1, 1, {3, 3});
+  b.Op(Instruction::CAST, {xs}, {xb});
+  Instruction* rs = b.Op(Instruction::REDUCE_SCATTER, {xb}, {rsb}, "bf16 Partial(avg)");
+  rs->set_group(0);
+  rs->set_axis(0);
+  rs->set_reduce(v1::Placement::AVG);
+  rs->add_split_sizes(1);
+  rs->add_split_sizes(1);
+  b.Op(Instruction::MSE_LOSS, {x, x}, {loss})->set_scale(1.0f);
+  return b.program();
+}
+
+TEST(ExecutorTest, TypedCollectivesBetweenTwoRanks) {
+  const std::string input = TempPath("typed_x.npy");
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = (i - 5) / 8.0f;
+  ASSERT_TRUE(NpyFile::Write(input, {2, 6}, v.data()).ok());
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({TypedCollectivesProgram(0, input), TypedCollectivesProgram(1, input)}, 1, &losses,
+         &execs);
+  // Column j came from rank j / 3, which scaled x by j / 3 + 1.
+  std::vector<double> gathered, ids_by_row, ids_by_column;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 6; ++j) {
+      gathered.push_back((j / 3 + 1) * v[i * 6 + j]);
+      ids_by_column.push_back((j / 3 + 1) * (i * 6 + j - 5));
+    }
+  }
+  for (int r = 0; r < 2; ++r) {  // rank r's rows of [4,3]: its piece times 8
+    for (int i = 0; i < 2; ++i)
+      for (int j = 3 * r; j < 3 * r + 3; ++j) ids_by_row.push_back((r + 1) * (i * 6 + j - 5));
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(execs[r], nullptr);
+    const std::string rank = " of rank " + std::to_string(r);
+    ExpectAllClose(*execs[r]->ReadBuffer("gb"), gathered, 0, 0, "gb (bf16)" + rank);
+    ExpectAllClose(*execs[r]->ReadBuffer("gi0"), ids_by_row, 0, 0, "gi0 (i32)" + rank);
+    ExpectAllClose(*execs[r]->ReadBuffer("gi1"), ids_by_column, 0, 0, "gi1 (i32)" + rank);
+    // Row r of the mean of 1 x and 2 x: 1.5 x, exact in bf16.
+    std::vector<double> mean;
+    for (int j = 0; j < 6; ++j) mean.push_back(1.5 * v[r * 6 + j]);
+    ExpectAllClose(*execs[r]->ReadBuffer("rsb"), mean, 0, 0, "rsb (bf16 avg)" + rank);
+  }
+
+  LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(2, absl::Seconds(1)), 0);
+  v1::Program p = TypedCollectivesProgram(0, input);
+  p.mutable_buffers(4)->set_dtype(v1::F32);  // gb
+  ExpectRejected(p, &factory, {"(ALL_GATHER 'bf16 along axis 1')", "ALL_GATHER moves one dtype: "
+                               "input 0 (buffer 3 'pb' bf16[2,3]) is bf16 but output 0 (buffer 4 "
+                               "'gb' f32[2,6]) is f32"});
+  p = TypedCollectivesProgram(0, input);
+  p.mutable_buffers(11)->set_dtype(v1::I32);  // rsb
+  p.mutable_buffers(10)->set_dtype(v1::I32);  // xb
+  ExpectRejected(p, &factory, {"(REDUCE_SCATTER 'bf16 Partial(avg)')",
+                               "avg of buffer 10 'xb' i32[2,6]: a mean of integers"});
+}
+
+// ---- The arena ----
+
+// x [2,3] @ w0 [3,4] -> h, relu -> r, @ w1 [4,2] -> y, MSE against t [2,2] -> loss. The
+// parameters sit at the bottom of a planned arena; y shares h's bytes and the loss r's, their
+// lifetimes being disjoint (h: instructions 0..1, r: 1..2, y: 2..3, loss: 3..3).
+v1::Program ArenaProgram() {
+  ProgramBuilder b(0, 1);
+  const int x = b.Buffer("x", {2, 3}, v1::Buffer::PARAM);
+  const int w0 = b.Buffer("w0", {3, 4}, v1::Buffer::PARAM);
+  const int w1 = b.Buffer("w1", {4, 2}, v1::Buffer::PARAM);
+  const int t = b.Buffer("t", {2, 2}, v1::Buffer::PARAM);
+  const int h = b.Buffer("h", {2, 4});
+  const int r = b.Buffer("r", {2, 4});
+  const int y = b.Buffer("y", {2, 2});
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.Uniform(x, {2, 3}, 1.0f);
+  b.Uniform(w0, {3, 4}, 1.0f);
+  b.Uniform(w1, {4, 2}, 1.0f);
+  b.Uniform(t, {2, 2}, 1.0f);
+  b.Op(Instruction::MATMUL, {x, w0}, {h});
+  b.Op(Instruction::RELU, {h}, {r});
+  b.Op(Instruction::MATMUL, {r, w1}, {y});
+  b.Op(Instruction::MSE_LOSS, {y, t}, {loss})->set_scale(0.25f);
+  const int64_t offsets[] = {0, 256, 512, 768, 1024, 1280, 1024, 1280};
+  for (int i = 0; i < 8; ++i) b.program().mutable_buffers(i)->set_offset(offsets[i]);
+  b.program().set_arena_bytes(1536);
+  return b.program();
+}
+
+TEST(ExecutorTest, ArenaBuffersShareBytesWhenTheirLifetimesAreDisjoint) {
+  const std::vector<float> x = UniformValues("x", 6, 1.0f), w0 = UniformValues("w0", 12, 1.0f),
+                           w1 = UniformValues("w1", 8, 1.0f), t = UniformValues("t", 4, 1.0f);
+  std::vector<double> h(8, 0), y(4, 0);
+  double loss = 0;
+  for (int i = 0; i < 2; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      for (int k = 0; k < 3; ++k) h[i * 4 + j] += static_cast<double>(x[i * 3 + k]) * w0[k * 4 + j];
+    }
+    for (int o = 0; o < 2; ++o) {
+      for (int j = 0; j < 4; ++j) y[i * 2 + o] += std::max(h[i * 4 + j], 0.0) * w1[j * 2 + o];
+      loss += 0.25 * (y[i * 2 + o] - t[i * 2 + o]) * (y[i * 2 + o] - t[i * 2 + o]);
+    }
+  }
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({ArenaProgram()}, 2, &losses, &execs);
+  ASSERT_NE(execs[0], nullptr);
+  EXPECT_NEAR(losses[0][0], loss, 1e-5 * loss);
+  EXPECT_EQ(losses[0][1], losses[0][0]);  // nothing trains: the second step sees the same values
+  const std::vector<float> got_y = *execs[0]->ReadBuffer("y");
+  ExpectAllClose(got_y, y, 1e-5, 1e-6, "y");
+  // y was written over h's first 4 elements, the loss over r's first.
+  const std::vector<float> got_h = *execs[0]->ReadBuffer("h");
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(got_h[i], got_y[i]) << i;
+  ExpectAllClose(std::vector<float>(got_h.begin() + 4, got_h.end()),
+                 std::vector<double>(h.begin() + 4, h.end()), 1e-5, 1e-6, "h row 1");
+  EXPECT_EQ((*execs[0]->ReadBuffer("r"))[0], losses[0][1]);
+  // The step held the arena and nothing else.
+  EXPECT_EQ(execs[0]->last_step_peak_bytes(), 1536);
+}
+
+TEST(ExecutorTest, ArenaLayoutsThatBreakTheLifetimesAreRejected) {
+  v1::Program p = ArenaProgram();
+  p.mutable_buffers(5)->set_offset(1024);  // r onto h: both alive at instruction 1
+  ExpectRejected(p, nullptr, {"arena layout: buffer 4 'h' f32[2,4] (bytes [1024, 1056), alive "
+                              "during instructions 0..1) and buffer 5 'r' f32[2,4] (bytes "
+                              "[1024, 1056), alive during instructions 1..2) share bytes"});
+  p = ArenaProgram();
+  p.mutable_buffers(2)->set_offset(0);  // w1 onto x: parameters live for the whole job
+  ExpectRejected(p, nullptr, {"buffer 0 'x' f32[2,3]", "buffer 2 'w1' f32[4,2]",
+                              "alive for the whole job"});
+  p = ArenaProgram();
+  p.mutable_buffers(6)->set_offset(1000);
+  ExpectRejected(p, nullptr, {"buffer 6 'y' f32[2,2] has offset 1000, not a multiple of 256"});
+  p = ArenaProgram();
+  p.mutable_buffers(6)->set_offset(1536);
+  ExpectRejected(p, nullptr, {"buffer 6 'y' f32[2,2] at bytes [1536, 1552) does not fit in the "
+                              "arena of 1536 bytes"});
+}
+
+// Without Program.arena_bytes the buffers lie back to back, one kArenaAlignment-aligned slot
+// each; the collectives that pack along an inner axis use the executor's own scratch unless the
+// program plans one. A step's peak on the CPU kernels is exactly the arena plus that scratch
+// (each block rounded up to 64 bytes, the CPU allocator's rule).
+TEST(ExecutorTest, PeakBytesIsTheArenaPlusTheExecutorsOwnScratch) {
+  const std::string input = TempPath("peak_x.npy");
+  std::vector<float> xs(2 * 3 * 5);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = 0.25f * i - 2.0f;
+  ASSERT_TRUE(NpyFile::Write(input, {2, 3, 5}, xs.data()).ok());
+  auto round64 = [](int64_t n) { return (n + 63) / 64 * 64; };
+  auto arena_of = [](const v1::Program& p) {
+    int64_t bytes = 0;
+    for (const v1::Buffer& b : p.buffers()) {
+      int64_t n = 4;  // every buffer here is f32
+      for (int64_t d : b.shape()) n *= d;
+      bytes += (n + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+    }
+    return bytes;
+  };
+  std::vector<v1::Program> own, planned;
+  for (int r = 0; r < 2; ++r) {
+    own.push_back(AxisCollectivesProgram(r, input));
+    // One planned scratch of 30 floats serves the three collectives: each packs a whole
+    // [2,3,5] tensor (the reduce-scatters their input, the all-gather its output).
+    v1::Program p = own.back();
+    v1::Buffer* pack = p.add_buffers();
+    pack->set_id(p.buffers_size() - 1);
+    pack->set_name("pack");
+    pack->add_shape(30);
+    pack->set_role(v1::Buffer::SCRATCH);
+    for (Instruction& ins : *p.mutable_instructions()) {
+      if (ins.op() == Instruction::REDUCE_SCATTER || ins.op() == Instruction::ALL_GATHER) {
+        ins.set_scratch(pack->id());
+      }
+    }
+    planned.push_back(std::move(p));
+  }
+  std::vector<std::vector<float>> own_losses, planned_losses;
+  std::vector<std::unique_ptr<Executor>> own_execs, planned_execs;
+  RunAll(own, 1, &own_losses, &own_execs);
+  RunAll(planned, 1, &planned_losses, &planned_execs);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(own_execs[r], nullptr);
+    ASSERT_NE(planned_execs[r], nullptr);
+    EXPECT_EQ(planned_losses[r], own_losses[r]);
+    for (const char* name : {"shard", "avg_shard", "gathered"}) {
+      EXPECT_EQ(*planned_execs[r]->ReadBuffer(name), *own_execs[r]->ReadBuffer(name)) << name;
+    }
+    EXPECT_EQ(own_execs[r]->last_step_peak_bytes(), arena_of(own[r]) + round64(30 * 4));
+    EXPECT_EQ(planned_execs[r]->last_step_peak_bytes(), arena_of(planned[r]));
+  }
+
+  // A planned scratch too small for what a collective packs is rejected at Create.
+  LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(2, absl::Seconds(1)), 0);
+  v1::Program small = planned[0];
+  small.mutable_buffers(small.buffers_size() - 1)->set_shape(0, 29);
+  ExpectRejected(small, &factory, {"instruction 2 (REDUCE_SCATTER)", "scratch buffer 6 'pack' "
+                                   "f32[29] holds 116 bytes; REDUCE_SCATTER packs 30 elements of "
+                                   "f32 (120 bytes) there"});
 }
 
 }  // namespace

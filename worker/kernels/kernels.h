@@ -5,10 +5,13 @@
 // asynchronous; Synchronize() waits for them and reports any backend error. Shapes are validated
 // by the executor before any kernel runs, so kernels do not check them.
 //
-// Layout: row-major float32. Tensors of rank > 2 are viewed as [rows, cols] by the caller.
+// Memory is untyped and counted in bytes. Fill, Cast, Slice and Unslice work on elements of any
+// v1::DType (F32, BF16, I32, I64; bf16 held as its 16 bits); the compute kernels are float32.
+// Layout: row-major. Tensors of rank > 2 are viewed as [rows, cols] by the caller.
 //
 // E.g.
 //   std::unique_ptr<Kernels> k = NewCpuKernels();
+//   auto* y = static_cast<float*>(k->Allocate(batch * out_features * sizeof(float)));
 //   k->Matmul(x, w, y, /*m=*/batch, /*n=*/out_features, /*k=*/in_features, false, false);
 //   k->AddBias(y, b, y, batch, out_features);
 #ifndef WEFT_WORKER_KERNELS_KERNELS_H_
@@ -18,6 +21,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "weft/v1/job.pb.h"
 
 namespace weft {
 
@@ -44,6 +48,21 @@ struct KernelOptions {
   MatmulPrecision precision = MatmulPrecision::kF32;
 };
 
+// Memory the backend holds, in bytes: the blocks Allocate handed out and Free has not taken back,
+// and the backend's own scratch, each at the size the backend really reserves for it (at least
+// the bytes requested), so that the peak is the memory a step needed:
+//  - cpu: Allocate's blocks rounded up to 64 bytes (0 bytes to 64), plus the kBf16 Matmul's
+//    operand copies (kept and grown to the largest operands seen).
+//  - cuda: the caching allocator's blocks in use (cuda/caching_allocator.h): requests rounded up
+//    to 512 bytes, and a cached block handed out again counts whole (up to twice the rounded
+//    request). Besides Allocate's blocks these are the backend's own scratch: the kBf16 Matmul's
+//    operand copies (in use during the call only, so they show in the peak) and MseLoss's partial
+//    sums (kept). Cached blocks, free but not given back to the driver, do not count.
+struct MemoryStats {
+  int64_t bytes_in_use = 0;       // held now
+  int64_t peak_bytes_in_use = 0;  // the most bytes_in_use has been since the last reset
+};
+
 // A device as a worker reports it in its hello.
 struct DeviceDescription {
   std::string kind;                // "cpu" | "cuda"
@@ -61,13 +80,21 @@ class Kernels {
   // True when pointers returned by Allocate can be read and written by the host directly.
   virtual bool host_accessible() const = 0;
 
-  // Memory. Allocate returns n floats (contents unspecified), or null when out of memory.
-  virtual float* Allocate(int64_t n) = 0;
-  virtual void Free(float* p) = 0;
-  virtual void CopyFromHost(const float* host, float* dst, int64_t n) = 0;
-  virtual void CopyToHost(const float* src, float* host, int64_t n) = 0;
-  virtual void Copy(const float* src, float* dst, int64_t n) = 0;
-  virtual void Fill(float* dst, int64_t n, float value) = 0;
+  // Memory, in bytes. Allocate returns a block of at least `bytes` bytes (contents unspecified),
+  // aligned for any DType and distinct for every call (also for 0 bytes), or null when out of
+  // memory. Free(nullptr) does nothing. Copy's ranges must not overlap unless they are equal.
+  virtual void* Allocate(int64_t bytes) = 0;
+  virtual void Free(void* p) = 0;
+  virtual void CopyFromHost(const void* host, void* dst, int64_t bytes) = 0;
+  virtual void CopyToHost(const void* src, void* host, int64_t bytes) = 0;
+  virtual void Copy(const void* src, void* dst, int64_t bytes) = 0;
+  // dst[i] = value for i < n elements of dtype, value converted as EncodeElement
+  // (common/dtype.h) converts it.
+  virtual void Fill(void* dst, int64_t n, v1::DType dtype, double value) = 0;
+  // See MemoryStats for what each backend counts. Thread-safe.
+  virtual MemoryStats memory_stats() const = 0;
+  // Sets peak_bytes_in_use to bytes_in_use, so the next peak is that of what runs after it.
+  virtual void ResetPeakMemoryStats() = 0;
   virtual absl::Status Synchronize() = 0;
   // The backend's compute stream (a cudaStream_t for CUDA), so a communicator can order its own
   // stream against it with events; null for a synchronous backend.
@@ -98,19 +125,28 @@ class Kernels {
                        float scale) = 0;
   // out = scale * a. out may alias a.
   virtual void Scale(const float* a, float* out, int64_t n, float scale) = 0;
+  // out = a + b. out may alias a or b (a residual connection, a gradient accumulated in place).
+  virtual void Add(const float* a, const float* b, float* out, int64_t n) = 0;
   // param -= lr * (grad + weight_decay * param).
   virtual void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) = 0;
   // PyTorch's AdamW, step t from 1: p -= lr*wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
   // p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
   virtual void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
                      const AdamWHyper& hyper, int64_t step) = 0;
-  // Views a as [outer, axis_len, inner]; out[o, i, j] = a[o, offset + i, j] for i < length.
-  virtual void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-                     int64_t offset, int64_t length) = 0;
+  // out[i] = in[i] converted from `from` to `to`, n elements, as common/dtype.h's
+  // ConvertElements converts in host memory: floats to bf16 round to nearest even (NaN stays
+  // NaN); floats to integers truncate toward zero and saturate at the integer's range, NaN to 0;
+  // integers to floats round to nearest; I64 to I32 saturates; I32 to I64 is exact. in and out
+  // must not overlap unless from == to.
+  virtual void Cast(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) = 0;
+  // Views a as [outer, axis_len, inner] elements of element_bytes bytes each (any DType);
+  // out[o, i, j] = a[o, offset + i, j] for i < length.
+  virtual void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+                     int64_t offset, int64_t length, int64_t element_bytes) = 0;
   // The inverse of Slice: views out as [outer, axis_len, inner]; out[o, offset + i, j] =
   // a[o, i, j] for i < length. Other elements of out are left as they are.
-  virtual void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-                       int64_t offset, int64_t length) = 0;
+  virtual void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+                       int64_t offset, int64_t length, int64_t element_bytes) = 0;
 };
 
 }  // namespace weft

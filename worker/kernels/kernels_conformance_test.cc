@@ -1,12 +1,16 @@
 // Every Kernels method of every backend compiled into this binary (CompiledBackends(): cpu, and
 // cuda under --config=cuda), each in both MatmulPrecisions, against float64 references written
-// here. Each case allocates through the backend, copies random non-zero inputs in, poisons every
-// output buffer with NaN so that an element the kernel skips cannot pass, synchronizes and reads
-// the result back. Never compares one Weft kernel with another.
+// here (and, for Cast and Fill, integer and bit-level references written here, not common/dtype's
+// conversions, which the CPU backend calls). Each case allocates through the backend, copies
+// random non-zero inputs in, poisons every output buffer (NaN, or a byte pattern for other
+// types) so that an element the kernel skips cannot pass, synchronizes and reads the result back.
+// Never compares one Weft kernel with another.
 //
 // A cuda configuration without a usable GPU is skipped with ProbeDevice's message, unless
 // WEFT_REQUIRE_GPU=1 (`bazel test --config=cuda --test_env=WEFT_REQUIRE_GPU=1 ...`), where it
 // fails instead so that a GPU run cannot pass by skipping.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -19,10 +23,12 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/dtype.h"
 #include "common/test_seed.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/backend.h"
@@ -175,7 +181,7 @@ class KernelsConformanceTest : public ::testing::TestWithParam<BackendConfig> {
     if (k_ == nullptr) return;
     const absl::Status status = k_->Synchronize();
     EXPECT_TRUE(status.ok()) << status;
-    for (float* p : buffers_) k_->Free(p);
+    for (void* p : buffers_) k_->Free(p);
   }
 
   bool bf16() const { return GetParam().bf16; }
@@ -191,17 +197,26 @@ class KernelsConformanceTest : public ::testing::TestWithParam<BackendConfig> {
 
   // A backend buffer holding host's values, freed at TearDown. The host copy is kept alive until
   // then too, since CopyFromHost may be asynchronous.
-  float* Upload(const std::vector<float>& host) {
-    const int64_t n = static_cast<int64_t>(host.size());
-    float* p = k_->Allocate(n);
-    EXPECT_NE(p, nullptr) << "Allocate(" << n << ")";
+  template <typename T>
+  T* Upload(const std::vector<T>& host) {
+    const int64_t bytes = static_cast<int64_t>(host.size() * sizeof(T));
+    void* p = k_->Allocate(bytes);
+    EXPECT_NE(p, nullptr) << "Allocate(" << bytes << ")";
     buffers_.push_back(p);
-    staged_.push_back(host);
-    k_->CopyFromHost(staged_.back().data(), p, n);
-    return p;
+    const auto* first = reinterpret_cast<const char*>(host.data());
+    staged_.emplace_back(first, first + bytes);
+    k_->CopyFromHost(staged_.back().data(), p, bytes);
+    return static_cast<T*>(p);
   }
   // An output buffer, every element NaN.
   float* Poisoned(int64_t n) { return Upload(std::vector<float>(n, kNaN)); }
+  // An output buffer of any type, every byte kPoisonByte.
+  template <typename T>
+  T* PoisonedBits(int64_t n) {
+    T poison;
+    std::memset(&poison, kPoisonByte, sizeof(poison));
+    return Upload(std::vector<T>(n, poison));
+  }
 
   ::testing::AssertionResult Synced() {
     const absl::Status status = k_->Synchronize();
@@ -209,17 +224,25 @@ class KernelsConformanceTest : public ::testing::TestWithParam<BackendConfig> {
     return ::testing::AssertionFailure() << "Synchronize: " << status;
   }
 
-  std::vector<float> Download(const float* p, int64_t n) {
-    std::vector<float> host(n, kNaN);
-    k_->CopyToHost(p, host.data(), n);
+  template <typename T>
+  std::vector<T> Download(const T* p, int64_t n) {
+    std::vector<T> host(n);
+    std::memset(host.data(), kPoisonByte, host.size() * sizeof(T));
+    k_->CopyToHost(p, host.data(), n * static_cast<int64_t>(sizeof(T)));
     EXPECT_TRUE(Synced()) << "after CopyToHost";
     return host;
   }
 
+  static constexpr unsigned char kPoisonByte = 0x5A;
+
+  // Slice and Unslice of Word-sized elements (defined with its tests below).
+  template <typename Word>
+  void CheckSliceAndUnslice();
+
   std::mt19937 rng_{static_cast<uint32_t>(TestSeed())};
   std::unique_ptr<Kernels> k_;
-  std::vector<float*> buffers_;
-  std::deque<std::vector<float>> staged_;
+  std::vector<void*> buffers_;
+  std::deque<std::vector<char>> staged_;
 };
 
 // The reference rounding itself: ties go to the even neighbour, anything past a tie goes up.
@@ -247,8 +270,8 @@ TEST_P(KernelsConformanceTest, MemoryOps) {
   // Copy, whole and between offsets; elements outside the copied range stay poisoned.
   float* whole = Poisoned(n);
   float* part = Poisoned(n);
-  k_->Copy(a, whole, n);
-  k_->Copy(a + 3, part + 5, n - 10);
+  k_->Copy(a, whole, n * sizeof(float));
+  k_->Copy(a + 3, part + 5, (n - 10) * sizeof(float));
   ASSERT_TRUE(Synced());
   EXPECT_EQ(Download(whole, n), src);
   const std::vector<float> got_part = Download(part, n);
@@ -262,8 +285,8 @@ TEST_P(KernelsConformanceTest, MemoryOps) {
 
   // Fill, whole and an inner range.
   float* filled = Poisoned(n);
-  k_->Fill(filled, n, 2.5f);
-  k_->Fill(a + 1, n - 2, -0.75f);
+  k_->Fill(filled, n, v1::F32, 2.5);
+  k_->Fill(a + 1, n - 2, v1::F32, -0.75);
   ASSERT_TRUE(Synced());
   EXPECT_EQ(Download(filled, n), std::vector<float>(n, 2.5f));
   std::vector<float> want = src;
@@ -272,14 +295,14 @@ TEST_P(KernelsConformanceTest, MemoryOps) {
 
   // Free, then allocate again: the backend hands memory back out.
   for (int round = 0; round < 3; ++round) {
-    std::vector<float*> ps;
+    std::vector<void*> ps;
     for (int64_t size : {int64_t{1}, int64_t{255}, kLarge, 4 * kLarge}) {
-      float* p = k_->Allocate(size);
-      ASSERT_NE(p, nullptr) << "Allocate(" << size << ")";
+      void* p = k_->Allocate(size * sizeof(float));
+      ASSERT_NE(p, nullptr) << "Allocate(" << size << " floats)";
       ps.push_back(p);
     }
     ASSERT_TRUE(Synced());
-    for (float* p : ps) k_->Free(p);
+    for (void* p : ps) k_->Free(p);
   }
 }
 
@@ -694,7 +717,7 @@ TEST_P(KernelsConformanceTest, SliceAndUnslice) {
     ASSERT_EQ(static_cast<int64_t>(want_slice.size()), piece);
     float* da = Upload(a);
     float* sliced = Poisoned(piece);
-    k_->Slice(da, sliced, s.outer, s.axis_len, s.inner, s.offset, s.length);
+    k_->Slice(da, sliced, s.outer, s.axis_len, s.inner, s.offset, s.length, sizeof(float));
     ASSERT_TRUE(Synced());
     EXPECT_TRUE(AllClose(Download(sliced, piece), want_slice, 0, 0)) << "Slice";
 
@@ -704,9 +727,504 @@ TEST_P(KernelsConformanceTest, SliceAndUnslice) {
       if (inside(flat)) want_full[flat] = update[next++];
     }
     float* out = Upload(before);
-    k_->Unslice(Upload(update), out, s.outer, s.axis_len, s.inner, s.offset, s.length);
+    k_->Unslice(Upload(update), out, s.outer, s.axis_len, s.inner, s.offset, s.length,
+                sizeof(float));
     ASSERT_TRUE(Synced());
     EXPECT_TRUE(AllClose(Download(out, full), want_full, 0, 0)) << "Unslice";
+  }
+}
+
+TEST_P(KernelsConformanceTest, AddAndAliasing) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> a = Random(n), b = Random(n);
+    // The sum of two floats is exact in double, so this is the correctly rounded float sum.
+    std::vector<double> want(n), twice_a(n);
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = static_cast<float>(static_cast<double>(a[i]) + b[i]);
+      twice_a[i] = static_cast<float>(2.0 * a[i]);
+    }
+    float* da = Upload(a);
+    float* db = Upload(b);
+    float* out = Poisoned(n);
+    k_->Add(da, db, out, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(out, n), want, 0, 0));
+
+    float* into_a = Upload(a);
+    k_->Add(into_a, db, into_a, n);
+    float* into_b = Upload(b);
+    k_->Add(da, into_b, into_b, n);
+    float* doubled = Upload(a);
+    k_->Add(doubled, doubled, doubled, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(into_a, n), want, 0, 0)) << "out aliases a";
+    EXPECT_TRUE(AllClose(Download(into_b, n), want, 0, 0)) << "out aliases b";
+    EXPECT_TRUE(AllClose(Download(doubled, n), twice_a, 0, 0)) << "out, a and b the same";
+  }
+}
+
+// --- Cast -------------------------------------------------------------------------------------
+
+constexpr v1::DType kDTypes[] = {v1::F32, v1::BF16, v1::I32, v1::I64};
+
+// The test's own element conversions (independent of common/dtype.h): truncation toward zero
+// saturated at the integer's range, NaN to 0.
+int32_t TruncateToI32(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 0x1p31) return std::numeric_limits<int32_t>::max();
+  if (v < -0x1p31) return std::numeric_limits<int32_t>::min();
+  return static_cast<int32_t>(std::trunc(v));
+}
+int64_t TruncateToI64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 0x1p63) return std::numeric_limits<int64_t>::max();
+  if (v < -0x1p63) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(std::trunc(v));
+}
+uint16_t Bf16Of(float x) {
+  uint32_t bits;
+  const float rounded = RoundToBf16(x);
+  std::memcpy(&bits, &rounded, sizeof(bits));
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// n elements of one dtype, in host memory, with what each element is: a float (F32 and BF16
+// elements are floats exactly) or an integer.
+struct TypedHost {
+  v1::DType dtype = v1::F32;
+  int64_t n = 0;
+  std::vector<char> bytes;
+  std::vector<float> as_float;   // F32, BF16
+  std::vector<int64_t> as_int;   // I32, I64
+};
+
+// Every source value the conversions treat specially, then random ones.
+TypedHost CastSource(v1::DType dtype, std::mt19937& rng) {
+  TypedHost t;
+  t.dtype = dtype;
+  std::uniform_int_distribution<uint32_t> bits32;
+  std::uniform_int_distribution<int> exponent(-10, 70);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  switch (dtype) {
+    case v1::F32: {
+      t.as_float = {0.0f, -0.0f, 1.5f, -1.5f, 2.5f, -2.7f, 0.49f, -0.99f, 1e10f, -1e10f, 3e9f,
+                    -3e9f, 2147483520.0f, 0x1p31f, -0x1p31f, -2147483904.0f, 9223371487098961920.0f,
+                    0x1p63f, -0x1p63f, -1e19f, 16777217.0f, inf, -inf, kNaN, -kNaN,
+                    FromBits(0x7F800001u), FromBits(0xFF800001u), 1.0f + 0x1p-8f,
+                    1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 1.0f + 0x1p-8f + 0x1p-20f,
+                    std::numeric_limits<float>::max(), std::numeric_limits<float>::lowest(),
+                    std::numeric_limits<float>::denorm_min(), 1e-40f, -1e-40f};
+      // Half any bit pattern (NaNs included), half ordinary magnitudes from 2^-10 to 2^70.
+      while (static_cast<int64_t>(t.as_float.size()) < kLarge) {
+        t.as_float.push_back(t.as_float.size() % 2 == 0
+                                 ? FromBits(bits32(rng))
+                                 : static_cast<float>(std::ldexp(unit(rng), exponent(rng))));
+      }
+      break;
+    }
+    case v1::BF16: {
+      // Every bfloat16 there is, then random ones up to kLarge.
+      for (uint32_t b = 0; b < 0x10000u; ++b) t.as_float.push_back(FromBits(b << 16));
+      while (static_cast<int64_t>(t.as_float.size()) < kLarge) {
+        t.as_float.push_back(FromBits((bits32(rng) & 0xFFFFu) << 16));
+      }
+      break;
+    }
+    case v1::I32: {
+      const int64_t min = std::numeric_limits<int32_t>::min(),
+                    max = std::numeric_limits<int32_t>::max();
+      t.as_int = {0, 1, -1, min, max, min + 1, max - 1, 16777216, 16777217, 16777219, -16777217,
+                  255, 256, 257, -257, 65535, 65537};
+      std::uniform_int_distribution<int32_t> small(-1000, 1000);
+      while (static_cast<int64_t>(t.as_int.size()) < kLarge) {
+        t.as_int.push_back(t.as_int.size() % 2 == 0 ? static_cast<int32_t>(bits32(rng))
+                                                    : small(rng));
+      }
+      break;
+    }
+    default: {
+      const int64_t min = std::numeric_limits<int64_t>::min(),
+                    max = std::numeric_limits<int64_t>::max();
+      t.as_int = {0, 1, -1, min, max, int64_t{1} << 31, (int64_t{1} << 31) - 1,
+                  -(int64_t{1} << 31), -(int64_t{1} << 31) - 1, int64_t{1} << 53,
+                  (int64_t{1} << 53) + 2, 16777217, -16777217, int64_t{1} << 62};
+      // Random values with at most 53 significant bits, exact in double. ConvertElements (and so
+      // both backends) rounds an int64 to float through double; on wider values that can differ
+      // from rounding directly by one float ulp (a double rounding), which is not tested here.
+      std::uniform_int_distribution<int64_t> mantissa(-(int64_t{1} << 53) + 1,
+                                                      (int64_t{1} << 53) - 1);
+      std::uniform_int_distribution<int> shift(0, 10);
+      std::uniform_int_distribution<int64_t> small(-100000, 100000);
+      while (static_cast<int64_t>(t.as_int.size()) < kLarge) {
+        t.as_int.push_back(t.as_int.size() % 2 == 0 ? mantissa(rng) * (int64_t{1} << shift(rng))
+                                                    : small(rng));
+      }
+      break;
+    }
+  }
+  t.n = static_cast<int64_t>(std::max(t.as_float.size(), t.as_int.size()));
+  t.bytes.resize(t.n * DTypeSize(dtype));
+  for (int64_t i = 0; i < t.n; ++i) {
+    char* e = t.bytes.data() + i * DTypeSize(dtype);
+    switch (dtype) {
+      case v1::F32:
+        std::memcpy(e, &t.as_float[i], 4);
+        break;
+      case v1::BF16: {
+        uint32_t bits;
+        std::memcpy(&bits, &t.as_float[i], 4);
+        const uint16_t upper = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(e, &upper, 2);
+        break;
+      }
+      case v1::I32: {
+        const int32_t v = static_cast<int32_t>(t.as_int[i]);
+        std::memcpy(e, &v, 4);
+        break;
+      }
+      default:
+        std::memcpy(e, &t.as_int[i], 8);
+        break;
+    }
+  }
+  return t;
+}
+
+// Element i of src converted to `to`, per kernels.h, written to `out`; true when it is a NaN
+// (then only NaN-ness is compared: payload bits may differ between backends).
+bool ExpectedElement(const TypedHost& src, int64_t i, v1::DType to, char* out) {
+  if (src.dtype == to) {  // a copy, bit for bit
+    std::memcpy(out, src.bytes.data() + i * DTypeSize(to), DTypeSize(to));
+    return false;
+  }
+  const bool from_float = src.dtype == v1::F32 || src.dtype == v1::BF16;
+  const float x = from_float ? src.as_float[i] : 0.0f;
+  const int64_t v = from_float ? 0 : src.as_int[i];
+  switch (to) {
+    case v1::F32: {
+      // Integers round to nearest (the int64 sources are exact in double, see CastSource).
+      const float f = from_float ? x : static_cast<float>(v);
+      std::memcpy(out, &f, 4);
+      return std::isnan(f);
+    }
+    case v1::BF16: {
+      // Integers through float, as PyTorch converts them.
+      const float f = from_float ? x : static_cast<float>(v);
+      const uint16_t b = Bf16Of(f);
+      std::memcpy(out, &b, 2);
+      return std::isnan(f);
+    }
+    case v1::I32: {
+      const int32_t r = from_float ? TruncateToI32(x)
+                                   : static_cast<int32_t>(std::clamp<int64_t>(
+                                         v, std::numeric_limits<int32_t>::min(),
+                                         std::numeric_limits<int32_t>::max()));
+      std::memcpy(out, &r, 4);
+      return false;
+    }
+    default: {
+      const int64_t r = from_float ? TruncateToI64(x) : v;
+      std::memcpy(out, &r, 8);
+      return false;
+    }
+  }
+}
+
+bool IsNaNElement(const char* e, v1::DType dtype) {
+  if (dtype == v1::F32) {
+    uint32_t bits;
+    std::memcpy(&bits, e, 4);
+    return (bits & 0x7FFFFFFFu) > 0x7F800000u;
+  }
+  uint16_t bits;
+  std::memcpy(&bits, e, 2);
+  return (bits & 0x7FFFu) > 0x7F80u;
+}
+
+std::string ElementHex(const char* e, int64_t size) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, e, size);
+  std::ostringstream os;
+  os << "0x" << std::hex << std::setw(2 * size) << std::setfill('0') << bits;
+  return os.str();
+}
+
+// Every pair of types (the equal pairs copy), on special and random values, against the rules in
+// kernels.h. The output holds one element more than n, which must stay poisoned.
+TEST_P(KernelsConformanceTest, CastEveryPair) {
+  for (v1::DType from : kDTypes) {
+    const TypedHost src = CastSource(from, rng_);
+    for (v1::DType to : kDTypes) {
+      SCOPED_TRACE(::testing::Message() << "Cast " << v1::DType_Name(from) << " -> "
+                                        << v1::DType_Name(to) << ", n=" << src.n);
+      const int64_t out_size = DTypeSize(to);
+      char* in = Upload(src.bytes);
+      char* out = PoisonedBits<char>((src.n + 1) * out_size);
+      k_->Cast(in, from, out, to, src.n);
+      ASSERT_TRUE(Synced());
+      const std::vector<char> got = Download(out, (src.n + 1) * out_size);
+      int64_t bad = 0;
+      std::ostringstream first;
+      std::vector<char> want(out_size);
+      for (int64_t i = 0; i < src.n; ++i) {
+        const char* g = got.data() + i * out_size;
+        const bool nan = ExpectedElement(src, i, to, want.data());
+        const bool ok = nan ? IsNaNElement(g, to)
+                            : std::memcmp(g, want.data(), out_size) == 0;
+        if (ok) continue;
+        if (bad < 5) {
+          first << "\n  [" << i << "] input "
+                << ElementHex(src.bytes.data() + i * DTypeSize(from), DTypeSize(from))
+                << ": got " << ElementHex(g, out_size) << ", want "
+                << (nan ? "a NaN" : ElementHex(want.data(), out_size));
+        }
+        ++bad;
+      }
+      EXPECT_EQ(bad, 0) << bad << " of " << src.n << " elements wrong:" << first.str();
+      const std::vector<char> poison(out_size, static_cast<char>(kPoisonByte));
+      EXPECT_EQ(std::memcmp(got.data() + src.n * out_size, poison.data(), out_size), 0)
+          << "wrote past n elements";
+    }
+  }
+}
+
+// Float to bf16 keeps the sign of a NaN and of zero, and rounds ties to even.
+TEST_P(KernelsConformanceTest, CastToBf16Rounding) {
+  const std::vector<float> x = {1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f, -(1.5f + 0x1p-8f),
+                                1.0f + 0x1p-8f + 0x1p-20f, 1.0f + 0x1p-8f - 0x1p-20f,
+                                -0.0f, -kNaN, FromBits(0x7F800001u), 3.4e38f};
+  const std::vector<uint16_t> want = {0x3F80, 0x3F82, 0xBFC0, 0x3F81, 0x3F80, 0x8000};
+  float* dx = Upload(x);
+  uint16_t* out = PoisonedBits<uint16_t>(static_cast<int64_t>(x.size()));
+  k_->Cast(dx, v1::F32, out, v1::BF16, static_cast<int64_t>(x.size()));
+  const std::vector<uint16_t> got = Download(out, static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "element " << i;
+  EXPECT_EQ(got[6] & 0xFF80u, 0xFF80u) << "a negative NaN stays negative";
+  EXPECT_NE(got[6] & 0x7Fu, 0u);
+  EXPECT_EQ(got[7] & 0xFF80u, 0x7F80u) << "a NaN with its payload in the low half stays NaN";
+  EXPECT_NE(got[7] & 0x7Fu, 0u);
+  EXPECT_EQ(got[8], 0x7F80u) << "3.4e38 rounds up to infinity";
+}
+
+// --- Fill -------------------------------------------------------------------------------------
+
+// Fill converts its double to each dtype, and writes exactly n elements.
+TEST_P(KernelsConformanceTest, FillEveryDType) {
+  struct Case {
+    v1::DType dtype;
+    double value;
+    uint64_t want;  // the element's bits
+  };
+  const Case cases[] = {
+      {v1::F32, 2.5, 0x40200000u},
+      {v1::F32, -0.0, 0x80000000u},
+      {v1::F32, 0.1, 0x3DCCCCCDu},          // the float nearest 0.1
+      {v1::BF16, 1.0 + 0x1p-8, 0x3F80u},    // a tie: to even
+      {v1::BF16, 1.0 + 3 * 0x1p-8, 0x3F82u},
+      {v1::BF16, -2.5, 0xC020u},
+      {v1::BF16, 0.1, 0x3DCDu},             // 0x3DCCCCCD rounds up
+      {v1::I32, -7.9, static_cast<uint32_t>(-7)},
+      {v1::I32, 3e9, 0x7FFFFFFFu},
+      {v1::I32, -3e9, 0x80000000u},
+      {v1::I32, std::nan(""), 0},
+      {v1::I64, 1e15, 1000000000000000u},
+      {v1::I64, -2.5, static_cast<uint64_t>(int64_t{-2})},
+      {v1::I64, 1e30, 0x7FFFFFFFFFFFFFFFu},
+      {v1::I64, -1e30, 0x8000000000000000u},
+  };
+  for (const Case& c : cases) {
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(::testing::Message() << "Fill " << v1::DType_Name(c.dtype) << " with "
+                                        << c.value << ", n=" << n);
+      const int64_t size = DTypeSize(c.dtype);
+      // n elements one past the start of a buffer of n + 2: both ends must stay poisoned.
+      char* buffer = PoisonedBits<char>((n + 2) * size);
+      k_->Fill(buffer + size, n, c.dtype, c.value);
+      ASSERT_TRUE(Synced());
+      const std::vector<char> got = Download(buffer, (n + 2) * size);
+      std::vector<char> want((n + 2) * size, static_cast<char>(kPoisonByte));
+      for (int64_t i = 1; i <= n; ++i) std::memcpy(want.data() + i * size, &c.want, size);
+      ASSERT_TRUE(got == want) << "first element " << ElementHex(got.data() + size, size)
+                               << ", want " << ElementHex(want.data() + size, size);
+    }
+  }
+}
+
+// --- Slice and Unslice of any element size ------------------------------------------------------
+
+// Slice and Unslice on 2-, 4- and 8-byte elements (random bit patterns, compared bit for bit), on
+// views whose runs and offsets are and are not multiples of wider words, and from a pointer one
+// element into its buffer.
+template <typename Word>
+void KernelsConformanceTest::CheckSliceAndUnslice() {
+  struct View {
+    int64_t outer, axis_len, inner, offset, length;
+  };
+  const View views[] = {
+      {1, 3, 20, 1, 1},  {3, 5, 4, 1, 3},         {15, 4, 1, 1, 2},       {2, 9, 5, 0, 9},
+      {7, 3, 1, 1, 1},   {1000, 7, 13, 6, 1},     {3, 300, 257, 17, 123}, {4, 6, 8, 2, 3},
+  };
+  std::uniform_int_distribution<uint64_t> bits;
+  auto random_words = [&](int64_t n) {
+    std::vector<Word> v(n);
+    for (Word& w : v) w = static_cast<Word>(bits(rng_));
+    return v;
+  };
+  for (const View& s : views) {
+    for (bool shifted : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << sizeof(Word) << "-byte elements, outer=" << s.outer
+                   << " axis_len=" << s.axis_len << " inner=" << s.inner << " offset=" << s.offset
+                   << " length=" << s.length << (shifted ? ", one element into the buffers" : ""));
+      const int64_t full = s.outer * s.axis_len * s.inner, piece = s.outer * s.length * s.inner;
+      auto inside = [&](int64_t flat) {
+        const int64_t i = (flat / s.inner) % s.axis_len;
+        return i >= s.offset && i < s.offset + s.length;
+      };
+      const int64_t skip = shifted ? 1 : 0;
+      const std::vector<Word> a = random_words(full + skip);
+      std::vector<Word> want_slice;
+      for (int64_t flat = 0; flat < full; ++flat) {
+        if (inside(flat)) want_slice.push_back(a[skip + flat]);
+      }
+      Word* da = Upload(a);
+      Word* sliced = PoisonedBits<Word>(piece + skip);
+      k_->Slice(da + skip, sliced + skip, s.outer, s.axis_len, s.inner, s.offset, s.length,
+                      sizeof(Word));
+      ASSERT_TRUE(Synced());
+      const std::vector<Word> got_slice = Download(sliced + skip, piece);
+      EXPECT_TRUE(got_slice == want_slice) << "Slice";
+
+      const std::vector<Word> before = random_words(full + skip),
+                              update = random_words(piece + skip);
+      std::vector<Word> want_full = before;
+      for (int64_t flat = 0, next = 0; flat < full; ++flat) {
+        if (inside(flat)) want_full[skip + flat] = update[skip + next++];
+      }
+      Word* out = Upload(before);
+      k_->Unslice(Upload(update) + skip, out + skip, s.outer, s.axis_len, s.inner,
+                        s.offset, s.length, sizeof(Word));
+      ASSERT_TRUE(Synced());
+      EXPECT_TRUE(Download(out, full + skip) == want_full) << "Unslice";
+    }
+  }
+}
+
+TEST_P(KernelsConformanceTest, SliceAndUnslice2ByteElements) {
+  CheckSliceAndUnslice<uint16_t>();
+}
+TEST_P(KernelsConformanceTest, SliceAndUnslice4ByteElements) {
+  CheckSliceAndUnslice<uint32_t>();
+}
+TEST_P(KernelsConformanceTest, SliceAndUnslice8ByteElements) {
+  CheckSliceAndUnslice<uint64_t>();
+}
+
+// --- Memory statistics ------------------------------------------------------------------------
+
+// The bytes a block of `bytes` holds as kernels.h documents it per backend, when it is not a
+// cached block handed out again.
+int64_t BlockBytes(const std::string& backend, int64_t bytes) {
+  const int64_t granule = backend == "cpu" ? 64 : 512;
+  return std::max<int64_t>(1, (bytes + granule - 1) / granule) * granule;
+}
+
+TEST_P(KernelsConformanceTest, MemoryStatsFollowAllocateAndFree) {
+  const std::string backend = k_->name();
+  auto block = [&](int64_t bytes) { return BlockBytes(backend, bytes); };
+  auto expect_stats = [&](int64_t in_use, int64_t peak, const char* when) {
+    const MemoryStats s = k_->memory_stats();
+    EXPECT_EQ(s.bytes_in_use, in_use) << when;
+    EXPECT_EQ(s.peak_bytes_in_use, peak) << when;
+  };
+  expect_stats(0, 0, "a new backend");
+
+  void* a = k_->Allocate(1000);
+  void* b = k_->Allocate(1);
+  void* c = k_->Allocate(0);
+  void* d = k_->Allocate(100000);
+  ASSERT_TRUE(a != nullptr && b != nullptr && c != nullptr && d != nullptr);
+  EXPECT_NE(b, c) << "every Allocate returns its own block, 0 bytes too";
+  const int64_t all = block(1000) + block(1) + block(0) + block(100000);
+  expect_stats(all, all, "after four allocations");
+
+  k_->Free(b);
+  k_->Free(d);
+  k_->Free(nullptr);
+  const int64_t a_c = block(1000) + block(0);
+  expect_stats(a_c, all, "freeing leaves the peak");
+
+  k_->ResetPeakMemoryStats();
+  expect_stats(a_c, a_c, "after a reset");
+
+  // 4000 bytes, for which neither freed block is a fit on either backend.
+  void* e = k_->Allocate(4000);
+  ASSERT_NE(e, nullptr);
+  expect_stats(a_c + block(4000), a_c + block(4000), "after a fifth allocation");
+  k_->Free(e);
+  expect_stats(a_c, a_c + block(4000), "after freeing it");
+
+  // The caching allocator hands the freed 4096-byte block out again for 3000 bytes and counts
+  // it whole; the CPU backend allocates what it is asked for.
+  void* f = k_->Allocate(3000);
+  ASSERT_NE(f, nullptr);
+  const int64_t f_bytes = backend == "cpu" ? block(3000) : block(4000);
+  expect_stats(a_c + f_bytes, a_c + block(4000), "after reusing a freed block");
+
+  k_->Free(a);
+  k_->Free(c);
+  k_->Free(f);
+  expect_stats(0, a_c + block(4000), "everything freed");
+  k_->ResetPeakMemoryStats();
+  expect_stats(0, 0, "everything freed, after a reset");
+  ASSERT_TRUE(Synced());
+}
+
+// memory_stats may be read from another thread while one thread allocates and frees.
+TEST_P(KernelsConformanceTest, MemoryStatsReadConcurrently) {
+  std::atomic<bool> done{false};
+  std::thread worker([&] {
+    for (int round = 0; round < 200; ++round) {
+      void* p = k_->Allocate(1000 * (round % 7 + 1));
+      void* q = k_->Allocate(64);
+      k_->Free(p);
+      k_->Free(q);
+    }
+    done = true;
+  });
+  int64_t reads = 0;
+  while (!done || reads == 0) {
+    const MemoryStats s = k_->memory_stats();
+    ASSERT_GE(s.bytes_in_use, 0);
+    ASSERT_LE(s.bytes_in_use, s.peak_bytes_in_use);
+    ++reads;
+  }
+  worker.join();
+  EXPECT_EQ(k_->memory_stats().bytes_in_use, 0);
+  EXPECT_GT(reads, 0);
+}
+
+// A kBf16 Matmul's operand copies count (held by the CPU backend, in use during the call on
+// CUDA, so they show in the peak); a float32 Matmul uses no memory of its own.
+TEST_P(KernelsConformanceTest, MemoryStatsCountMatmulScratch) {
+  const int64_t m = 64, n = 48, k = 96;
+  float* a = Upload(Random(m * k));
+  float* b = Upload(Random(k * n));
+  float* c = Poisoned(m * n);
+  ASSERT_TRUE(Synced());
+  const MemoryStats before = k_->memory_stats();
+  k_->ResetPeakMemoryStats();
+  k_->Matmul(a, b, c, m, n, k, false, false);
+  ASSERT_TRUE(Synced());
+  const MemoryStats after = k_->memory_stats();
+  if (bf16()) {
+    // At least the bf16 bytes of both operands.
+    EXPECT_GE(after.peak_bytes_in_use - before.bytes_in_use, (m * k + k * n) * 2);
+  } else {
+    EXPECT_EQ(after.peak_bytes_in_use, before.bytes_in_use);
+    EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
   }
 }
 

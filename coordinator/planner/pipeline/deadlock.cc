@@ -1,10 +1,13 @@
 #include "coordinator/planner/pipeline/deadlock.h"
 
 #include <algorithm>
+#include <set>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/program.h"
+#include "common/status.h"
 #include "coordinator/planner/format.h"
 
 namespace weft::planner::pipeline {
@@ -185,10 +188,17 @@ class Simulation {
   std::vector<std::vector<Instruction>> out_;
 };
 
-std::map<int, std::vector<int>> Groups(const std::vector<v1::Program>& programs) {
+// Group id -> its global ranks, from the ranks the programs give or (the planner sends mesh dims)
+// from their meshes.
+absl::StatusOr<std::map<int, std::vector<int>>> Groups(const std::vector<v1::Program>& programs) {
   std::map<int, std::vector<int>> groups;
   for (const v1::Program& p : programs) {
-    for (const v1::CommGroup& g : p.groups()) {
+    v1::Program resolved;
+    *resolved.mutable_mesh() = p.mesh();
+    resolved.set_rank(p.rank());
+    *resolved.mutable_groups() = p.groups();
+    RETURN_IF_ERROR(ResolveGroupRanks(&resolved));
+    for (const v1::CommGroup& g : resolved.groups()) {
       groups[g.id()].assign(g.ranks().begin(), g.ranks().end());
     }
   }
@@ -220,13 +230,13 @@ absl::Status CheckDeadlockFree(const std::vector<v1::Program>& programs) {
     }
     for (const v1::Instruction& ins : programs[r].instructions()) ranks[r].push_back({ins});
   }
-  std::map<int, std::vector<int>> groups = Groups(programs);
+  ASSIGN_OR_RETURN(const auto groups, Groups(programs));
   Simulation sim(ranks, groups);
   return sim.Run();
 }
 
 absl::Status CheckTransfersMatch(const std::vector<v1::Program>& programs) {
-  std::map<int, std::vector<int>> groups = Groups(programs);
+  ASSIGN_OR_RETURN(const auto groups, Groups(programs));
   // (sender, receiver, group, tag) -> elements of each side's transfers.
   using Key = std::tuple<int, int, int, uint32_t>;
   std::map<Key, std::vector<int64_t>> sends, recvs;
@@ -273,6 +283,39 @@ absl::Status CheckTransfersMatch(const std::vector<v1::Program>& programs) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckStages(const std::vector<v1::Program>& stages, int pipeline_dim) {
+  // The stages as ranks 0..n-1 of one group along the pipeline dim (a member's index in it is its
+  // stage); every other collective completes where it stands.
+  std::vector<v1::Program> renumbered = stages;
+  std::vector<int> members;
+  int pipe_group = -1;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    members.push_back(static_cast<int>(s));
+    v1::Program& p = renumbered[s];
+    std::set<int> pipe;
+    for (const v1::CommGroup& g : p.groups()) {
+      if (pipeline_dim >= 0 && g.dims_size() == 1 && g.dims(0) == pipeline_dim) pipe.insert(g.id());
+    }
+    if (!pipe.empty()) pipe_group = *pipe.begin();
+    for (v1::Instruction& ins : *p.mutable_instructions()) {
+      if (IsCollective(ins.op()) && pipe.count(ins.group()) == 0) ins.set_op(Instruction::FILL);
+    }
+    p.clear_groups();
+    p.set_rank(static_cast<int>(s));
+    p.mutable_mesh()->clear_shape();
+    p.mutable_mesh()->add_shape(static_cast<int64_t>(stages.size()));
+    p.mutable_mesh()->clear_dim_names();
+    p.mutable_mesh()->add_dim_names("stage");
+  }
+  for (v1::Program& p : renumbered) {
+    v1::CommGroup* g = p.add_groups();
+    g->set_id(pipe_group);
+    for (int m : members) g->add_ranks(m);
+  }
+  RETURN_IF_ERROR(CheckTransfersMatch(renumbered));
+  return CheckDeadlockFree(renumbered);
 }
 
 }  // namespace weft::planner::pipeline

@@ -42,6 +42,13 @@ absl::Status CheckDeadlockFree(const std::vector<v1::Program>& programs);
 // of elements, and every RECV one SEND; else FAILED_PRECONDITION naming the ranks and the tag.
 absl::Status CheckTransfersMatch(const std::vector<v1::Program>& programs);
 
+// CheckTransfersMatch and CheckDeadlockFree for one program per pipeline stage (stages[s]: a rank
+// whose coordinate along mesh dim `pipeline_dim` is s; -1: no pipeline, one program): the ranks
+// of a stage run the same instruction list, so their collectives along other mesh dims are
+// reached together and complete; only the pipeline dim's traffic can block. Linear in the
+// number of stages, whatever the size of the mesh.
+absl::Status CheckStages(const std::vector<v1::Program>& stages, int pipeline_dim);
+
 }  // namespace weft::planner::pipeline
 
 #endif  // WEFT_COORDINATOR_PLANNER_PIPELINE_DEADLOCK_H_

@@ -1,42 +1,73 @@
-// Pass 5, pipeline (DESIGN.md): plans a job whose spec has a `pipeline` block. The model's
-// layers are split into pp x virtual_stages chunks (common/spec's PipelineLayerChunks); chunk c runs on the sub-mesh
-// whose coordinate along the pipeline dim is c mod pp. Each chunk is its own graph on the full
-// mesh, Replicate along the pipeline dim (the same on every stage; only its own stage runs it),
-// so propagate, autodiff, optimizer and lower work per chunk unchanged on the other dims (DP
-// and MP inside a stage). A chunk's input arrives with RECV placed as the previous chunk made
-// it (the rules reshard it like any input) and its output leaves with SEND on the pipeline
-// dim's group; gradients go back the same way.
+// Pass 5, pipeline (DESIGN.md): orders the placed graph's work per pipeline stage and micro-batch.
+// Every job goes through it; a job without a `pipeline` block is one stage with one micro-batch.
 //
-// The global batch is split into micro_batches contiguous micro-batches (the last takes the
-// remainder); one graph per chunk and distinct micro-batch size is instantiated per
-// micro-batch with its own activation buffers, which are then shared between micro-batches
-// whose lifetimes do not overlap (so 1F1B needs fewer than FThenB, as plan_report shows).
-// Parameter gradients are accumulated (FILL 0 at the step's start, ACCUMULATE per
-// micro-batch), the optimizer, with its reshards (the DP all-reduce), runs once per step. The
-// loss of each micro-batch is scaled by 1/N of the whole batch and accumulated on the last
-// chunk's ranks; an ALL_REDUCE(sum) over the pipeline dim replicates it to every rank.
+// Each op is in a chunk (its layer's; the batch input's ops in chunk 0, the label's and the
+// loss's in the last) and runs either per micro-batch (forward and backward ops: once for each
+// micro-batch, on that micro-batch's piece of the batch) or per step (the optimizer, and the
+// reshards that accumulate micro-batch terms: a parameter gradient or the loss, Partial over
+// micro-batches, becomes its step value). Chunk c runs on the stage (the coordinate along the
+// pipeline mesh dim) c mod stages. A per-micro-batch tensor made in one chunk and read in a chunk
+// on another stage is sent after the producing item and received before the first item that
+// reads it (activations forward, their gradients backward); a parameter read outside its chunk is
+// an error.
 //
-// Instructions follow the schedule (schedule.h) with micro_batch, chunk and phase set; the
-// transfers between steps are ordered by simulation (deadlock.h) and the finished programs are
-// checked for deadlock and matching sends and receives before they are returned.
+// A stage's order: the prologue (accumulators set to 0), then the schedule's steps (schedule.h):
+// for each step, the receives of its items, its items' computations (each micro-batch's
+// accumulation right after the item that made its term), the sends of what they made; last the
+// epilogue (per-step ops in graph order and, with several stages, the loss summed over the
+// pipeline dim: the last stage holds it, the others 0). The transfers between two steps may
+// complete in any order; the order that cannot deadlock is found by simulating one rank per
+// stage (the ranks of a stage run the same list, so their collectives along other mesh dims are
+// reached together and cannot block one another).
 //
 // E.g.
-//   ASSIGN_OR_RETURN(std::vector<v1::Program> programs, PlanPipeline(spec, "job-1", 0));
+//   ASSIGN_OR_RETURN(PipelinePlan plan, PlanPipeline(g));
+//   for (const StageItem& item : plan.order[stage]) ...   // emit.h turns items into instructions
 #ifndef WEFT_COORDINATOR_PLANNER_PIPELINE_PIPELINE_H_
 #define WEFT_COORDINATOR_PLANNER_PIPELINE_PIPELINE_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "weft/v1/job.pb.h"
-#include "weft/v1/program.pb.h"
+#include "coordinator/planner/graph.h"
 
 namespace weft::planner::pipeline {
 
-// spec.pipeline().dim() must be set. Unschedulable specs are INVALID_ARGUMENT with the reason.
-absl::StatusOr<std::vector<v1::Program>> PlanPipeline(const v1::JobSpec& spec,
-                                                      const std::string& job_id, int attempt);
+struct StageItem {
+  enum Kind {
+    kCompute,     // graph op `op` for `micro_batch` (-1: once per step)
+    kSend,        // `tensor`'s piece for micro_batch to `peer_stage`, with `tag`
+    kRecv,        // the same from `peer_stage`
+    kFill,        // set the accumulator of reshard `op` (its input summed over micro-batches) to 0
+    kAccumulate,  // add micro_batch's piece of reshard `op`'s input to its accumulator
+    kLossSum,     // sum the loss over the pipeline dim (held by the last stage, 0 elsewhere)
+    kLossFill,    // a stage without the loss: its loss buffer = 0
+  };
+  Kind kind = kCompute;
+  int op = -1;
+  int micro_batch = -1;
+  int chunk = -1;
+  int tensor = -1;
+  int peer_stage = -1;
+  uint32_t tag = 0;
+  Phase phase = Phase::kForward;
+};
+
+struct PipelinePlan {
+  int stages = 1;                             // size of the pipeline dim (1: no pipeline)
+  int chunks = 1;                             // stages x virtual stages
+  std::vector<int> op_chunk;                  // by graph op
+  std::vector<bool> per_step;                 // by graph op: runs once per step
+  std::vector<bool> accumulates;              // by graph op: a reshard that sums micro-batches
+  std::vector<std::vector<StageItem>> order;  // by stage
+};
+
+// g must be placed, differentiated and have its optimizer (propagate, autodiff, optimizer).
+// Unschedulable graphs are INVALID_ARGUMENT with the reason; a plan whose transfers cannot be
+// ordered without deadlock is FAILED_PRECONDITION naming the stuck stages.
+absl::StatusOr<PipelinePlan> PlanPipeline(const Graph& g);
 
 }  // namespace weft::planner::pipeline
 

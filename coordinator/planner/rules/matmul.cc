@@ -18,7 +18,8 @@ namespace weft::planner {
 namespace {
 
 absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig) {
-  const Op& op = *sig.op;
+  const bool transpose_a = sig.op->attrs.Bool("transpose_a");
+  const bool transpose_b = sig.op->attrs.Bool("transpose_b");
   if (sig.input_shapes.size() != 2 || sig.output_shapes.size() != 1) {
     return absl::InvalidArgumentError("matmul takes 2 inputs and 1 output");
   }
@@ -27,10 +28,10 @@ absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig
   const int ro = static_cast<int>(sig.output_shapes[0].size());
   if (ra < 2 || rb < 2) return absl::InvalidArgumentError("matmul inputs must have rank >= 2");
   std::vector<int> a_m, a_k, b_k, b_n;
-  for (int i = 0; i < ra - 1; ++i) (op.transpose_a ? a_k : a_m).push_back(i);
-  (op.transpose_a ? a_m : a_k).push_back(ra - 1);
-  for (int i = 0; i < rb - 1; ++i) (op.transpose_b ? b_n : b_k).push_back(i);
-  (op.transpose_b ? b_k : b_n).push_back(rb - 1);
+  for (int i = 0; i < ra - 1; ++i) (transpose_a ? a_k : a_m).push_back(i);
+  (transpose_a ? a_m : a_k).push_back(ra - 1);
+  for (int i = 0; i < rb - 1; ++i) (transpose_b ? b_n : b_k).push_back(i);
+  (transpose_b ? b_k : b_n).push_back(rb - 1);
 
   const Placement R = Placement::Replicate();
   std::vector<DimStrategy> out;
@@ -39,7 +40,7 @@ absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig
   // mk[S(m)], kn[R] -> mn[S(m)]: a's leading axes keep their position in out; a transposed
   // a has one m axis, out axis 0.
   for (size_t i = 0; i < a_m.size(); ++i) {
-    int out_axis = op.transpose_a ? 0 : a_m[i];
+    int out_axis = transpose_a ? 0 : a_m[i];
     if (out_axis >= ro - 1) continue;
     out.push_back({{Placement::Shard(a_m[i]), R}, {Placement::Shard(out_axis)}});
   }
@@ -66,16 +67,16 @@ absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig
 
 absl::Status MatmulVjp(GradBuilder& b) {
   const Op& op = b.op();
-  if (op.transpose_a || op.transpose_b) {
+  if (op.attrs.Bool("transpose_a") || op.attrs.Bool("transpose_b")) {
     return absl::UnimplementedError("VJP of a transposed matmul");
   }
   const int x = op.inputs[0], w = op.inputs[1], dy = b.out_grad(0);
   if (b.needs_grad(0)) {
-    ASSIGN_OR_RETURN(int dx, b.Emit("matmul", {dy, w}, x, false, /*transpose_b=*/true));
+    ASSIGN_OR_RETURN(int dx, b.Emit("matmul", {dy, w}, x, {{"transpose_b", true}}));
     b.set_input_grad(0, dx);
   }
   if (b.needs_grad(1)) {
-    ASSIGN_OR_RETURN(int dw, b.Emit("matmul", {x, dy}, w, /*transpose_a=*/true, false));
+    ASSIGN_OR_RETURN(int dw, b.Emit("matmul", {x, dy}, w, {{"transpose_a", true}}));
     b.set_input_grad(1, dw);
   }
   return absl::OkStatus();

@@ -30,8 +30,7 @@ SpmdDecision Decide(const Mesh& mesh, std::vector<int64_t> xs, std::vector<int64
   int w = AddPlaced(&g, "w", ws, wp);
   int y = AddUnplaced(&g, "y", os);
   Op op{"matmul", {x, w}, {y}, "fc0"};
-  op.transpose_a = ta;
-  op.transpose_b = tb;
+  op.attrs.Set("transpose_a", ta).Set("transpose_b", tb);
   absl::StatusOr<SpmdDecision> d = InferSpmd(BuiltinRules(), g, op);
   EXPECT_TRUE(d.ok()) << d.status();
   return d.ok() ? *d : SpmdDecision{};
@@ -153,8 +152,7 @@ TEST(MatmulRuleTest, BruteForceEveryStrategyMatchesTheFullProduct) {
     int64_t fr, fc;
     Matrix full = MatMul(a, s.a[0], s.a[1], s.ta, b, s.b[0], s.b[1], s.tb, &fr, &fc);
     Op op{"matmul", {0, 1}, {2}, "fc0"};
-    op.transpose_a = s.ta;
-    op.transpose_b = s.tb;
+    op.attrs.Set("transpose_a", s.ta).Set("transpose_b", s.tb);
     OpSignature sig{&op, {s.a, s.b}, {s.out}};
     absl::StatusOr<std::vector<DimStrategy>> strategies =
         BuiltinRules().Find("matmul")->strategies(sig);

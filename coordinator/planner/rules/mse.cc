@@ -43,8 +43,8 @@ absl::Status MseVjp(GradBuilder& b) {
   if (b.needs_grad(1)) return absl::UnimplementedError("gradient of the label");
   // d/dpred of scale * sum((pred - label)^2); scale is 1/N of the whole batch, which a
   // pipeline micro-batch's prediction is only a part of.
-  ASSIGN_OR_RETURN(int dpred,
-                   b.Emit("mse_grad", {pred, label}, pred, false, false, 2.0f * b.op().scale));
+  ASSIGN_OR_RETURN(int dpred, b.Emit("mse_grad", {pred, label}, pred,
+                                      {{"scale", 2.0 * b.op().attrs.Float("scale")}}));
   b.set_input_grad(0, dpred);
   return absl::OkStatus();
 }

@@ -37,8 +37,8 @@ StrategyFn UpdateStrategies(size_t arity) {
 }  // namespace
 
 absl::Status RegisterOptimizerRules(RuleRegistry* registry) {
-  RETURN_IF_ERROR(registry->Register("sgd", {UpdateStrategies(2), nullptr, {0}}));
-  return registry->Register("adamw", {UpdateStrategies(4), nullptr, {0, 2, 3}});
+  RETURN_IF_ERROR(registry->Register("sgd", {UpdateStrategies(2), nullptr}));
+  return registry->Register("adamw", {UpdateStrategies(4), nullptr});
 }
 
 }  // namespace weft::planner

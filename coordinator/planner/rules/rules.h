@@ -14,10 +14,15 @@ absl::Status RegisterElementwiseRules(RuleRegistry* registry);  // relu, gelu, *
 absl::Status RegisterBiasAddRules(RuleRegistry* registry);      // bias_add, bias_grad
 absl::Status RegisterMseRules(RuleRegistry* registry);          // mse, mse_grad
 absl::Status RegisterOptimizerRules(RuleRegistry* registry);    // sgd, adamw
+absl::Status RegisterAddRule(RuleRegistry* registry);           // add
+absl::Status RegisterCastRule(RuleRegistry* registry);          // cast
 
 // Helpers shared by rule files.
 // {Replicate(), Shard(0), ..., Shard(ndim-1)}.
 std::vector<Placement> ReplicateOrShardAnyAxis(int ndim);
+// ReplicateOrShardAnyAxis plus Partial(sum) and Partial(avg): where a linear op keeps any
+// placement of its inputs.
+std::vector<Placement> AnyPlacement(int ndim);
 
 }  // namespace weft::planner
 

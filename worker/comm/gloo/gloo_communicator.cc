@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -21,6 +22,7 @@
 #include "gloo/transport/tcp/device.h"
 #include "gloo/transport/unbound_buffer.h"
 #include "worker/comm/gloo/gloo_status.h"
+#include "worker/comm/host_reduce.h"
 #include "worker/comm/wire_bytes.h"
 
 namespace weft {
@@ -30,11 +32,21 @@ std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
 }
 
-void SumFloats(void* c, const void* a, const void* b, size_t n) {
-  float* out = static_cast<float*>(c);
-  const float* x = static_cast<const float*>(a);
-  const float* y = static_cast<const float*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = x[i] + y[i];
+// Calls fn(T{}) with T the C++ type Gloo moves elements of `dtype` as. Gloo has no bf16 type:
+// uint16_t gives it the element size (segments are cut at whole elements), and the reduce
+// function does the arithmetic.
+template <typename Fn>
+void WithGlooType(v1::DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case v1::BF16:
+      return fn(uint16_t{});
+    case v1::I32:
+      return fn(int32_t{});
+    case v1::I64:
+      return fn(int64_t{});
+    default:
+      return fn(float{});
+  }
 }
 
 }  // namespace
@@ -141,97 +153,120 @@ absl::Status GlooCommunicator::Run(const char* op_name, Fn&& op) {
   }
 }
 
-absl::Status GlooCommunicator::AllReduce(float* data, size_t count, ReduceOp op) {
+absl::Status GlooCommunicator::AllReduce(void* data, size_t count, v1::DType dtype,
+                                         ReduceOp op) {
+  RETURN_IF_ERROR(CheckReduce(*this, "all_reduce", dtype, op));
   if (count == 0) return Run("all_reduce", [] {});
   RETURN_IF_ERROR(Run("all_reduce", [&] {
     gloo::AllreduceOptions opts(context_);
-    opts.setOutput(data, count);
-    opts.setReduceFunction(&SumFloats);
+    WithGlooType(dtype, [&](auto zero) {
+      opts.setOutput(static_cast<decltype(zero)*>(data), count);
+    });
+    // Called by the ring on each received segment: one addition, and for bf16 one rounding,
+    // per hop.
+    opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
+      AddElements(a, b, dtype, n, c);
+    });
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
   }));
-  CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), rank_, size_));
+  CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), rank_, size_));
   if (op == ReduceOp::kAvg && size_ > 1) {
-    const float inv = 1.0f / static_cast<float>(size_);
-    for (size_t i = 0; i < count; ++i) data[i] *= inv;
+    ScaleElements(data, dtype, static_cast<int64_t>(count), 1.0f / static_cast<float>(size_));
   }
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::AllGather(const float* in, float* out,
-                                         absl::Span<const int64_t> counts) {
+absl::Status GlooCommunicator::AllGather(const void* in, void* out,
+                                         absl::Span<const int64_t> counts, v1::DType dtype) {
+  RETURN_IF_ERROR(CheckDType(*this, "all_gather", dtype));
   RETURN_IF_ERROR(CheckCounts(*this, "all_gather", counts));
-  int64_t offset = SumCounts(counts.subspan(0, rank_));
+  const int64_t element = DTypeSize(dtype);
+  char* slot = static_cast<char*>(out) + SumCounts(counts.subspan(0, rank_)) * element;
   // Prime this member's slot ourselves (memmove: `in` may already be that slot), then gather
   // in place.
-  if (counts[rank_] > 0 && in != out + offset) {
-    std::memmove(out + offset, in, counts[rank_] * sizeof(float));
-  }
+  if (counts[rank_] > 0 && in != slot) std::memmove(slot, in, counts[rank_] * element);
   if (SumCounts(counts) == 0) return Run("all_gather", [] {});
   RETURN_IF_ERROR(Run("all_gather", [&] {
     gloo::AllgathervOptions opts(context_);
-    opts.setOutput(out, std::vector<size_t>(counts.begin(), counts.end()));
+    WithGlooType(dtype, [&](auto zero) {
+      opts.setOutput(static_cast<decltype(zero)*>(out),
+                     std::vector<size_t>(counts.begin(), counts.end()));
+    });
     opts.setTimeout(timeout_);
     gloo::allgatherv(opts);
   }));
-  CountSent(RingAllGatherBytesSent(counts, rank_));
+  CountSent(RingAllGatherBytesSent(counts, element, rank_));
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::ReduceScatter(const float* in, float* out,
-                                             absl::Span<const int64_t> counts) {
+absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
+                                             absl::Span<const int64_t> counts, v1::DType dtype) {
+  RETURN_IF_ERROR(CheckDType(*this, "reduce_scatter", dtype));
   RETURN_IF_ERROR(CheckCounts(*this, "reduce_scatter", counts));
   const int64_t mine = counts[rank_];
+  const int64_t element = DTypeSize(dtype);
   if (size_ == 1) {
-    if (mine > 0 && out != in) std::memmove(out, in, mine * sizeof(float));
+    if (mine > 0 && out != in) std::memmove(out, in, mine * element);
     return Run("reduce_scatter", [] {});
   }
   if (SumCounts(counts) == 0) return Run("reduce_scatter", [] {});
   // received[j] = member j's chunk for this member; summed in member order so every run
   // rounds the same way.
-  std::vector<float> received(static_cast<size_t>(size_) * mine);
+  std::vector<char> received(static_cast<size_t>(size_ * mine * element));
   RETURN_IF_ERROR(Run("reduce_scatter", [&] {
     gloo::AlltoallvOptions opts(context_);
-    opts.setInput(const_cast<float*>(in), std::vector<int64_t>(counts.begin(), counts.end()));
-    opts.setOutput(received.data(), std::vector<int64_t>(size_, mine));
+    WithGlooType(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      opts.setInput(static_cast<T*>(const_cast<void*>(in)),
+                    std::vector<int64_t>(counts.begin(), counts.end()));
+      opts.setOutput(reinterpret_cast<T*>(received.data()), std::vector<int64_t>(size_, mine));
+    });
     opts.setTimeout(timeout_);
     gloo::alltoallv(opts);
   }));
-  CountSent(AllToAllBytesSent(counts, rank_));
-  std::copy(received.begin(), received.begin() + mine, out);
-  for (int j = 1; j < size_; ++j) {
-    const float* chunk = received.data() + static_cast<size_t>(j) * mine;
-    for (int64_t i = 0; i < mine; ++i) out[i] += chunk[i];
-  }
+  CountSent(AllToAllBytesSent(counts, element, rank_));
+  std::vector<const void*> chunks;
+  for (int j = 0; j < size_; ++j) chunks.push_back(received.data() + j * mine * element);
+  SumElements(chunks, dtype, mine, /*divisor=*/1, out);
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::AllToAll(const float* in, absl::Span<const int64_t> send_counts,
-                                        float* out, absl::Span<const int64_t> recv_counts) {
+absl::Status GlooCommunicator::AllToAll(const void* in, absl::Span<const int64_t> send_counts,
+                                        void* out, absl::Span<const int64_t> recv_counts,
+                                        v1::DType dtype) {
+  RETURN_IF_ERROR(CheckDType(*this, "all_to_all", dtype));
   RETURN_IF_ERROR(CheckCounts(*this, "all_to_all", send_counts));
   RETURN_IF_ERROR(CheckCounts(*this, "all_to_all", recv_counts));
   if (send_counts[rank_] != recv_counts[rank_]) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all_to_all on ", name_, ": member ", rank_, " sends itself ", send_counts[rank_],
-        " floats but expects ", recv_counts[rank_]));
+        " elements but expects ", recv_counts[rank_]));
   }
   if (size_ == 1) {
-    if (send_counts[0] > 0 && out != in) std::memmove(out, in, send_counts[0] * sizeof(float));
+    if (send_counts[0] > 0 && out != in) {
+      std::memmove(out, in, send_counts[0] * DTypeSize(dtype));
+    }
     return Run("all_to_all", [] {});
   }
   RETURN_IF_ERROR(Run("all_to_all", [&] {
     gloo::AlltoallvOptions opts(context_);
-    opts.setInput(const_cast<float*>(in),
-                  std::vector<int64_t>(send_counts.begin(), send_counts.end()));
-    opts.setOutput(out, std::vector<int64_t>(recv_counts.begin(), recv_counts.end()));
+    WithGlooType(dtype, [&](auto zero) {
+      using T = decltype(zero);
+      opts.setInput(static_cast<T*>(const_cast<void*>(in)),
+                    std::vector<int64_t>(send_counts.begin(), send_counts.end()));
+      opts.setOutput(static_cast<T*>(out),
+                     std::vector<int64_t>(recv_counts.begin(), recv_counts.end()));
+    });
     opts.setTimeout(timeout_);
     gloo::alltoallv(opts);
   }));
-  CountSent(AllToAllBytesSent(send_counts, rank_));
+  CountSent(AllToAllBytesSent(send_counts, DTypeSize(dtype), rank_));
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
+absl::Status GlooCommunicator::Broadcast(void* data, size_t count, v1::DType dtype, int root) {
+  RETURN_IF_ERROR(CheckDType(*this, "broadcast", dtype));
   if (root < 0 || root >= size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("broadcast on ", name_, ": root ", root, " out of range"));
@@ -239,34 +274,42 @@ absl::Status GlooCommunicator::Broadcast(float* data, size_t count, int root) {
   if (count == 0) return Run("broadcast", [] {});
   RETURN_IF_ERROR(Run("broadcast", [&] {
     gloo::BroadcastOptions opts(context_);
-    opts.setOutput(data, count);
+    WithGlooType(dtype, [&](auto zero) {
+      opts.setOutput(static_cast<decltype(zero)*>(data), count);
+    });
     opts.setRoot(root);
     opts.setTimeout(timeout_);
     gloo::broadcast(opts);
   }));
-  CountSent(BinomialBroadcastBytesSent(static_cast<int64_t>(count), rank_, size_, root));
+  CountSent(BinomialBroadcastBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), rank_,
+                                       size_, root));
   return absl::OkStatus();
 }
 
 // Point-to-point messages use the caller's tag as the Gloo slot. Collectives use slots with a
 // non-zero prefix byte (gloo::Slot::build), so a 32-bit tag never collides with them.
-absl::Status GlooCommunicator::Send(const float* data, size_t count, int peer, uint32_t tag) {
+absl::Status GlooCommunicator::Send(const void* data, size_t count, v1::DType dtype, int peer,
+                                    uint32_t tag) {
+  RETURN_IF_ERROR(CheckDType(*this, "send", dtype));
   RETURN_IF_ERROR(CheckPeer(*this, "send", peer, tag));
   if (count == 0) return Run("send", [] {});
+  const size_t bytes = count * DTypeSize(dtype);
   RETURN_IF_ERROR(Run("send", [&] {
-    auto buf = context_->createUnboundBuffer(const_cast<float*>(data), count * sizeof(float));
+    auto buf = context_->createUnboundBuffer(const_cast<void*>(data), bytes);
     buf->send(peer, tag);
     if (!buf->waitSend(timeout_)) throw gloo::IoException("send aborted");
   }));
-  CountSent(static_cast<int64_t>(count * sizeof(float)));
+  CountSent(static_cast<int64_t>(bytes));
   return absl::OkStatus();
 }
 
-absl::Status GlooCommunicator::Recv(float* data, size_t count, int peer, uint32_t tag) {
+absl::Status GlooCommunicator::Recv(void* data, size_t count, v1::DType dtype, int peer,
+                                    uint32_t tag) {
+  RETURN_IF_ERROR(CheckDType(*this, "recv", dtype));
   RETURN_IF_ERROR(CheckPeer(*this, "recv", peer, tag));
   if (count == 0) return Run("recv", [] {});
   return Run("recv", [&] {
-    auto buf = context_->createUnboundBuffer(data, count * sizeof(float));
+    auto buf = context_->createUnboundBuffer(data, count * DTypeSize(dtype));
     buf->recv(peer, tag);
     if (!buf->waitRecv(timeout_)) throw gloo::IoException("recv aborted");
   });

@@ -14,7 +14,7 @@
 //   GlooCommunicatorFactory factory(&store, /*my_global_rank=*/2, "127.0.0.1",
 //                                   absl::Seconds(300));
 //   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory.Create(group));
-//   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), ReduceOp::kSum));
+//   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), v1::F32, ReduceOp::kSum));
 #ifndef WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_GLOO_GLOO_COMMUNICATOR_H_
 
@@ -78,18 +78,29 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
 // One group's collectives. Not thread-safe: the executor calls it from one thread, in the same
 // order on every member.
 //
+// Every dtype goes through Gloo's typed algorithms with its own element size (bf16 as a 16-bit
+// element, since Gloo has no bf16 type), so segments and chunks are cut at whole elements.
+//
+// AllReduce is Gloo's ring: each member adds the partial sum it receives to its own piece, one
+// addition per hop, in ring order. For bf16 the reduce function converts both to float32, adds
+// and rounds back to bf16 at every hop: a sum over K members is rounded K - 1 times (the
+// members agree bit for bit: the all-gather phase copies the final sums). avg then multiplies
+// by 1/K in float32 and rounds to bf16 once more. Integers add exactly (wrapping).
+//
 // ReduceScatter is an all-to-all of the chunks (chunk j of `in` goes to member j) followed by a
 // local sum in member order, rather than Gloo's legacy ReduceScatterHalvingDoubling, which has no
-// timeout and works on bound buffers. Each member sends sum(counts) - counts[rank] floats and
-// receives (size - 1) * counts[rank] floats: the same bytes as a ring reduce-scatter and half of
-// what PyTorch's fallback (all-reduce of everything, then slice) moves, at the cost of a
-// temporary of size() * counts[rank] floats and size() - 1 concurrent peers per member.
+// timeout and works on bound buffers. Each member sends sum(counts) - counts[rank] elements and
+// receives (size - 1) * counts[rank]: the same bytes as a ring reduce-scatter and half of what
+// PyTorch's fallback (all-reduce of everything, then slice) moves, at the cost of a temporary of
+// size() * counts[rank] elements and size() - 1 concurrent peers per member. The local sum runs
+// in float32 for bf16 and rounds once (worker/comm/host_reduce.h).
 //
 // bytes_sent() counts the payload of each successful call as Gloo's algorithm sends it
-// (worker/comm/wire_bytes.h): all_reduce by the ring's segments, all_gather 4 * (sum(counts) -
-// counts[rank + 1]), reduce_scatter and all_to_all what goes to the other members, broadcast the
-// buffer once per child in the binomial tree, send the message; recv and barrier nothing. A
-// failed call adds nothing (how much got out before the failure is unknown).
+// (worker/comm/wire_bytes.h, E = the dtype's size): all_reduce by the ring's segments,
+// all_gather E * (sum(counts) - counts[rank + 1]), reduce_scatter and all_to_all what goes to the
+// other members, broadcast the buffer once per child in the binomial tree, send the message;
+// recv and barrier nothing. A failed call adds nothing (how much got out before the failure is
+// unknown).
 //
 // Send returns once the peer has posted the matching Recv (Gloo's TCP transport sends an unbound
 // buffer only to a waiting receiver), so two members that both Send to each other first wait
@@ -107,15 +118,17 @@ class GlooCommunicator : public Communicator {
   int size() const override { return size_; }
   const std::string& name() const override { return name_; }
 
-  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override;
-  absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override;
-  absl::Status ReduceScatter(const float* in, float* out,
-                             absl::Span<const int64_t> counts) override;
-  absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
-                        absl::Span<const int64_t> recv_counts) override;
-  absl::Status Broadcast(float* data, size_t count, int root) override;
-  absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override;
-  absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override;
+  absl::Status AllReduce(void* data, size_t count, v1::DType dtype, ReduceOp op) override;
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts,
+                         v1::DType dtype) override;
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
+                             v1::DType dtype) override;
+  absl::Status AllToAll(const void* in, absl::Span<const int64_t> send_counts, void* out,
+                        absl::Span<const int64_t> recv_counts, v1::DType dtype) override;
+  absl::Status Broadcast(void* data, size_t count, v1::DType dtype, int root) override;
+  absl::Status Send(const void* data, size_t count, v1::DType dtype, int peer,
+                    uint32_t tag) override;
+  absl::Status Recv(void* data, size_t count, v1::DType dtype, int peer, uint32_t tag) override;
   absl::Status Barrier() override;
   int64_t bytes_sent() const override { return bytes_sent_; }
 

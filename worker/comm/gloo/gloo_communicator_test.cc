@@ -48,10 +48,10 @@ TEST(GlooCommunicatorFactoryTest, SeveralGroupsPerRank) {
     EXPECT_EQ((*dp)->rank(), row);
     EXPECT_EQ((*dp)->name(), absl::StrCat("group 2 (dp) ranks [", col, ",", col + 2, "]"));
     float x = static_cast<float>(r);
-    ASSERT_TRUE((*mp)->AllReduce(&x, 1, ReduceOp::kSum).ok());
+    ASSERT_TRUE((*mp)->AllReduce(&x, 1, v1::F32, ReduceOp::kSum).ok());
     EXPECT_EQ(x, row * 2 + row * 2 + 1);
     float y = static_cast<float>(r);
-    ASSERT_TRUE((*dp)->AllReduce(&y, 1, ReduceOp::kSum).ok());
+    ASSERT_TRUE((*dp)->AllReduce(&y, 1, v1::F32, ReduceOp::kSum).ok());
     EXPECT_EQ(y, col + col + 2);
   });
 }
@@ -61,9 +61,9 @@ TEST(GlooCommunicatorFactoryTest, SingleRankGroupNeedsNoStore) {
   auto comm = factory.Create(Group(3, {5}));
   ASSERT_TRUE(comm.ok()) << comm.status();
   std::vector<float> in = {1, 2, 3}, out(3);
-  ASSERT_TRUE((*comm)->AllReduce(in.data(), 3, ReduceOp::kAvg).ok());
+  ASSERT_TRUE((*comm)->AllReduce(in.data(), 3, v1::F32, ReduceOp::kAvg).ok());
   EXPECT_EQ(in, (std::vector<float>{1, 2, 3}));
-  ASSERT_TRUE((*comm)->ReduceScatter(in.data(), out.data(), {3}).ok());
+  ASSERT_TRUE((*comm)->ReduceScatter(in.data(), out.data(), {3}, v1::F32).ok());
   EXPECT_EQ(out, in);
   ASSERT_TRUE((*comm)->Barrier().ok());
 }
@@ -102,7 +102,7 @@ TEST(GlooTimeoutTest, DeadPeerFailsFast) {
     }
     const auto start = std::chrono::steady_clock::now();
     std::vector<float> data(4, 1.0f);
-    absl::Status s = (*comm)->AllReduce(data.data(), data.size(), ReduceOp::kSum);
+    absl::Status s = (*comm)->AllReduce(data.data(), data.size(), v1::F32, ReduceOp::kSum);
     EXPECT_FALSE(s.ok());
     EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << s;
   });

@@ -114,7 +114,7 @@ TEST_F(RendezvousStoreTest, GlooRanksBootstrapThroughTheService) {
       auto comm = factory.Create(group);
       ASSERT_TRUE(comm.ok()) << comm.status();
       float x = r + 1.0f;
-      ASSERT_TRUE((*comm)->AllReduce(&x, 1, ReduceOp::kSum).ok());
+      ASSERT_TRUE((*comm)->AllReduce(&x, 1, v1::F32, ReduceOp::kSum).ok());
       results[r] = x;
     });
   }

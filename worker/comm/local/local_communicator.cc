@@ -9,7 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/dtype.h"
 #include "common/status.h"
+#include "worker/comm/host_reduce.h"
 #include "worker/comm/wire_bytes.h"
 
 namespace weft {
@@ -18,13 +20,25 @@ namespace {
 // What a member posts when it enters a collective; every member checks the others match.
 struct Post {
   const char* op = nullptr;
+  v1::DType dtype = v1::F32;
   int64_t count = 0;       // elements this member contributes (op-specific)
   int64_t aux = 0;         // root for broadcast, total for gather/scatter
-  const float* in = nullptr;
-  float* out = nullptr;
+  const void* in = nullptr;
+  void* out = nullptr;
   const int64_t* counts = nullptr;   // per-member counts (gather/scatter/all-to-all send)
   const int64_t* counts2 = nullptr;  // all-to-all recv counts
 };
+
+// A point-to-point message: its bytes and the dtype the sender called it.
+struct Message {
+  v1::DType dtype;
+  int64_t count;
+  std::vector<char> bytes;
+};
+
+const char* ElementAt(const void* base, int64_t index, v1::DType dtype) {
+  return static_cast<const char*>(base) + index * DTypeSize(dtype);
+}
 
 }  // namespace
 
@@ -55,13 +69,17 @@ class LocalGroup {
   const Post& post(int rank) const ABSL_NO_THREAD_SAFETY_ANALYSIS { return posts_[rank]; }
 
   // Point-to-point: messages are buffered (eager send), matched by (from, to, tag) in order.
-  absl::Status Send(int from, int to, uint32_t tag, const float* data, size_t count) {
+  absl::Status Send(int from, int to, uint32_t tag, const void* data, size_t count,
+                    v1::DType dtype) {
     absl::MutexLock lock(&mu_);
     if (broken_) return Broken("send");
-    mailbox_[std::make_tuple(from, to, tag)].emplace_back(data, data + count);
+    const char* bytes = static_cast<const char*>(data);
+    mailbox_[std::make_tuple(from, to, tag)].push_back(
+        Message{dtype, static_cast<int64_t>(count),
+                std::vector<char>(bytes, bytes + count * DTypeSize(dtype))});
     return absl::OkStatus();
   }
-  absl::Status Recv(int from, int to, uint32_t tag, float* data, size_t count) {
+  absl::Status Recv(int from, int to, uint32_t tag, void* data, size_t count, v1::DType dtype) {
     absl::MutexLock lock(&mu_);
     const auto key = std::make_tuple(from, to, tag);
     auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -76,15 +94,15 @@ class LocalGroup {
           absl::FormatDuration(timeout_)));
     }
     if (broken_) return Broken("recv");
-    std::deque<std::vector<float>>& queue = mailbox_[key];
-    std::vector<float> msg = std::move(queue.front());
+    std::deque<Message>& queue = mailbox_[key];
+    Message msg = std::move(queue.front());
     queue.pop_front();
-    if (msg.size() != count) {
-      return absl::InvalidArgumentError(absl::StrCat("recv from member ", from, " tag ", tag,
-                                                     " on ", name_, ": expected ", count,
-                                                     " floats, the sender sent ", msg.size()));
+    if (msg.dtype != dtype || msg.count != static_cast<int64_t>(count)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "recv from member ", from, " tag ", tag, " on ", name_, ": expected ", count, " ",
+          DTypeName(dtype), " elements, the sender sent ", msg.count, " ", DTypeName(msg.dtype)));
     }
-    std::copy(msg.begin(), msg.end(), data);
+    std::copy(msg.bytes.begin(), msg.bytes.end(), static_cast<char*>(data));
     return absl::OkStatus();
   }
 
@@ -124,8 +142,7 @@ class LocalGroup {
   int arrived_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
-  std::map<std::tuple<int, int, uint32_t>, std::deque<std::vector<float>>> mailbox_
-      ABSL_GUARDED_BY(mu_);
+  std::map<std::tuple<int, int, uint32_t>, std::deque<Message>> mailbox_ ABSL_GUARDED_BY(mu_);
 };
 
 namespace {
@@ -141,69 +158,72 @@ class LocalCommunicator final : public Communicator {
   const std::string& name() const override { return group_->name(); }
   int64_t bytes_sent() const override { return bytes_sent_; }
 
-  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override {
+  absl::Status AllReduce(void* data, size_t count, v1::DType dtype, ReduceOp op) override {
     const char* kOp = "all_reduce";
-    Post post{kOp, static_cast<int64_t>(count), static_cast<int64_t>(op), data};
+    RETURN_IF_ERROR(CheckReduce(*this, kOp, dtype, op));
+    Post post{kOp, dtype, static_cast<int64_t>(count), static_cast<int64_t>(op), data};
     RETURN_IF_ERROR(Begin(post));
-    scratch_.assign(count, 0.0f);
-    for (int m = 0; m < size(); ++m) {
-      const float* in = group_->post(m).in;
-      for (size_t i = 0; i < count; ++i) scratch_[i] += in[i];
-    }
-    if (op == ReduceOp::kAvg) {
-      const float n = static_cast<float>(size());
-      for (float& v : scratch_) v /= n;
-    }
+    std::vector<const void*> inputs;
+    for (int m = 0; m < size(); ++m) inputs.push_back(group_->post(m).in);
+    scratch_.resize(count * DTypeSize(dtype));
+    SumElements(inputs, dtype, static_cast<int64_t>(count),
+                op == ReduceOp::kAvg ? size() : 1, scratch_.data());
     RETURN_IF_ERROR(group_->Leave(kOp));
-    std::copy(scratch_.begin(), scratch_.end(), data);
-    CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), rank_, size()));
+    std::copy(scratch_.begin(), scratch_.end(), static_cast<char*>(data));
+    CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), rank_,
+                                     size()));
     return absl::OkStatus();
   }
 
-  absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts,
+                         v1::DType dtype) override {
     const char* kOp = "all_gather";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
-    Post post{kOp, counts[rank_], SumCounts(counts), in, out, counts.data()};
+    Post post{kOp, dtype, counts[rank_], SumCounts(counts), in, out, counts.data()};
     RETURN_IF_ERROR(Begin(post));
     RETURN_IF_ERROR(CheckSameCounts(kOp, counts));
-    scratch_.resize(post.aux);
+    const int64_t element = DTypeSize(dtype);
+    scratch_.resize(post.aux * element);
     int64_t offset = 0;
     for (int m = 0; m < size(); ++m) {
-      std::memcpy(scratch_.data() + offset, group_->post(m).in, counts[m] * sizeof(float));
+      std::memcpy(scratch_.data() + offset * element, group_->post(m).in, counts[m] * element);
       offset += counts[m];
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
-    std::copy(scratch_.begin(), scratch_.end(), out);
-    CountSent(RingAllGatherBytesSent(counts, rank_));
+    std::copy(scratch_.begin(), scratch_.end(), static_cast<char*>(out));
+    CountSent(RingAllGatherBytesSent(counts, element, rank_));
     return absl::OkStatus();
   }
 
-  absl::Status ReduceScatter(const float* in, float* out,
-                             absl::Span<const int64_t> counts) override {
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
+                             v1::DType dtype) override {
     const char* kOp = "reduce_scatter";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
-    Post post{kOp, counts[rank_], SumCounts(counts), in, out, counts.data()};
+    Post post{kOp, dtype, counts[rank_], SumCounts(counts), in, out, counts.data()};
     RETURN_IF_ERROR(Begin(post));
     RETURN_IF_ERROR(CheckSameCounts(kOp, counts));
     const int64_t offset = SumCounts(counts.subspan(0, rank_));
-    scratch_.assign(counts[rank_], 0.0f);
-    for (int m = 0; m < size(); ++m) {
-      const float* src = group_->post(m).in + offset;
-      for (int64_t i = 0; i < counts[rank_]; ++i) scratch_[i] += src[i];
-    }
+    std::vector<const void*> pieces;
+    for (int m = 0; m < size(); ++m) pieces.push_back(ElementAt(group_->post(m).in, offset, dtype));
+    scratch_.resize(counts[rank_] * DTypeSize(dtype));
+    SumElements(pieces, dtype, counts[rank_], /*divisor=*/1, scratch_.data());
     RETURN_IF_ERROR(group_->Leave(kOp));
-    std::copy(scratch_.begin(), scratch_.end(), out);
-    CountSent(AllToAllBytesSent(counts, rank_));  // as GlooCommunicator's reduce-scatter
+    std::copy(scratch_.begin(), scratch_.end(), static_cast<char*>(out));
+    // As GlooCommunicator's reduce-scatter.
+    CountSent(AllToAllBytesSent(counts, DTypeSize(dtype), rank_));
     return absl::OkStatus();
   }
 
-  absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
-                        absl::Span<const int64_t> recv_counts) override {
+  absl::Status AllToAll(const void* in, absl::Span<const int64_t> send_counts, void* out,
+                        absl::Span<const int64_t> recv_counts, v1::DType dtype) override {
     const char* kOp = "all_to_all";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, send_counts));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, recv_counts));
-    Post post{kOp, SumCounts(send_counts), SumCounts(recv_counts), in, out, send_counts.data(),
-              recv_counts.data()};
+    Post post{kOp, dtype, SumCounts(send_counts), SumCounts(recv_counts), in, out,
+              send_counts.data(), recv_counts.data()};
     RETURN_IF_ERROR(Begin(post));
     // What member m sends me must be what I expect from m.
     for (int m = 0; m < size(); ++m) {
@@ -212,50 +232,58 @@ class LocalCommunicator final : public Communicator {
         group_->Leave(kOp).IgnoreError();
         return absl::InvalidArgumentError(absl::StrCat(
             kOp, " on ", name(), ": member ", rank_, " expects ", recv_counts[m],
-            " floats from member ", m, ", which sends ", sent));
+            " elements from member ", m, ", which sends ", sent));
       }
     }
-    scratch_.resize(post.aux);
+    const int64_t element = DTypeSize(dtype);
+    scratch_.resize(post.aux * element);
     int64_t dst = 0;
     for (int m = 0; m < size(); ++m) {
       const Post& p = group_->post(m);
       int64_t src = 0;
       for (int j = 0; j < rank_; ++j) src += p.counts[j];
-      std::memcpy(scratch_.data() + dst, p.in + src, recv_counts[m] * sizeof(float));
+      std::memcpy(scratch_.data() + dst * element, ElementAt(p.in, src, dtype),
+                  recv_counts[m] * element);
       dst += recv_counts[m];
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
-    std::copy(scratch_.begin(), scratch_.end(), out);
-    CountSent(AllToAllBytesSent(send_counts, rank_));
+    std::copy(scratch_.begin(), scratch_.end(), static_cast<char*>(out));
+    CountSent(AllToAllBytesSent(send_counts, element, rank_));
     return absl::OkStatus();
   }
 
-  absl::Status Broadcast(float* data, size_t count, int root) override {
+  absl::Status Broadcast(void* data, size_t count, v1::DType dtype, int root) override {
     const char* kOp = "broadcast";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     if (root < 0 || root >= size()) {
       return absl::InvalidArgumentError(
           absl::StrCat(kOp, " on ", name(), ": root ", root, " is not a member"));
     }
-    Post post{kOp, static_cast<int64_t>(count), root, data};
+    Post post{kOp, dtype, static_cast<int64_t>(count), root, data};
     RETURN_IF_ERROR(Begin(post));
     if (rank_ != root) {
-      std::memcpy(data, group_->post(root).in, count * sizeof(float));
+      std::memcpy(data, group_->post(root).in, count * DTypeSize(dtype));
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
-    CountSent(BinomialBroadcastBytesSent(static_cast<int64_t>(count), rank_, size(), root));
+    CountSent(BinomialBroadcastBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), rank_,
+                                         size(), root));
     return absl::OkStatus();
   }
 
-  absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
+  absl::Status Send(const void* data, size_t count, v1::DType dtype, int peer,
+                    uint32_t tag) override {
+    RETURN_IF_ERROR(CheckDType(*this, "send", dtype));
     RETURN_IF_ERROR(CheckPeer(*this, "send", peer, tag));
-    RETURN_IF_ERROR(group_->Send(rank_, peer, tag, data, count));
-    CountSent(static_cast<int64_t>(count * sizeof(float)));
+    RETURN_IF_ERROR(group_->Send(rank_, peer, tag, data, count, dtype));
+    CountSent(static_cast<int64_t>(count) * DTypeSize(dtype));
     return absl::OkStatus();
   }
 
-  absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
+  absl::Status Recv(void* data, size_t count, v1::DType dtype, int peer,
+                    uint32_t tag) override {
+    RETURN_IF_ERROR(CheckDType(*this, "recv", dtype));
     RETURN_IF_ERROR(CheckPeer(*this, "recv", peer, tag));
-    return group_->Recv(peer, rank_, tag, data, count);
+    return group_->Recv(peer, rank_, tag, data, count, dtype);
   }
 
   absl::Status Barrier() override {
@@ -276,7 +304,7 @@ class LocalCommunicator final : public Communicator {
     RETURN_IF_ERROR(group_->Enter(rank_, post));
     for (int m = 0; m < size(); ++m) {
       const Post& other = group_->post(m);
-      bool same = std::strcmp(other.op, post.op) == 0;
+      bool same = std::strcmp(other.op, post.op) == 0 && other.dtype == post.dtype;
       // All-reduce and broadcast must agree on count and reduce op / root; the gather and
       // scatter kinds compare their per-member counts afterwards.
       if (same && (std::strcmp(post.op, "all_reduce") == 0 ||
@@ -287,8 +315,9 @@ class LocalCommunicator final : public Communicator {
         group_->Leave(post.op).IgnoreError();
         return absl::InvalidArgumentError(absl::StrCat(
             post.op, " on ", name(), ": member ", rank_, " called ", post.op, "(count ",
-            post.count, ", ", post.aux, ") but member ", m, " called ", other.op, "(count ",
-            other.count, ", ", other.aux, ")"));
+            post.count, ", ", post.aux, ", ", DTypeName(post.dtype), ") but member ", m,
+            " called ", other.op, "(count ", other.count, ", ", other.aux, ", ",
+            DTypeName(other.dtype), ")"));
       }
     }
     return absl::OkStatus();
@@ -313,7 +342,8 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<LocalGroup> group_;
   const int rank_;
-  std::vector<float> scratch_;  // this member's result until every member has read the inputs
+  // This member's result until every member has read the inputs.
+  std::vector<char> scratch_;
   int64_t bytes_sent_ = 0;
   const std::shared_ptr<std::atomic<int64_t>> also_count_;  // the factory's total
 };

@@ -2,16 +2,24 @@
 // LocalWorld. Tests use it to run every rank's Program at once (executor tests, and the
 // planner-vs-reference simulations) without sockets. Collectives are computed in member order,
 // so every member gets bit-identical results, and members check that they called the same
-// collective with the same counts: a mismatch is an error naming both sides rather than a hang.
-// bytes_sent() counts what Gloo's algorithm would send for the same call (worker/comm/
-// wire_bytes.h; send counts its message), so simulated runs report the daemons' traffic.
+// collective with the same counts and dtype: a mismatch is an error naming both sides rather
+// than a hang (a recv likewise names the count and dtype the sender sent).
+//
+// Reductions (all-reduce, reduce-scatter) add every member's elements in member order in one
+// pass: F32 in float32; BF16 in float32, divided by the group's size for avg, then rounded to
+// bf16 once, so the result is the bf16 nearest the float32 sum (Gloo and NCCL round at every
+// hop of their rings instead); I32 and I64 exactly (worker/comm/host_reduce.h).
+//
+// bytes_sent() counts what Gloo's algorithm would send for the same call, at the dtype's
+// element size (worker/comm/wire_bytes.h; send counts its message), so simulated runs report
+// the daemons' traffic.
 //
 // E.g.
 //   auto world = std::make_shared<LocalWorld>(/*world_size=*/2, absl::Seconds(10));
 //   // In the thread of global rank r:
 //   LocalCommunicatorFactory factory(world, r);
 //   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory.Create(group));
-//   RETURN_IF_ERROR(comm->AllReduce(grad, n, ReduceOp::kSum));
+//   RETURN_IF_ERROR(comm->AllReduce(grad, n, v1::BF16, ReduceOp::kSum));
 #ifndef WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_LOCAL_LOCAL_COMMUNICATOR_H_
 

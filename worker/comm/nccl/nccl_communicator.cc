@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/dtype.h"
 #include "common/status.h"
 #include "gloo/rendezvous/store.h"
 #include "worker/comm/gloo/gloo_status.h"
@@ -70,6 +71,29 @@ ncclResult_t AwaitNotInProgress(ncclComm_t comm, absl::Time deadline,
     if (cancelled != nullptr && cancelled->load()) return ncclInProgress;
     SleepAndBackOff(&poll);
   }
+}
+
+// NCCL's type for each weft.v1.DType (checked valid by the caller): bf16 is NCCL's own
+// ncclBfloat16, whose sums the GPU computes in float32 and rounds at every step of the ring.
+ncclDataType_t NcclType(v1::DType dtype) {
+  switch (dtype) {
+    case v1::BF16:
+      return ncclBfloat16;
+    case v1::I32:
+      return ncclInt32;
+    case v1::I64:
+      return ncclInt64;
+    default:
+      return ncclFloat32;
+  }
+}
+
+// The address of element `index` of a device buffer of `dtype` elements.
+void* At(void* base, int64_t index, v1::DType dtype) {
+  return static_cast<char*>(base) + index * DTypeSize(dtype);
+}
+const void* At(const void* base, int64_t index, v1::DType dtype) {
+  return static_cast<const char*>(base) + index * DTypeSize(dtype);
 }
 
 bool AllEqual(absl::Span<const int64_t> counts) {
@@ -168,43 +192,47 @@ class NcclCommunicator final : public Communicator {
   const std::string& name() const override { return name_; }
   int64_t bytes_sent() const override { return bytes_sent_; }
 
-  absl::Status AllReduce(float* data, size_t count, ReduceOp op) override {
+  absl::Status AllReduce(void* data, size_t count, v1::DType dtype, ReduceOp op) override {
     const char* kOp = "all_reduce";
-    if (count == 0) return CheckUsable(kOp, 0);
+    RETURN_IF_ERROR(CheckReduce(*this, kOp, dtype, op));
+    if (count == 0) return CheckUsable(kOp, 0, dtype);
     const ncclRedOp_t nccl_op = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
-    RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
-      *r = ncclAllReduce(data, data, count, ncclFloat32, nccl_op, comm_, cuda_->stream);
+    RETURN_IF_ERROR(Run(kOp, count, dtype, [&](ncclResult_t* r) {
+      *r = ncclAllReduce(data, data, count, NcclType(dtype), nccl_op, comm_, cuda_->stream);
       return absl::OkStatus();
     }));
-    CountSent(NcclRingAllReduceBytesSent(static_cast<int64_t>(count), size_));
+    CountSent(NcclRingAllReduceBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), size_));
     return absl::OkStatus();
   }
 
   // Equal counts: ncclAllGather. Unequal: one ncclBroadcast per member, each the root of its own
   // piece, in one group; this member's piece is copied into place first, so every broadcast is
   // in place (sendbuff == recvbuff; NCCL reads sendbuff on the root only).
-  absl::Status AllGather(const float* in, float* out, absl::Span<const int64_t> counts) override {
+  absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts,
+                         v1::DType dtype) override {
     const char* kOp = "all_gather";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
     const int64_t total = SumCounts(counts);
-    if (total == 0) return CheckUsable(kOp, 0);
+    if (total == 0) return CheckUsable(kOp, 0, dtype);
+    const ncclDataType_t type = NcclType(dtype);
     if (AllEqual(counts)) {
-      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
-        *r = ncclAllGather(in, out, counts[0], ncclFloat32, comm_, cuda_->stream);
+      RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
+        *r = ncclAllGather(in, out, counts[0], type, comm_, cuda_->stream);
         return absl::OkStatus();
       }));
     } else {
       const int64_t offset = SumCounts(counts.subspan(0, rank_));
-      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
-        RETURN_IF_ERROR(CopyOnStream(out + offset, in, counts[rank_]));
+      RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
+        RETURN_IF_ERROR(CopyOnStream(At(out, offset, dtype), in, counts[rank_], dtype));
         *r = Grouped([&] {
           int64_t at = 0;
           for (int i = 0; i < size_; ++i) {
-            float* piece = out + at;
+            void* piece = At(out, at, dtype);
             at += counts[i];
             if (counts[i] == 0) continue;  // every member skips it: counts are the same on all
             const ncclResult_t b =
-                ncclBroadcast(piece, piece, counts[i], ncclFloat32, i, comm_, cuda_->stream);
+                ncclBroadcast(piece, piece, counts[i], type, i, comm_, cuda_->stream);
             if (IsError(b)) return b;
           }
           return ncclSuccess;
@@ -212,35 +240,37 @@ class NcclCommunicator final : public Communicator {
         return absl::OkStatus();
       }));
     }
-    CountSent(RingAllGatherBytesSent(counts, rank_));
+    CountSent(RingAllGatherBytesSent(counts, DTypeSize(dtype), rank_));
     return absl::OkStatus();
   }
 
   // Equal counts: ncclReduceScatter. Unequal: one ncclReduce per member i of its piece of `in`,
   // rooted at i, in one group; recvbuff is `out` on the root and null elsewhere (NCCL uses it on
   // the root only, and says so).
-  absl::Status ReduceScatter(const float* in, float* out,
-                             absl::Span<const int64_t> counts) override {
+  absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
+                             v1::DType dtype) override {
     const char* kOp = "reduce_scatter";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, counts));
     const int64_t total = SumCounts(counts);
-    if (total == 0) return CheckUsable(kOp, 0);
+    if (total == 0) return CheckUsable(kOp, 0, dtype);
+    const ncclDataType_t type = NcclType(dtype);
     if (AllEqual(counts)) {
-      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
-        *r = ncclReduceScatter(in, out, counts[0], ncclFloat32, ncclSum, comm_, cuda_->stream);
+      RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
+        *r = ncclReduceScatter(in, out, counts[0], type, ncclSum, comm_, cuda_->stream);
         return absl::OkStatus();
       }));
     } else {
-      RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+      RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
         *r = Grouped([&] {
           int64_t at = 0;
           for (int i = 0; i < size_; ++i) {
-            const float* piece = in + at;
+            const void* piece = At(in, at, dtype);
             at += counts[i];
             if (counts[i] == 0) continue;
-            float* recv = i == rank_ ? out : nullptr;
+            void* recv = i == rank_ ? out : nullptr;
             const ncclResult_t red =
-                ncclReduce(piece, recv, counts[i], ncclFloat32, ncclSum, i, comm_, cuda_->stream);
+                ncclReduce(piece, recv, counts[i], type, ncclSum, i, comm_, cuda_->stream);
             if (IsError(red)) return red;
           }
           return ncclSuccess;
@@ -248,44 +278,46 @@ class NcclCommunicator final : public Communicator {
         return absl::OkStatus();
       }));
     }
-    CountSent(AllToAllBytesSent(counts, rank_));
+    CountSent(AllToAllBytesSent(counts, DTypeSize(dtype), rank_));
     return absl::OkStatus();
   }
 
   // One group of ncclSend/ncclRecv, a pair per peer with a non-empty chunk; the own chunk is a
   // device copy on the communicator's stream.
-  absl::Status AllToAll(const float* in, absl::Span<const int64_t> send_counts, float* out,
-                        absl::Span<const int64_t> recv_counts) override {
+  absl::Status AllToAll(const void* in, absl::Span<const int64_t> send_counts, void* out,
+                        absl::Span<const int64_t> recv_counts, v1::DType dtype) override {
     const char* kOp = "all_to_all";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, send_counts));
     RETURN_IF_ERROR(CheckCounts(*this, kOp, recv_counts));
     if (send_counts[rank_] != recv_counts[rank_]) {
       return absl::InvalidArgumentError(absl::StrCat(kOp, " on ", name_, ": member ", rank_,
                                                      " sends itself ", send_counts[rank_],
-                                                     " floats but expects ", recv_counts[rank_]));
+                                                     " elements but expects ",
+                                                     recv_counts[rank_]));
     }
     const int64_t total = SumCounts(send_counts);
-    if (total == 0 && SumCounts(recv_counts) == 0) return CheckUsable(kOp, 0);
-    RETURN_IF_ERROR(Run(kOp, total, [&](ncclResult_t* r) {
+    if (total == 0 && SumCounts(recv_counts) == 0) return CheckUsable(kOp, 0, dtype);
+    const ncclDataType_t type = NcclType(dtype);
+    RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
       const int64_t self_from = SumCounts(send_counts.subspan(0, rank_));
       const int64_t self_to = SumCounts(recv_counts.subspan(0, rank_));
-      RETURN_IF_ERROR(CopyOnStream(out + self_to, in + self_from, send_counts[rank_]));
+      RETURN_IF_ERROR(CopyOnStream(At(out, self_to, dtype), At(in, self_from, dtype),
+                                   send_counts[rank_], dtype));
       *r = Grouped([&] {
         int64_t from = 0, to = 0;
         for (int j = 0; j < size_; ++j) {
-          const float* send = in + from;
-          float* recv = out + to;
+          const void* send = At(in, from, dtype);
+          void* recv = At(out, to, dtype);
           from += send_counts[j];
           to += recv_counts[j];
           if (j == rank_) continue;
           if (send_counts[j] > 0) {
-            const ncclResult_t s =
-                ncclSend(send, send_counts[j], ncclFloat32, j, comm_, cuda_->stream);
+            const ncclResult_t s = ncclSend(send, send_counts[j], type, j, comm_, cuda_->stream);
             if (IsError(s)) return s;
           }
           if (recv_counts[j] > 0) {
-            const ncclResult_t v =
-                ncclRecv(recv, recv_counts[j], ncclFloat32, j, comm_, cuda_->stream);
+            const ncclResult_t v = ncclRecv(recv, recv_counts[j], type, j, comm_, cuda_->stream);
             if (IsError(v)) return v;
           }
         }
@@ -293,51 +325,57 @@ class NcclCommunicator final : public Communicator {
       });
       return absl::OkStatus();
     }));
-    CountSent(AllToAllBytesSent(send_counts, rank_));
+    CountSent(AllToAllBytesSent(send_counts, DTypeSize(dtype), rank_));
     return absl::OkStatus();
   }
 
-  absl::Status Broadcast(float* data, size_t count, int root) override {
+  absl::Status Broadcast(void* data, size_t count, v1::DType dtype, int root) override {
     const char* kOp = "broadcast";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     if (root < 0 || root >= size_) {
       return absl::InvalidArgumentError(
           absl::StrCat(kOp, " on ", name_, ": root ", root, " out of range"));
     }
-    if (count == 0) return CheckUsable(kOp, 0);
-    RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
-      *r = ncclBroadcast(data, data, count, ncclFloat32, root, comm_, cuda_->stream);
+    if (count == 0) return CheckUsable(kOp, 0, dtype);
+    RETURN_IF_ERROR(Run(kOp, count, dtype, [&](ncclResult_t* r) {
+      *r = ncclBroadcast(data, data, count, NcclType(dtype), root, comm_, cuda_->stream);
       return absl::OkStatus();
     }));
-    CountSent(NcclChainBroadcastBytesSent(static_cast<int64_t>(count), rank_, size_, root));
+    CountSent(NcclChainBroadcastBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), rank_,
+                                          size_, root));
     return absl::OkStatus();
   }
 
   // NCCL matches point-to-point ops by peer and issue order; `tag` only names the message.
-  absl::Status Send(const float* data, size_t count, int peer, uint32_t tag) override {
+  absl::Status Send(const void* data, size_t count, v1::DType dtype, int peer,
+                    uint32_t tag) override {
     const char* kOp = "send";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckPeer(*this, kOp, peer, tag));
-    if (count == 0) return CheckUsable(kOp, 0);
-    RETURN_IF_ERROR(Run(kOp, count, [&](ncclResult_t* r) {
-      *r = ncclSend(data, count, ncclFloat32, peer, comm_, cuda_->stream);
+    if (count == 0) return CheckUsable(kOp, 0, dtype);
+    RETURN_IF_ERROR(Run(kOp, count, dtype, [&](ncclResult_t* r) {
+      *r = ncclSend(data, count, NcclType(dtype), peer, comm_, cuda_->stream);
       return absl::OkStatus();
     }));
-    CountSent(static_cast<int64_t>(count * sizeof(float)));
+    CountSent(static_cast<int64_t>(count) * DTypeSize(dtype));
     return absl::OkStatus();
   }
 
-  absl::Status Recv(float* data, size_t count, int peer, uint32_t tag) override {
+  absl::Status Recv(void* data, size_t count, v1::DType dtype, int peer,
+                    uint32_t tag) override {
     const char* kOp = "recv";
+    RETURN_IF_ERROR(CheckDType(*this, kOp, dtype));
     RETURN_IF_ERROR(CheckPeer(*this, kOp, peer, tag));
-    if (count == 0) return CheckUsable(kOp, 0);
-    return Run(kOp, count, [&](ncclResult_t* r) {
-      *r = ncclRecv(data, count, ncclFloat32, peer, comm_, cuda_->stream);
+    if (count == 0) return CheckUsable(kOp, 0, dtype);
+    return Run(kOp, count, dtype, [&](ncclResult_t* r) {
+      *r = ncclRecv(data, count, NcclType(dtype), peer, comm_, cuda_->stream);
       return absl::OkStatus();
     });
   }
 
   // An all-reduce of one float: it completes on a member only once every member has joined.
   absl::Status Barrier() override {
-    return Run("barrier", 1, [&](ncclResult_t* r) {
+    return Run("barrier", 1, v1::F32, [&](ncclResult_t* r) {
       *r = ncclAllReduce(cuda_->barrier, cuda_->barrier, 1, ncclFloat32, ncclSum, comm_,
                          cuda_->stream);
       return absl::OkStatus();
@@ -345,17 +383,18 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  // "all_reduce of 24 floats on group 1 (dp) ranks [0,2] (member 0, global rank 0)".
-  std::string Describe(const char* op, int64_t count) const {
-    return absl::StrCat(op, " of ", count, count == 1 ? " float" : " floats", " on ", name_,
+  // "all_reduce of 24 bf16 elements on group 1 (dp) ranks [0,2] (member 0, global rank 0)".
+  std::string Describe(const char* op, int64_t count, v1::DType dtype) const {
+    return absl::StrCat(op, " of ", count, " ", DTypeName(dtype),
+                        count == 1 ? " element" : " elements", " on ", name_,
                         " (member ", rank_, ", global rank ", global_rank_, ")");
   }
 
-  absl::Status CheckUsable(const char* op, int64_t count) const {
+  absl::Status CheckUsable(const char* op, int64_t count, v1::DType dtype) const {
     if (!broken_) return absl::OkStatus();
     return absl::FailedPreconditionError(
-        absl::StrCat(Describe(op, count), ": communicator unusable after an earlier failure (",
-                     broken_reason_, ")"));
+        absl::StrCat(Describe(op, count, dtype),
+                     ": communicator unusable after an earlier failure (", broken_reason_, ")"));
   }
 
   // Records the first failure: aborts the NCCL communicator (its kernels stop waiting for
@@ -374,9 +413,9 @@ class NcclCommunicator final : public Communicator {
   // waits for it (see the header). `enqueue` makes the NCCL calls and stores their result in
   // its argument; a status it returns is a CUDA failure before them.
   template <typename Enqueue>
-  absl::Status Run(const char* op, int64_t count, Enqueue&& enqueue) {
-    RETURN_IF_ERROR(CheckUsable(op, count));
-    const std::string what = Describe(op, count);
+  absl::Status Run(const char* op, int64_t count, v1::DType dtype, Enqueue&& enqueue) {
+    RETURN_IF_ERROR(CheckUsable(op, count, dtype));
+    const std::string what = Describe(op, count, dtype);
     const absl::Time deadline = absl::Now() + timeout_;
     auto cuda_failed = [&](const char* call, cudaError_t e) {
       return Break(absl::StatusCode::kInternal, absl::StrCat(what, ": ", CudaErrorText(call, e)));
@@ -442,11 +481,12 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Device-to-device copy on the communicator's stream (ordered with its collectives).
-  absl::Status CopyOnStream(float* to, const float* from, int64_t count) {
+  // Device-to-device copy of `count` elements on the communicator's stream (ordered with its
+  // collectives).
+  absl::Status CopyOnStream(void* to, const void* from, int64_t count, v1::DType dtype) {
     if (count == 0 || to == from) return absl::OkStatus();
-    const cudaError_t e =
-        cudaMemcpyAsync(to, from, count * sizeof(float), cudaMemcpyDeviceToDevice, cuda_->stream);
+    const cudaError_t e = cudaMemcpyAsync(to, from, count * DTypeSize(dtype),
+                                          cudaMemcpyDeviceToDevice, cuda_->stream);
     if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaMemcpyAsync", e));
     return absl::OkStatus();
   }

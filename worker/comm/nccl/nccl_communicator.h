@@ -1,5 +1,14 @@
-// NcclCommunicatorFactory: the Communicators of a GPU worker, over NCCL. Buffers are float32
-// DEVICE pointers on the factory's GPU. Built only with `--config=cuda`.
+// NcclCommunicatorFactory: the Communicators of a GPU worker, over NCCL. Buffers are DEVICE
+// pointers on the factory's GPU. Built only with `--config=cuda`.
+//
+// Types: F32, BF16, I32 and I64 are ncclFloat32, ncclBfloat16, ncclInt32 and ncclInt64, so NCCL
+// moves and reduces each in its own element size (uneven all-gathers and reduce-scatters and
+// all-to-all offset their pieces by DTypeSize). bf16 sums are NCCL's own: each reduction step of
+// its ring (or tree) adds two bf16 values in float32 and rounds the result to bf16, so a sum over
+// K members is rounded up to K - 1 times, in an order NCCL picks (it need not match Gloo's ring
+// bit for bit). avg is ncclAvg: for float types NCCL multiplies every input by 1/K, itself
+// rounded to bf16 for bf16, before the sum (exact for K a power of two). Integer sums are exact;
+// avg of integers is refused before NCCL sees it (CheckReduce).
 //
 // Bootstrap: member 0 of a group makes an ncclUniqueId and publishes it in the rendezvous store
 // under "nccl-group-<id>-<ranks>/unique-id-<n>" (n counts this factory's earlier Creates of the
@@ -20,11 +29,12 @@
 //
 // Errors: a timeout is DEADLINE_EXCEEDED, a cancelled factory (Cancel) CANCELLED, an NCCL error
 // UNAVAILABLE (ncclRemoteError, ncclSystemError: a peer or the network went away) or INTERNAL
-// (anything else, CUDA errors too), with ncclGetErrorString and ncclGetLastError's text. The message names the op, the element
-// count, the group (GroupName) and this member. The first failure aborts the NCCL communicator
-// (ncclCommAbort), so no GPU kernel keeps waiting for a dead peer, and every later call fails at
-// once with FAILED_PRECONDITION. Bad arguments (counts, roots, peers) are INVALID_ARGUMENT and
-// leave the communicator usable. Zero-element ops return at once on every member, without NCCL.
+// (anything else, CUDA errors too), with ncclGetErrorString and ncclGetLastError's text. The
+// message names the op, the element count and dtype, the group (GroupName) and this member. The
+// first failure aborts the NCCL communicator (ncclCommAbort), so no GPU kernel keeps waiting for
+// a dead peer, and every later call fails at once with FAILED_PRECONDITION. Bad arguments
+// (dtypes, counts, roots, peers) are INVALID_ARGUMENT and leave the communicator usable.
+// Zero-element ops return at once on every member, without NCCL.
 //
 // Send/Recv: NCCL has no tags; it matches the sends and receives between two members in the
 // order they are issued. The tag is only checked for range and named in messages: the planner's
@@ -36,11 +46,11 @@
 // from i, or the call times out (NCCL cannot check it).
 //
 // bytes_sent() counts each successful call with NCCL's ring algorithms, ring in member order
-// (worker/comm/wire_bytes.h; K members, n floats, B = 4n bytes):
+// (worker/comm/wire_bytes.h; K members, n elements of E = DTypeSize bytes, B = E n bytes):
 //   all_reduce       floor(2 (K-1) B / K)
-//   all_gather       4 (sum(counts) - counts[rank + 1])   ((K-1)/K of the result, equal counts)
-//   reduce_scatter   4 (sum(counts) - counts[rank])       ((K-1)/K of the input, equal counts)
-//   all_to_all       4 (sum(send_counts) - send_counts[rank])
+//   all_gather       E (sum(counts) - counts[rank + 1])   ((K-1)/K of the result, equal counts)
+//   reduce_scatter   E (sum(counts) - counts[rank])       ((K-1)/K of the input, equal counts)
+//   all_to_all       E (sum(send_counts) - send_counts[rank])
 //   broadcast        B, except 0 on member root - 1 (the chain's end)
 //   send             B;  recv, barrier: 0
 // NCCL may choose Tree or NVLS algorithms or rings in another order; the counts are a model of
@@ -51,7 +61,7 @@
 //                                   absl::Seconds(300));
 //   factory.SetComputeStream(kernels_stream);
 //   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory.Create(group));
-//   RETURN_IF_ERROR(comm->AllReduce(grad_device_ptr, n, ReduceOp::kSum));
+//   RETURN_IF_ERROR(comm->AllReduce(grad_device_ptr, n, v1::BF16, ReduceOp::kSum));
 #ifndef WEFT_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_NCCL_NCCL_COMMUNICATOR_H_
 

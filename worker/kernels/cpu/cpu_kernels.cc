@@ -2,11 +2,18 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <unordered_map>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/dtype.h"
 
 namespace weft {
 namespace {
@@ -16,7 +23,9 @@ constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 
 // dst[i] = src[i] rounded to bfloat16 (round to nearest even), kept in a float. NaN stays NaN: its
 // quiet bit is set before the low half is dropped, so a payload only in the low bits cannot
-// become infinity. Branch-free integer ops on the bits, so the loop vectorizes.
+// become infinity. The rule of common/dtype.h's FloatToBf16Bits, bit for bit, written on the
+// float's own bits so that the loop vectorizes (the conformance tests hold the
+// bf16 Matmul and Cast to one reference).
 void RoundToBf16(const float* src, float* dst, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
@@ -41,18 +50,57 @@ class CpuKernels final : public Kernels {
   const char* name() const override { return "cpu"; }
   bool host_accessible() const override { return true; }
 
-  float* Allocate(int64_t n) override {
-    const size_t bytes = ((static_cast<size_t>(n < 1 ? 1 : n) * sizeof(float) + 63) / 64) * 64;
-    return static_cast<float*>(std::aligned_alloc(64, bytes));
+  // Blocks are 64-byte aligned and a multiple of 64 bytes long (aligned_alloc's rule), which is
+  // also the size memory_stats counts.
+  void* Allocate(int64_t bytes) override {
+    if (bytes > kMaxAllocation) return nullptr;
+    const size_t size = (static_cast<size_t>(std::max<int64_t>(bytes, 1)) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, size);
+    if (p == nullptr) return nullptr;
+    absl::MutexLock lock(&mu_);
+    block_sizes_[p] = static_cast<int64_t>(size);
+    NoteInUseLocked(static_cast<int64_t>(size));
+    return p;
   }
-  void Free(float* p) override { std::free(p); }
-  void CopyFromHost(const float* host, float* dst, int64_t n) override { Copy(host, dst, n); }
-  void CopyToHost(const float* src, float* host, int64_t n) override { Copy(src, host, n); }
-  void Copy(const float* src, float* dst, int64_t n) override {
-    if (src != dst && n > 0) std::memmove(dst, src, static_cast<size_t>(n) * sizeof(float));
+  void Free(void* p) override {
+    if (p == nullptr) return;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = block_sizes_.find(p);
+      if (it != block_sizes_.end()) {
+        stats_.bytes_in_use -= it->second;
+        block_sizes_.erase(it);
+      }
+    }
+    std::free(p);
   }
-  void Fill(float* dst, int64_t n, float value) override {
-    for (int64_t i = 0; i < n; ++i) dst[i] = value;
+  void CopyFromHost(const void* host, void* dst, int64_t bytes) override {
+    Copy(host, dst, bytes);
+  }
+  void CopyToHost(const void* src, void* host, int64_t bytes) override { Copy(src, host, bytes); }
+  void Copy(const void* src, void* dst, int64_t bytes) override {
+    if (src != dst && bytes > 0) std::memmove(dst, src, static_cast<size_t>(bytes));
+  }
+  void Fill(void* dst, int64_t n, v1::DType dtype, double value) override {
+    switch (DTypeSize(dtype)) {
+      case 2:
+        FillWith<uint16_t>(dst, n, dtype, value);
+        break;
+      case 8:
+        FillWith<uint64_t>(dst, n, dtype, value);
+        break;
+      default:
+        FillWith<uint32_t>(dst, n, dtype, value);
+        break;
+    }
+  }
+  MemoryStats memory_stats() const override {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+  void ResetPeakMemoryStats() override {
+    absl::MutexLock lock(&mu_);
+    stats_.peak_bytes_in_use = stats_.bytes_in_use;
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
@@ -60,13 +108,13 @@ class CpuKernels final : public Kernels {
               bool trans_a, bool trans_b) override {
     if (m == 0 || n == 0) return;
     if (k == 0) {
-      Fill(c, m * n, 0.0f);
+      std::fill(c, c + m * n, 0.0f);
       return;
     }
     if (precision_ == MatmulPrecision::kBf16) {
       // Rounding is elementwise, so the copies keep a's and b's layouts (and leading dims).
-      if (static_cast<int64_t>(a_bf16_.size()) < m * k) a_bf16_.resize(m * k);
-      if (static_cast<int64_t>(b_bf16_.size()) < k * n) b_bf16_.resize(k * n);
+      GrowScratch(a_bf16_, m * k);
+      GrowScratch(b_bf16_, k * n);
       RoundToBf16(a, a_bf16_.data(), m * k);
       RoundToBf16(b, b_bf16_.data(), k * n);
       a = a_bf16_.data();
@@ -139,6 +187,10 @@ class CpuKernels final : public Kernels {
     for (int64_t i = 0; i < n; ++i) out[i] = scale * a[i];
   }
 
+  void Add(const float* a, const float* b, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  }
+
   void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
     for (int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
   }
@@ -166,28 +218,70 @@ class CpuKernels final : public Kernels {
     }
   }
 
-  void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-             int64_t offset, int64_t length) override {
-    const size_t run = static_cast<size_t>(length * inner) * sizeof(float);
+  void Cast(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) override {
+    if (n > 0) ConvertElements(in, from, out, to, n);
+  }
+
+  void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+             int64_t offset, int64_t length, int64_t element_bytes) override {
+    const int64_t run = length * inner * element_bytes;
+    const int64_t pitch = axis_len * inner * element_bytes;
+    const auto* src = static_cast<const char*>(a) + offset * inner * element_bytes;
+    auto* dst = static_cast<char*>(out);
     for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(out + o * length * inner, a + (o * axis_len + offset) * inner, run);
+      std::memcpy(dst + o * run, src + o * pitch, static_cast<size_t>(run));
     }
   }
 
-  void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-               int64_t offset, int64_t length) override {
-    const size_t run = static_cast<size_t>(length * inner) * sizeof(float);
+  void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+               int64_t offset, int64_t length, int64_t element_bytes) override {
+    const int64_t run = length * inner * element_bytes;
+    const int64_t pitch = axis_len * inner * element_bytes;
+    const auto* src = static_cast<const char*>(a);
+    auto* dst = static_cast<char*>(out) + offset * inner * element_bytes;
     for (int64_t o = 0; o < outer; ++o) {
-      std::memcpy(out + (o * axis_len + offset) * inner, a + o * length * inner, run);
+      std::memcpy(dst + o * pitch, src + o * run, static_cast<size_t>(run));
     }
   }
 
  private:
+  // Half the address space: never satisfiable, and rounding it up cannot overflow.
+  static constexpr int64_t kMaxAllocation = std::numeric_limits<int64_t>::max() / 2;
+
+  // n elements of the width of `dtype`, every one the bits of value.
+  template <typename Bits>
+  static void FillWith(void* dst, int64_t n, v1::DType dtype, double value) {
+    Bits bits = 0;
+    EncodeElement(value, dtype, &bits);
+    std::fill_n(static_cast<Bits*>(dst), std::max<int64_t>(n, 0), bits);
+  }
+
+  // Grows a Matmul scratch copy to at least n floats, counting its growth in memory_stats.
+  void GrowScratch(std::vector<float>& scratch, int64_t n) {
+    if (static_cast<int64_t>(scratch.size()) >= n) return;
+    const int64_t before = static_cast<int64_t>(scratch.capacity() * sizeof(float));
+    scratch.resize(static_cast<size_t>(n));
+    const int64_t after = static_cast<int64_t>(scratch.capacity() * sizeof(float));
+    absl::MutexLock lock(&mu_);
+    NoteInUseLocked(after - before);
+  }
+
+  void NoteInUseLocked(int64_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    stats_.bytes_in_use += bytes;
+    stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
+  }
+
   const MatmulPrecision precision_;
   // kBf16 only: Matmul's operands rounded to bf16. Owned here and grown to the largest operand
   // seen, so steady-state steps do not allocate.
   std::vector<float> a_bf16_;
   std::vector<float> b_bf16_;
+
+  // Guards the memory accounting only: Allocate and Free may be called from several threads
+  // (Kernels methods otherwise have one caller at a time).
+  mutable absl::Mutex mu_;
+  std::unordered_map<void*, int64_t> block_sizes_ ABSL_GUARDED_BY(mu_);  // Allocate's, by address
+  MemoryStats stats_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -3,7 +3,7 @@
 //
 // E.g.
 //   std::unique_ptr<Kernels> k = NewCpuKernels();
-//   float* y = k->Allocate(m * n);
+//   auto* y = static_cast<float*>(k->Allocate(m * n * sizeof(float)));
 //   k->Matmul(x, w, y, m, n, kdim, /*trans_a=*/false, /*trans_b=*/false);
 #ifndef WEFT_WORKER_KERNELS_CPU_CPU_KERNELS_H_
 #define WEFT_WORKER_KERNELS_CPU_CPU_KERNELS_H_

@@ -103,6 +103,11 @@ CachingAllocatorStats CachingAllocator::stats() const {
   return stats_;
 }
 
+void CachingAllocator::ResetPeakBytesInUse() {
+  absl::MutexLock lock(&mu_);
+  stats_.peak_bytes_in_use = stats_.bytes_in_use;
+}
+
 void CachingAllocator::ReleaseCachedLocked() {
   for (const auto& [size, p] : cached_) {
     raw_free_(p);

@@ -46,7 +46,7 @@ namespace weft {
 struct CachingAllocatorStats {
   int64_t bytes_in_use = 0;        // blocks handed out and not freed (a reused block counts whole)
   int64_t bytes_reserved = 0;      // held from the raw allocator: in use plus cached
-  int64_t peak_bytes_in_use = 0;   // the most bytes_in_use has been
+  int64_t peak_bytes_in_use = 0;   // the most bytes_in_use has been (since ResetPeakBytesInUse)
   int64_t raw_allocations = 0;     // successful raw allocations
   int64_t raw_frees = 0;           // blocks given back to the raw allocator
   int64_t cache_hits = 0;          // requests served from the cache
@@ -75,6 +75,8 @@ class CachingAllocator {
   void EmptyCache() ABSL_LOCKS_EXCLUDED(mu_);
 
   CachingAllocatorStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets stats().peak_bytes_in_use to the bytes in use now, to measure the peak of what follows.
+  void ResetPeakBytesInUse() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Block {

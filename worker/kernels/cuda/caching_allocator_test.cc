@@ -234,6 +234,31 @@ TEST(CachingAllocatorTest, StatsFollowAllocationsAndFrees) {
   EXPECT_EQ(device.live_blocks(), 0u);
 }
 
+// The peak restarts from the bytes in use, counts a reused block whole, and ignores the cache.
+TEST(CachingAllocatorTest, ResetPeakStartsFromTheBytesInUse) {
+  FakeDevice device;
+  CachingAllocator allocator(device.allocate(), device.free());
+  void* a = allocator.Allocate(1000);  // 1024
+  void* b = allocator.Allocate(5000);  // 5120
+  ASSERT_TRUE(allocator.Free(b).ok());
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 1024 + 5120);
+  allocator.ResetPeakBytesInUse();
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 1024);
+  EXPECT_EQ(allocator.stats().bytes_reserved, 1024 + 5120);
+  void* c = allocator.Allocate(2000);  // 2048: the cached 5120 is over twice as large
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 1024 + 2048);
+  ASSERT_TRUE(allocator.Free(c).ok());
+  void* d = allocator.Allocate(4000);  // 4096, served by the cached 5120-byte block
+  EXPECT_EQ(allocator.stats().bytes_in_use, 1024 + 5120);
+  ASSERT_TRUE(allocator.Free(d).ok());
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 1024 + 5120);
+  allocator.ResetPeakBytesInUse();
+  ASSERT_TRUE(allocator.Free(a).ok());
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 1024);
+  allocator.ResetPeakBytesInUse();
+  EXPECT_EQ(allocator.stats().peak_bytes_in_use, 0);
+}
+
 TEST(CachingAllocatorTest, EmptyCacheKeepsBlocksInUse) {
   FakeDevice device;
   CachingAllocator allocator(device.allocate(), device.free());

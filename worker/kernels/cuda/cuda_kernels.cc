@@ -1,9 +1,9 @@
 #include "worker/kernels/cuda/cuda_kernels.h"
 
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -15,11 +15,18 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/dtype.h"
 #include "worker/kernels/cuda/caching_allocator.h"
 #include "worker/kernels/cuda/ops.h"
 
 namespace weft {
 namespace {
+
+static_assert(static_cast<int>(cuda::ElementType::kF32) == v1::F32 &&
+                  static_cast<int>(cuda::ElementType::kBf16) == v1::BF16 &&
+                  static_cast<int>(cuda::ElementType::kI32) == v1::I32 &&
+                  static_cast<int>(cuda::ElementType::kI64) == v1::I64,
+              "cuda::ElementType must number the types as weft.v1.DType does");
 
 // "<text> (<name>)": the wording of an initialization error.
 std::string Describe(cudaError_t err) {
@@ -124,43 +131,55 @@ class CudaKernels final : public Kernels {
   // even while queued kernels still use it: whatever uses it next is queued after them. Work on
   // another stream (a communicator's) must be joined back into stream_ (an event wait) before
   // its buffers are freed.
-  float* Allocate(int64_t n) override {
+  void* Allocate(int64_t bytes) override {
     if (!SelectDevice("Allocate")) return nullptr;
-    const size_t count = n < 1 ? 1 : static_cast<size_t>(n);
-    if (count > std::numeric_limits<size_t>::max() / sizeof(float)) return nullptr;
-    return static_cast<float*>(allocator_->Allocate(count * sizeof(float)));
+    return allocator_->Allocate(static_cast<size_t>(std::max<int64_t>(bytes, 0)));
   }
 
   // No CUDA call, so no device to select: the block only goes back to the cache.
-  void Free(float* p) override { Record(allocator_->Free(p), "Free"); }
+  void Free(void* p) override { Record(allocator_->Free(p), "Free"); }
 
   // Waits for the copy, so the caller may reuse or release `host` as soon as this returns.
-  void CopyFromHost(const float* host, float* dst, int64_t n) override {
-    if (n <= 0 || !Begin("CopyFromHost")) return;
-    Check(cudaMemcpyAsync(dst, host, Bytes(n), cudaMemcpyHostToDevice, stream_), "CopyFromHost",
-          "cudaMemcpyAsync");
+  void CopyFromHost(const void* host, void* dst, int64_t bytes) override {
+    if (bytes <= 0 || !Begin("CopyFromHost")) return;
+    Check(cudaMemcpyAsync(dst, host, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_),
+          "CopyFromHost", "cudaMemcpyAsync");
     Check(cudaStreamSynchronize(stream_), "CopyFromHost", "cudaStreamSynchronize");
   }
 
   // Waits for the copy (and everything queued before it), so `host` holds the data on return.
-  void CopyToHost(const float* src, float* host, int64_t n) override {
-    if (n <= 0 || !Begin("CopyToHost")) return;
-    Check(cudaMemcpyAsync(host, src, Bytes(n), cudaMemcpyDeviceToHost, stream_), "CopyToHost",
-          "cudaMemcpyAsync");
+  void CopyToHost(const void* src, void* host, int64_t bytes) override {
+    if (bytes <= 0 || !Begin("CopyToHost")) return;
+    Check(cudaMemcpyAsync(host, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_),
+          "CopyToHost", "cudaMemcpyAsync");
     Check(cudaStreamSynchronize(stream_), "CopyToHost", "cudaStreamSynchronize");
   }
 
-  void Copy(const float* src, float* dst, int64_t n) override {
-    if (src == dst || n <= 0 || !Begin("Copy")) return;
-    Check(cudaMemcpyAsync(dst, src, Bytes(n), cudaMemcpyDeviceToDevice, stream_), "Copy",
-          "cudaMemcpyAsync");
+  void Copy(const void* src, void* dst, int64_t bytes) override {
+    if (src == dst || bytes <= 0 || !Begin("Copy")) return;
+    Check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice,
+                          stream_),
+          "Copy", "cudaMemcpyAsync");
   }
 
-  void Fill(float* dst, int64_t n, float value) override {
-    if (!Begin("Fill")) return;
-    cuda::Fill(dst, n, value, stream_);
+  void Fill(void* dst, int64_t n, v1::DType dtype, double value) override {
+    if (!Begin("Fill") || !KnownDType(dtype, "Fill")) return;
+    uint64_t bits = 0;
+    EncodeElement(value, dtype, &bits);
+    cuda::Fill(dst, n, DTypeSize(dtype), bits, stream_);
     CheckLaunch("Fill");
   }
+
+  // The caching allocator's blocks in use, scratch included (see MemoryStats).
+  MemoryStats memory_stats() const override {
+    const CachingAllocatorStats stats = allocator_->stats();
+    MemoryStats m;
+    m.bytes_in_use = stats.bytes_in_use;
+    m.peak_bytes_in_use = stats.peak_bytes_in_use;
+    return m;
+  }
+
+  void ResetPeakMemoryStats() override { allocator_->ResetPeakBytesInUse(); }
 
   // Waits for all queued work even after an error, so no kernel still runs on the caller's
   // buffers, then returns the first error since construction (errors are sticky).
@@ -183,7 +202,7 @@ class CudaKernels final : public Kernels {
               bool trans_a, bool trans_b) override {
     if (m <= 0 || n <= 0 || !Begin("Matmul")) return;
     if (k <= 0) {
-      cuda::Fill(c, m * n, 0.0f, stream_);
+      cuda::Fill(c, m * n, sizeof(float), /*bits=*/0, stream_);  // +0.0f
       CheckLaunch("Matmul");
       return;
     }
@@ -213,12 +232,13 @@ class CudaKernels final : public Kernels {
     // kBf16: both operands rounded to bf16 into scratch blocks, products accumulated in float32
     // into the float32 c.
     const int64_t a_count = m * k, b_count = k * n;
-    void* a16 = allocator_->Allocate(static_cast<size_t>(a_count) * sizeof(__nv_bfloat16));
-    void* b16 = allocator_->Allocate(static_cast<size_t>(b_count) * sizeof(__nv_bfloat16));
+    const int64_t bf16_bytes = DTypeSize(v1::BF16);
+    void* a16 = allocator_->Allocate(static_cast<size_t>(a_count * bf16_bytes));
+    void* b16 = allocator_->Allocate(static_cast<size_t>(b_count * bf16_bytes));
     if (a16 != nullptr && b16 != nullptr) {
-      cuda::FloatToBf16(a, static_cast<__nv_bfloat16*>(a16), a_count, stream_);
+      cuda::Cast(a, cuda::ElementType::kF32, a16, cuda::ElementType::kBf16, a_count, stream_);
       CheckLaunch("Matmul");
-      cuda::FloatToBf16(b, static_cast<__nv_bfloat16*>(b16), b_count, stream_);
+      cuda::Cast(b, cuda::ElementType::kF32, b16, cuda::ElementType::kBf16, b_count, stream_);
       CheckLaunch("Matmul");
       Check(cublasGemmEx(cublas_, op_b, op_a, static_cast<int>(n), static_cast<int>(m),
                          static_cast<int>(k), &alpha, b16, CUDA_R_16BF, ldb, a16, CUDA_R_16BF,
@@ -227,7 +247,7 @@ class CudaKernels final : public Kernels {
     } else {
       Record(absl::ResourceExhaustedError(absl::StrCat(
           "Matmul: out of device memory for the bf16 operands (",
-          (a_count + b_count) * static_cast<int64_t>(sizeof(__nv_bfloat16)), " bytes)")));
+          (a_count + b_count) * bf16_bytes, " bytes)")));
     }
     // Back to the cache right after the enqueue: any later user of these blocks is queued on
     // stream_ behind this GEMM.
@@ -299,6 +319,12 @@ class CudaKernels final : public Kernels {
     CheckLaunch("Scale");
   }
 
+  void Add(const float* a, const float* b, float* out, int64_t n) override {
+    if (!Begin("Add")) return;
+    cuda::Add(a, b, out, n, stream_);
+    CheckLaunch("Add");
+  }
+
   void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
     if (!Begin("Sgd")) return;
     cuda::Sgd(param, grad, n, lr, weight_decay, stream_);
@@ -322,22 +348,40 @@ class CudaKernels final : public Kernels {
     CheckLaunch("AdamW");
   }
 
-  void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-             int64_t offset, int64_t length) override {
+  void Cast(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) override {
+    if (!Begin("Cast") || !KnownDType(from, "Cast") || !KnownDType(to, "Cast")) return;
+    if (from == to) {
+      Copy(in, out, n * DTypeSize(from));
+      return;
+    }
+    cuda::Cast(in, static_cast<cuda::ElementType>(from), out, static_cast<cuda::ElementType>(to),
+               n, stream_);
+    CheckLaunch("Cast");
+  }
+
+  void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+             int64_t offset, int64_t length, int64_t element_bytes) override {
     if (!Begin("Slice")) return;
-    cuda::Slice(a, out, outer, axis_len, inner, offset, length, stream_);
+    cuda::Slice(a, out, outer, axis_len, inner, offset, length, element_bytes, stream_);
     CheckLaunch("Slice");
   }
 
-  void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-               int64_t offset, int64_t length) override {
+  void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+               int64_t offset, int64_t length, int64_t element_bytes) override {
     if (!Begin("Unslice")) return;
-    cuda::Unslice(a, out, outer, axis_len, inner, offset, length, stream_);
+    cuda::Unslice(a, out, outer, axis_len, inner, offset, length, element_bytes, stream_);
     CheckLaunch("Unslice");
   }
 
  private:
-  static size_t Bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+  // False, with INVALID_ARGUMENT recorded, for a number that is not a v1::DType (proto3 enums
+  // are open).
+  bool KnownDType(v1::DType dtype, const char* op) {
+    if (v1::DType_IsValid(dtype)) return true;
+    Record(absl::InvalidArgumentError(
+        absl::StrCat(op, ": unknown dtype ", static_cast<int>(dtype))));
+    return false;
+  }
 
   // Makes device_ current on the calling thread (cheap when it already is); false, the error
   // recorded, when that fails.

@@ -1,6 +1,8 @@
 #include "worker/kernels/cuda/ops.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 
 namespace weft::cuda {
 namespace {
@@ -34,7 +36,8 @@ __device__ void BlockSum(double* sums) {
   }
 }
 
-__global__ void FillKernel(float* dst, int64_t n, float value) {
+template <typename Word>
+__global__ void FillKernel(Word* dst, int64_t n, Word value) {
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) dst[i] = value;
 }
 
@@ -131,6 +134,10 @@ __global__ void ScaleKernel(const float* a, float* out, int64_t n, float scale) 
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) out[i] = scale * a[i];
 }
 
+__global__ void AddKernel(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) out[i] = a[i] + b[i];
+}
+
 __global__ void SgdKernel(float* param, const float* grad, int64_t n, float lr,
                           float weight_decay) {
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
@@ -153,11 +160,11 @@ __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v,
   }
 }
 
-// Slice and Unslice as one strided copy: the kept part of each outer index is a contiguous run
-// of `run` = length * inner floats, `pitch` = axis_len * inner apart in the full tensor and
-// starting `start` = offset * inner into it. Element idx of the compact side is run idx % run of
-// outer index idx / run.
-__global__ void SliceKernel(const float* a, float* out, int64_t n, int64_t run, int64_t pitch,
+// Slice and Unslice as one strided copy in words of type Word: the kept part of each outer index
+// is a contiguous run of `run` words, `pitch` words apart in the full tensor and starting `start`
+// words into it. Word idx of the compact side is word idx % run of outer index idx / run.
+template <typename Word>
+__global__ void SliceKernel(const Word* a, Word* out, int64_t n, int64_t run, int64_t pitch,
                             int64_t start) {
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
     const int64_t o = i / run;
@@ -165,7 +172,8 @@ __global__ void SliceKernel(const float* a, float* out, int64_t n, int64_t run, 
   }
 }
 
-__global__ void UnsliceKernel(const float* a, float* out, int64_t n, int64_t run, int64_t pitch,
+template <typename Word>
+__global__ void UnsliceKernel(const Word* a, Word* out, int64_t n, int64_t run, int64_t pitch,
                               int64_t start) {
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
     const int64_t o = i / run;
@@ -173,15 +181,182 @@ __global__ void UnsliceKernel(const float* a, float* out, int64_t n, int64_t run
   }
 }
 
-__global__ void FloatToBf16Kernel(const float* in, __nv_bfloat16* out, int64_t n) {
-  for (int64_t i = FirstIndex(); i < n; i += GridStride()) out[i] = __float2bfloat16_rn(in[i]);
+// The conversions of common/dtype.h's ConvertElements, written again for the device (that file
+// is host C++ over protobuf types): the same steps in the same order, so results are bit-equal
+// (a NaN's payload bits excepted: NaN stays NaN).
+
+// FloatToBf16Bits: round to nearest even; a NaN keeps its sign and gets its quiet bit set before
+// the low half is dropped.
+__device__ inline uint16_t Bf16Bits(float f) {
+  const uint32_t bits = __float_as_uint(f);
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t quiet_nan = (bits | 0x00400000u) >> 16;
+  return static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+}
+
+// bf16 is carried as its bits; a distinct type keeps it apart from a 16-bit integer.
+struct Bf16 {
+  uint16_t bits;
+};
+
+__device__ inline double ToDouble(float v) { return v; }
+__device__ inline double ToDouble(Bf16 v) {
+  return __uint_as_float(static_cast<uint32_t>(v.bits) << 16);
+}
+__device__ inline double ToDouble(int32_t v) { return v; }
+__device__ inline double ToDouble(int64_t v) { return static_cast<double>(v); }
+
+// SaturatingCast: NaN to 0, clamped at the bounds (as doubles), truncated toward zero between.
+template <typename Int>
+__device__ inline Int Saturate(double v, Int lowest, Int highest) {
+  if (isnan(v)) return 0;
+  if (v <= static_cast<double>(lowest)) return lowest;
+  if (v >= static_cast<double>(highest)) return highest;
+  return static_cast<Int>(v);
+}
+
+template <typename To>
+struct FromDouble;
+template <>
+struct FromDouble<float> {
+  __device__ static float Convert(double v) { return static_cast<float>(v); }
+};
+template <>
+struct FromDouble<Bf16> {
+  // Through float, as ConvertElements goes.
+  __device__ static Bf16 Convert(double v) { return Bf16{Bf16Bits(static_cast<float>(v))}; }
+};
+template <>
+struct FromDouble<int32_t> {
+  __device__ static int32_t Convert(double v) {
+    return Saturate<int32_t>(v, INT32_MIN, INT32_MAX);
+  }
+};
+template <>
+struct FromDouble<int64_t> {
+  __device__ static int64_t Convert(double v) {
+    return Saturate<int64_t>(v, INT64_MIN, INT64_MAX);
+  }
+};
+
+template <typename From, typename To>
+__device__ inline To Convert(From v) {
+  return FromDouble<To>::Convert(ToDouble(v));
+}
+// float <-> bf16 without the detour through double, which is exact for every value but a NaN:
+// the hot pairs (bf16 Matmul operands), and a NaN keeps its sign either way.
+template <>
+__device__ inline Bf16 Convert<float, Bf16>(float v) {
+  return Bf16{Bf16Bits(v)};
+}
+template <>
+__device__ inline float Convert<Bf16, float>(Bf16 v) {
+  return __uint_as_float(static_cast<uint32_t>(v.bits) << 16);
+}
+// The two integer pairs ConvertElements takes without double: exact where the value fits.
+template <>
+__device__ inline int32_t Convert<int64_t, int32_t>(int64_t v) {
+  return static_cast<int32_t>(v < INT32_MIN ? INT32_MIN : (v > INT32_MAX ? INT32_MAX : v));
+}
+template <>
+__device__ inline int64_t Convert<int32_t, int64_t>(int32_t v) {
+  return v;
+}
+
+template <typename From, typename To>
+__global__ void CastKernel(const From* in, To* out, int64_t n) {
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) out[i] = Convert<From, To>(in[i]);
+}
+
+template <typename From>
+void CastFrom(const From* in, ElementType to, void* out, int64_t n, cudaStream_t stream) {
+  switch (to) {
+    case ElementType::kF32:
+      CastKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<float*>(out), n);
+      break;
+    case ElementType::kBf16:
+      CastKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<Bf16*>(out), n);
+      break;
+    case ElementType::kI32:
+      CastKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<int32_t*>(out), n);
+      break;
+    case ElementType::kI64:
+      CastKernel<<<Blocks(n), kThreads, 0, stream>>>(in, static_cast<int64_t*>(out), n);
+      break;
+  }
+}
+
+// The widest word of 16, 8, 4, 2 or 1 bytes that divides every byte count and address given.
+int WordBytes(std::initializer_list<uint64_t> values) {
+  uint64_t all = 16;
+  for (uint64_t v : values) all |= v;
+  return static_cast<int>(all & (~all + 1));  // the lowest set bit, at most 16
+}
+
+// Slice (a strided source) or, when `unslice`, Unslice (a strided destination) in `Word`s.
+template <typename Word>
+void StridedCopy(bool unslice, const void* a, void* out, int64_t outer, int64_t run_bytes,
+                 int64_t pitch_bytes, int64_t start_bytes, cudaStream_t stream) {
+  constexpr int64_t w = sizeof(Word);
+  const int64_t run = run_bytes / w;
+  const int64_t n = outer * run;
+  const auto* src = static_cast<const Word*>(a);
+  auto* dst = static_cast<Word*>(out);
+  if (unslice) {
+    UnsliceKernel<<<Blocks(n), kThreads, 0, stream>>>(src, dst, n, run, pitch_bytes / w,
+                                                      start_bytes / w);
+  } else {
+    SliceKernel<<<Blocks(n), kThreads, 0, stream>>>(src, dst, n, run, pitch_bytes / w,
+                                                    start_bytes / w);
+  }
+}
+
+void SliceOrUnslice(bool unslice, const void* a, void* out, int64_t outer, int64_t axis_len,
+                    int64_t inner, int64_t offset, int64_t length, int64_t element_bytes,
+                    cudaStream_t stream) {
+  if (outer <= 0 || length <= 0 || inner <= 0 || element_bytes <= 0) return;
+  const int64_t run_bytes = length * inner * element_bytes;
+  const int64_t pitch_bytes = axis_len * inner * element_bytes;
+  const int64_t start_bytes = offset * inner * element_bytes;
+  const int word = WordBytes({static_cast<uint64_t>(run_bytes), static_cast<uint64_t>(pitch_bytes),
+                              static_cast<uint64_t>(start_bytes),
+                              reinterpret_cast<uintptr_t>(a), reinterpret_cast<uintptr_t>(out)});
+  switch (word) {
+    case 16:
+      StridedCopy<uint4>(unslice, a, out, outer, run_bytes, pitch_bytes, start_bytes, stream);
+      break;
+    case 8:
+      StridedCopy<uint64_t>(unslice, a, out, outer, run_bytes, pitch_bytes, start_bytes, stream);
+      break;
+    case 4:
+      StridedCopy<uint32_t>(unslice, a, out, outer, run_bytes, pitch_bytes, start_bytes, stream);
+      break;
+    case 2:
+      StridedCopy<uint16_t>(unslice, a, out, outer, run_bytes, pitch_bytes, start_bytes, stream);
+      break;
+    default:
+      StridedCopy<uint8_t>(unslice, a, out, outer, run_bytes, pitch_bytes, start_bytes, stream);
+      break;
+  }
 }
 
 }  // namespace
 
-void Fill(float* dst, int64_t n, float value, cudaStream_t stream) {
+void Fill(void* dst, int64_t n, int64_t element_bytes, uint64_t bits, cudaStream_t stream) {
   if (n <= 0) return;
-  FillKernel<<<Blocks(n), kThreads, 0, stream>>>(dst, n, value);
+  switch (element_bytes) {
+    case 2:
+      FillKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<uint16_t*>(dst), n,
+                                                     static_cast<uint16_t>(bits));
+      break;
+    case 4:
+      FillKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), n,
+                                                     static_cast<uint32_t>(bits));
+      break;
+    case 8:
+      FillKernel<<<Blocks(n), kThreads, 0, stream>>>(static_cast<uint64_t*>(dst), n, bits);
+      break;
+  }
 }
 
 void AddBias(const float* a, const float* bias, float* out, int64_t rows, int64_t cols,
@@ -245,6 +420,11 @@ void Scale(const float* a, float* out, int64_t n, float scale, cudaStream_t stre
   ScaleKernel<<<Blocks(n), kThreads, 0, stream>>>(a, out, n, scale);
 }
 
+void Add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  AddKernel<<<Blocks(n), kThreads, 0, stream>>>(a, b, out, n);
+}
+
 void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
          cudaStream_t stream) {
   if (n <= 0) return;
@@ -257,27 +437,35 @@ void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const
   AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, m, v, n, step);
 }
 
-void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-           int64_t offset, int64_t length, cudaStream_t stream) {
-  if (outer <= 0 || length <= 0 || inner <= 0) return;
-  const int64_t run = length * inner;
-  const int64_t n = outer * run;
-  SliceKernel<<<Blocks(n), kThreads, 0, stream>>>(a, out, n, run, axis_len * inner,
-                                                  offset * inner);
+void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+           int64_t offset, int64_t length, int64_t element_bytes, cudaStream_t stream) {
+  SliceOrUnslice(/*unslice=*/false, a, out, outer, axis_len, inner, offset, length,
+                 element_bytes, stream);
 }
 
-void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-             int64_t offset, int64_t length, cudaStream_t stream) {
-  if (outer <= 0 || length <= 0 || inner <= 0) return;
-  const int64_t run = length * inner;
-  const int64_t n = outer * run;
-  UnsliceKernel<<<Blocks(n), kThreads, 0, stream>>>(a, out, n, run, axis_len * inner,
-                                                    offset * inner);
+void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+             int64_t offset, int64_t length, int64_t element_bytes, cudaStream_t stream) {
+  SliceOrUnslice(/*unslice=*/true, a, out, outer, axis_len, inner, offset, length,
+                 element_bytes, stream);
 }
 
-void FloatToBf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  FloatToBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(in, out, n);
+void Cast(const void* in, ElementType from, void* out, ElementType to, int64_t n,
+          cudaStream_t stream) {
+  if (n <= 0 || from == to) return;
+  switch (from) {
+    case ElementType::kF32:
+      CastFrom(static_cast<const float*>(in), to, out, n, stream);
+      break;
+    case ElementType::kBf16:
+      CastFrom(static_cast<const Bf16*>(in), to, out, n, stream);
+      break;
+    case ElementType::kI32:
+      CastFrom(static_cast<const int32_t*>(in), to, out, n, stream);
+      break;
+    case ElementType::kI64:
+      CastFrom(static_cast<const int64_t*>(in), to, out, n, stream);
+      break;
+  }
 }
 
 }  // namespace weft::cuda

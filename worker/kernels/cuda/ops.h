@@ -5,7 +5,8 @@
 // worker/kernels/kernels.h and the CPU backend (cpu/cpu_kernels.cc), which the CUDA backend must
 // match within float rounding.
 //
-// This header is compiled by the host C++ compiler too, so it includes CUDA's host headers only.
+// This header is compiled by the host C++ compiler too, so it includes CUDA's host headers only;
+// and by nvcc, which does not see the protobuf headers, so element types are ElementType here.
 //
 // E.g.
 //   weft::cuda::Relu(x, x, n, stream);
@@ -13,15 +14,19 @@
 #ifndef WEFT_WORKER_KERNELS_CUDA_OPS_H_
 #define WEFT_WORKER_KERNELS_CUDA_OPS_H_
 
-#include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
 
 namespace weft::cuda {
 
-// dst[i] = value.
-void Fill(float* dst, int64_t n, float value, cudaStream_t stream);
+// The element types, numbered as weft.v1.DType (proto/weft/v1/job.proto); cuda_kernels.cc checks
+// that the numbers agree. bf16 is held as its 16 bits.
+enum class ElementType : int { kF32 = 0, kBf16 = 1, kI32 = 2, kI64 = 3 };
+
+// n elements of element_bytes bytes (2, 4 or 8), each set to the low element_bytes bytes of
+// `bits` (one element as the host encodes it; both sides are little-endian).
+void Fill(void* dst, int64_t n, int64_t element_bytes, uint64_t bits, cudaStream_t stream);
 
 // out[r, c] = a[r, c] + bias[c]. out may alias a.
 void AddBias(const float* a, const float* bias, float* out, int64_t rows, int64_t cols,
@@ -59,6 +64,9 @@ void MseGrad(const float* pred, const float* label, float* out, int64_t n, float
 // out = scale * a. out may alias a.
 void Scale(const float* a, float* out, int64_t n, float scale, cudaStream_t stream);
 
+// out = a + b. out may alias a or b.
+void Add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+
 // param -= lr * (grad + weight_decay * param).
 void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
          cudaStream_t stream);
@@ -80,17 +88,25 @@ struct AdamWStep {
 void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& step,
            cudaStream_t stream);
 
-// Views a as [outer, axis_len, inner]; out[o, i, j] = a[o, offset + i, j] for i < length.
-void Slice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-           int64_t offset, int64_t length, cudaStream_t stream);
+// Views a as [outer, axis_len, inner] elements of element_bytes bytes; out[o, i, j] =
+// a[o, offset + i, j] for i < length. Copies in the widest words (up to 16 bytes) that the
+// pointers and the byte offsets of every run allow.
+void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+           int64_t offset, int64_t length, int64_t element_bytes, cudaStream_t stream);
 
 // Views out as [outer, axis_len, inner]; out[o, offset + i, j] = a[o, i, j] for i < length. Other
 // elements of out are left as they are.
-void Unslice(const float* a, float* out, int64_t outer, int64_t axis_len, int64_t inner,
-             int64_t offset, int64_t length, cudaStream_t stream);
+void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
+             int64_t offset, int64_t length, int64_t element_bytes, cudaStream_t stream);
 
-// out[i] = in[i] rounded to bfloat16, to nearest even (the bf16 Matmul's operands).
-void FloatToBf16(const float* in, __nv_bfloat16* out, int64_t n, cudaStream_t stream);
+// out[i] = in[i] converted from `from` to `to` (from != to: the backend copies equal types), by
+// the rules of common/dtype.h's ConvertElements, step for step: through double, except I64 to
+// I32 (clamped), I32 to I64 (widened) and F32 <-> BF16 (directly; the same values). So floats to
+// bf16 round to nearest even through float (a NaN stays a NaN of the same sign; its payload may
+// differ from the CPU backend's), floats to integers truncate toward zero and saturate (NaN to 0),
+// integers to floats round to nearest. Unknown types launch nothing.
+void Cast(const void* in, ElementType from, void* out, ElementType to, int64_t n,
+          cudaStream_t stream);
 
 }  // namespace weft::cuda
 

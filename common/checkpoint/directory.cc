@@ -1,0 +1,304 @@
+#include "common/checkpoint/directory.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/checkpoint/box_geometry.h"
+#include "common/dtype.h"
+#include "common/file_io.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+
+namespace weft::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kLatestFile[] = "latest";
+constexpr char kStagingPrefix[] = ".tmp-step-";
+constexpr char kStepPrefix[] = "step-";
+
+absl::Status Rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    return absl::InternalError(
+        absl::StrCat("renaming ", from, " to ", to, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+// N for a folder name "step-<N>" (digits only), else nullopt.
+std::optional<int64_t> StepOf(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kStepPrefix) || name.empty()) return std::nullopt;
+  for (char c : name) {
+    if (c < '0' || c > '9') return std::nullopt;
+  }
+  int64_t n;
+  if (!absl::SimpleAtoi(name, &n)) return std::nullopt;
+  return n;
+}
+
+// The step-<N> folders of dir, newest first.
+std::vector<std::pair<int64_t, std::string>> StepFolders(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    std::optional<int64_t> step = StepOf(name);
+    std::error_code ec2;
+    if (step && it->is_directory(ec2)) out.push_back({*step, name});
+  }
+  std::sort(out.rbegin(), out.rend());
+  return out;
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::Open(path));
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  RETURN_IF_ERROR(f.ReadAt(0, text.size(), text.data()));
+  return text;
+}
+
+}  // namespace
+
+namespace internal {
+
+// The step folder's index, parsed and checked (checksum, version, structure, its step equal to
+// the folder's). This is what makes a folder a committed checkpoint.
+absl::StatusOr<Index> LoadIndex(const std::string& step_dir) {
+  const std::string path = absl::StrCat(step_dir, "/", kIndexFile);
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(Index index, ParseIndex(text, path));
+  std::optional<int64_t> step = StepOf(fs::path(step_dir).lexically_normal().filename().string());
+  if (!step) step = StepOf(fs::path(step_dir).lexically_normal().parent_path().filename().string());
+  if (step && *step != index.step) {
+    return absl::DataLossError(absl::StrCat(path, ": index is for step ", index.step,
+                                            " but lies in the folder of step ", *step));
+  }
+  return index;
+}
+
+}  // namespace internal
+
+namespace {
+
+using internal::CheckChunk;
+using internal::CheckCovers;
+using internal::CheckDType;
+using internal::CheckNoOverlap;
+using internal::CheckShape;
+using internal::CheckShardEntry;
+using internal::CheckTensorName;
+using internal::Dims;
+using internal::kIndexFile;
+using internal::LoadIndex;
+using internal::ValidUtf8;
+
+absl::StatusOr<std::string> FindLatestImpl(const std::string& dir_arg, bool remove_staging) {
+  std::string dir = dir_arg;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();  // "ckpt/" -> ckpt/step-N
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint folder"));
+  }
+  if (remove_staging) {
+    std::vector<fs::path> staging;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      if (absl::StartsWith(it->path().filename().string(), kStagingPrefix)) {
+        staging.push_back(it->path());
+      }
+    }
+    for (const fs::path& p : staging) {
+      std::error_code ignored;
+      fs::remove_all(p, ignored);  // best effort: a leftover is ignored anyway
+    }
+  }
+  std::vector<std::string> rejected;
+  absl::StatusOr<std::string> pointer = ReadWholeFile(absl::StrCat(dir, "/", kLatestFile));
+  if (pointer.ok()) {
+    const std::string name(absl::StripAsciiWhitespace(*pointer));
+    if (StepOf(name)) {
+      const std::string path = absl::StrCat(dir, "/", name);
+      absl::StatusOr<Index> index = LoadIndex(path);
+      if (index.ok()) return path;
+    }
+  }
+  for (const auto& [step, name] : StepFolders(dir)) {
+    const std::string path = absl::StrCat(dir, "/", name);
+    absl::StatusOr<Index> index = LoadIndex(path);
+    if (index.ok()) return path;
+    rejected.push_back(absl::StrCat(name, " (", index.status().message(), ")"));
+  }
+  if (rejected.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no committed checkpoint"));
+  }
+  return absl::NotFoundError(absl::StrCat(dir, ": no committed checkpoint; step folders without a valid index: ",
+                                          absl::StrJoin(rejected, "; ")));
+}
+
+// Removes step folders beyond the `keep` newest, never `committed`. Best effort: a folder that
+// cannot be removed now is tried again after the next commit. Each goes first by rename to a
+// staging name, so a half-removed folder is never mistaken for a checkpoint.
+void CollectGarbage(const std::string& dir, int keep, int64_t committed) {
+  if (keep <= 0) return;
+  int kept = 0;
+  for (const auto& [step, name] : StepFolders(dir)) {
+    if (step == committed || kept < keep) {
+      ++kept;
+      continue;
+    }
+    const std::string doomed = absl::StrCat(dir, "/", kStagingPrefix, step, ".removing");
+    std::error_code ec;
+    fs::remove_all(doomed, ec);
+    if (!Rename(absl::StrCat(dir, "/", name), doomed).ok()) continue;
+    fs::remove_all(doomed, ec);
+  }
+  (void)FsyncDir(dir);
+}
+
+}  // namespace
+
+std::string StagingDir(const std::string& dir, int64_t step) {
+  return absl::StrCat(dir, "/", kStagingPrefix, step);
+}
+
+std::string StepDir(const std::string& dir, int64_t step) {
+  return absl::StrCat(dir, "/", kStepPrefix, step);
+}
+
+absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
+                              const std::vector<IndexedChunk>& chunks, int keep,
+                              const std::map<std::string, std::string>& metadata) {
+  const std::string context = absl::StrCat("committing checkpoint step ", step, " in ", dir);
+  auto fail = [&](absl::StatusCode code, absl::string_view what) {
+    return absl::Status(code, absl::StrCat(context, ": ", what));
+  };
+  if (step < 0) return fail(absl::StatusCode::kInvalidArgument, "negative step");
+  const std::string staging = StagingDir(dir, step);
+  const std::string final_dir = StepDir(dir, step);
+  std::error_code ec;
+  if (!fs::is_directory(staging, ec)) {
+    return fail(absl::StatusCode::kFailedPrecondition,
+                absl::StrCat(staging, " does not exist (no shard was written)"));
+  }
+  if (fs::exists(final_dir, ec)) {
+    return fail(absl::StatusCode::kAlreadyExists, absl::StrCat(final_dir, " already exists"));
+  }
+  for (const auto& [k, v] : metadata) {
+    if (!ValidUtf8(k) || !ValidUtf8(v)) {
+      return fail(absl::StatusCode::kInvalidArgument, absl::StrCat("metadata '", k, "' is not UTF-8"));
+    }
+  }
+
+  Index index;
+  index.step = step;
+  index.metadata = metadata;
+  for (const IndexedChunk& ic : chunks) {
+    RETURN_IF_ERROR(Annotate(CheckTensorName(ic.tensor), context));
+    auto [it, added] = index.tensors.try_emplace(ic.tensor);
+    TensorEntry& e = it->second;
+    const std::string tensor = absl::StrCat(context, ": tensor '", ic.tensor, "'");
+    RETURN_IF_ERROR(Annotate(CheckDType(ic.dtype), tensor));
+    if (added) {
+      RETURN_IF_ERROR(Annotate(CheckShape(ic.global_shape), tensor));
+      e.global_shape = ic.global_shape;
+      e.dtype = ic.dtype;
+    } else if (e.global_shape != ic.global_shape) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("tensor '", ic.tensor, "': chunks disagree on the global shape: ",
+                               Dims(e.global_shape), " from ", e.chunks.front().file, ", ",
+                               Dims(ic.global_shape), " from ", ic.chunk.file));
+    } else if (e.dtype != ic.dtype) {
+      return fail(absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("tensor '", ic.tensor, "': chunks disagree on the dtype: ",
+                               SafetensorsDTypeName(e.dtype), " from ", e.chunks.front().file,
+                               ", ", SafetensorsDTypeName(ic.dtype), " from ", ic.chunk.file));
+    }
+    RETURN_IF_ERROR(Annotate(CheckChunk(e.global_shape, e.dtype, ic.chunk), tensor));
+    e.chunks.push_back(ic.chunk);
+  }
+  for (auto& [name, e] : index.tensors) {
+    std::sort(e.chunks.begin(), e.chunks.end(), [](const Chunk& a, const Chunk& b) {
+      return std::tie(a.offsets, a.lengths, a.file) < std::tie(b.offsets, b.lengths, b.file);
+    });
+    RETURN_IF_ERROR(Annotate(CheckNoOverlap(e), absl::StrCat(context, ": tensor '", name, "'")));
+    RETURN_IF_ERROR(CheckCovers(absl::StrCat(context, ": "), name, e));
+  }
+  // Every chunk's file is there and long enough, so the index never names missing bytes.
+  std::map<std::string, std::pair<int64_t, std::string>> need;  // file -> (max end, a tensor)
+  for (const auto& [name, e] : index.tensors) {
+    for (const Chunk& c : e.chunks) {
+      auto& n = need[c.file];
+      if (c.end >= n.first) n = {c.end, name};
+    }
+  }
+  for (const auto& [file, n] : need) {
+    const std::string path = absl::StrCat(staging, "/", file);
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  absl::StrCat(path, " (tensor '", n.second, "') is missing"));
+    }
+    if (st.st_size < n.first) {
+      return fail(absl::StatusCode::kFailedPrecondition,
+                  absl::StrCat(path, " holds ", st.st_size, " bytes but tensor '", n.second,
+                               "' needs ", n.first));
+    }
+  }
+
+  // Each shard stores its chunks as reported (dtype, shape, byte range): the index and the
+  // shard headers, which other safetensors readers go by, say the same.
+  std::map<std::string, std::vector<std::pair<const std::string*, const Chunk*>>> by_file;
+  for (const auto& [name, e] : index.tensors) {
+    for (const Chunk& c : e.chunks) by_file[c.file].push_back({&name, &c});
+  }
+  for (const auto& [file, in_file] : by_file) {
+    absl::StatusOr<SafetensorsFile> shard = SafetensorsFile::Open(absl::StrCat(staging, "/", file));
+    if (!shard.ok()) {
+      return Annotate(shard.status(),
+                      absl::StrCat(context, ": tensor '", *in_file.front().first, "'"));
+    }
+    for (const auto& [name, c] : in_file) {
+      RETURN_IF_ERROR(Annotate(CheckShardEntry(*shard, *name, index.tensors.at(*name).dtype, *c),
+                               absl::StrCat(context, ": tensor '", *name, "' in ", shard->path())));
+    }
+  }
+
+  RETURN_IF_ERROR(Annotate(WriteFile(absl::StrCat(staging, "/", kIndexFile), {SerializeIndex(index)}), context));
+  RETURN_IF_ERROR(Annotate(FsyncDir(staging), context));
+  RETURN_IF_ERROR(Annotate(Rename(staging, final_dir), context));
+  RETURN_IF_ERROR(Annotate(FsyncDir(dir), context));
+  RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
+                                               {absl::StrCat(kStepPrefix, step, "\n")}),
+                           context));
+  CollectGarbage(dir, keep, step);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FindLatest(const std::string& dir) {
+  return FindLatestImpl(dir, /*remove_staging=*/true);
+}
+
+absl::StatusOr<std::string> FindLatestReadOnly(const std::string& dir) {
+  return FindLatestImpl(dir, /*remove_staging=*/false);
+}
+
+absl::StatusOr<std::string> ResolveStepDir(const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(fs::path(dir) / kIndexFile, ec)) return dir;
+  return FindLatestReadOnly(dir);
+}
+
+}  // namespace weft::checkpoint

@@ -1,0 +1,68 @@
+#include "common/crash_point.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace weft {
+namespace {
+
+struct Armed {
+  std::string point;
+  std::optional<int64_t> step;  // any step when unset
+};
+
+absl::StatusOr<std::optional<Armed>> Parse(const char* value) {
+  if (value == nullptr) return std::optional<Armed>();
+  const std::string text(value);
+  Armed armed;
+  const size_t at = text.find('@');
+  armed.point = text.substr(0, at);
+  if (at != std::string::npos) {
+    int64_t step;
+    if (!absl::SimpleAtoi(text.substr(at + 1), &step) || step < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kCrashAtEnv, "=", text, ": the step after '@' must be a number >= 0"));
+    }
+    armed.step = step;
+  }
+  if (armed.point != kWorkerAfterShard && armed.point != kCoordinatorBeforeCommit) {
+    return absl::InvalidArgumentError(absl::StrCat(kCrashAtEnv, "=", text, ": unknown point '",
+                                                   armed.point, "' (known: ", kWorkerAfterShard,
+                                                   ", ", kCoordinatorBeforeCommit, ")"));
+  }
+  return std::optional<Armed>(armed);
+}
+
+// Read once: the environment does not change under a running daemon.
+const std::optional<Armed>& ArmedPoint() {
+  static const std::optional<Armed>* armed = [] {
+    absl::StatusOr<std::optional<Armed>> parsed = Parse(getenv(kCrashAtEnv));
+    return new std::optional<Armed>(parsed.ok() ? *parsed : std::nullopt);
+  }();
+  return *armed;
+}
+
+}  // namespace
+
+absl::Status CheckCrashPointEnv() { return Parse(getenv(kCrashAtEnv)).status(); }
+
+void CrashPoint(absl::string_view point, int64_t step) {
+  const std::optional<Armed>& armed = ArmedPoint();
+  if (!armed.has_value() || armed->point != point) return;
+  if (armed->step.has_value() && *armed->step != step) return;
+  const std::string line =
+      absl::StrCat(kCrashAtEnv, ": killing this process at ", point, ", step ", step, "\n");
+  (void)!write(2, line.data(), line.size());
+  kill(getpid(), SIGKILL);
+  _exit(137);  // not reached
+}
+
+}  // namespace weft

@@ -1,0 +1,69 @@
+#include "common/jobspec/defaults.h"
+
+#include <algorithm>
+
+#include "common/jobspec/mesh_spec.h"
+
+namespace weft {
+
+using v1::JobSpec;
+using v1::Placement;
+
+PlacementList EffectiveDataPlacements(const JobSpec& spec) {
+  if (spec.data().placements_size() > 0) return spec.data().placements();
+  PlacementList out;
+  for (int i = 0; i < spec.mesh().shape_size(); ++i) {
+    Placement* p = out.Add();
+    if (i < spec.mesh().dim_names_size() && spec.mesh().dim_names(i) == "dp") {
+      p->set_kind(Placement::SHARD);
+      p->set_axis(0);
+    } else {
+      p->set_kind(Placement::REPLICATE);
+    }
+  }
+  return out;
+}
+
+void ApplyJobSpecDefaults(JobSpec* spec) {
+  v1::Mesh* mesh = spec->mutable_mesh();
+  DefaultMeshDimNames(mesh);
+  v1::Model* model = spec->mutable_model();
+  for (v1::Layer& layer : *model->mutable_layers()) {
+    if (layer.type() == "linear" && !layer.has_bias()) layer.set_bias(true);
+  }
+  if (model->loss().empty()) model->set_loss("mse");
+  v1::Data* data = spec->mutable_data();
+  if (data->placements_size() == 0 && mesh->dim_names_size() == mesh->shape_size()) {
+    *data->mutable_placements() = EffectiveDataPlacements(*spec);
+  }
+  v1::Optimizer* opt = spec->mutable_optimizer();
+  if (opt->type() == "adamw" && opt->betas_size() == 0) {
+    opt->add_betas(0.9);
+    opt->add_betas(0.999);
+  }
+  if (spec->device().empty()) spec->set_device("cpu");
+  if (spec->precision().empty()) spec->set_precision("f32");
+  if (!spec->checkpoint().dir().empty()) {
+    v1::Checkpoint* checkpoint = spec->mutable_checkpoint();
+    if (checkpoint->every() == 0) checkpoint->set_every(kDefaultCheckpointEvery);
+    if (checkpoint->keep() == 0) checkpoint->set_keep(kDefaultCheckpointKeep);
+  }
+  // Pipeline counts default to 1; with stages given, a layer without one is in the previous
+  // layer's stage (the first layer's is 0), so the planner reads a stage on every layer.
+  if (!spec->pipeline().dim().empty()) {
+    v1::Pipeline* pipeline = spec->mutable_pipeline();
+    if (pipeline->micro_batches() == 0) pipeline->set_micro_batches(1);
+    if (pipeline->virtual_stages() == 0) pipeline->set_virtual_stages(1);
+    const bool any_stage = std::any_of(model->layers().begin(), model->layers().end(),
+                                       [](const v1::Layer& layer) { return layer.has_stage(); });
+    if (any_stage) {
+      int32_t previous = 0;
+      for (v1::Layer& layer : *model->mutable_layers()) {
+        if (!layer.has_stage()) layer.set_stage(previous);
+        previous = layer.stage();
+      }
+    }
+  }
+}
+
+}  // namespace weft

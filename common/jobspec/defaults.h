@@ -1,0 +1,34 @@
+// The documented defaults a spec leaves implicit, applied in one place: to a spec read from YAML
+// (ParseJobSpecYaml) and to one that arrives over gRPC (the coordinator's SubmitJob).
+//
+// E.g.
+//   ApplyJobSpecDefaults(&spec);   // idempotent
+#ifndef WEFT_COMMON_JOBSPEC_DEFAULTS_H_
+#define WEFT_COMMON_JOBSPEC_DEFAULTS_H_
+
+#include <cstdint>
+
+#include "common/jobspec/placements.h"
+#include "weft/v1/job.pb.h"
+
+namespace weft {
+
+// checkpoint.every and checkpoint.keep when the spec gives a checkpoint.dir without them.
+inline constexpr int64_t kDefaultCheckpointEvery = 100;
+inline constexpr int32_t kDefaultCheckpointKeep = 3;
+
+// Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
+// linear bias true; loss mse; data placements Shard(0) on a dim named dp, Replicate elsewhere;
+// adamw betas [0.9, 0.999]; device cpu; precision f32; checkpoint every 100 and keep 3 when it
+// has a dir; with a pipeline (pipeline.dim set), micro_batches and virtual_stages 1 and, when any
+// layer gives a stage, the stage of every layer that gives none: the previous layer's (the first
+// layer's is 0). Idempotent.
+void ApplyJobSpecDefaults(v1::JobSpec* spec);
+
+// The batch's placements: data.placements, or (none given) Shard(0) on a mesh dim named dp and
+// Replicate() elsewhere.
+PlacementList EffectiveDataPlacements(const v1::JobSpec& spec);
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_JOBSPEC_DEFAULTS_H_

@@ -1,0 +1,488 @@
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/jobspec/defaults.h"
+#include "common/jobspec/jobspec_testing.h"
+#include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/parallelize.h"
+#include "common/jobspec/pipeline_chunks.h"
+#include "common/jobspec/placements.h"
+#include "common/jobspec/starting_state.h"
+#include "common/jobspec/validate.h"
+#include "common/jobspec/yaml.h"
+
+// Reading job specs: YAML, defaults, placements by name, the parallelize shortcut, the pipeline
+// and checkpoint blocks. What a spec is rejected for at SubmitJob, the model included, is
+// coordinator/planner/submit_test.
+namespace weft {
+namespace {
+
+using namespace jobspec_testing;  // NOLINT: the shared specs and fixtures
+
+TEST_F(SpecTest, ParsesEveryFieldOfTheFullExample) {
+  absl::StatusOr<v1::JobSpec> spec = Full();
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->name(), "tiny");
+  ASSERT_EQ(spec->mesh().shape_size(), 1);
+  EXPECT_EQ(spec->mesh().shape(0), 4);
+  EXPECT_EQ(spec->mesh().dim_names(0), "dp");
+  ASSERT_EQ(spec->model().layers_size(), 3);
+  const v1::Layer& fc0 = spec->model().layers(0);
+  EXPECT_EQ(fc0.name(), "fc0");
+  EXPECT_EQ(fc0.type(), "linear");
+  EXPECT_EQ(fc0.in_features(), 8);
+  EXPECT_EQ(fc0.out_features(), 16);
+  EXPECT_TRUE(fc0.has_bias());
+  EXPECT_FALSE(fc0.bias());
+  EXPECT_EQ(spec->model().layers(1).type(), "relu");
+  EXPECT_FALSE(spec->model().layers(1).has_bias());
+  const v1::Layer& fc1 = spec->model().layers(2);
+  EXPECT_TRUE(fc1.bias());
+  EXPECT_EQ(FormatPlacements(fc1.placements().at("weight").placements()), "[Replicate()]");
+  EXPECT_EQ(FormatPlacements(fc1.placements().at("bias").placements()), "[Replicate()]");
+  EXPECT_EQ(spec->model().loss(), "mse");
+  EXPECT_EQ(spec->data().source(), "npy");
+  EXPECT_EQ(spec->data().input(), Path("inputs.npy"));
+  EXPECT_EQ(spec->data().label(), Path("labels.npy"));
+  EXPECT_EQ(spec->data().batch_size(), 8);
+  EXPECT_EQ(FormatPlacements(spec->data().placements()), "[Shard(0)]");
+  EXPECT_EQ(spec->optimizer().type(), "adamw");
+  EXPECT_DOUBLE_EQ(spec->optimizer().lr(), 0.001);
+  ASSERT_EQ(spec->optimizer().betas_size(), 2);
+  EXPECT_DOUBLE_EQ(spec->optimizer().betas(0), 0.9);
+  EXPECT_DOUBLE_EQ(spec->optimizer().betas(1), 0.999);
+  EXPECT_DOUBLE_EQ(spec->optimizer().eps(), 1e-8);
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0.01);
+  EXPECT_EQ(spec->train().steps(), 10);
+  EXPECT_EQ(spec->train().seed(), 1234u);
+  EXPECT_EQ(spec->init_from(), Path("init.safetensors"));
+  EXPECT_EQ(spec->device(), "cpu");
+  EXPECT_EQ(WorldSize(*spec), 4);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  ASSERT_TRUE(ResolveDataShapes(&*spec).ok());
+  EXPECT_EQ(spec->data().sample_shape_size(), 1);
+  EXPECT_EQ(spec->data().sample_shape(0), 8);
+  EXPECT_EQ(spec->data().label_shape(0), 4);
+  EXPECT_EQ(spec->data().num_samples(), 32);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+}
+
+TEST_F(SpecTest, AppliesDefaults) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->model().layers(0).has_bias());
+  EXPECT_TRUE(spec->model().layers(0).bias());
+  EXPECT_FALSE(spec->model().layers(1).has_bias());
+  EXPECT_EQ(spec->model().loss(), "mse");
+  EXPECT_EQ(FormatPlacements(spec->data().placements()), "[Shard(0)]");
+  EXPECT_EQ(spec->optimizer().betas_size(), 0);  // sgd
+  EXPECT_DOUBLE_EQ(spec->optimizer().weight_decay(), 0);
+  EXPECT_EQ(spec->train().seed(), 0u);
+  EXPECT_EQ(spec->device(), "cpu");
+  EXPECT_EQ(spec->precision(), "f32");
+  EXPECT_FALSE(spec->allow_tf32());
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> gpu = ParseJobSpecYaml(
+      absl::StrCat(kSyntheticSpec, "device: cuda\nprecision: bf16\nallow_tf32: true\n"), dir_);
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->device(), "cuda");
+  EXPECT_EQ(gpu->precision(), "bf16");
+  EXPECT_TRUE(gpu->allow_tf32());
+  EXPECT_TRUE(ValidateJobSpec(*gpu).ok()) << ValidateJobSpec(*gpu);
+  EXPECT_THAT(std::string(ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "allow_tf32: maybe\n"),
+                                           dir_)
+                              .status()
+                              .message()),
+              HasSubstr("allow_tf32"));
+
+  absl::StatusOr<v1::JobSpec> adam = ParseJobSpecYaml(
+      absl::StrReplaceAll(kSyntheticSpec, {{"{type: sgd, lr: 0.1}", "{type: adamw, lr: 0.1}"},
+                                           {"{shape: [2], dim_names: [dp]}", "{shape: [2, 1]}"}}),
+      dir_);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  ASSERT_EQ(adam->optimizer().betas_size(), 2);
+  EXPECT_DOUBLE_EQ(adam->optimizer().betas(0), 0.9);
+  EXPECT_DOUBLE_EQ(adam->optimizer().betas(1), 0.999);
+  EXPECT_DOUBLE_EQ(adam->optimizer().eps(), 1e-8);
+  ASSERT_EQ(adam->mesh().dim_names_size(), 2);
+  EXPECT_EQ(adam->mesh().dim_names(0), "d0");
+  EXPECT_EQ(adam->mesh().dim_names(1), "d1");
+  // No dim is named dp: the batch is replicated.
+  EXPECT_EQ(FormatPlacements(adam->data().placements()), "[Replicate(), Replicate()]");
+  EXPECT_TRUE(ValidateJobSpec(*adam).ok()) << ValidateJobSpec(*adam);
+
+  // 2-d mesh with dp second.
+  absl::StatusOr<v1::JobSpec> mp = ParseJobSpecYaml(
+      absl::StrReplaceAll(kSyntheticSpec,
+                          {{"{shape: [2], dim_names: [dp]}", "{shape: [1, 2], dim_names: [mp, dp]}"}}),
+      dir_);
+  ASSERT_TRUE(mp.ok()) << mp.status();
+  EXPECT_EQ(FormatPlacements(mp->data().placements()), "[Replicate(), Shard(0)]");
+}
+
+TEST_F(SpecTest, ValidationAppliesDefaultsToSpecsFromGrpc) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok());
+  spec->mutable_mesh()->clear_dim_names();
+  spec->mutable_data()->clear_placements();
+  spec->mutable_model()->clear_loss();
+  spec->clear_device();
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+}
+
+TEST_F(SpecTest, LoadResolvesPathsAgainstTheSpecFolder) {
+  WriteNpy("inputs.npy", {32, 8});
+  WriteNpy("labels.npy", {32, 4});
+  WriteInit();
+  WriteText("job.yaml", kFullSpec);
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(Path("job.yaml"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().input(), Path("inputs.npy"));
+  EXPECT_EQ(spec->init_from(), Path("init.safetensors"));
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> missing = LoadJobSpecFile(Path("nope.yaml"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("nope.yaml"));
+
+  // Absolute paths stay as they are.
+  absl::StatusOr<v1::JobSpec> abs = ParseJobSpecYaml(
+      absl::StrReplaceAll(kFullSpec, {{"input: inputs.npy", "input: /abs/x.npy"}}), dir_);
+  ASSERT_TRUE(abs.ok());
+  EXPECT_EQ(abs->data().input(), "/abs/x.npy");
+}
+
+TEST_F(SpecTest, UnknownKeysAreErrorsNamingThem) {
+  struct Case {
+    std::string from, to, field;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"name: tiny", "name: tiny\nnmae: x", "nmae"},
+           {"in_features: 8,", "in_feature: 8,", "in_feature"},
+           {"loss: mse", "loss: mse\n  lossy: 1", "lossy"},
+           {"batch_size: 8", "batchsize: 8", "batchsize"},
+           {"steps: 10", "step: 10", "step"},
+           {"lr: 0.001", "lr: 0.001, momentum: 0.9", "momentum"},
+           {"dim_names: [dp]", "dim_names: [dp], names: [x]", "names"},
+           {"weight: [Replicate()]", "weights: [Replicate()]", "weights"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec = Full({{c.from, c.to}});
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), absl::StrCat("unknown key \"", c.field, "\""));
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+}
+
+TEST_F(SpecTest, ParseErrorsNameTheFieldAndLine) {
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"batch_size: 8", "batch_size: eight", "data.batch_size: expected an integer"},
+           {"batch_size: 8", "batch_size: 8.5", "data.batch_size"},
+           {"shape: [4]", "shape: 4", "mesh.shape: expected a list"},
+           {"lr: 0.001", "lr: fast", "optimizer.lr: expected a number"},
+           {"bias: false}", "bias: maybe}", "model.layers[0] (fc0).bias"},
+           {"seed: 1234", "seed: -1", "train.seed"},
+           {"[Shard(0)]", "[Shard(x)]", "data.placements[0]: invalid placement"},
+           {"weight: [Replicate()]", "weight: [Replicated()]",
+            "model.layers[2] (fc1).placements.weight[0]"},
+           {"name: tiny", "name: [a, b]", "name: expected a scalar"},
+           {"batch_size: 8", "batch_size: 8\n  batch_size: 9", "duplicate key \"batch_size\""},
+           {"train: {steps: 10, seed: 1234}", "train: {seed: 1234}", "train.steps: is required"},
+           {"optimizer: {type: adamw, lr: 0.001,", "optimizer: {type: adamw,",
+            "optimizer.lr: is required"},
+           {"{name: act0, type: relu}", "{type: relu}", "model.layers[1].name: is required"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec = Full({{c.from, c.to}});
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), c.message);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+  absl::StatusOr<v1::JobSpec> no_data = Full({{"data:", "dat:"}});
+  EXPECT_INVALID(no_data.status(), "dat");
+}
+
+TEST_F(SpecTest, MalformedYamlIsAnErrorWithItsPosition) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("name: x\nmesh: {shape: [4\n", dir_);
+  EXPECT_INVALID(spec.status(), "not valid YAML at line");
+  EXPECT_INVALID(ParseJobSpecYaml("", dir_).status(), "empty");
+  EXPECT_INVALID(ParseJobSpecYaml("- a\n- b\n", dir_).status(), "expected a mapping");
+  EXPECT_INVALID(ParseJobSpecYaml("just text", dir_).status(), "expected a mapping");
+}
+
+TEST_F(SpecTest, PlacementsByMeshDimNameEqualPositionalOnes) {
+  absl::StatusOr<v1::JobSpec> hand = ParseJobSpecYaml(kDpMpHand, dir_);
+  absl::StatusOr<v1::JobSpec> named = ParseJobSpecYaml(kDpMpNamed, dir_);
+  ASSERT_TRUE(hand.ok()) << hand.status();
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(Placements(*named, 0, "weight"), "[Replicate(), Shard(1)]");
+  EXPECT_EQ(Placements(*named, 2, "bias"), "[Replicate(), Replicate()]");
+  EXPECT_EQ(FormatPlacements(named->data().placements()), "[Shard(0), Replicate()]");
+  EXPECT_EQ(Canonical(*named), Canonical(*hand));
+  EXPECT_TRUE(ValidateJobSpec(*named).ok()) << ValidateJobSpec(*named);
+
+  // Default dim names work too.
+  absl::StatusOr<v1::JobSpec> d1 = ParseJobSpecYaml(
+      absl::StrReplaceAll(kDpMpNamed, {{"dim_names: [dp, mp]", "dim_names: []"},
+                                       {"mp:", "d1:"}, {"dp:", "d0:"}}),
+      dir_);
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_EQ(Placements(*d1, 0, "weight"), "[Replicate(), Shard(1)]");
+}
+
+TEST_F(SpecTest, ParallelizeGivesTheSameSpecAsHandPlacements) {
+  absl::StatusOr<v1::JobSpec> hand = ParseJobSpecYaml(kDpMpHand, dir_);
+  absl::StatusOr<v1::JobSpec> par = ParseJobSpecYaml(kDpMpParallelize, dir_);
+  ASSERT_TRUE(hand.ok()) << hand.status();
+  ASSERT_TRUE(par.ok()) << par.status();
+  ASSERT_EQ(par->parallelize().size(), 1u);
+  EXPECT_EQ(par->parallelize().at("mp").dim(), "mp");
+  EXPECT_EQ(par->parallelize().at("mp").plan().at("fc0"), "ColWiseParallel");
+  EXPECT_EQ(Placements(*par, 0, "weight"), "[Replicate(), Shard(1)]");
+  EXPECT_EQ(Placements(*par, 0, "bias"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Placements(*par, 1, "weight"), "absent");
+  EXPECT_EQ(Placements(*par, 2, "weight"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Placements(*par, 2, "bias"), "[Replicate(), Replicate()]");
+  EXPECT_EQ(Canonical(*par), Canonical(*hand));
+  EXPECT_TRUE(ValidateJobSpec(*par).ok()) << ValidateJobSpec(*par);
+
+  // Applying it again changes nothing.
+  v1::JobSpec again = *par;
+  ASSERT_TRUE(ApplyParallelize(&again).ok());
+  EXPECT_EQ(Canonical(again), Canonical(*par));
+
+  // A spec that arrives over gRPC with only the shortcut and no defaults: the coordinator's
+  // PrepareJobSpec expands both before planning and validates the result.
+  v1::JobSpec grpc = *par;
+  for (v1::Layer& layer : *grpc.mutable_model()->mutable_layers()) layer.clear_placements();
+  grpc.mutable_model()->mutable_layers(0)->clear_bias();
+  EXPECT_TRUE(ValidateJobSpec(grpc).ok()) << ValidateJobSpec(grpc);
+  ASSERT_TRUE(PrepareJobSpec(&grpc).ok()) << PrepareJobSpec(&grpc);
+  EXPECT_EQ(Canonical(grpc), Canonical(*hand));
+}
+
+TEST_F(SpecTest, ParallelizeMergesWithPlacementsOnOtherDims) {
+  // fc0's weight sharded on dp by name (the mp dim left to parallelize), fc1 without bias, and
+  // an explicit placement that agrees with the plan.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(
+      absl::StrReplaceAll(kDpMpParallelize,
+                          {{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+                            "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+                            "placements: {weight: {dp: Shard(0)}, "
+                            "bias: [Replicate(), Shard(-1)]}}"},
+                           {"in_features: 16, out_features: 4}",
+                            "in_features: 16, out_features: 4, bias: false}"}}),
+      dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(Placements(*spec, 0, "weight"), "[Shard(0), Shard(1)]");
+  EXPECT_EQ(Placements(*spec, 0, "bias"), "[Replicate(), Shard(-1)]");  // the same as Shard(0)
+  EXPECT_EQ(Placements(*spec, 2, "weight"), "[Replicate(), Shard(0)]");
+  EXPECT_EQ(Placements(*spec, 2, "bias"), "absent");
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  // On a 1-d mesh: Megatron's column -> row MLP.
+  absl::StatusOr<v1::JobSpec> mp4 = ParseJobSpecYaml(
+      absl::StrReplaceAll(kDpMpParallelize, {{"{shape: [2, 2], dim_names: [dp, mp]}",
+                                              "{shape: [4], dim_names: [mp]}"}}),
+      dir_);
+  ASSERT_TRUE(mp4.ok()) << mp4.status();
+  EXPECT_EQ(Placements(*mp4, 0, "weight"), "[Shard(1)]");
+  EXPECT_EQ(Placements(*mp4, 2, "weight"), "[Shard(0)]");
+  EXPECT_EQ(FormatPlacements(mp4->data().placements()), "[Replicate()]");
+  EXPECT_TRUE(ValidateJobSpec(*mp4).ok()) << ValidateJobSpec(*mp4);
+}
+
+TEST_F(SpecTest, ParallelizeErrorsNameWhatIsWrong) {
+  const std::string plan = "mp: {dim: mp, plan: {fc0: ColWiseParallel, fc1: RowWiseParallel}}";
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> replace;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"fc1: RowWiseParallel", "fc9: RowWiseParallel"}},
+            "parallelize.mp.plan.fc9: the model has no layer named \"fc9\" (layers: fc0, act0, "
+            "fc1)"},
+           {{{"fc1: RowWiseParallel", "act0: RowWiseParallel"}},
+            "parallelize.mp.plan.act0: RowWiseParallel applies to linear layers only; "
+            "model.layers[1] (act0) is a relu layer"},
+           {{{"fc1: RowWiseParallel", "fc1: RowParallel"}},
+            "parallelize.mp.plan.fc1: unknown style \"RowParallel\"; known: ColWiseParallel, "
+            "RowWiseParallel"},
+           {{{"{dim: mp,", "{dim: tp,"}},
+            "parallelize.mp.dim: the mesh has no dim named \"tp\" (dims: dp, mp)"},
+           {{{"{dim: mp, plan: {fc0: ColWiseParallel, fc1: RowWiseParallel}}", "{dim: mp}"}},
+            "parallelize.mp.plan: is required"},
+           {{{"{dim: mp,", "{dim: mp, style: x,"}}, "unknown key \"style\""},
+           // A placement the user wrote on the same dim must agree.
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+              "placements: {weight: [Replicate(), Shard(0)]}}"}},
+            "parallelize.mp.plan.fc0: ColWiseParallel puts fc0.weight at Shard(1) on mesh dim mp, "
+            "but model.layers[0] (fc0).placements.weight gives Shard(0) there"},
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+              "placements: {bias: {mp: Replicate()}}}"}},
+            "parallelize.mp.plan.fc0: ColWiseParallel puts fc0.bias at Shard(0) on mesh dim mp, "
+            "but model.layers[0] (fc0).placements.bias gives Replicate() there"},
+           // Two entries on the same dim that disagree.
+           {{{plan, plan + "\n  again: {dim: mp, plan: {fc0: RowWiseParallel}}"}},
+            "parallelize.mp.plan.fc0: ColWiseParallel puts fc0.weight at Shard(1) on mesh dim mp, "
+            "but parallelize.again (RowWiseParallel on mp) gives Shard(0) there"},
+           {{{"{name: fc0, type: linear, in_features: 8, out_features: 16}",
+              "{name: fc0, type: linear, in_features: 8, out_features: 16, "
+              "placements: {weight: [Shard(1)]}}"}},
+            "model.layers[0] (fc0).placements.weight: 1 placement(s) [Shard(1)] for a mesh of 2"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kDpMpParallelize, c.replace), dir_);
+    ASSERT_FALSE(spec.ok()) << c.message;
+    EXPECT_INVALID(spec.status(), c.message);
+  }
+
+  // The same errors for a spec that arrives over gRPC.
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kDpMpParallelize, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  (*spec->mutable_parallelize())["mp"].mutable_plan()->erase("fc1");
+  (*(*spec->mutable_parallelize())["mp"].mutable_plan())["fc7"] = "RowWiseParallel";
+  EXPECT_INVALID(ValidateJobSpec(*spec), "parallelize.mp.plan.fc7: the model has no layer");
+  v1::JobSpec resolved = *spec;
+  EXPECT_INVALID(PrepareJobSpec(&resolved), "parallelize.mp.plan.fc7");
+}
+
+
+TEST_F(SpecTest, PipelineParseErrorsNameTheFieldAndLine) {
+  struct Case {
+    std::string from, to, message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"micro_batches: 4", "micro_batch: 4", "pipeline: unknown key \"micro_batch\""},
+           {"virtual_stages: 1}", "virtual_stages: 1, stages: 2}", "unknown key \"stages\""},
+           {"{name: fc1,", "{name: fc1, stages: 1,",
+            "model.layers[2] (fc1): unknown key \"stages\""},
+           {"trace: true", "traces: true", "unknown key \"traces\""},
+           {"micro_batches: 4", "micro_batches: 0", "pipeline.micro_batches: must be >= 1, got 0"},
+           {"micro_batches: 4", "micro_batches: -3",
+            "pipeline.micro_batches: must be >= 1, got -3"},
+           {"micro_batches: 4", "micro_batches: four",
+            "pipeline.micro_batches: expected an integer"},
+           {"virtual_stages: 1", "virtual_stages: 0",
+            "pipeline.virtual_stages: must be >= 1, got 0"},
+           {"{dim: pp, schedule: 1F1B,", "{schedule: 1F1B,", "pipeline.dim: is required"},
+           {"schedule: 1F1B, ", "", "pipeline.schedule: is required"},
+           {"{name: fc1,", "{name: fc1, stage: one,",
+            "model.layers[2] (fc1).stage: expected an integer"},
+           {"{name: fc1,", "{name: fc1, stage: 99999999999,", "model.layers[2] (fc1).stage"},
+           {"trace: true", "trace: sometimes", "trace: expected true or false"},
+           {"pipeline: {dim: pp, schedule: 1F1B, micro_batches: 4, virtual_stages: 1}",
+            "pipeline: [pp]", "pipeline: expected a mapping"},
+       }) {
+    absl::StatusOr<v1::JobSpec> spec =
+        ParseJobSpecYaml(absl::StrReplaceAll(kPipelineSpec, {{c.from, c.to}}), dir_);
+    ASSERT_FALSE(spec.ok()) << c.to;
+    EXPECT_INVALID(spec.status(), c.message);
+    EXPECT_THAT(std::string(spec.status().message()), HasSubstr("line ")) << spec.status();
+  }
+}
+
+TEST(PipelineChunksTest, SplitByParameterCount) {
+  // Layers of w parameters (0: none, an activation) on pp x virtual_stages chunks.
+  auto chunks = [](const std::vector<int64_t>& params, int pp, int virtual_stages) {
+    v1::Pipeline pipeline;
+    pipeline.set_dim("pp");
+    pipeline.set_virtual_stages(virtual_stages);
+    std::vector<LayerForChunks> layers;
+    for (size_t i = 0; i < params.size(); ++i) {
+      layers.push_back({absl::StrCat("model.layers[", i, "] (l", i, ")"), absl::StrCat("l", i),
+                        params[i], std::nullopt});
+    }
+    return ChunkLayers(pipeline, pp, layers);
+  };
+  auto ok = [&](const std::vector<int64_t>& params, int pp, int virtual_stages) {
+    absl::StatusOr<std::vector<int>> c = chunks(params, pp, virtual_stages);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : std::vector<int>{};
+  };
+  // Smallest largest chunk: 100 | 1 1 1 | 100.
+  EXPECT_EQ(ok({100, 1, 1, 1, 100}, 3, 1), (std::vector<int>{0, 1, 1, 1, 2}));
+  // 102 | 101 beats 103 | 100.
+  EXPECT_EQ(ok({100, 1, 1, 1, 100}, 2, 1), (std::vector<int>{0, 0, 0, 1, 1}));
+  // Equal layers: equal chunks; ties fill earlier chunks first.
+  EXPECT_EQ(ok({5, 5, 5, 5, 5, 5}, 3, 1), (std::vector<int>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(ok({5, 5, 5}, 2, 1), (std::vector<int>{0, 0, 1}));
+  // As many chunks as layers: one each, whatever the weights.
+  EXPECT_EQ(ok({1, 1000, 1, 1}, 4, 1), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(ok({1000, 1, 1, 1}, 2, 2), (std::vector<int>{0, 1, 2, 3}));
+  // Layers without parameters go with the layer before them; leading ones with chunk 0.
+  EXPECT_EQ(ok({0, 4, 0, 4, 0, 4, 0, 4, 0}, 2, 1),
+            (std::vector<int>{0, 0, 0, 0, 0, 1, 1, 1, 1}));
+  // Fewer layers with parameters than chunks; huge counts do not overflow.
+  EXPECT_INVALID(chunks({4, 0, 4}, 3, 1).status(),
+                 "model.layers: 2 linear layer(s) cannot fill 3 pipeline chunk(s)");
+  const int64_t huge = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(ok({huge, huge, huge}, 2, 1), (std::vector<int>{0, 0, 1}));
+}
+
+TEST(PlacementTest, ParsesAndFormatsEveryForm) {
+  struct Case {
+    std::string text, canonical;
+  };
+  for (const Case& c : std::vector<Case>{{"Replicate()", "Replicate()"},
+                                         {"Shard(1)", "Shard(1)"},
+                                         {"Shard(-1)", "Shard(-1)"},
+                                         {"Shard(0)", "Shard(0)"},
+                                         {"Partial()", "Partial(sum)"},
+                                         {"Partial(sum)", "Partial(sum)"},
+                                         {"Partial(avg)", "Partial(avg)"},
+                                         {" Shard( 2 ) ", "Shard(2)"}}) {
+    absl::StatusOr<v1::Placement> p = ParsePlacement(c.text);
+    ASSERT_TRUE(p.ok()) << c.text << ": " << p.status();
+    EXPECT_EQ(FormatPlacement(*p), c.canonical);
+    absl::StatusOr<v1::Placement> again = ParsePlacement(FormatPlacement(*p));
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(again->SerializeAsString(), p->SerializeAsString());
+  }
+  absl::StatusOr<v1::Placement> shard = ParsePlacement("Shard(-1)");
+  EXPECT_EQ(shard->kind(), v1::Placement::SHARD);
+  EXPECT_EQ(shard->axis(), -1);
+  EXPECT_EQ(ParsePlacement("Partial(avg)")->reduce(), v1::Placement::AVG);
+
+  for (const char* bad : {"", "Replicate", "Replicate(1)", "Shard()", "Shard(a)", "Shard(1",
+                          "Partial(max)", "shard(0)", "S(0)", "Shard(99999999999)", ")("}) {
+    absl::StatusOr<v1::Placement> p = ParsePlacement(bad);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+
+  google::protobuf::RepeatedPtrField<v1::Placement> list;
+  *list.Add() = *ParsePlacement("Shard(0)");
+  *list.Add() = *ParsePlacement("Replicate()");
+  EXPECT_EQ(FormatPlacements(list), "[Shard(0), Replicate()]");
+}
+
+TEST_F(CheckpointSpecTest, ParsesTheBlockWithDefaultsAndAbsoluteDir) {
+  absl::StatusOr<v1::JobSpec> spec = Parse("checkpoint: {dir: ckpt}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().dir(), dir_ + "/ckpt");
+  EXPECT_EQ(spec->checkpoint().every(), kDefaultCheckpointEvery);
+  EXPECT_EQ(spec->checkpoint().keep(), kDefaultCheckpointKeep);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+  spec = Parse("checkpoint: {dir: /abs/ckpt, every: 7, keep: 1}\n", "train: {steps: 3, resume: false}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().dir(), "/abs/ckpt");
+  EXPECT_EQ(spec->checkpoint().every(), 7);
+  EXPECT_EQ(spec->checkpoint().keep(), 1);
+  EXPECT_FALSE(spec->train().resume());
+}
+
+TEST(CheckpointNamesTest, OptimizerStatesAreNamedAfterTheirParameter) {
+  EXPECT_EQ(CheckpointStateName("fc0.weight", "adamw", "m"), "fc0.weight/adamw.m");
+  EXPECT_EQ(OptimizerStateNames("adamw"), (std::vector<std::string>{"m", "v"}));
+  EXPECT_TRUE(OptimizerStateNames("sgd").empty());
+}
+
+}  // namespace
+}  // namespace weft

@@ -1,0 +1,441 @@
+#include "common/jobspec/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/dtype.h"
+#include "common/jobspec/defaults.h"
+#include "common/jobspec/field_path.h"
+#include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/parallelize.h"
+#include "common/jobspec/placements.h"
+#include "common/jobspec/starting_state.h"
+#include "common/npy.h"
+#include "common/safetensors.h"
+#include "common/status.h"
+
+namespace weft {
+namespace {
+
+using v1::JobSpec;
+using v1::Placement;
+
+template <typename Repeated>
+std::vector<int64_t> ToVector(const Repeated& r) {
+  return std::vector<int64_t>(r.begin(), r.end());
+}
+
+absl::Status CheckPositiveShape(const std::vector<int64_t>& shape, const std::string& path) {
+  if (shape.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is required for synthetic data"));
+  }
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, "[", i, "]: must be > 0, got ", shape[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Validation reports INVALID_ARGUMENT whatever the reader's code was: to SubmitJob, a spec that
+// names a missing or unreadable file is an invalid argument.
+absl::Status AsInvalid(const absl::Status& status, absl::string_view context) {
+  if (status.ok()) return status;
+  return absl::InvalidArgumentError(absl::StrCat(context, ": ", status.message()));
+}
+
+// Reads an npy header for validation; errors name the field.
+absl::StatusOr<NpyHeader> NpyData(const std::string& file, const std::string& field) {
+  if (file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": is required for source npy"));
+  }
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", file, ": no such file"));
+  }
+  absl::StatusOr<NpyHeader> npy = NpyFile::ReadHeader(file);
+  if (!npy.ok()) return AsInvalid(npy.status(), field);
+  if (npy->shape.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": ", file, ": is a scalar; expected [num_samples, ...]"));
+  }
+  return npy;
+}
+
+// Data shapes and placements: the per-sample shape's last axis feeds the first linear, the
+// label matches the model's output, and the batch divides evenly across the ranks it is
+// sharded on. Sets *input_width for the model check.
+absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shape,
+                          std::vector<int64_t>* label_shape) {
+  const v1::Data& data = spec.data();
+  if (data.source() == "npy") {
+    ASSIGN_OR_RETURN(NpyHeader in_file, NpyData(data.input(), "data.input"));
+    ASSIGN_OR_RETURN(NpyHeader lb_file, NpyData(data.label(), "data.label"));
+    const std::vector<int64_t>& in = in_file.shape;
+    const std::vector<int64_t>& lb = lb_file.shape;
+    // ResolveDataShapes fills the dtypes; they must agree with the files.
+    for (const auto& [field, file, have, want] :
+         {std::make_tuple("data.input_dtype", data.input(), data.input_dtype(), in_file.dtype),
+          std::make_tuple("data.label_dtype", data.label(), data.label_dtype(), lb_file.dtype)}) {
+      if (have != want && have != v1::F32) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": ", DTypeName(have),
+                                                       " does not match ", file, " (",
+                                                       DTypeName(want), ")"));
+      }
+    }
+    if (in[0] != lb[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.label: ", data.label(), " has ", lb[0], " samples but data.input ", data.input(),
+          " has ", in[0]));
+    }
+    if (in[0] <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.input: ", data.input(), " has no samples"));
+    }
+    sample_shape->assign(in.begin() + 1, in.end());
+    label_shape->assign(lb.begin() + 1, lb.end());
+    if (sample_shape->empty() || label_shape->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          sample_shape->empty() ? "data.input: " : "data.label: ",
+          sample_shape->empty() ? data.input() : data.label(),
+          ": is 1-D; expected [num_samples, features...]"));
+    }
+    // ResolveDataShapes may have filled these; they must agree with the files.
+    if (data.sample_shape_size() > 0 && ToVector(data.sample_shape()) != *sample_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.sample_shape: ", ShapeString(ToVector(data.sample_shape())), " does not match ",
+          data.input(), " samples of shape ", ShapeString(*sample_shape)));
+    }
+    if (data.label_shape_size() > 0 && ToVector(data.label_shape()) != *label_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.label_shape: ", ShapeString(ToVector(data.label_shape())), " does not match ",
+          data.label(), " samples of shape ", ShapeString(*label_shape)));
+    }
+    if (data.num_samples() != 0 && data.num_samples() != in[0]) {
+      return absl::InvalidArgumentError(absl::StrCat("data.num_samples: ", data.num_samples(),
+                                                     " does not match ", data.input(), " (",
+                                                     in[0], " samples)"));
+    }
+  } else if (data.source() == "synthetic") {
+    if (data.input_dtype() != v1::F32 || data.label_dtype() != v1::F32) {
+      return absl::InvalidArgumentError(
+          "data.input_dtype: synthetic data is float32 (the seeded generator's values)");
+    }
+    if (!data.input().empty() || !data.label().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          data.input().empty() ? "data.label" : "data.input",
+          ": only for source npy (synthetic data comes from the seeded generator)"));
+    }
+    *sample_shape = ToVector(data.sample_shape());
+    *label_shape = ToVector(data.label_shape());
+    RETURN_IF_ERROR(CheckPositiveShape(*sample_shape, "data.sample_shape"));
+    RETURN_IF_ERROR(CheckPositiveShape(*label_shape, "data.label_shape"));
+    if (data.num_samples() <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.num_samples: must be > 0 for synthetic data, got ", data.num_samples()));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.source: unknown source \"", data.source(), "\"; known: npy, synthetic"));
+  }
+  if (data.batch_size() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.batch_size: must be > 0, got ", data.batch_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatchPlacements(const JobSpec& spec, const std::vector<int64_t>& sample_shape,
+                                     const std::vector<int64_t>& label_shape) {
+  const PlacementList placements = EffectiveDataPlacements(spec);
+  const int input_rank = 1 + static_cast<int>(sample_shape.size());
+  const int label_rank = 1 + static_cast<int>(label_shape.size());
+  RETURN_IF_ERROR(ValidatePlacements(placements, spec.mesh(), std::min(input_rank, label_rank),
+                                     "data.placements", "a data batch"));
+  // Uneven batch shards are fine (the last one takes the remainder), but every shard needs a
+  // sample.
+  const int64_t batch = spec.data().batch_size();
+  const AxisSplit split = AxisSplits(placements, spec.mesh(), input_rank)[0];
+  if (split.shards > batch) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", batch, " is smaller than the ", split.shards,
+        " shards the batch is split into over mesh dim(s) ", absl::StrJoin(split.dims, ", "),
+        " (data.placements ", FormatPlacements(placements),
+        "); every shard needs at least one sample"));
+  }
+  std::vector<int64_t> input_shape = {batch}, label = {batch};
+  input_shape.insert(input_shape.end(), sample_shape.begin(), sample_shape.end());
+  label.insert(label.end(), label_shape.begin(), label_shape.end());
+  RETURN_IF_ERROR(CheckNoEmptyShards(placements, spec.mesh(), input_shape, "data.placements",
+                                     "the input batch"));
+  return CheckNoEmptyShards(placements, spec.mesh(), label, "data.placements", "the label batch");
+}
+// ---------------------------------------------------------------------------------------------
+// Pipeline.
+
+constexpr char kFThenB[] = "FThenB";
+constexpr char kOneFOneB[] = "1F1B";
+constexpr char kVpp[] = "VPP";
+
+// Index of the pipeline dim in the mesh, or an error naming pipeline.dim.
+absl::StatusOr<int> PipelineDimIndex(const JobSpec& spec) {
+  const v1::Mesh& mesh = spec.mesh();
+  auto it = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), spec.pipeline().dim());
+  if (it == mesh.dim_names().end() || mesh.dim_names_size() != mesh.shape_size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.dim: the mesh has no dim named \"", spec.pipeline().dim(),
+                     "\" (dims: ", MeshDimList(mesh), ")"));
+  }
+  return static_cast<int>(it - mesh.dim_names().begin());
+}
+
+// The pipeline block, the layers' stages and what a pipeline asks of placements and the batch.
+// Runs after the model, data and batch placements have passed.
+absl::Status ValidatePipeline(const JobSpec& spec, const std::vector<int64_t>& sample_shape) {
+  const v1::Pipeline& pipeline = spec.pipeline();
+  if (pipeline.dim().empty()) {
+    if (!pipeline.schedule().empty() || pipeline.micro_batches() != 0 ||
+        pipeline.virtual_stages() != 0) {
+      return absl::InvalidArgumentError(
+          "pipeline.dim: is required: name the mesh dim the stages are laid along");
+    }
+    return absl::OkStatus();
+  }
+  const v1::Mesh& mesh = spec.mesh();
+  ASSIGN_OR_RETURN(const int dim, PipelineDimIndex(spec));
+  const int64_t pp = mesh.shape(dim);
+  const std::string& schedule = pipeline.schedule();
+  if (schedule != kFThenB && schedule != kOneFOneB && schedule != kVpp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.schedule: unknown schedule \"", schedule, "\"; known: ", kFThenB,
+                     ", ", kOneFOneB, ", ", kVpp));
+  }
+  const int64_t micro_batches = pipeline.micro_batches();
+  const int64_t virtual_stages = pipeline.virtual_stages();
+  if (micro_batches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.micro_batches: must be >= 1, got ", micro_batches));
+  }
+  if (virtual_stages < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.virtual_stages: must be >= 1, got ", virtual_stages));
+  }
+  if (schedule == kVpp && virtual_stages == 1) {
+    return absl::InvalidArgumentError(
+        "pipeline.virtual_stages: VPP needs virtual_stages > 1 (chunks per rank), got 1; "
+        "with one chunk per rank use 1F1B");
+  }
+  if (schedule != kVpp && virtual_stages > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline.virtual_stages: ", virtual_stages,
+                     " chunks per rank need schedule VPP; ", schedule,
+                     " runs one chunk per rank (virtual_stages 1)"));
+  }
+  if (schedule == kOneFOneB && micro_batches < pp) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.micro_batches: 1F1B needs at least pp micro-batches (", pipeline.dim(), " ", pp,
+        "), got ", micro_batches, "; use more micro-batches or FThenB"));
+  }
+  if (schedule == kVpp && micro_batches % pp != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline.micro_batches: VPP needs a multiple of pp micro-batches (", pipeline.dim(), " ",
+        pp, "), got ", micro_batches));
+  }
+  // A stage's parameters live on its own ranks only: nothing to shard or reduce along pp (the
+  // graph builder checks the parameters' placements).
+  const std::map<std::string, v1::ParallelizeConfig> entries(spec.parallelize().begin(),
+                                                            spec.parallelize().end());
+  for (const auto& [name, entry] : entries) {
+    if (entry.dim() == pipeline.dim()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parallelize.", name, ".dim: ", entry.dim(),
+          " is the pipeline dim (pipeline.dim); tensor parallelism needs another mesh dim"));
+    }
+  }
+  const PlacementList data = EffectiveDataPlacements(spec);
+  if (data.size() > dim && data[dim].kind() != Placement::REPLICATE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.placements[", dim, "]: ", FormatPlacement(data[dim]), " on mesh dim ",
+        pipeline.dim(), ", the pipeline dim: the batch must be Replicate() there (every "
+        "micro-batch passes through every stage)"));
+  }
+
+  // Micro-batches: N // M samples each, the last one the remainder; each is then split like the
+  // batch (over dp, say) and every piece needs a sample.
+  const int64_t batch = spec.data().batch_size();
+  if (batch < micro_batches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", batch, " cannot be split into ", micro_batches,
+        " micro-batches (pipeline.micro_batches) without leaving some empty"));
+  }
+  const int64_t smallest = batch / micro_batches;
+  const AxisSplit split =
+      AxisSplits(data, mesh, 1 + static_cast<int>(sample_shape.size()))[0];
+  if (smallest < split.shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.batch_size: ", batch, " in ", micro_batches,
+        " micro-batches (pipeline.micro_batches) gives micro-batches of ",
+        batch % micro_batches == 0 ? "" : "as few as ", smallest, " sample(s), fewer than the ",
+        split.shards, " shards each is split into over mesh dim(s) ",
+        absl::StrJoin(split.dims, ", "), " (data.placements ", FormatPlacements(data),
+        "); every shard of a micro-batch needs at least one sample"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateOptimizer(const v1::Optimizer& opt) {
+  if (opt.type() != "sgd" && opt.type() != "adamw") {
+    return absl::InvalidArgumentError(absl::StrCat("optimizer.type: unknown optimizer \"",
+                                                   opt.type(), "\"; known: sgd, adamw"));
+  }
+  if (!(opt.lr() > 0) || !std::isfinite(opt.lr())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer.lr: must be a finite number > 0, got ", opt.lr()));
+  }
+  if (!(opt.weight_decay() >= 0) || !std::isfinite(opt.weight_decay())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.weight_decay: must be a finite number >= 0, got ", opt.weight_decay()));
+  }
+  if (opt.type() == "adamw") {
+    if (opt.betas_size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "optimizer.betas: adamw needs two values [beta1, beta2], got ", opt.betas_size()));
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (!(opt.betas(i) >= 0 && opt.betas(i) < 1)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("optimizer.betas[", i, "]: must be in [0, 1), got ", opt.betas(i)));
+      }
+    }
+    if (!(opt.eps() >= 0) || !std::isfinite(opt.eps())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("optimizer.eps: must be a finite number >= 0, got ", opt.eps()));
+    }
+  } else if (opt.betas_size() > 0) {
+    return absl::InvalidArgumentError("optimizer.betas: only adamw takes betas");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateCheckpointSettings(const JobSpec& spec) {
+  const v1::Checkpoint& ckpt = spec.checkpoint();
+  if (!ckpt.dir().empty()) {
+    if (!std::filesystem::path(ckpt.dir()).is_absolute()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint.dir: \"", ckpt.dir(), "\" must be absolute (weftctl resolves a relative "
+          "one against the spec's folder)"));
+    }
+    if (ckpt.every() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint.every: must be >= 1, got ", ckpt.every()));
+    }
+    if (ckpt.keep() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint.keep: must be >= 1, got ", ckpt.keep()));
+    }
+  } else if (ckpt.every() != 0 || ckpt.keep() != 0) {
+    return absl::InvalidArgumentError("checkpoint.dir: is required with checkpoint.every or keep");
+  }
+  if (spec.train().resume()) {
+    if (ckpt.dir().empty()) {
+      return absl::InvalidArgumentError(
+          "train.resume: needs checkpoint.dir, the folder whose newest checkpoint it resumes from");
+    }
+    absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(ckpt.dir());
+    if (absl::IsNotFound(latest.status())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train.resume: checkpoint.dir ", ckpt.dir(), " holds no committed checkpoint"));
+    }
+    if (!latest.ok()) return AsInvalid(latest.status(), "train.resume");
+    absl::StatusOr<checkpoint::CheckpointReader> reader = checkpoint::CheckpointReader::Open(*latest);
+    if (!reader.ok()) return AsInvalid(reader.status(), "train.resume");
+    if (reader->index().step >= spec.train().steps()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "train.steps: ", spec.train().steps(), " leaves nothing to resume: the newest checkpoint ",
+          *latest, " is at step ", reader->index().step));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// init_from names an existing safetensors file or a folder with a committed checkpoint; whether
+// it holds every parameter is checked against the built model (CheckStartingState).
+absl::Status ValidateInitFromExists(const JobSpec& spec) {
+  if (spec.init_from().empty() || spec.train().resume()) return absl::OkStatus();
+  std::error_code ec;
+  if (std::filesystem::is_directory(spec.init_from(), ec)) {
+    return InitFromCheckpointFolder(spec.init_from()).status();
+  }
+  if (!std::filesystem::exists(spec.init_from(), ec)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("init_from: ", spec.init_from(), ": no such file"));
+  }
+  return AsInvalid(SafetensorsFile::Open(spec.init_from()).status(), "init_from");
+}
+
+}  // namespace
+
+absl::Status ValidateJobSpec(const JobSpec& submitted) {
+  // A spec that came over gRPC may leave the documented defaults implicit.
+  JobSpec spec = submitted;
+  ApplyJobSpecDefaults(&spec);
+  if (spec.name().empty()) {
+    return absl::InvalidArgumentError("name: must not be empty");
+  }
+  RETURN_IF_ERROR(ValidateMesh(spec.mesh()));
+  RETURN_IF_ERROR(ApplyParallelize(&spec));
+  std::vector<int64_t> sample_shape, label_shape;
+  RETURN_IF_ERROR(ValidateData(spec, &sample_shape, &label_shape));
+  RETURN_IF_ERROR(ValidateBatchPlacements(spec, sample_shape, label_shape));
+  RETURN_IF_ERROR(ValidatePipeline(spec, sample_shape));
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
+  if (spec.train().steps() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.steps: must be > 0, got ", spec.train().steps()));
+  }
+  RETURN_IF_ERROR(ValidateCheckpointSettings(spec));
+  RETURN_IF_ERROR(ValidateInitFromExists(spec));
+  if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: unknown device \"", spec.device(), "\"; known: cpu, cuda"));
+  }
+  if (!spec.precision().empty() && spec.precision() != "f32" && spec.precision() != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "precision: unknown precision \"", spec.precision(), "\"; known: f32, bf16"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PrepareJobSpec(JobSpec* spec) {
+  ApplyJobSpecDefaults(spec);
+  RETURN_IF_ERROR(ApplyParallelize(spec));
+  RETURN_IF_ERROR(ResolveDataShapes(spec));
+  return ValidateJobSpec(*spec);
+}
+
+absl::Status ResolveDataShapes(JobSpec* spec) {
+  v1::Data* data = spec->mutable_data();
+  if (data->source() != "npy") return absl::OkStatus();
+  ASSIGN_OR_RETURN(NpyHeader in, NpyData(data->input(), "data.input"));
+  ASSIGN_OR_RETURN(NpyHeader lb, NpyData(data->label(), "data.label"));
+  data->clear_sample_shape();
+  data->clear_label_shape();
+  for (size_t i = 1; i < in.shape.size(); ++i) data->add_sample_shape(in.shape[i]);
+  for (size_t i = 1; i < lb.shape.size(); ++i) data->add_label_shape(lb.shape[i]);
+  data->set_num_samples(in.shape[0]);
+  data->set_input_dtype(in.dtype);
+  data->set_label_dtype(lb.dtype);
+  return absl::OkStatus();
+}
+
+
+}  // namespace weft

@@ -1,0 +1,45 @@
+// Everything about a job spec that can be checked before its model is built: name, mesh, data
+// (source, files and their shapes), the batch's placements, the pipeline block, optimizer, train,
+// checkpoint settings, device and precision. The model (layers, parameters and their placements,
+// how the pipeline chunks it) is checked by building it: the planner's graph builder, the one
+// reader of JobSpec.model. init_from and train.resume are checked against the built model's
+// parameters (CheckStartingState, starting_state.h). Every error is INVALID_ARGUMENT (a missing
+// file too) and names the field, e.g. "data.batch_size: must be > 0, got 0". Run at SubmitJob, so
+// nothing here may crash on any input.
+//
+// E.g.
+//   RETURN_IF_ERROR(PrepareJobSpec(&spec));   // then planner::PlanJob(spec)
+#ifndef WEFT_COMMON_JOBSPEC_VALIDATE_H_
+#define WEFT_COMMON_JOBSPEC_VALIDATE_H_
+
+#include "absl/status/status.h"
+#include "weft/v1/job.pb.h"
+
+namespace weft {
+
+// The checks above, on a copy with the defaults applied (a spec from gRPC may leave them
+// implicit). Pipeline: its dim on the mesh, its schedule (FThenB | 1F1B | VPP) with
+// micro_batches and virtual_stages that it can run (1F1B: micro_batches >= pp; VPP:
+// virtual_stages > 1 and micro_batches a multiple of pp; others: virtual_stages 1), the batch
+// Replicate() on the pipeline dim, parallelize not on it, and no micro-batch or shard of one left
+// empty. A stage on a layer without a pipeline is an error. Batch: one placement per mesh dim,
+// shard axes in range, every shard at least one sample. Checkpoint: dir absolute, every >= 1,
+// keep >= 1; train.resume needs checkpoint.dir holding a committed checkpoint before train.steps.
+// init_from must exist (a safetensors file, or a folder with a committed checkpoint). Data: npy
+// files of float32, int32 or int64 (loaded in their dtype, cast to float32 for the model),
+// synthetic data float32.
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+
+// For data.source npy: reads the .npy headers and fills data.sample_shape, data.label_shape,
+// data.num_samples and the input and label dtypes (the planner does no I/O). No-op for synthetic
+// data.
+absl::Status ResolveDataShapes(v1::JobSpec* spec);
+
+// Everything SubmitJob does to a spec before planning, in one place for the coordinator,
+// `weftctl plan` and tests: ApplyJobSpecDefaults (a spec from gRPC has none applied),
+// ApplyParallelize, ResolveDataShapes, then ValidateJobSpec.
+absl::Status PrepareJobSpec(v1::JobSpec* spec);
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_JOBSPEC_VALIDATE_H_

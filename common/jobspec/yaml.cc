@@ -1,0 +1,587 @@
+#include "common/jobspec/yaml.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec/defaults.h"
+#include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/parallelize.h"
+#include "common/jobspec/placements.h"
+#include "common/status.h"
+#include "yaml-cpp/yaml.h"
+
+namespace weft {
+namespace {
+
+using v1::JobSpec;
+using v1::Placement;
+
+// yaml-cpp throws; every call into it below happens inside one try block in
+// ParseJobSpecYaml or in these helpers, which turn what they see into INVALID_ARGUMENT with the
+// field path and the line/column of the node.
+
+std::string Where(const YAML::Node& node) {
+  const YAML::Mark mark = node.Mark();
+  if (mark.is_null()) return "";
+  return absl::StrCat(" (line ", mark.line + 1, ", column ", mark.column + 1, ")");
+}
+
+absl::Status Invalid(const std::string& path, const YAML::Node& node, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, Where(node)));
+}
+
+const char* KindName(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Null: return "null";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Map: return "a mapping";
+    default: return "undefined";
+  }
+}
+
+// The present (non-null) children of a mapping, by key. Rejects unknown and duplicate keys so
+// that a typo ("in_feature") is an error instead of a silently ignored field.
+class MapReader {
+ public:
+  static absl::StatusOr<MapReader> Read(const YAML::Node& node, const std::string& path,
+                                        const std::vector<std::string>& known) {
+    if (!node.IsMap()) {
+      return Invalid(path, node, absl::StrCat("expected a mapping, got ", KindName(node)));
+    }
+    MapReader reader;
+    for (const auto& kv : node) {
+      if (!kv.first.IsScalar()) {
+        return Invalid(path, kv.first, "keys must be plain strings");
+      }
+      const std::string key = kv.first.Scalar();
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return Invalid(path, kv.first,
+                       absl::StrCat("unknown key \"", key, "\"; known: ", absl::StrJoin(known, ", ")));
+      }
+      if (reader.children_.count(key) > 0) {
+        return Invalid(path, kv.first, absl::StrCat("duplicate key \"", key, "\""));
+      }
+      reader.children_.emplace(key, kv.second);
+    }
+    return reader;
+  }
+
+  // Null (`key:` with nothing after it) counts as absent.
+  bool Has(const std::string& key) const {
+    auto it = children_.find(key);
+    return it != children_.end() && !it->second.IsNull();
+  }
+  YAML::Node Get(const std::string& key) const { return children_.at(key); }
+
+ private:
+  std::map<std::string, YAML::Node> children_;
+};
+
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
+absl::Status RequireKey(const MapReader& map, const YAML::Node& node, const std::string& path,
+                        const std::string& key) {
+  if (map.Has(key)) return absl::OkStatus();
+  return Invalid(Join(path, key), node, "is required");
+}
+
+absl::StatusOr<std::string> ReadScalar(const YAML::Node& node, const std::string& path) {
+  if (!node.IsScalar()) {
+    return Invalid(path, node, absl::StrCat("expected a scalar, got ", KindName(node)));
+  }
+  return node.Scalar();
+}
+
+absl::StatusOr<std::string> ReadString(const YAML::Node& node, const std::string& path) {
+  return ReadScalar(node, path);
+}
+
+template <typename Int>
+absl::StatusOr<Int> ReadInt(const YAML::Node& node, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
+  Int value;
+  if (!absl::SimpleAtoi(text, &value)) {
+    return Invalid(path, node,
+                   absl::StrCat("expected ", std::is_signed<Int>::value ? "an" : "a non-negative",
+                                " integer, got \"", text, "\""));
+  }
+  return value;
+}
+
+absl::StatusOr<double> ReadDouble(const YAML::Node& node, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
+  double value;
+  if (!absl::SimpleAtod(text, &value)) {
+    return Invalid(path, node, absl::StrCat("expected a number, got \"", text, "\""));
+  }
+  return value;
+}
+
+absl::StatusOr<bool> ReadBool(const YAML::Node& node, const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
+  const std::string lower = absl::AsciiStrToLower(text);
+  if (lower == "true" || lower == "yes" || lower == "on") return true;
+  if (lower == "false" || lower == "no" || lower == "off") return false;
+  return Invalid(path, node, absl::StrCat("expected true or false, got \"", text, "\""));
+}
+
+absl::Status ForEachItem(const YAML::Node& node, const std::string& path,
+                         const std::function<absl::Status(const YAML::Node&,
+                                                          const std::string&)>& fn) {
+  if (!node.IsSequence()) {
+    return Invalid(path, node, absl::StrCat("expected a list, got ", KindName(node)));
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    RETURN_IF_ERROR(fn(node[i], absl::StrCat(path, "[", i, "]")));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Int, typename Repeated>
+absl::Status ReadIntList(const YAML::Node& node, const std::string& path, Repeated* out) {
+  return ForEachItem(node, path, [&](const YAML::Node& item, const std::string& item_path) {
+    ASSIGN_OR_RETURN(Int v, ReadInt<Int>(item, item_path));
+    out->Add(v);
+    return absl::OkStatus();
+  });
+}
+
+absl::Status ReadPlacementList(const YAML::Node& node, const std::string& path,
+                               google::protobuf::RepeatedPtrField<Placement>* out) {
+  return ForEachItem(node, path, [&](const YAML::Node& item, const std::string& item_path) {
+    ASSIGN_OR_RETURN(std::string text, ReadScalar(item, item_path));
+    absl::StatusOr<Placement> p = ParsePlacement(text);
+    if (!p.ok()) return Invalid(item_path, item, p.status().message());
+    *out->Add() = *p;
+    return absl::OkStatus();
+  });
+}
+
+// A placement list, positional (`[Replicate(), Shard(1)]`, one per mesh dim) or by mesh dim name
+// (`{mp: Shard(1)}`, unnamed dims Replicate()). Both become the positional list: the one
+// canonical representation. `implicit` (may be null) receives the dims a named map left out.
+absl::Status ReadPlacements(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                            google::protobuf::RepeatedPtrField<Placement>* out,
+                            std::vector<int>* implicit) {
+  if (!node.IsMap()) return ReadPlacementList(node, path, out);
+  if (mesh.dim_names_size() != mesh.shape_size()) {
+    return Invalid(path, node,
+                   absl::StrCat("placements by mesh dim name need one name per mesh dim; "
+                                "mesh.dim_names has ",
+                                mesh.dim_names_size(), " for ", mesh.shape_size(), " dim(s)"));
+  }
+  std::vector<Placement> by_dim(mesh.shape_size());
+  std::vector<bool> named(mesh.shape_size(), false);
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return Invalid(path, kv.first, "keys must be mesh dim names");
+    const std::string dim = kv.first.Scalar();
+    const std::string item_path = Join(path, dim);
+    ASSIGN_OR_RETURN(std::string text, ReadScalar(kv.second, item_path));
+    absl::StatusOr<Placement> p = ParsePlacement(text);
+    if (!p.ok()) return Invalid(item_path, kv.second, p.status().message());
+    auto it = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), dim);
+    if (it == mesh.dim_names().end()) {
+      return Invalid(item_path, kv.first,
+                     absl::StrCat(FormatPlacement(*p), " on mesh dim \"", dim,
+                                  "\": the mesh has no dim named ", dim, " (dims: ",
+                                  MeshDimList(mesh), ")"));
+    }
+    const int index = static_cast<int>(it - mesh.dim_names().begin());
+    if (named[index]) {
+      return Invalid(item_path, kv.first, absl::StrCat("duplicate mesh dim \"", dim, "\""));
+    }
+    named[index] = true;
+    by_dim[index] = *p;
+  }
+  out->Clear();
+  for (int i = 0; i < mesh.shape_size(); ++i) {
+    if (!named[i]) {
+      by_dim[i].set_kind(Placement::REPLICATE);
+      if (implicit != nullptr) implicit->push_back(i);
+    }
+    *out->Add() = by_dim[i];
+  }
+  return absl::OkStatus();
+}
+
+std::string ResolvePath(const std::string& path, const std::string& base_dir) {
+  if (path.empty() || base_dir.empty()) return path;
+  std::filesystem::path p(path);
+  if (p.is_absolute()) return p.lexically_normal().string();
+  return (std::filesystem::path(base_dir) / p).lexically_normal().string();
+}
+
+absl::Status ParseMesh(const YAML::Node& node, const std::string& path, v1::Mesh* mesh) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"shape", "dim_names"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "shape"));
+  RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("shape"), Join(path, "shape"),
+                                       mesh->mutable_shape()));
+  if (m.Has("dim_names")) {
+    RETURN_IF_ERROR(ForEachItem(m.Get("dim_names"), Join(path, "dim_names"),
+                                [&](const YAML::Node& item, const std::string& item_path) {
+                                  ASSIGN_OR_RETURN(std::string s, ReadString(item, item_path));
+                                  mesh->add_dim_names(s);
+                                  return absl::OkStatus();
+                                }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
+                        const v1::Mesh& mesh, v1::Layer* layer, ImplicitDims* implicit) {
+  std::string path = index_path;
+  // Name the layer in every error when it has a readable name.
+  if (node.IsMap() && node["name"] && node["name"].IsScalar()) {
+    path = absl::StrCat(index_path, " (", node["name"].Scalar(), ")");
+  }
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path,
+                                   {"name", "type", "in_features", "out_features", "bias",
+                                    "placements", "stage", "inputs"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "name"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
+  ASSIGN_OR_RETURN(*layer->mutable_name(), ReadString(m.Get("name"), Join(path, "name")));
+  ASSIGN_OR_RETURN(*layer->mutable_type(), ReadString(m.Get("type"), Join(path, "type")));
+  if (m.Has("in_features")) {
+    ASSIGN_OR_RETURN(int64_t v, ReadInt<int64_t>(m.Get("in_features"), Join(path, "in_features")));
+    layer->set_in_features(v);
+  }
+  if (m.Has("out_features")) {
+    ASSIGN_OR_RETURN(int64_t v,
+                     ReadInt<int64_t>(m.Get("out_features"), Join(path, "out_features")));
+    layer->set_out_features(v);
+  }
+  if (m.Has("bias")) {
+    ASSIGN_OR_RETURN(bool v, ReadBool(m.Get("bias"), Join(path, "bias")));
+    layer->set_bias(v);
+  }
+  if (m.Has("placements")) {
+    const std::string ppath = Join(path, "placements");
+    ASSIGN_OR_RETURN(MapReader pm, MapReader::Read(m.Get("placements"), ppath, {"weight", "bias"}));
+    for (const char* param : {"weight", "bias"}) {
+      if (!pm.Has(param)) continue;
+      v1::PlacementList list;
+      std::vector<int> unnamed;
+      RETURN_IF_ERROR(ReadPlacements(pm.Get(param), Join(ppath, param), mesh,
+                                     list.mutable_placements(), &unnamed));
+      for (int dim : unnamed) implicit->insert({layer->name(), param, dim});
+      (*layer->mutable_placements())[param] = std::move(list);
+    }
+  }
+  if (m.Has("stage")) {
+    ASSIGN_OR_RETURN(int32_t v, ReadInt<int32_t>(m.Get("stage"), Join(path, "stage")));
+    layer->set_stage(v);
+  }
+  if (m.Has("inputs")) {
+    RETURN_IF_ERROR(ForEachItem(m.Get("inputs"), Join(path, "inputs"),
+                                [&](const YAML::Node& item, const std::string& item_path) {
+                                  ASSIGN_OR_RETURN(*layer->add_inputs(),
+                                                   ReadString(item, item_path));
+                                  return absl::OkStatus();
+                                }));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                        v1::Model* model, ImplicitDims* implicit) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"layers", "loss"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "layers"));
+  RETURN_IF_ERROR(ForEachItem(m.Get("layers"), Join(path, "layers"),
+                              [&](const YAML::Node& item, const std::string& item_path) {
+                                return ParseLayer(item, item_path, mesh, model->add_layers(),
+                                                  implicit);
+                              }));
+  if (m.Has("loss")) {
+    ASSIGN_OR_RETURN(*model->mutable_loss(), ReadString(m.Get("loss"), Join(path, "loss")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                       v1::Data* data) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path,
+                                                {"source", "input", "label", "batch_size",
+                                                 "placements", "sample_shape", "label_shape",
+                                                 "num_samples"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "source"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "batch_size"));
+  ASSIGN_OR_RETURN(*data->mutable_source(), ReadString(m.Get("source"), Join(path, "source")));
+  if (m.Has("input")) {
+    ASSIGN_OR_RETURN(*data->mutable_input(), ReadString(m.Get("input"), Join(path, "input")));
+  }
+  if (m.Has("label")) {
+    ASSIGN_OR_RETURN(*data->mutable_label(), ReadString(m.Get("label"), Join(path, "label")));
+  }
+  ASSIGN_OR_RETURN(int64_t batch, ReadInt<int64_t>(m.Get("batch_size"), Join(path, "batch_size")));
+  data->set_batch_size(batch);
+  if (m.Has("placements")) {
+    RETURN_IF_ERROR(ReadPlacements(m.Get("placements"), Join(path, "placements"), mesh,
+                                   data->mutable_placements(), nullptr));
+  }
+  if (m.Has("sample_shape")) {
+    RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("sample_shape"), Join(path, "sample_shape"),
+                                         data->mutable_sample_shape()));
+  }
+  if (m.Has("label_shape")) {
+    RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("label_shape"), Join(path, "label_shape"),
+                                         data->mutable_label_shape()));
+  }
+  if (m.Has("num_samples")) {
+    ASSIGN_OR_RETURN(int64_t n, ReadInt<int64_t>(m.Get("num_samples"), Join(path, "num_samples")));
+    data->set_num_samples(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1::Optimizer* opt) {
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path, {"type", "lr", "betas", "eps", "weight_decay"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "lr"));
+  ASSIGN_OR_RETURN(*opt->mutable_type(), ReadString(m.Get("type"), Join(path, "type")));
+  ASSIGN_OR_RETURN(double lr, ReadDouble(m.Get("lr"), Join(path, "lr")));
+  opt->set_lr(lr);
+  if (m.Has("betas")) {
+    RETURN_IF_ERROR(ForEachItem(m.Get("betas"), Join(path, "betas"),
+                                [&](const YAML::Node& item, const std::string& item_path) {
+                                  ASSIGN_OR_RETURN(double b, ReadDouble(item, item_path));
+                                  opt->add_betas(b);
+                                  return absl::OkStatus();
+                                }));
+  }
+  if (m.Has("eps")) {
+    ASSIGN_OR_RETURN(double eps, ReadDouble(m.Get("eps"), Join(path, "eps")));
+    opt->set_eps(eps);
+  } else if (opt->type() == "adamw") {
+    opt->set_eps(1e-8);
+  }
+  if (m.Has("weight_decay")) {
+    ASSIGN_OR_RETURN(double wd, ReadDouble(m.Get("weight_decay"), Join(path, "weight_decay")));
+    opt->set_weight_decay(wd);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Train* train) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"steps", "seed", "resume"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "steps"));
+  ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get("steps"), Join(path, "steps")));
+  train->set_steps(steps);
+  if (m.Has("seed")) {
+    ASSIGN_OR_RETURN(uint64_t seed, ReadInt<uint64_t>(m.Get("seed"), Join(path, "seed")));
+    train->set_seed(seed);
+  }
+  if (m.Has("resume")) {
+    ASSIGN_OR_RETURN(bool resume, ReadBool(m.Get("resume"), Join(path, "resume")));
+    train->set_resume(resume);
+  }
+  return absl::OkStatus();
+}
+
+// checkpoint: {dir, every, keep}. Counts below 1 are rejected here with their line (proto3 cannot
+// tell a written 0 from an absent field; the defaults fill absent ones).
+absl::Status ParseCheckpoint(const YAML::Node& node, const std::string& path,
+                             const std::string& base_dir, v1::Checkpoint* checkpoint) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"dir", "every", "keep"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "dir"));
+  ASSIGN_OR_RETURN(std::string dir, ReadString(m.Get("dir"), Join(path, "dir")));
+  if (dir.empty()) return Invalid(Join(path, "dir"), m.Get("dir"), "must not be empty");
+  checkpoint->set_dir(ResolvePath(dir, base_dir));
+  if (m.Has("every")) {
+    ASSIGN_OR_RETURN(int64_t every, ReadInt<int64_t>(m.Get("every"), Join(path, "every")));
+    if (every < 1) {
+      return Invalid(Join(path, "every"), m.Get("every"), absl::StrCat("must be >= 1, got ", every));
+    }
+    checkpoint->set_every(every);
+  }
+  if (m.Has("keep")) {
+    ASSIGN_OR_RETURN(int32_t keep, ReadInt<int32_t>(m.Get("keep"), Join(path, "keep")));
+    if (keep < 1) {
+      return Invalid(Join(path, "keep"), m.Get("keep"), absl::StrCat("must be >= 1, got ", keep));
+    }
+    checkpoint->set_keep(keep);
+  }
+  return absl::OkStatus();
+}
+
+// parallelize: {NAME: {dim: DIM, plan: {LAYER: STYLE}}}. Styles and names are checked when it
+// is applied (ApplyParallelize), so specs from the YAML and from gRPC get the same errors.
+absl::Status ParseParallelize(const YAML::Node& node, const std::string& path, JobSpec* spec) {
+  if (!node.IsMap()) {
+    return Invalid(path, node, absl::StrCat("expected a mapping, got ", KindName(node)));
+  }
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) return Invalid(path, kv.first, "keys must be plain strings");
+    const std::string name = kv.first.Scalar();
+    const std::string entry_path = Join(path, name);
+    if (spec->parallelize().count(name) > 0) {
+      return Invalid(path, kv.first, absl::StrCat("duplicate key \"", name, "\""));
+    }
+    ASSIGN_OR_RETURN(MapReader m, MapReader::Read(kv.second, entry_path, {"dim", "plan"}));
+    RETURN_IF_ERROR(RequireKey(m, kv.second, entry_path, "dim"));
+    RETURN_IF_ERROR(RequireKey(m, kv.second, entry_path, "plan"));
+    v1::ParallelizeConfig entry;
+    ASSIGN_OR_RETURN(*entry.mutable_dim(), ReadString(m.Get("dim"), Join(entry_path, "dim")));
+    const std::string plan_path = Join(entry_path, "plan");
+    const YAML::Node plan = m.Get("plan");
+    if (!plan.IsMap()) {
+      return Invalid(plan_path, plan,
+                     absl::StrCat("expected a mapping {layer: ColWiseParallel | "
+                                  "RowWiseParallel}, got ",
+                                  KindName(plan)));
+    }
+    for (const auto& layer : plan) {
+      if (!layer.first.IsScalar()) {
+        return Invalid(plan_path, layer.first, "keys must be layer names");
+      }
+      const std::string layer_name = layer.first.Scalar();
+      if (entry.plan().count(layer_name) > 0) {
+        return Invalid(plan_path, layer.first,
+                       absl::StrCat("duplicate layer \"", layer_name, "\""));
+      }
+      ASSIGN_OR_RETURN(std::string style, ReadString(layer.second, Join(plan_path, layer_name)));
+      (*entry.mutable_plan())[layer_name] = style;
+    }
+    (*spec->mutable_parallelize())[name] = std::move(entry);
+  }
+  return absl::OkStatus();
+}
+
+// pipeline: {dim, schedule, micro_batches, virtual_stages}. Counts below 1 are rejected here,
+// with their line: proto3 cannot tell a written 0 from an absent field, and the defaults turn an
+// absent one into 1. The rest (the dim, the schedule, how they combine) is checked by
+// ValidateJobSpec, so specs from the YAML and from gRPC get the same errors.
+absl::Status ParsePipeline(const YAML::Node& node, const std::string& path,
+                           v1::Pipeline* pipeline) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"dim", "schedule", "micro_batches",
+                                                             "virtual_stages"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "dim"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "schedule"));
+  ASSIGN_OR_RETURN(*pipeline->mutable_dim(), ReadString(m.Get("dim"), Join(path, "dim")));
+  ASSIGN_OR_RETURN(*pipeline->mutable_schedule(),
+                   ReadString(m.Get("schedule"), Join(path, "schedule")));
+  // Absent: 1.
+  auto read_count = [&](const std::string& key) -> absl::StatusOr<int32_t> {
+    if (!m.Has(key)) return 1;
+    ASSIGN_OR_RETURN(int32_t value, ReadInt<int32_t>(m.Get(key), Join(path, key)));
+    if (value < 1) {
+      return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", value));
+    }
+    return value;
+  };
+  ASSIGN_OR_RETURN(int32_t micro_batches, read_count("micro_batches"));
+  ASSIGN_OR_RETURN(int32_t virtual_stages, read_count("virtual_stages"));
+  pipeline->set_micro_batches(micro_batches);
+  pipeline->set_virtual_stages(virtual_stages);
+  return absl::OkStatus();
+}
+
+absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobSpec* spec) {
+  if (!root.IsDefined() || root.IsNull()) {
+    return absl::InvalidArgumentError("job spec is empty");
+  }
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(root, "job spec",
+                                   {"name", "mesh", "model", "data", "optimizer", "train",
+                                    "init_from", "device", "parallelize", "pipeline",
+                                    "trace", "checkpoint", "precision", "allow_tf32"}));
+  for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
+    RETURN_IF_ERROR(RequireKey(m, root, "", key));
+  }
+  ASSIGN_OR_RETURN(*spec->mutable_name(), ReadString(m.Get("name"), "name"));
+  RETURN_IF_ERROR(ParseMesh(m.Get("mesh"), "mesh", spec->mutable_mesh()));
+  // Placements by mesh dim name need the names, defaulted or not, before the model is read.
+  DefaultMeshDimNames(spec->mutable_mesh());
+  ImplicitDims implicit;
+  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), spec->mutable_model(),
+                             &implicit));
+  RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mesh(), spec->mutable_data()));
+  RETURN_IF_ERROR(ParseOptimizer(m.Get("optimizer"), "optimizer", spec->mutable_optimizer()));
+  RETURN_IF_ERROR(ParseTrain(m.Get("train"), "train", spec->mutable_train()));
+  if (m.Has("init_from")) {
+    ASSIGN_OR_RETURN(std::string init, ReadString(m.Get("init_from"), "init_from"));
+    spec->set_init_from(ResolvePath(init, base_dir));
+  }
+  if (m.Has("device")) {
+    ASSIGN_OR_RETURN(*spec->mutable_device(), ReadString(m.Get("device"), "device"));
+  }
+  v1::Data* data = spec->mutable_data();
+  data->set_input(ResolvePath(data->input(), base_dir));
+  data->set_label(ResolvePath(data->label(), base_dir));
+  if (m.Has("parallelize")) {
+    RETURN_IF_ERROR(ParseParallelize(m.Get("parallelize"), "parallelize", spec));
+  }
+  if (m.Has("pipeline")) {
+    RETURN_IF_ERROR(ParsePipeline(m.Get("pipeline"), "pipeline", spec->mutable_pipeline()));
+  }
+  if (m.Has("trace")) {
+    ASSIGN_OR_RETURN(bool trace, ReadBool(m.Get("trace"), "trace"));
+    spec->set_trace(trace);
+  }
+  if (m.Has("precision")) {
+    ASSIGN_OR_RETURN(*spec->mutable_precision(), ReadString(m.Get("precision"), "precision"));
+  }
+  if (m.Has("allow_tf32")) {
+    ASSIGN_OR_RETURN(bool allow_tf32, ReadBool(m.Get("allow_tf32"), "allow_tf32"));
+    spec->set_allow_tf32(allow_tf32);
+  }
+  if (m.Has("checkpoint")) {
+    RETURN_IF_ERROR(ParseCheckpoint(m.Get("checkpoint"), "checkpoint", base_dir,
+                                    spec->mutable_checkpoint()));
+  }
+  ApplyJobSpecDefaults(spec);
+  return ExpandParallelize(spec, implicit);
+}
+}  // namespace
+
+absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir) {
+  JobSpec spec;
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml));
+    RETURN_IF_ERROR(ParseRoot(root, base_dir, &spec));
+  } catch (const YAML::Exception& e) {
+    std::string where;
+    if (!e.mark.is_null()) {
+      where = absl::StrCat(" at line ", e.mark.line + 1, ", column ", e.mark.column + 1);
+    }
+    return absl::InvalidArgumentError(absl::StrCat("job spec is not valid YAML", where, ": ", e.msg));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("job spec: ", e.what()));
+  }
+  return spec;
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file"));
+  }
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job spec"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  if (ec) abs = path;
+  absl::StatusOr<JobSpec> spec = ParseJobSpecYaml(text.str(), abs.parent_path().string());
+  if (!spec.ok()) return Annotate(spec.status(), path);
+  return spec;
+}
+}  // namespace weft

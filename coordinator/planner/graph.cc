@@ -1,0 +1,121 @@
+#include "coordinator/planner/graph.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/dtype.h"
+#include "coordinator/planner/op_table.h"
+
+namespace weft::planner {
+namespace {
+
+const char* TypeName(const Attrs::Value& v) {
+  switch (v.index()) {
+    case 0:
+      return "bool";
+    case 1:
+      return "int";
+    case 2:
+      return "float";
+    default:
+      return "string";
+  }
+}
+
+}  // namespace
+
+absl::Status Graph::AddOp(Op op) {
+  const OpDef* def = FindOpDef(op.type);
+  if (def == nullptr) {
+    return absl::InternalError(absl::StrCat("op type \"", op.type, "\" is not in the op table"));
+  }
+  const int n_in = static_cast<int>(op.inputs.size());
+  if (n_in < def->min_inputs || (def->max_inputs >= 0 && n_in > def->max_inputs) ||
+      static_cast<int>(op.outputs.size()) != def->outputs) {
+    return absl::InternalError(absl::StrCat(OpLabel(op), " has ", n_in, " inputs and ",
+                                            op.outputs.size(), " outputs"));
+  }
+  for (const auto& [name, value] : op.attrs.values()) {
+    auto it = std::find_if(def->attrs.begin(), def->attrs.end(),
+                           [&](const AttrDef& a) { return a.name == name; });
+    if (it == def->attrs.end()) {
+      return absl::InternalError(absl::StrCat(OpLabel(op), ": unknown attribute ", name));
+    }
+    if (it->default_value.index() != value.index()) {
+      return absl::InternalError(absl::StrCat(OpLabel(op), ": attribute ", name, " is a ",
+                                              TypeName(value), ", expected a ",
+                                              TypeName(it->default_value)));
+    }
+  }
+  FillDefaultAttrs(&op);
+  std::vector<int> all = op.inputs;
+  all.insert(all.end(), op.outputs.begin(), op.outputs.end());
+  for (int id : all) {
+    if (id < 0 || id >= static_cast<int>(tensors.size())) {
+      return absl::InternalError(absl::StrCat(OpLabel(op), ": tensor id ", id, " out of range"));
+    }
+  }
+  if (!def->dtypes.empty()) {
+    for (int id : all) {
+      if (std::find(def->dtypes.begin(), def->dtypes.end(), tensors[id].dtype) ==
+          def->dtypes.end()) {
+        return absl::InternalError(absl::StrCat(OpLabel(op), ": ", tensors[id].name, " is ",
+                                                DTypeName(tensors[id].dtype)));
+      }
+    }
+  } else if (!def->converts && !all.empty()) {
+    for (int id : all) {
+      if (tensors[id].dtype != tensors[all.front()].dtype) {
+        return absl::InternalError(absl::StrCat(OpLabel(op), ": ", tensors[id].name, " is ",
+                                                DTypeName(tensors[id].dtype), ", ",
+                                                tensors[all.front()].name, " is ",
+                                                DTypeName(tensors[all.front()].dtype)));
+      }
+    }
+  }
+  ops.push_back(std::move(op));
+  return absl::OkStatus();
+}
+
+int64_t Graph::NumElements(int id) const {
+  int64_t n = 1;
+  for (int64_t d : tensors[id].shape) n *= d;
+  return n;
+}
+
+std::vector<int> Graph::ParamIds() const {
+  std::vector<int> ids;
+  for (const Parameter& p : params) ids.push_back(p.tensor);
+  return ids;
+}
+
+bool Graph::IsParam(int id) const {
+  return std::any_of(params.begin(), params.end(), [&](const Parameter& p) { return p.tensor == id; });
+}
+
+int Graph::ChunkOf(const std::string& layer) const {
+  for (const Layer& l : layers) {
+    if (l.name == layer) return l.chunk;
+  }
+  return -1;
+}
+
+std::string OpLabel(const Op& op) {
+  return op.layer.empty() ? "op " + op.type : "op " + op.type + " (layer " + op.layer + ")";
+}
+
+Shape MicroShape(const Graph& g, const Tensor& t, int mb) {
+  Shape shape = t.shape;
+  if (g.micro_batches() > 1 && t.micro.is_shard()) {
+    shape[t.micro.axis] = ShardRange(t.shape[t.micro.axis], g.micro_batches(), mb).second;
+  }
+  return shape;
+}
+
+int64_t MicroOffset(const Graph& g, const Tensor& t, int mb) {
+  if (g.micro_batches() <= 1 || !t.micro.is_shard()) return 0;
+  return ShardRange(t.shape[t.micro.axis], g.micro_batches(), mb).first;
+}
+
+}  // namespace weft::planner

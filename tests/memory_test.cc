@@ -1,0 +1,85 @@
+// The memory the plan predicts is the memory the workers use: for a plain data-parallel job, a
+// tensor-parallel one and a pipelined one (the examples), `weftctl plan --json`'s largest
+// memory.peak_bytes over the ranks and the largest "peak_bytes" of `weftctl local --json`'s step
+// events (each the most any rank's allocator held during that step) agree within 5%. Both
+// figures are printed; bench/RESULTS.md records them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+
+#include "nlohmann/json.hpp"
+#include "tests/process.h"
+
+namespace weft::testing {
+namespace {
+
+struct Example {
+  std::string name;
+  std::string spec;
+};
+
+void PrintTo(const Example& e, std::ostream* os) { *os << e.name; }
+
+class MemoryTest : public ::testing::TestWithParam<Example> {};
+
+int64_t PlannedPeak(const std::string& spec) {
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", "--json", spec}, 120);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  int64_t peak = 0;
+  if (r.exit_code != 0) return peak;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  for (const nlohmann::json& rank : doc["ranks"]) {
+    peak = std::max(peak, rank["memory"]["peak_bytes"].get<int64_t>());
+  }
+  return peak;
+}
+
+// The largest peak_bytes of the job's steps; every step must report one.
+int64_t MeasuredPeak(const std::string& spec) {
+  CommandResult r = RunCommand(
+      {BinaryPath("client/weftctl"), "local", "--json", "--coordinator_bin",
+       BinaryPath("coordinator/weft-coordinator"), "--worker_bin", BinaryPath("worker/weft-worker"),
+       spec},
+      240);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  int64_t peak = 0;
+  int steps = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json event = nlohmann::json::parse(line);
+    if (event["type"] != "step") continue;
+    ++steps;
+    EXPECT_TRUE(event.contains("peak_bytes")) << line;
+    if (event.contains("peak_bytes")) peak = std::max(peak, event["peak_bytes"].get<int64_t>());
+  }
+  EXPECT_GT(steps, 0) << r.out;
+  return peak;
+}
+
+TEST_P(MemoryTest, MeasuredPeakIsThePlannedOne) {
+  const std::string spec = BinaryPath(GetParam().spec);
+  const int64_t planned = PlannedPeak(spec);
+  const int64_t measured = MeasuredPeak(spec);
+  std::printf("[memory] %-16s planned %lld B, measured %lld B (%+.2f%%)\n",
+              GetParam().name.c_str(), static_cast<long long>(planned),
+              static_cast<long long>(measured),
+              planned > 0 ? 100.0 * (measured - planned) / planned : 0.0);
+  ASSERT_GT(planned, 0);
+  EXPECT_GT(measured, 0);
+  EXPECT_LE(std::abs(static_cast<double>(measured - planned)), 0.05 * planned)
+      << "planned " << planned << " B, the workers' allocators held " << measured << " B";
+}
+
+INSTANTIATE_TEST_SUITE_P(Examples, MemoryTest,
+                         ::testing::Values(Example{"data_parallel", "examples/quickstart.yaml"},
+                                           Example{"tensor_parallel", "examples/tensor_parallel.yaml"},
+                                           Example{"pipeline", "examples/pipeline.yaml"}),
+                         [](const ::testing::TestParamInfo<Example>& info) {
+                           return info.param.name;
+                         });
+
+}  // namespace
+}  // namespace weft::testing

@@ -1,0 +1,106 @@
+#include "worker/comm/host_reduce.h"
+
+#include <type_traits>
+
+#include "common/dtype.h"
+
+namespace weft {
+namespace {
+
+// a + b modulo 2^bits: signed overflow is undefined in C++, unsigned wraps.
+template <typename Int>
+Int WrappingAdd(Int a, Int b) {
+  using U = std::make_unsigned_t<Int>;
+  return static_cast<Int>(static_cast<U>(a) + static_cast<U>(b));
+}
+
+template <typename Int>
+void SumInts(absl::Span<const void* const> inputs, int64_t n, void* out) {
+  Int* dst = static_cast<Int*>(out);
+  for (int64_t i = 0; i < n; ++i) {
+    Int acc = 0;
+    for (const void* in : inputs) acc = WrappingAdd(acc, static_cast<const Int*>(in)[i]);
+    dst[i] = acc;
+  }
+}
+
+}  // namespace
+
+void SumElements(absl::Span<const void* const> inputs, v1::DType dtype, int64_t n, int divisor,
+                 void* out) {
+  switch (dtype) {
+    case v1::F32: {
+      float* dst = static_cast<float*>(out);
+      for (int64_t i = 0; i < n; ++i) {
+        float acc = 0.0f;
+        for (const void* in : inputs) acc += static_cast<const float*>(in)[i];
+        dst[i] = divisor == 1 ? acc : acc / static_cast<float>(divisor);
+      }
+      return;
+    }
+    case v1::BF16: {
+      uint16_t* dst = static_cast<uint16_t*>(out);
+      for (int64_t i = 0; i < n; ++i) {
+        float acc = 0.0f;
+        for (const void* in : inputs) acc += Bf16BitsToFloat(static_cast<const uint16_t*>(in)[i]);
+        dst[i] = FloatToBf16Bits(divisor == 1 ? acc : acc / static_cast<float>(divisor));
+      }
+      return;
+    }
+    case v1::I32:
+      return SumInts<int32_t>(inputs, n, out);
+    case v1::I64:
+      return SumInts<int64_t>(inputs, n, out);
+    default:
+      return;  // CheckDType rejected it
+  }
+}
+
+void AddElements(const void* a, const void* b, v1::DType dtype, size_t n, void* out) {
+  switch (dtype) {
+    case v1::F32: {
+      const float* x = static_cast<const float*>(a);
+      const float* y = static_cast<const float*>(b);
+      float* z = static_cast<float*>(out);
+      for (size_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
+      return;
+    }
+    case v1::BF16: {
+      const uint16_t* x = static_cast<const uint16_t*>(a);
+      const uint16_t* y = static_cast<const uint16_t*>(b);
+      uint16_t* z = static_cast<uint16_t*>(out);
+      for (size_t i = 0; i < n; ++i) {
+        z[i] = FloatToBf16Bits(Bf16BitsToFloat(x[i]) + Bf16BitsToFloat(y[i]));
+      }
+      return;
+    }
+    case v1::I32: {
+      const int32_t* x = static_cast<const int32_t*>(a);
+      const int32_t* y = static_cast<const int32_t*>(b);
+      int32_t* z = static_cast<int32_t*>(out);
+      for (size_t i = 0; i < n; ++i) z[i] = WrappingAdd(x[i], y[i]);
+      return;
+    }
+    case v1::I64: {
+      const int64_t* x = static_cast<const int64_t*>(a);
+      const int64_t* y = static_cast<const int64_t*>(b);
+      int64_t* z = static_cast<int64_t*>(out);
+      for (size_t i = 0; i < n; ++i) z[i] = WrappingAdd(x[i], y[i]);
+      return;
+    }
+    default:
+      return;  // CheckDType rejected it
+  }
+}
+
+void ScaleElements(void* data, v1::DType dtype, int64_t n, float factor) {
+  if (dtype == v1::F32) {
+    float* x = static_cast<float*>(data);
+    for (int64_t i = 0; i < n; ++i) x[i] *= factor;
+  } else if (dtype == v1::BF16) {
+    uint16_t* x = static_cast<uint16_t*>(data);
+    for (int64_t i = 0; i < n; ++i) x[i] = FloatToBf16Bits(Bf16BitsToFloat(x[i]) * factor);
+  }
+}
+
+}  // namespace weft

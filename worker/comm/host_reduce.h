@@ -1,0 +1,39 @@
+// Host reduce: the element-wise arithmetic of the CPU transports' reductions, by dtype, so that
+// GlooCommunicator and LocalCommunicator round bf16 where their headers say and add integers
+// exactly. bf16 arithmetic is float32 arithmetic rounded back to bf16 (common/dtype.h); integer
+// sums wrap on overflow (two's complement). Averages of integers never get here: the
+// communicators reject them first (CheckReduce).
+//
+// E.g.
+//   // Gloo's ring: one rounding per hop.
+//   opts.setReduceFunction([](void* c, const void* a, const void* b, size_t n) {
+//     AddElements(a, b, v1::BF16, n, c);
+//   });
+//   // Every member's piece at once: one rounding.
+//   SumElements({x, y, z}, v1::BF16, n, /*divisor=*/1, out);
+#ifndef WEFT_WORKER_COMM_HOST_REDUCE_H_
+#define WEFT_WORKER_COMM_HOST_REDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/types/span.h"
+#include "weft/v1/job.pb.h"
+
+namespace weft {
+
+// out[i] = (inputs[0][i] + inputs[1][i] + ...) / divisor, n elements of `dtype`, added in the
+// order of `inputs`: F32 in float32; BF16 in float32, divided, then rounded to bf16 once; I32
+// and I64 exactly (divisor must be 1). `out` may be one of the inputs.
+void SumElements(absl::Span<const void* const> inputs, v1::DType dtype, int64_t n, int divisor,
+                 void* out);
+
+// out[i] = a[i] + b[i]; BF16 rounds each sum to bf16. `out` may be `a` or `b`.
+void AddElements(const void* a, const void* b, v1::DType dtype, size_t n, void* out);
+
+// data[i] *= factor for F32 and BF16 (rounded to bf16 again); integers are left alone.
+void ScaleElements(void* data, v1::DType dtype, int64_t n, float factor);
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_COMM_HOST_REDUCE_H_

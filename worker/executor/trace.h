@@ -1,0 +1,38 @@
+// The step's timeline (Program.trace): one span per maximal run of consecutive compute
+// instructions with the same phase, micro-batch and chunk ("F mb3 c0", "B mb3 c0", "optimizer",
+// "load mb3"), and one per SEND, RECV and collective ("send fc3.out to r2",
+// "all_reduce fc0.weight@grad"). Templates are built once at Create; RunTraced fills in the times.
+//
+// E.g.
+//   std::vector<v1::TraceSpan> templates = BuildSpanTemplates(program, &steps);
+//   RETURN_IF_ERROR(RunTraced(steps, templates, kernels, step, run_one, &spans));
+#ifndef WEFT_WORKER_EXECUTOR_TRACE_H_
+#define WEFT_WORKER_EXECUTOR_TRACE_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "weft/v1/program.pb.h"
+#include "weft/v1/service.pb.h"
+#include "worker/executor/step.h"
+#include "worker/kernels/kernels.h"
+
+namespace weft {
+
+// One template per span of the step, in order (name, category, micro-batch, chunk); sets each
+// step's span index into them.
+std::vector<v1::TraceSpan> BuildSpanTemplates(const v1::Program& program, std::vector<Step>* steps);
+
+// Runs every step through `run`, timing the spans into *spans (wall clock, Unix microseconds).
+// The kernels are synchronized at each span boundary so that an asynchronous backend's work
+// lands in the span that issued it. Errors name `step` (the step number).
+absl::Status RunTraced(const std::vector<Step>& steps,
+                       const std::vector<v1::TraceSpan>& templates, Kernels& kernels, int64_t step,
+                       const std::function<absl::Status(const Step&)>& run,
+                       std::vector<v1::TraceSpan>* spans);
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_EXECUTOR_TRACE_H_
