@@ -6,20 +6,6 @@
 
 namespace weft::coordinator {
 
-checkpoint::IndexedChunk ChunkFromProto(const v1::CheckpointChunk& chunk) {
-  checkpoint::IndexedChunk out;
-  out.tensor = chunk.tensor();
-  out.global_shape.assign(chunk.global_shape().begin(), chunk.global_shape().end());
-  out.chunk.offsets.assign(chunk.offsets().begin(), chunk.offsets().end());
-  out.chunk.lengths.assign(chunk.lengths().begin(), chunk.lengths().end());
-  out.chunk.file = chunk.file();
-  out.chunk.begin = chunk.begin();
-  out.chunk.end = chunk.end();
-  out.chunk.crc32c = chunk.crc32c();
-  out.dtype = chunk.dtype();
-  return out;
-}
-
 absl::StatusOr<std::optional<CompleteSave>> CheckpointAggregator::Add(
     const v1::CheckpointReport& report) {
   if (report.rank() < 0 || report.rank() >= world_size_) {
@@ -47,7 +33,9 @@ absl::StatusOr<std::optional<CompleteSave>> CheckpointAggregator::Add(
   CompleteSave save;
   save.step = report.step();
   for (const auto& [rank, r] : partial.by_rank) {
-    for (const v1::CheckpointChunk& c : r.chunks()) save.chunks.push_back(ChunkFromProto(c));
+    for (const v1::CheckpointChunk& c : r.chunks()) {
+      save.chunks.push_back(checkpoint::ChunkFromProto(c));
+    }
     save.bytes += r.bytes();
     save.write_seconds = std::max(save.write_seconds, r.seconds());
   }

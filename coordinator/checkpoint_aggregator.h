@@ -47,9 +47,6 @@ class CheckpointAggregator {
   std::set<int64_t> complete_;          // steps already yielded
 };
 
-// A reported chunk as the checkpoint library takes it.
-checkpoint::IndexedChunk ChunkFromProto(const v1::CheckpointChunk& chunk);
-
 }  // namespace weft::coordinator
 
 #endif  // WEFT_COORDINATOR_CHECKPOINT_AGGREGATOR_H_

@@ -83,16 +83,7 @@ v1::CheckpointReport ReportOf(int rank, int64_t step,
   r.set_rank(rank);
   r.set_step(step);
   for (const checkpoint::IndexedChunk& c : chunks) {
-    v1::CheckpointChunk* out = r.add_chunks();
-    out->set_tensor(c.tensor);
-    for (int64_t d : c.global_shape) out->add_global_shape(d);
-    for (int64_t d : c.chunk.offsets) out->add_offsets(d);
-    for (int64_t d : c.chunk.lengths) out->add_lengths(d);
-    out->set_file(c.chunk.file);
-    out->set_begin(c.chunk.begin);
-    out->set_end(c.chunk.end);
-    out->set_crc32c(c.chunk.crc32c);
-    out->set_dtype(c.dtype);
+    checkpoint::ChunkToProto(c, r.add_chunks());
     r.set_bytes(r.bytes() + c.chunk.end - c.chunk.begin);
   }
   return r;

@@ -1,8 +1,9 @@
 // A residual MLP end to end through the real daemons: a layer names its inputs (`inputs:`) and an
 // `add` layer sums them, so act0's output feeds both fc1 and the residual sum and its gradient is
 // the sum of both. Run on 1 rank, data-parallel on dp = 2 and tensor-parallel on mp = 2 (fc1
-// column-parallel, fc2 row-parallel inside the residual branch): per-step losses agree within
-// 1e-5 of each other and within 1e-4 of the independent float64 reference.
+// column-parallel, fc2 row-parallel inside the residual branch) and pipelined on pp = 2 with the
+// skip connection crossing the stages: per-step losses agree within 1e-5 of each other and within
+// 1e-4 of the independent float64 reference.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -49,9 +50,11 @@ struct ResidualJob {
     return job;
   }
 
-  // The spec on `mesh`; `fc1`/`fc2` are added inside those layers' mappings (placements).
+  // The spec on `mesh`; `fc1`/`fc2` are added inside those layers' mappings (placements),
+  // `extra` at the top level (a pipeline block).
   std::string WriteSpec(const std::string& file, const std::string& mesh,
-                        const std::string& fc1 = "", const std::string& fc2 = "") const {
+                        const std::string& fc1 = "", const std::string& fc2 = "",
+                        const std::string& extra = "") const {
     std::ostringstream s;
     s << "name: residual\n"
       << "mesh: " << mesh << "\n"
@@ -69,7 +72,8 @@ struct ResidualJob {
       << "optimizer: {type: adamw, lr: 0.01, betas: [0.9, 0.999], eps: 1.0e-8, "
          "weight_decay: 0.01}\n"
       << "train: {steps: 5, seed: 7}\n"
-      << "init_from: init.safetensors\n";
+      << "init_from: init.safetensors\n"
+      << extra;
     const std::string path = dir + "/" + file;
     std::ofstream(path) << s.str();
     return path;
@@ -160,6 +164,19 @@ TEST_F(ResidualTest, TensorParallelResidualBranchOnTwoRanks) {
                           ", placements: {weight: [Shard(0)]}"),
           kSteps),
       "mp=2");
+}
+
+TEST_F(ResidualTest, SkipConnectionAcrossPipelineStages) {
+  // Two stages split after act1 (the balanced cut): act0's output crosses to stage 1 for res1
+  // next to act1's, and res1's gradient comes back as a second term of act0's gradient.
+  const std::string spec = job_->WriteSpec(
+      "pp.yaml", "{shape: [2], dim_names: [pp]}", "", "",
+      "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\n");
+  const CommandResult plan = RunCommand({BinaryPath("client/weftctl"), "plan", spec}, 120);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("# act0.out to stage 1"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("# res1.out@grad from stage 1"), std::string::npos) << plan.out;
+  ExpectMatches(RunClusterLosses(*cluster_, spec, kSteps), "pp=2");
 }
 
 }  // namespace

@@ -193,16 +193,7 @@ absl::Status Task::SaveCheckpoint(Executor* executor, int64_t step) {
   report->set_step(step);
   int64_t bytes = 0;
   for (const checkpoint::IndexedChunk& c : *chunks) {
-    v1::CheckpointChunk* out = report->add_chunks();
-    out->set_tensor(c.tensor);
-    for (int64_t d : c.global_shape) out->add_global_shape(d);
-    for (int64_t d : c.chunk.offsets) out->add_offsets(d);
-    for (int64_t d : c.chunk.lengths) out->add_lengths(d);
-    out->set_file(c.chunk.file);
-    out->set_begin(c.chunk.begin);
-    out->set_end(c.chunk.end);
-    out->set_crc32c(c.chunk.crc32c);
-    out->set_dtype(c.dtype);
+    checkpoint::ChunkToProto(c, report->add_chunks());
     bytes += c.chunk.end - c.chunk.begin;
   }
   report->set_bytes(bytes);

@@ -945,5 +945,27 @@ TEST(IndexTest, SerializeParseRoundTrip) {
   EXPECT_EQ(Crc32c(canonical.data(), canonical.size()), stored);
 }
 
+TEST(ChunkProtoTest, EveryFieldSurvivesTheReport) {
+  IndexedChunk chunk;
+  chunk.tensor = "fc0.weight";
+  chunk.global_shape = {6, 8};
+  chunk.chunk = {{3, 0}, {3, 8}, "rank-1.safetensors", 96, 144, 0x89abcdefu};
+  chunk.dtype = v1::BF16;
+  v1::CheckpointChunk proto;
+  ChunkToProto(chunk, &proto);
+  EXPECT_EQ(proto.dtype(), v1::BF16);
+  EXPECT_EQ(proto.end(), 144);
+  const IndexedChunk back = ChunkFromProto(proto);
+  EXPECT_EQ(back.tensor, chunk.tensor);
+  EXPECT_EQ(back.global_shape, chunk.global_shape);
+  EXPECT_EQ(back.chunk.offsets, chunk.chunk.offsets);
+  EXPECT_EQ(back.chunk.lengths, chunk.chunk.lengths);
+  EXPECT_EQ(back.chunk.file, chunk.chunk.file);
+  EXPECT_EQ(back.chunk.begin, chunk.chunk.begin);
+  EXPECT_EQ(back.chunk.end, chunk.chunk.end);
+  EXPECT_EQ(back.chunk.crc32c, chunk.chunk.crc32c);
+  EXPECT_EQ(back.dtype, chunk.dtype);
+}
+
 }  // namespace
 }  // namespace weft::checkpoint

@@ -123,4 +123,30 @@ absl::StatusOr<std::vector<IndexedChunk>> WriteShard(const std::string& staging_
   return out;
 }
 
+void ChunkToProto(const IndexedChunk& chunk, v1::CheckpointChunk* out) {
+  out->set_tensor(chunk.tensor);
+  for (int64_t d : chunk.global_shape) out->add_global_shape(d);
+  for (int64_t d : chunk.chunk.offsets) out->add_offsets(d);
+  for (int64_t d : chunk.chunk.lengths) out->add_lengths(d);
+  out->set_file(chunk.chunk.file);
+  out->set_begin(chunk.chunk.begin);
+  out->set_end(chunk.chunk.end);
+  out->set_crc32c(chunk.chunk.crc32c);
+  out->set_dtype(chunk.dtype);
+}
+
+IndexedChunk ChunkFromProto(const v1::CheckpointChunk& chunk) {
+  IndexedChunk out;
+  out.tensor = chunk.tensor();
+  out.global_shape.assign(chunk.global_shape().begin(), chunk.global_shape().end());
+  out.chunk.offsets.assign(chunk.offsets().begin(), chunk.offsets().end());
+  out.chunk.lengths.assign(chunk.lengths().begin(), chunk.lengths().end());
+  out.chunk.file = chunk.file();
+  out.chunk.begin = chunk.begin();
+  out.chunk.end = chunk.end();
+  out.chunk.crc32c = chunk.crc32c();
+  out.dtype = chunk.dtype();
+  return out;
+}
+
 }  // namespace weft::checkpoint

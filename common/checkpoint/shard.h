@@ -21,6 +21,7 @@
 #include "common/checkpoint/index.h"
 #include "common/safetensors.h"
 #include "weft/v1/job.pb.h"
+#include "weft/v1/service.pb.h"
 
 namespace weft::checkpoint {
 
@@ -46,6 +47,10 @@ struct IndexedChunk {
 // returns its chunks with dtype, byte ranges and crc32c. Errors name the file and the tensor.
 absl::StatusOr<std::vector<IndexedChunk>> WriteShard(const std::string& staging_dir, int rank,
                                                      const std::vector<ShardPiece>& pieces);
+
+// A chunk as a CheckpointReport carries it from the worker to the coordinator, and back.
+void ChunkToProto(const IndexedChunk& chunk, v1::CheckpointChunk* out);
+IndexedChunk ChunkFromProto(const v1::CheckpointChunk& chunk);
 
 namespace internal {
 
