@@ -130,6 +130,15 @@ struct Graph {
   std::vector<Layer> layers;      // spec order
   OptimizerConfig optimizer;
   PipelineConfig pipeline;
+  // The reshards in the graph, by the tensor they read: the tensor each one makes, with the
+  // phase and layer of its op. A reshard of the same tensor to the same placements for another
+  // op of that phase and layer reads it rather than moving the bytes again (propagate.h).
+  struct Resharded {
+    int tensor = -1;
+    Phase phase = Phase::kForward;
+    std::string layer;
+  };
+  std::map<int, std::vector<Resharded>> resharded;
 
   int AddTensor(Tensor t) {
     tensors.push_back(std::move(t));

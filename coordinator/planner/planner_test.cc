@@ -345,6 +345,40 @@ TEST(PlannerTest, ColumnThenRowOnMpReducesOnceForwardAndOnceBackward) {
   }
 }
 
+TEST(PlannerTest, RowThenColumnReadsTheAllReducedGradientOnce) {
+  // col -> row -> col on mp=2: fc1's output gradient (from fc2's column-parallel dX) is
+  // Partial(sum). fc1's dX needs it Replicate; fc1's weight gradient then reads that same
+  // all-reduced tensor (x^T dy with x Shard(1) gives Shard(0), fc1.weight's own placement)
+  // rather than all-gathering fc1's input and reduce-scattering a full weight gradient, as
+  // Megatron's row-parallel layer does.
+  SpecBuilder b({2}, {"mp"});
+  // Weights larger than the activations (32 x 32 against a batch of 8), so that fc1's dX
+  // all-reduces its output gradient rather than all-gathering its weight.
+  b.Batch(8, {6}, {6}).Linear("fc0", 6, 32).Place("weight", {S(1)}).Place("bias", {S(0)});
+  b.Act("a0", "relu").Linear("fc1", 32, 32).Place("weight", {S(0)});
+  b.Linear("fc2", 32, 6).Place("weight", {S(1)}).Place("bias", {S(0)});
+  for (const v1::Program& p : MustPlan(b.Spec())) {
+    SCOPED_TRACE(p.rank());
+    for (const v1::Instruction* c : Collectives(p)) {
+      EXPECT_NE(p.buffers(c->inputs(0)).name(), "a0.out") << "fc1's input gathered again";
+      EXPECT_NE(c->op(), v1::Instruction::REDUCE_SCATTER) << c->comment();
+    }
+    int reads_of_reduced = 0, dy_reduces = 0;
+    for (int i = 0; i < p.instructions_size(); ++i) {
+      const v1::Instruction& ins = p.instructions(i);
+      if (ins.op() != v1::Instruction::ALL_REDUCE) continue;
+      if (p.buffers(ins.inputs(0)).name() != "fc1.out@grad") continue;
+      ++dy_reduces;
+      for (int j = i + 1; j < p.instructions_size(); ++j) {
+        if (p.instructions(j).op() != v1::Instruction::MATMUL) continue;
+        for (int in : p.instructions(j).inputs()) reads_of_reduced += in == ins.outputs(0);
+      }
+    }
+    EXPECT_EQ(dy_reduces, 1);
+    EXPECT_EQ(reads_of_reduced, 2) << "fc1's dX and dW both read the all-reduced gradient";
+  }
+}
+
 TEST(PlannerTest, DpTwoByMpTwoWithTheSeedPlacements) {
   // mesh [2,2](dp,mp); fc0.weight [R, S(1)] (bias [R, S(0)]), fc1.weight [R, S(0)], batch
   // [S(0), R]: the seed's hybrid data x tensor parallel MLP.

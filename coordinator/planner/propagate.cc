@@ -10,6 +10,15 @@ absl::StatusOr<int> AppendReshard(Graph* g, int id, const DistAttr& target, cons
                                   Phase phase, std::string layer) {
   const Tensor& in = g->tensors[id];
   if (in.dist && *in.dist == target && in.micro == micro) return id;
+  auto made = g->resharded.find(id);
+  if (made != g->resharded.end()) {
+    for (const Graph::Resharded& r : made->second) {
+      const Tensor& t = g->tensors[r.tensor];
+      if (r.phase == phase && r.layer == layer && *t.dist == target && t.micro == micro) {
+        return r.tensor;
+      }
+    }
+  }
   Tensor t = in;
   std::string from = t.dist ? t.dist->ToString() : "[unplaced]";
   std::string to = target.ToString();
@@ -20,6 +29,7 @@ absl::StatusOr<int> AppendReshard(Graph* g, int id, const DistAttr& target, cons
   t.dist = target;
   t.micro = micro;
   const int out = g->AddTensor(std::move(t));
+  g->resharded[id].push_back({out, phase, layer});
   Op op{"reshard", {id}, {out}, std::move(layer), phase};
   op.comment = absl::StrCat(g->tensors[id].name, ": ", from, "->", to);
   RETURN_IF_ERROR(g->AddOp(std::move(op)));

@@ -33,7 +33,11 @@ absl::Status PlaceOps(const RuleRegistry& registry, Graph* g);
 
 // Appends `reshard` of tensor `id` to `target` over the mesh and `micro` over micro-batches
 // (no-op when equal) and returns the id holding the result: a new tensor with the same name,
-// shape, dtype and role.
+// shape, dtype and role. When an op of the same phase and layer already resharded `id` to the
+// same placements, returns that op's result instead (Megatron's row-parallel weight gradient
+// reads the output gradient its input gradient all-reduced, rather than all-gathering its input
+// again); reuse stays within a layer and a phase, so it never keeps a value alive across the
+// forward and backward passes or moves it between pipeline stages.
 // `layer` is taken by value: callers often name a tensor's own layer, a reference into g->tensors,
 // which adding the result's tensor may move.
 absl::StatusOr<int> AppendReshard(Graph* g, int id, const DistAttr& target, const Placement& micro,

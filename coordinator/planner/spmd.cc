@@ -35,6 +35,19 @@ bool SearchMakes(const Placement& from, const Placement& to, bool update_op) {
   return true;
 }
 
+// Whether an op of op's phase and layer already resharded tensor `id` to `to` on mesh dim d: that
+// move is free for op (AppendReshard reuses the result when its placements all match).
+bool ReshardedOnDim(const Graph& g, const Op& op, int id, int d, const Placement& to) {
+  auto made = g.resharded.find(id);
+  if (made == g.resharded.end()) return false;
+  for (const Graph::Resharded& r : made->second) {
+    if (r.phase == op.phase && r.layer == op.layer && g.tensors[r.tensor].dist->placement(d) == to) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status RuleRegistry::Register(const std::string& op_type, OpRule rule) {
@@ -156,6 +169,7 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
     auto [best, key] = pick(
         [&](size_t i, const Placement& from, const Placement& to) -> std::optional<double> {
           if (!SearchMakes(from, to, !in_place.empty())) return std::nullopt;
+          if (from != to && ReshardedOnDim(g, op, op.inputs[i], d, to)) return 0.0;
           const Tensor& t = g.tensors[op.inputs[i]];
           const int64_t bytes =
               DTypeSize(t.dtype) * t.dist->MaxLocalElements(MicroShape(g, t, g.micro_batches() - 1));
