@@ -1,17 +1,20 @@
 // `weftctl ckpt`: a sharded checkpoint looked at without any daemon. inspect lists its tensors,
 // chunks and files; verify reads every chunk and checks its crc32c
 // (CheckpointReader::VerifyEach); export writes one consolidated safetensors file that Hugging
-// Face and PyTorch users load directly.
+// Face and PyTorch users load directly: the parameters (and, when asked, the optimizer states)
+// under Weft's names, or a transformer as a Hugging Face model (safetensors + config.json).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::string step_dir, checkpoint::ResolveStepDir("ckpt"));  // ckpt/step-300
 //   ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader,
 //                    checkpoint::CheckpointReader::Open(step_dir));
 //   std::cout << FormatCheckpointText(reader);
-//   RETURN_IF_ERROR(ExportCheckpoint(reader, "model.safetensors"));
+//   ASSIGN_OR_RETURN(ExportSummary s, ExportCheckpoint(reader, "out/model.safetensors",
+//                                                      {ExportOptions::Format::kHf}));
 #ifndef WEFT_CLIENT_CKPT_H_
 #define WEFT_CLIENT_CKPT_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,11 +33,39 @@ std::string FormatCheckpointText(const checkpoint::CheckpointReader& reader);
 //  "files": [{"name", "bytes"}], "tensor_bytes", "file_bytes"}
 std::string FormatCheckpointJson(const checkpoint::CheckpointReader& reader);
 
-// Writes every tensor whole, by its global name and in its dtype, into one safetensors file
-// (metadata {"format": "pt", "weft_step": N}), one tensor in memory at a time, to a temporary
-// file in the same folder that is fsynced and renamed onto out_path.
-absl::Status ExportCheckpoint(const checkpoint::CheckpointReader& reader,
-                              const std::string& out_path);
+// What `weftctl ckpt export` writes.
+struct ExportOptions {
+  // weft: every tensor under its checkpoint name and shape. hf: a Hugging Face model of a
+  // transformer job (model.arch gpt2 | llama): parameters only, in Hugging Face's layouts (the
+  // index metadata "hf_shapes"), plus config.json (metadata "hf_config", with torch_dtype the
+  // parameters' dtype) in the output's folder. The coordinator records that metadata at every
+  // commit (coordinator/planner/arch/hf_export.h); a checkpoint without it is an error naming it.
+  enum class Format { kWeft, kHf };
+  Format format = Format::kWeft;
+  // weft: also the optimizer states ("fc0.weight/adamw.m", CheckpointStateName), which only
+  // Weft's resume reads. hf never writes them.
+  bool with_optimizer = false;
+};
+
+// What an export wrote, for its message.
+struct ExportSummary {
+  int64_t tensors = 0;
+  int64_t optimizer_states_left_out = 0;
+  std::string config_path;  // hf: the config.json written; else empty
+};
+
+// Writes the chosen tensors whole, in their dtypes, into one safetensors file (metadata
+// {"format": "pt", "weft_step": N}), one tensor in memory at a time, to a temporary file in the
+// same folder that is fsynced and renamed onto out_path. A damaged checkpoint (a chunk's crc32c,
+// missing file, inconsistent metadata) writes nothing: hf's config.json is written only once every
+// tensor has been read, just before the rename.
+absl::StatusOr<ExportSummary> ExportCheckpoint(const checkpoint::CheckpointReader& reader,
+                                               const std::string& out_path,
+                                               const ExportOptions& options = {});
+
+// Whether `name` is an optimizer state of the checkpoint: "<param>/<optimizer>.<state>" with
+// <param> one of its tensors.
+bool IsOptimizerState(const checkpoint::Index& index, const std::string& name);
 
 }  // namespace weft::client
 

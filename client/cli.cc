@@ -26,6 +26,7 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
       {"trace", {2, 2, "JOB FILE"}},      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT"}},
+      {"data", {2, 3, "tokenize --bytes IN OUT or inspect FILE"}},
   };
   return *commands;
 }
@@ -47,6 +48,9 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"trace", {true, {"local"}}},
       {"device", {true, {"local"}}},
       {"reason", {true, {"cancel"}}},
+      {"bytes", {false, {"data"}}},
+      {"format", {true, {"data", "ckpt"}}},
+      {"with_optimizer", {false, {"ckpt"}}},
       {"list_ranks", {true, {"plan"}}},
       {"help", {false, {}}},
   };
@@ -139,6 +143,20 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
       cl.watch = *v;
+    } else if (name == "bytes") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.bytes = *v;
+    } else if (name == "format") {
+      if (value.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--format: needs ", cl.command == "ckpt" ? "weft or hf" : "llmc, raw_u16 or megatron"));
+      }
+      cl.format = value;
+    } else if (name == "with_optimizer") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.with_optimizer = *v;
     } else if (name == "keep_tmp") {
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
@@ -222,6 +240,42 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     if (cl.json && sub != "inspect") {
       return absl::InvalidArgumentError("--json applies to 'ckpt inspect' only");
     }
+    if (sub != "export" && (!cl.format.empty() || cl.with_optimizer)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          !cl.format.empty() ? "--format" : "--with-optimizer", " applies to 'ckpt export' only"));
+    }
+    if (!cl.format.empty() && cl.format != "weft" && cl.format != "hf") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--format: unknown checkpoint export format \"", cl.format, "\"; known: weft, hf"));
+    }
+    if (cl.format == "hf" && cl.with_optimizer) {
+      return absl::InvalidArgumentError(
+          "--with-optimizer: a Hugging Face export (--format hf) holds parameters only");
+    }
+  }
+  if (cl.command == "data") {
+    const std::string& sub = cl.positional[0];
+    if (sub != "tokenize" && sub != "inspect") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown 'data' command '", sub, "'; known: tokenize, inspect"));
+    }
+    const bool tokenize = sub == "tokenize";
+    if (n != (tokenize ? 3 : 2)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'data ", sub, "' takes ", tokenize ? "IN OUT.bin" : "one FILE"));
+    }
+    if (tokenize && !cl.bytes) {
+      return absl::InvalidArgumentError(
+          "'data tokenize' needs --bytes (byte-level tokens, vocab 256: the one tokenizer "
+          "weftctl has)");
+    }
+    if (!tokenize && cl.bytes) {
+      return absl::InvalidArgumentError("--bytes applies to 'data tokenize' only");
+    }
+    if (tokenize && !cl.format.empty()) {
+      return absl::InvalidArgumentError(
+          "--format applies to 'data inspect' only ('data tokenize' writes llmc)");
+    }
   }
   return cl;
 }
@@ -265,8 +319,19 @@ Commands:
                                    crc32c); the files and their sizes; the totals
   ckpt verify DIR                  read every chunk and check its crc32c and that each tensor
                                    is covered; exits 1 naming each bad tensor and file
-  ckpt export DIR OUT.safetensors  write every tensor whole (its dtype, by global name) into one
-                                   safetensors file, atomically
+  ckpt export DIR OUT.safetensors  write the parameters whole (their dtype, by global name) into
+       [--with-optimizer]          one safetensors file, atomically; --with-optimizer: the
+       [--format weft|hf]          optimizer states too (fc0.weight/adamw.m, for Weft's resume).
+                                   --format hf (a gpt2 or llama job's checkpoint): a Hugging Face
+                                   model: the parameters in Hugging Face's names, layouts and
+                                   dtypes, and config.json beside OUT (in its folder), for
+                                   from_pretrained or init_from
+  data tokenize --bytes IN OUT.bin write IN as byte-level tokens (each byte one token, vocab
+                                   256) to OUT.bin, an llm.c token file (data.source: tokens,
+                                   format llmc), atomically
+  data inspect FILE [--format F]   a token file's format, token count and first tokens; F:
+                                   llmc (default), raw_u16, or megatron (FILE the prefix of
+                                   FILE.idx and FILE.bin)
   help                             this text
 
 Flags:

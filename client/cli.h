@@ -21,8 +21,9 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 
 struct CommandLine {
   std::string command;  // submit | get | list | cancel | watch | workers | local | plan | trace |
-                        // ckpt | help
-  // ckpt: positional[0] is inspect | verify | export, checked with its arguments.
+                        // ckpt | data | help
+  // ckpt: positional[0] is inspect | verify | export; data: tokenize | inspect; each checked
+  // with its arguments.
   std::vector<std::string> positional;  // after the command
   std::string coordinator;              // HOST:PORT
   bool json = false;
@@ -34,6 +35,10 @@ struct CommandLine {
   std::string trace;                    // local: record a timeline and write it to this file
   std::string device;                   // local: cpu | cuda, overrides the spec's device
   std::string reason;                   // cancel
+  bool bytes = false;                   // data tokenize: byte-level tokens (the only tokenizer)
+  std::string format;                   // data inspect: llmc | raw_u16 | megatron; ckpt export:
+                                        // weft | hf
+  bool with_optimizer = false;          // ckpt export: the optimizer states too
   // plan: the ranks listed in full (empty: the default, every rank of up to 16, else one per
   // pipeline stage); list_all_ranks: every rank.
   std::vector<int> list_ranks;

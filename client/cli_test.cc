@@ -186,5 +186,27 @@ TEST(CliTest, CkptSubcommands) {
   EXPECT_THAT(Parse({"ckpt", "inspect"}).status().message(), HasSubstr("'ckpt' needs"));
 }
 
+TEST(CliTest, DataSubcommands) {
+  absl::StatusOr<CommandLine> cl = Parse({"data", "tokenize", "--bytes", "in.txt", "out.bin"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->command, "data");
+  EXPECT_THAT(cl->positional, ElementsAre("tokenize", "in.txt", "out.bin"));
+  EXPECT_TRUE(cl->bytes);
+  cl = Parse({"data", "inspect", "train", "--format", "megatron"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->positional, ElementsAre("inspect", "train"));
+  EXPECT_EQ(cl->format, "megatron");
+  EXPECT_THAT(Parse({"data", "tokenize", "in.txt", "out.bin"}).status().message(),
+              HasSubstr("'data tokenize' needs --bytes"));
+  EXPECT_THAT(Parse({"data", "tokenize", "--bytes", "--format", "llmc", "a", "b"}).status().message(),
+              HasSubstr("--format applies to 'data inspect' only"));
+  EXPECT_THAT(Parse({"data", "inspect", "a", "b"}).status().message(),
+              HasSubstr("'data inspect' takes one FILE"));
+  EXPECT_THAT(Parse({"data", "x", "a"}).status().message(),
+              HasSubstr("unknown 'data' command 'x'"));
+  EXPECT_THAT(Parse({"plan", "j.yaml", "--bytes"}).status().message(),
+              HasSubstr("--bytes does not apply to 'plan'"));
+}
+
 }  // namespace
 }  // namespace weft::client

@@ -2,17 +2,16 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 
+#include "common/testing_files.h"
 #include "coordinator/planner/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -23,18 +22,10 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 class PlanTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/plan_test_", getpid(), "_",
+    dir_ = absl::StrCat(TestTmpDir(), "/plan_test_", getpid(), "_",
                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
   }
@@ -44,7 +35,7 @@ class PlanTest : public ::testing::Test {
   std::string Edited(const std::string& example,
                      const std::vector<std::pair<std::string, std::string>>& replace,
                      const std::string& name) {
-    const std::string text = ReadFile(example);
+    const std::string text = ReadAll(example);
     const std::string edited = absl::StrReplaceAll(text, replace);
     for (const auto& [from, to] : replace) {
       EXPECT_THAT(text, HasSubstr(from)) << "the example changed; update this test";

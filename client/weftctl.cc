@@ -1,7 +1,7 @@
 // weftctl: the command line of Weft. Submits, watches, lists and cancels jobs on a coordinator,
 // `weftctl local` runs a job on a coordinator and workers it starts itself, and `weftctl plan`
 // shows what each rank would do without any daemon; `weftctl ckpt` inspects, verifies and exports
-// checkpoints. See UsageText()
+// checkpoints; `weftctl data` makes and inspects token files. See UsageText()
 // in cli.cc for the commands.
 #include <pthread.h>
 #include <signal.h>
@@ -24,6 +24,7 @@
 #include "client/ckpt.h"
 #include "client/cli.h"
 #include "client/coordinator_client.h"
+#include "client/data.h"
 #include "client/event_format.h"
 #include "client/local_cluster.h"
 #include "client/plan.h"
@@ -364,10 +365,42 @@ int RunCkpt(const CommandLine& cl) {
                            bytes, " bytes checked"));
     return 0;
   }
-  absl::Status s = ExportCheckpoint(*reader, cl.positional[2]);
-  if (!s.ok()) return Fail(s);
-  PrintLine(absl::StrCat("wrote ", cl.positional[2], ": ", reader->index().tensors.size(),
-                         " tensor(s) from ", *step_dir));
+  ExportOptions options;
+  options.format = cl.format == "hf" ? ExportOptions::Format::kHf : ExportOptions::Format::kWeft;
+  options.with_optimizer = cl.with_optimizer;
+  absl::StatusOr<ExportSummary> summary = ExportCheckpoint(*reader, cl.positional[2], options);
+  if (!summary.ok()) return Fail(summary.status());
+  std::string line = absl::StrCat("wrote ", cl.positional[2], ": ", summary->tensors,
+                                  " tensor(s) from ", *step_dir);
+  if (!summary->config_path.empty()) {
+    absl::StrAppend(&line, " in Hugging Face's layout, and ", summary->config_path);
+  }
+  if (summary->optimizer_states_left_out > 0) {
+    const bool hf = options.format == ExportOptions::Format::kHf;
+    absl::StrAppend(&line, " (", summary->optimizer_states_left_out,
+                    " optimizer state(s) left out", hf ? ")" : "; --with-optimizer writes them)");
+  }
+  PrintLine(line);
+  return 0;
+}
+
+int RunData(const CommandLine& cl) {
+  if (cl.positional[0] == "tokenize") {
+    const std::string& in = cl.positional[1];
+    const std::string& out = cl.positional[2];
+    absl::StatusOr<int64_t> tokens = TokenizeBytes(in, out);
+    if (!tokens.ok()) return Fail(tokens.status());
+    PrintLine(absl::StrCat("wrote ", out, ": ", *tokens, " tokens (llmc, byte-level, vocab ",
+                           kByteVocabSize, ") from ", in));
+    return 0;
+  }
+  absl::StatusOr<TokenFormat> format = ParseTokenFormat(cl.format);
+  if (!format.ok()) return Fail(Annotate(format.status(), "--format"));
+  absl::StatusOr<TokenFile> file = TokenFile::Open(cl.positional[1], *format);
+  if (!file.ok()) return Fail(file.status());
+  absl::StatusOr<std::string> text = FormatTokenFileText(*file);
+  if (!text.ok()) return Fail(text.status());
+  std::cout << *text << std::flush;
   return 0;
 }
 
@@ -393,6 +426,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "plan") return RunPlan(*cl);
   if (cl->command == "trace") return RunTrace(*cl);
   if (cl->command == "ckpt") return RunCkpt(*cl);
+  if (cl->command == "data") return RunData(*cl);
   std::cerr << "weftctl: unknown command " << cl->command << "\n";
   return 2;
 }

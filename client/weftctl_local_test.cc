@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -15,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "client/weftctl_runner.h"
 #include "common/subprocess.h"
+#include "common/testing_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -25,18 +26,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::weft::ExitStatus;
 using ::weft::PollUntil;
+using ::weft::ReadAll;
 using ::weft::Subprocess;
 using ::weft::SubprocessOptions;
 
 std::string g_weftctl;
 std::string g_fake_coordinator;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
@@ -53,7 +48,7 @@ int CountProcesses(const std::vector<std::string>& argv) {
   DIR* proc = opendir("/proc");
   while (dirent* d = readdir(proc)) {
     if (d->d_name[0] < '0' || d->d_name[0] > '9') continue;
-    if (ReadFile(std::string("/proc/") + d->d_name + "/cmdline") == want) ++n;
+    if (ReadAll(std::string("/proc/") + d->d_name + "/cmdline") == want) ++n;
   }
   closedir(proc);
   return n;
@@ -62,10 +57,7 @@ int CountProcesses(const std::vector<std::string>& argv) {
 class WeftctlLocalTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/weftctl_local_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
+    dir_ = weft::client::FreshTestDir("weftctl_local_");
     std::filesystem::create_directories(dir_ + "/tmp");
     // The stand-in worker runs until it is stopped; its argv identifies it in /proc.
     sleep_seconds_ = std::to_string(1000 + getpid() % 1000);
@@ -76,7 +68,7 @@ class WeftctlLocalTest : public ::testing::Test {
 
   // The quickstart spec renamed (the fake coordinator scripts jobs by name).
   std::string Spec(const std::string& name) {
-    std::string text = ReadFile("examples/quickstart.yaml");
+    std::string text = ReadAll("examples/quickstart.yaml");
     const size_t at = text.find("name: quickstart");
     text.replace(at, std::string("name: quickstart").size(), "name: " + name);
     const std::string path = dir_ + "/" + name + ".yaml";
@@ -127,9 +119,9 @@ class WeftctlLocalTest : public ::testing::Test {
 
 TEST_F(WeftctlLocalTest, RunsAJobAndPrintsJsonLines) {
   Subprocess& weftctl = Start(LocalArgs(Spec("quickstart")));
-  EXPECT_EQ(Wait(weftctl, 60), 0) << ReadFile(dir_ + "/err");
-  const std::vector<std::string> lines = Lines(ReadFile(dir_ + "/out"));
-  ASSERT_EQ(lines.size(), 12u) << ReadFile(dir_ + "/out");
+  EXPECT_EQ(Wait(weftctl, 60), 0) << ReadAll(dir_ + "/err");
+  const std::vector<std::string> lines = Lines(ReadAll(dir_ + "/out"));
+  ASSERT_EQ(lines.size(), 12u) << ReadAll(dir_ + "/out");
   EXPECT_EQ(lines[0], "{\"type\":\"state\",\"state\":\"RUNNING\"}");
   for (int s = 1; s <= 10; ++s) {
     const nlohmann::json j = nlohmann::json::parse(lines[s]);
@@ -145,11 +137,11 @@ TEST_F(WeftctlLocalTest, RunsAJobAndPrintsJsonLines) {
 TEST_F(WeftctlLocalTest, FailedJobExitsOneAndShowsLogs) {
   Subprocess& weftctl = Start(LocalArgs(Spec("fail")));
   EXPECT_EQ(Wait(weftctl, 60), 1);
-  const std::vector<std::string> lines = Lines(ReadFile(dir_ + "/out"));
+  const std::vector<std::string> lines = Lines(ReadAll(dir_ + "/out"));
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back(),
             "{\"type\":\"state\",\"state\":\"FAILED\",\"message\":\"rank 1: scripted failure\"}");
-  const std::string err = ReadFile(dir_ + "/err");
+  const std::string err = ReadAll(dir_ + "/err");
   EXPECT_THAT(err, HasSubstr("coordinator.log <=="));
   EXPECT_THAT(err, HasSubstr("fake_coordinator: listening on port"));
   EXPECT_THAT(err, HasSubstr("worker-3.log <=="));
@@ -159,15 +151,15 @@ TEST_F(WeftctlLocalTest, FailedJobExitsOneAndShowsLogs) {
 TEST_F(WeftctlLocalTest, InterruptStopsEverything) {
   Subprocess& weftctl = Start(LocalArgs(Spec("hang")));
   (void)PollUntil(
-      [&] { return ReadFile(dir_ + "/out").find("\"step\":1") != std::string::npos; },
+      [&] { return ReadAll(dir_ + "/out").find("\"step\":1") != std::string::npos; },
       absl::Seconds(60));
-  ASSERT_THAT(ReadFile(dir_ + "/out"), HasSubstr("\"step\":1")) << ReadFile(dir_ + "/err");
+  ASSERT_THAT(ReadAll(dir_ + "/out"), HasSubstr("\"step\":1")) << ReadAll(dir_ + "/err");
   // The fake coordinator does not wait for the workers: one may still be exec'ing its sleep.
   (void)PollUntil([&] { return CountProcesses({"sleep", sleep_seconds_}) == 4; },
                   absl::Seconds(30));
   EXPECT_EQ(CountProcesses({"sleep", sleep_seconds_}), 4);
   weftctl.Signal(SIGINT);
-  EXPECT_EQ(Wait(weftctl, 30), 130) << ReadFile(dir_ + "/err");
+  EXPECT_EQ(Wait(weftctl, 30), 130) << ReadAll(dir_ + "/err");
   ExpectNothingLeft();
 }
 
@@ -194,16 +186,16 @@ void ExpectChromeTrace(const std::string& text, int ranks) {
 TEST_F(WeftctlLocalTest, TraceFlagWritesAChromeTrace) {
   std::vector<std::string> args = LocalArgs(Spec("quickstart"));
   args.insert(args.begin() + 1, {"--trace", dir_ + "/trace.json"});
-  EXPECT_EQ(Wait(Start(args), 60), 0) << ReadFile(dir_ + "/err");
-  EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("wrote the trace to " + dir_ + "/trace.json"));
-  ExpectChromeTrace(ReadFile(dir_ + "/trace.json"), 4);
+  EXPECT_EQ(Wait(Start(args), 60), 0) << ReadAll(dir_ + "/err");
+  EXPECT_THAT(ReadAll(dir_ + "/err"), HasSubstr("wrote the trace to " + dir_ + "/trace.json"));
+  ExpectChromeTrace(ReadAll(dir_ + "/trace.json"), 4);
   ExpectNothingLeft();
 
   // A failed job still leaves its trace.
   args = LocalArgs(Spec("fail"));
   args.insert(args.begin() + 1, {"--trace", dir_ + "/failed.json"});
   EXPECT_EQ(Wait(Start(args), 60), 1);
-  ExpectChromeTrace(ReadFile(dir_ + "/failed.json"), 4);
+  ExpectChromeTrace(ReadAll(dir_ + "/failed.json"), 4);
   ExpectNothingLeft();
 }
 
@@ -211,7 +203,7 @@ TEST_F(WeftctlLocalTest, MissingCoordinatorBinaryIsAClearError) {
   Subprocess& weftctl = Start({"local", "--coordinator_bin", dir_ + "/nope", "--worker_bin",
                                worker_, Spec("quickstart")});
   EXPECT_EQ(Wait(weftctl, 30), 1);
-  EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("weftctl: NOT_FOUND: "));
+  EXPECT_THAT(ReadAll(dir_ + "/err"), HasSubstr("weftctl: NOT_FOUND: "));
   ExpectNothingLeft();
 }
 
@@ -231,39 +223,39 @@ TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
     args.insert(args.begin(), {"--coordinator", address});
     return Wait(Start(args), 30);
   };
-  EXPECT_EQ(run({"submit", Spec("quickstart")}), 0) << ReadFile(dir_ + "/err");
-  EXPECT_EQ(ReadFile(dir_ + "/out"), "job-1\n");
+  EXPECT_EQ(run({"submit", Spec("quickstart")}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_EQ(ReadAll(dir_ + "/out"), "job-1\n");
   EXPECT_EQ(run({"submit", Spec("fail"), "--watch"}), 1);
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("step 10/10  loss 0.0333333  3,200 samples/s"));
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("state FAILED: rank 1: scripted failure"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("step 10/10  loss 0.0333333  3,200 samples/s"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("state FAILED: rank 1: scripted failure"));
   EXPECT_EQ(run({"watch", "job-1", "--json"}), 0);
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("{\"type\":\"state\",\"state\":\"SUCCEEDED\"}"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("{\"type\":\"state\",\"state\":\"SUCCEEDED\"}"));
   EXPECT_EQ(run({"list"}), 0);
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("job-2  fail"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("job-2  fail"));
   EXPECT_EQ(run({"get", "job-1"}), 0);
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("name:     quickstart"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("name:     quickstart"));
   EXPECT_EQ(run({"get", "job-9"}), 1);
-  EXPECT_EQ(ReadFile(dir_ + "/err"), "weftctl: NOT_FOUND: no job job-9\n");
+  EXPECT_EQ(ReadAll(dir_ + "/err"), "weftctl: NOT_FOUND: no job job-9\n");
   EXPECT_EQ(run({"cancel", "job-1"}), 0);
-  EXPECT_EQ(ReadFile(dir_ + "/out"), "job-1 CANCELLED\n");
+  EXPECT_EQ(ReadAll(dir_ + "/out"), "job-1 CANCELLED\n");
   EXPECT_EQ(run({"workers"}), 0);
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("w-63"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("w-63"));
   // trace: a job submitted without trace is a clear error; with it, a file.
   EXPECT_EQ(run({"trace", "job-1", dir_ + "/t.json"}), 1);
-  EXPECT_THAT(ReadFile(dir_ + "/err"), HasSubstr("FAILED_PRECONDITION: job job-1 was not submitted"));
+  EXPECT_THAT(ReadAll(dir_ + "/err"), HasSubstr("FAILED_PRECONDITION: job job-1 was not submitted"));
   {
-    std::string text = ReadFile(Spec("traced"));
+    std::string text = ReadAll(Spec("traced"));
     std::ofstream(dir_ + "/traced.yaml") << text << "trace: true\n";
   }
-  EXPECT_EQ(run({"submit", dir_ + "/traced.yaml"}), 0) << ReadFile(dir_ + "/err");
-  EXPECT_EQ(ReadFile(dir_ + "/out"), "job-3\n");
-  EXPECT_EQ(run({"trace", "job-3", dir_ + "/t.json"}), 0) << ReadFile(dir_ + "/err");
-  EXPECT_THAT(ReadFile(dir_ + "/out"), HasSubstr("4 ranks, 80 spans"));
-  ExpectChromeTrace(ReadFile(dir_ + "/t.json"), 4);
+  EXPECT_EQ(run({"submit", dir_ + "/traced.yaml"}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_EQ(ReadAll(dir_ + "/out"), "job-3\n");
+  EXPECT_EQ(run({"trace", "job-3", dir_ + "/t.json"}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("4 ranks, 80 spans"));
+  ExpectChromeTrace(ReadAll(dir_ + "/t.json"), 4);
   (*coord)->Signal(SIGKILL);
   (*coord)->Wait();
   EXPECT_EQ(run({"list"}), 1);
-  EXPECT_THAT(ReadFile(dir_ + "/err"),
+  EXPECT_THAT(ReadAll(dir_ + "/err"),
               HasSubstr("weftctl: UNAVAILABLE: cannot reach coordinator at " + address));
 }
 

@@ -2,17 +2,17 @@
 // the Chrome trace parses, has one named process per rank, every slice carries its micro-batch
 // and chunk, and the slices measure real time (positive durations that add up to a part of the
 // job's run). No test asserts how long anything takes.
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/subprocess.h"
+#include "client/weftctl_runner.h"
+#include "common/testing_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -20,24 +20,14 @@
 namespace {
 
 using ::testing::HasSubstr;
+using ::weft::ReadAll;
 
 std::string g_weftctl, g_coordinator, g_worker;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 class WeftctlTraceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = std::string(tmp != nullptr ? tmp : "/tmp") + "/weftctl_trace_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
+    dir_ = weft::client::FreshTestDir("weftctl_trace_");
   }
 
   // Runs weftctl with args; returns its exit status (-1 if it did not exit within 240 s), stdout
@@ -56,8 +46,8 @@ class WeftctlTraceTest : public ::testing::Test {
     }
     const std::optional<weft::ExitStatus> exit = (*weftctl)->WaitFor(absl::Seconds(240));
     weftctl->reset();  // stops it if it still runs
-    out_ = ReadFile(dir_ + "/out");
-    err_ = ReadFile(dir_ + "/err");
+    out_ = ReadAll(dir_ + "/out");
+    err_ = ReadAll(dir_ + "/err");
     return exit.has_value() && exit->exited() ? exit->code : -1;
   }
 
@@ -92,7 +82,7 @@ TEST_F(WeftctlTraceTest, LocalTraceIsAChromeTraceOfRealTime) {
       << err_;
   EXPECT_THAT(err_, HasSubstr("wrote the trace to " + trace_path));
 
-  const nlohmann::json doc = nlohmann::json::parse(ReadFile(trace_path));
+  const nlohmann::json doc = nlohmann::json::parse(ReadAll(trace_path));
   std::map<int, std::string> process_names;
   std::map<int, int64_t> busy_us, spans;
   std::set<std::string> categories;

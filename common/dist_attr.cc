@@ -12,7 +12,14 @@ absl::StatusOr<Placement> Placement::FromProto(const v1::Placement& proto) {
     case v1::Placement::SHARD:
       return Shard(proto.axis());
     case v1::Placement::PARTIAL:
-      return Partial(proto.reduce() == v1::Placement::AVG ? Reduce::kAvg : Reduce::kSum);
+      switch (proto.reduce()) {
+        case v1::Placement::AVG:
+          return Partial(Reduce::kAvg);
+        case v1::Placement::MAX:
+          return Partial(Reduce::kMax);
+        default:
+          return Partial(Reduce::kSum);
+      }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("placement kind ", static_cast<int>(proto.kind()), " is not set"));
@@ -31,7 +38,9 @@ v1::Placement Placement::ToProto() const {
       break;
     case Kind::kPartial:
       proto.set_kind(v1::Placement::PARTIAL);
-      proto.set_reduce(reduce == Reduce::kAvg ? v1::Placement::AVG : v1::Placement::SUM);
+      proto.set_reduce(reduce == Reduce::kAvg   ? v1::Placement::AVG
+                       : reduce == Reduce::kMax ? v1::Placement::MAX
+                                                : v1::Placement::SUM);
       break;
   }
   return proto;
@@ -42,7 +51,9 @@ std::string Placement::ToString() const {
     case Kind::kShard:
       return absl::StrCat("Shard(", axis, ")");
     case Kind::kPartial:
-      return reduce == Reduce::kAvg ? "Partial(avg)" : "Partial(sum)";
+      return reduce == Reduce::kAvg   ? "Partial(avg)"
+             : reduce == Reduce::kMax ? "Partial(max)"
+                                      : "Partial(sum)";
     default:
       return "Replicate()";
   }

@@ -1,7 +1,7 @@
 // Placement and DistAttr: how a global tensor lies on a Mesh (DESIGN.md vocabulary).
 //
 // Placement is the one canonical representation (one per mesh dim): Replicate, Shard(axis) or
-// Partial(sum|avg). A DistAttr is (mesh, placements) with shard axes normalized to be
+// Partial(sum|avg|max). A DistAttr is (mesh, placements) with shard axes normalized to be
 // non-negative for the tensor's rank. Shards split an axis by Paddle's rule: N/K each, the LAST
 // shard N/K + N%K. Several mesh dims sharding the same axis split it in mesh-dim order (the
 // first dim outermost).
@@ -28,7 +28,9 @@ namespace weft {
 
 struct Placement {
   enum class Kind { kReplicate, kShard, kPartial };
-  enum class Reduce { kSum, kAvg };
+  // kMax: planner-internal, the row maximum of vocabulary-parallel logits (never in a spec);
+  // it only becomes Replicate (an all-reduce with max) and comes from Replicate for free.
+  enum class Reduce { kSum, kAvg, kMax };
 
   Kind kind = Kind::kReplicate;
   int axis = 0;                  // kShard only; negative counts from the end until normalized
@@ -47,7 +49,7 @@ struct Placement {
   // KIND_UNSPECIFIED is an error.
   static absl::StatusOr<Placement> FromProto(const v1::Placement& proto);
   v1::Placement ToProto() const;
-  // "Replicate()", "Shard(1)", "Partial(sum)": the spelling of spec YAML.
+  // "Replicate()", "Shard(1)", "Partial(sum)": the spelling of spec YAML ("Partial(max)" too).
   std::string ToString() const;
 
   bool operator==(const Placement& o) const {

@@ -52,6 +52,12 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ","), "]");
 }
 
+int64_t Elements(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
 }  // namespace
 
 const SafetensorsFile::Entry* SafetensorsFile::Find(const std::string& name) const {
@@ -165,7 +171,7 @@ absl::StatusOr<v1::DType> SafetensorsFile::DTypeOf(const std::string& name) cons
 
 absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
                                       const std::vector<int64_t>& lengths, v1::DType dtype,
-                                      void* out) const {
+                                      void* out, const std::vector<int64_t>& view) const {
   const Entry* e = Find(name);
   if (e == nullptr) {
     return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
@@ -177,16 +183,22 @@ absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector
         ", the destination is ", SafetensorsDTypeName(dtype),
         ": only floating dtypes convert on read (F32 <-> BF16)"));
   }
-  const size_t rank = e->shape.size();
-  if (offsets.size() != rank || lengths.size() != rank) {
+  if (!view.empty() && Elements(view) != Elements(e->shape)) {
     return absl::InvalidArgumentError(
         absl::StrCat(file_.path(), ": tensor '", name, "' has shape ", ShapeString(e->shape),
+                     ", which cannot be seen as ", ShapeString(view)));
+  }
+  const std::vector<int64_t>& shape = view.empty() ? e->shape : view;
+  const size_t rank = shape.size();
+  if (offsets.size() != rank || lengths.size() != rank) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file_.path(), ": tensor '", name, "' has shape ", ShapeString(shape),
                      ", box has rank ", offsets.size(), "/", lengths.size()));
   }
   for (size_t d = 0; d < rank; ++d) {
-    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > e->shape[d]) {
+    if (offsets[d] < 0 || lengths[d] < 0 || offsets[d] + lengths[d] > shape[d]) {
       return absl::OutOfRangeError(absl::StrCat(
-          file_.path(), ": tensor '", name, "' of shape ", ShapeString(e->shape),
+          file_.path(), ": tensor '", name, "' of shape ", ShapeString(shape),
           ": box offsets ", ShapeString(offsets), " lengths ", ShapeString(lengths),
           " out of range"));
     }
@@ -197,7 +209,7 @@ absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector
   char* out_bytes = static_cast<char*>(out);
   std::vector<char> scratch;  // a run as stored, when it is converted
   return ForEachBoxRun(
-      e->shape, offsets, lengths, [&](int64_t src, int64_t dst, int64_t n) -> absl::Status {
+      shape, offsets, lengths, [&](int64_t src, int64_t dst, int64_t n) -> absl::Status {
         const size_t bytes = static_cast<size_t>(n * stored_size);
         char* to = out_bytes + dst * out_size;
         char* read_into = stored == dtype ? to : nullptr;

@@ -52,8 +52,11 @@ class SafetensorsFile {
   // elements of `dtype` (row-major), reading only the bytes it needs. A floating tensor is
   // converted to another floating dtype (F32 <-> BF16, rounded to nearest even); an integer
   // tensor is read only as its own dtype, else INVALID_ARGUMENT naming the tensor and both.
+  // `view`, when given, is the shape the box is in: the tensor's row-major elements seen in
+  // another shape of the same size (gpt2's c_attn [C, 3C] seen as [C, 3, H, D]).
   absl::Status ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
-                       const std::vector<int64_t>& lengths, v1::DType dtype, void* out) const;
+                       const std::vector<int64_t>& lengths, v1::DType dtype, void* out,
+                       const std::vector<int64_t>& view = {}) const;
   // Into float32: ReadBox(name, offsets, lengths, v1::F32, out).
   absl::Status ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
                        const std::vector<int64_t>& lengths, float* out) const {

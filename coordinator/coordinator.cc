@@ -15,6 +15,7 @@
 #include "common/jobspec/starting_state.h"
 #include "common/jobspec/validate.h"
 #include "common/status.h"
+#include "coordinator/planner/arch/hf_export.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/submit.h"
 #include "coordinator/scheduler.h"
@@ -50,22 +51,28 @@ std::string HostOfPeer(const std::string& peer) {
 
 absl::Status DefaultPrepareSpec(v1::JobSpec* spec) { return PrepareJobSpec(spec); }
 
-// The planner's Plan as the coordinator keeps it.
+// The planner's Plan as the coordinator keeps it, with what its checkpoints record for
+// `weftctl ckpt export --format hf` (planner/arch/hf_export.h), computed once with the plan.
 class PlannerJobPlan final : public JobPlan {
  public:
-  explicit PlannerJobPlan(std::shared_ptr<const planner::Plan> plan) : plan_(std::move(plan)) {}
+  PlannerJobPlan(std::shared_ptr<const planner::Plan> plan, planner::HfExportMetadata hf_export)
+      : plan_(std::move(plan)), hf_export_(std::move(hf_export)) {}
   int world_size() const override { return plan_->world_size(); }
   absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
     return plan_->Program(rank, attempt);
   }
+  const planner::HfExportMetadata& hf_export() const { return hf_export_; }
 
  private:
   const std::shared_ptr<const planner::Plan> plan_;
+  const planner::HfExportMetadata hf_export_;
 };
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> DefaultPlan(const v1::JobSpec& spec) {
   ASSIGN_OR_RETURN(std::shared_ptr<const planner::Plan> plan, planner::PlanPrepared(spec, "", 0));
-  return std::shared_ptr<const JobPlan>(std::make_shared<PlannerJobPlan>(std::move(plan)));
+  ASSIGN_OR_RETURN(planner::HfExportMetadata hf_export, planner::HfExportMetadataOf(spec));
+  return std::shared_ptr<const JobPlan>(
+      std::make_shared<PlannerJobPlan>(std::move(plan), std::move(hf_export)));
 }
 
 }  // namespace
@@ -695,6 +702,13 @@ void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& 
                      {"job_name", spec.name()},
                      {"attempt", absl::StrCat(run.job.attempt())},
                      {"optimizer", spec.optimizer().type()}};
+  // A plan from the planner knows the model's Hugging Face export; tests' plans do not.
+  auto plan = plans_.find(run.job.id());
+  if (plan != plans_.end()) {
+    if (const auto* planned = dynamic_cast<const PlannerJobPlan*>(plan->second.get())) {
+      commit.metadata.insert(planned->hf_export().begin(), planned->hf_export().end());
+    }
+  }
   commit.save = **std::move(save);
   ++run.commits_in_flight;
   commits_.push_back(std::move(commit));

@@ -31,6 +31,7 @@
 #include "absl/strings/str_join.h"
 #include "common/dist_attr.h"
 #include "common/mesh.h"
+#include "common/philox.h"
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "common/dtype.h"
@@ -38,6 +39,7 @@
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/graph.h"
 #include "coordinator/planner/lower.h"
+#include "coordinator/planner/op_table.h"
 #include "coordinator/planner/propagate.h"
 #include "coordinator/planner/spmd.h"
 #include "worker/comm/local/local_communicator.h"
@@ -72,21 +74,30 @@ constexpr double kLr = 0.1, kWeightDecay = 0.01, kBeta1 = 0.9, kBeta2 = 0.999, k
 double Phi(double x) { return 0.5 * (1.0 + std::erf(x / std::sqrt(2.0))); }
 double phi(double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); }
 
-Array Matmul(const Array& a, const Array& b, bool ta, bool tb, std::vector<int64_t> out_shape) {
-  const int64_t ar = Rows(a), ac = a.shape.back(), br = Rows(b), bc = b.shape.back();
+// MATMUL contracting c axes (program.proto): a viewed [prod(a[:-c]), prod(a[-c:])] (transposed:
+// [prod(a[:c]), prod(a[c:])]), b viewed [prod(b[:c]), prod(b[c:])] (transposed: [prod(b[:-c]),
+// prod(b[-c:])]).
+Array Matmul(const Array& a, const Array& b, bool ta, bool tb, int c,
+             std::vector<int64_t> out_shape) {
+  auto view = [](const std::vector<int64_t>& s, int leading) {
+    const int64_t rows = NumElements(std::vector<int64_t>(s.begin(), s.begin() + leading));
+    return std::make_pair(rows, NumElements(s) / rows);
+  };
+  const auto [ar, ac] = view(a.shape, ta ? c : static_cast<int>(a.shape.size()) - c);
+  const auto [br, bc] = view(b.shape, tb ? static_cast<int>(b.shape.size()) - c : c);
   const int64_t m = ta ? ac : ar, k = ta ? ar : ac, n = tb ? br : bc;
-  Array c{std::move(out_shape), {}};
-  c.v.assign(m * n, 0.0);
+  Array out{std::move(out_shape), {}};
+  out.v.assign(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {
       double s = 0;
       for (int64_t l = 0; l < k; ++l) {
         s += (ta ? a.v[l * ac + i] : a.v[i * ac + l]) * (tb ? b.v[j * bc + l] : b.v[l * bc + j]);
       }
-      c.v[i * n + j] = s;
+      out.v[i * n + j] = s;
     }
   }
-  return c;
+  return out;
 }
 
 Array Map(const Array& a, const std::function<double(double)>& f) {
@@ -104,12 +115,33 @@ Array Zip(const Array& a, const Array& b, const std::function<double(double, dou
 // ---------------------------------------------------------------------------------------------
 // The op cases: one per (registry op type, attribute variant, shape set).
 
+// How an input's placement is chosen: enumerated (at most two inputs of a case), always whole,
+// or as input `follows` of the same rank has it (whole where that one is Partial, unless this
+// one may be Partial): the inputs an op needs placed alike (optimizer states, attention's k).
+constexpr int kEnumerated = -1, kWhole = -2;
+
 struct InputSpec {
   std::string name;
   std::vector<int64_t> shape;
   bool partial = true;    // enumerate Partial placements for it (not for optimizer states)
-  bool positive = false;  // adamw's v
+  bool positive = false;  // adamw's v, a sum of exponentials
+  int follows = kEnumerated;
+  int64_t ids = 0;  // > 0: I32 ids in [0, ids) (tokens, targets), never Partial
 };
+
+InputSpec Follower(std::string name, std::vector<int64_t> shape, int follows, bool partial = true) {
+  InputSpec in{std::move(name), std::move(shape), partial};
+  in.follows = follows;
+  return in;
+}
+
+InputSpec Ids(std::string name, std::vector<int64_t> shape, int64_t vocab,
+              int follows = kEnumerated) {
+  InputSpec in{std::move(name), std::move(shape), false};
+  in.follows = follows;
+  in.ids = vocab;
+  return in;
+}
 
 struct OpCase {
   std::string type;     // registry key
@@ -157,32 +189,37 @@ std::vector<OpCase> MatmulCases() {
       c.outputs = {{d.m, d.n}};
       std::vector<int64_t> os = c.outputs[0];
       c.reference = [ta, tb, os](const std::vector<Array>& in) {
-        return std::vector<Array>{Matmul(in[0], in[1], ta, tb, os)};
+        return std::vector<Array>{Matmul(in[0], in[1], ta, tb, 1, os)};
       };
       out.push_back(std::move(c));
     }
   }
-  // Rank-3 activations as the MLP's VJP makes them: y = x @ W, dx = dy @ W^T, dW = x^T @ dy.
+  // Rank-3 activations as the MLP's VJP makes them: y = x @ W, dx = dy @ W^T, dW = x^T @ dy (the
+  // last contracts B and T: contract 2).
   const int64_t B = 2, T = 3, K = 5, N = 4;
   struct Rank3 {
     const char* variant;
     bool ta, tb;
+    int contract;
     std::vector<int64_t> a, b, o;
   };
-  for (const Rank3& r : {Rank3{"", false, false, {B, T, K}, {K, N}, {B, T, N}},
-                         Rank3{"transpose_b", false, true, {B, T, N}, {K, N}, {B, T, K}},
-                         Rank3{"transpose_a", true, false, {B, T, K}, {B, T, N}, {K, N}}}) {
+  for (const Rank3& r :
+       {Rank3{"", false, false, 1, {B, T, K}, {K, N}, {B, T, N}},
+        Rank3{"transpose_b", false, true, 1, {B, T, N}, {K, N}, {B, T, K}},
+        Rank3{"transpose_a,contract=2", true, false, 2, {B, T, K}, {B, T, N}, {K, N}}}) {
     OpCase c;
     c.type = "matmul";
     c.variant = r.variant;
     c.shapes = "rank3";
-    c.attrs = Attrs{{"transpose_a", r.ta}, {"transpose_b", r.tb}};
+    c.attrs =
+        Attrs{{"transpose_a", r.ta}, {"transpose_b", r.tb}, {"contract", int64_t{r.contract}}};
     c.inputs = {{"a", r.a}, {"b", r.b}};
     c.outputs = {r.o};
     const bool ta = r.ta, tb = r.tb;
+    const int contract = r.contract;
     const std::vector<int64_t> os = r.o;
-    c.reference = [ta, tb, os](const std::vector<Array>& in) {
-      return std::vector<Array>{Matmul(in[0], in[1], ta, tb, os)};
+    c.reference = [ta, tb, contract, os](const std::vector<Array>& in) {
+      return std::vector<Array>{Matmul(in[0], in[1], ta, tb, contract, os)};
     };
     out.push_back(std::move(c));
   }
@@ -267,6 +304,50 @@ std::vector<OpCase> OtherCases() {
       };
       out.push_back(std::move(c));
     }
+    // Activations f and their gradients dy * f'(x) (kernels.h).
+    const std::vector<std::pair<std::string, std::function<double(double, double)>>> activations = {
+        {"gelu_tanh",
+         [](double v, double dy) {
+           const double a = std::sqrt(2.0 / M_PI), t = std::tanh(a * (v + 0.044715 * v * v * v));
+           return dy * (0.5 * (1 + t) + 0.5 * v * (1 - t * t) * a * (1 + 3 * 0.044715 * v * v));
+         }},
+        {"silu", [](double v, double dy) {
+           const double sig = 1 / (1 + std::exp(-v));
+           return dy * sig * (1 + v * (1 - sig));
+         }}};
+    for (const auto& [type, grad] : activations) {
+      {
+        OpCase c = base(type);
+        c.inputs = {{"x", x}};
+        c.outputs = {x};
+        const bool tanh = type == "gelu_tanh";
+        c.reference = [tanh](const std::vector<Array>& in) {
+          return std::vector<Array>{Map(in[0], [tanh](double v) {
+            return tanh ? 0.5 * v *
+                              (1 + std::tanh(std::sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v)))
+                        : v / (1 + std::exp(-v));
+          })};
+        };
+        out.push_back(std::move(c));
+      }
+      if (std::string(s.label) == "even") continue;  // as relu_grad's; uneven keeps the time
+      OpCase c = base(type + "_grad");
+      c.inputs = {{"x", x}, {"dy", x}};
+      c.outputs = {x};
+      c.reference = [grad = grad](const std::vector<Array>& in) {
+        return std::vector<Array>{Zip(in[0], in[1], grad)};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("mul");
+      c.inputs = {{"a", x}, {"b", x}};
+      c.outputs = {x};
+      c.reference = [](const std::vector<Array>& in) {
+        return std::vector<Array>{Zip(in[0], in[1], [](double a, double b) { return a * b; })};
+      };
+      out.push_back(std::move(c));
+    }
     {
       OpCase c = base("add");
       c.inputs = {{"x", x}, {"y", x}};
@@ -279,7 +360,7 @@ std::vector<OpCase> OtherCases() {
     {
       OpCase c = base("add");
       c.variant = "3 inputs";
-      c.inputs = {{"x", x}, {"y", x}, {"z", x}};
+      c.inputs = {{"x", x}, {"y", x}, Follower("z", x, 0, false)};
       c.outputs = {x};
       c.reference = [](const std::vector<Array>& in) {
         Array sum = Zip(in[0], in[1], [](double a, double b) { return a + b; });
@@ -344,7 +425,9 @@ std::vector<OpCase> OtherCases() {
       OpCase c = base("adamw");
       c.attrs = Attrs{{"lr", kLr}, {"weight_decay", kWeightDecay}, {"beta1", kBeta1},
                       {"beta2", kBeta2}, {"eps", kEps}};
-      c.inputs = {{"param", x}, {"grad", x}, {"m", x, false}, {"v", x, false, true}};
+      c.inputs = {{"param", x}, {"grad", x}, Follower("m", x, 0, false),
+                  Follower("v", x, 0, false)};
+      c.inputs[3].positive = true;
       c.updated = {0, 2, 3};
       c.reference = [](const std::vector<Array>& in) {
         Array p = in[0], m = in[2], v = in[3];
@@ -363,9 +446,425 @@ std::vector<OpCase> OtherCases() {
   return out;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Transformer ops: references, then their cases.
+
+constexpr double kNormEps = 1e-5, kRopeTheta = 10000.0, kDropoutP = 0.5;
+constexpr int64_t kDropoutKey = 0x5eed;
+constexpr uint64_t kSeed = 1, kStep = 1;  // SpecFor's seed; the step RunAllRanks runs
+
+// Whether dropout site kDropoutKey keeps global element e in step kStep (kernels.h DropoutSpec);
+// a kept value is scaled by 1 / (1 - p) = 2.
+bool Kept(int64_t e) {
+  const uint64_t stream = static_cast<uint64_t>(kDropoutKey) + kStep * 0x9E3779B97F4A7C15ull;
+  return PhiloxUnit(kSeed, stream, static_cast<uint64_t>(e)) >= static_cast<float>(kDropoutP);
+}
+constexpr double kKeepScale = 1 / (1 - kDropoutP);
+
+Array Zeros(std::vector<int64_t> shape) {
+  Array a{std::move(shape), {}};
+  a.v.assign(NumElements(a.shape), 0.0);
+  return a;
+}
+
+// layer_norm (x, gamma, beta) or rms_norm (x, gamma); with dy (in[2]) their gradients
+// (dx, dgamma[, dbeta]).
+std::vector<Array> NormRef(const std::vector<Array>& in, bool rms, bool grad) {
+  const Array& x = in[0];
+  const int64_t cols = x.shape.back(), rows = Rows(x);
+  Array y = x, dgamma = Zeros({cols}), dbeta = Zeros({cols});
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = &x.v[r * cols];
+    double mean = 0, var = 0;
+    if (!rms) {
+      for (int64_t c = 0; c < cols; ++c) mean += row[c] / cols;
+    }
+    for (int64_t c = 0; c < cols; ++c) var += (row[c] - mean) * (row[c] - mean) / cols;
+    const double rstd = 1 / std::sqrt(var + kNormEps);
+    if (!grad) {
+      for (int64_t c = 0; c < cols; ++c) {
+        y.v[r * cols + c] = (row[c] - mean) * rstd * in[1].v[c] + (rms ? 0 : in[2].v[c]);
+      }
+      continue;
+    }
+    const double* dy = &in[2].v[r * cols];
+    double mean_gdy = 0, mean_gdy_xhat = 0;
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xhat = (row[c] - mean) * rstd;
+      mean_gdy += in[1].v[c] * dy[c] / cols;
+      mean_gdy_xhat += in[1].v[c] * dy[c] * xhat / cols;
+      dgamma.v[c] += dy[c] * xhat;
+      dbeta.v[c] += dy[c];
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      const double xhat = (row[c] - mean) * rstd;
+      y.v[r * cols + c] =
+          rstd * (in[1].v[c] * dy[c] - (rms ? 0 : mean_gdy) - xhat * mean_gdy_xhat);
+    }
+  }
+  if (!grad) return {y};
+  if (rms) return {y, dgamma};
+  return {y, dgamma, dbeta};
+}
+
+// x [B, T, H, D] rotated at position t (rotate-half), or back.
+Array RopeRef(const Array& x, bool inverse) {
+  const int64_t B = x.shape[0], T = x.shape[1], H = x.shape[2], D = x.shape[3], half = D / 2;
+  Array out = x;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t base = ((b * T + t) * H + h) * D;
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = t / std::pow(kRopeTheta, 2.0 * i / D);
+          const double c = std::cos(angle), s = (inverse ? -1 : 1) * std::sin(angle);
+          const double x1 = x.v[base + i], x2 = x.v[base + i + half];
+          out.v[base + i] = x1 * c - x2 * s;
+          out.v[base + i + half] = x2 * c + x1 * s;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Causal attention of q [B, T, H, D], k, v [B, T, KVH, D], its probabilities dropped out at
+// global (b, h, i, j) of [B, H, T, T]; with dout (in[3]) the gradients (dq, dk, dv).
+std::vector<Array> AttentionRef(const std::vector<Array>& in, double scale, bool grad) {
+  const Array &q = in[0], &k = in[1], &v = in[2];
+  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], D = q.shape[3];
+  const int64_t KVH = k.shape[2];
+  auto at = [&](int64_t heads, int64_t b, int64_t t, int64_t h) {
+    return ((b * T + t) * heads + h) * D;
+  };
+  Array out = Zeros(q.shape), dq = Zeros(q.shape), dk = Zeros(k.shape), dv = Zeros(v.shape);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t kh = h / (H / KVH);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> p(i + 1), kept(i + 1);
+        double max = -INFINITY, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) s += q.v[at(H, b, i, h) + d] * k.v[at(KVH, b, j, kh) + d];
+          p[j] = scale * s;
+          max = std::max(max, p[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += p[j] = std::exp(p[j] - max);
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          kept[j] = Kept(((b * H + h) * T + i) * T + j) ? kKeepScale : 0.0;
+        }
+        if (!grad) {
+          for (int64_t j = 0; j <= i; ++j) {
+            for (int64_t d = 0; d < D; ++d) {
+              out.v[at(H, b, i, h) + d] += p[j] * kept[j] * v.v[at(KVH, b, j, kh) + d];
+            }
+          }
+          continue;
+        }
+        const double* dout = &in[3].v[at(H, b, i, h)];
+        std::vector<double> dp(i + 1, 0.0);
+        double dot = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < D; ++d) {
+            dp[j] += dout[d] * v.v[at(KVH, b, j, kh) + d] * kept[j];
+            dv.v[at(KVH, b, j, kh) + d] += p[j] * kept[j] * dout[d];
+          }
+          dot += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = scale * p[j] * (dp[j] - dot);
+          for (int64_t d = 0; d < D; ++d) {
+            dq.v[at(H, b, i, h) + d] += ds * k.v[at(KVH, b, j, kh) + d];
+            dk.v[at(KVH, b, j, kh) + d] += ds * q.v[at(H, b, i, h) + d];
+          }
+        }
+      }
+    }
+  }
+  if (!grad) return {out};
+  return {dq, dk, dv};
+}
+
+// x viewed [outer, n, inner] along axis -> n pieces [outer, inner], and back.
+std::vector<Array> UnstackRef(const Array& x, int axis) {
+  const int64_t n = x.shape[axis];
+  std::vector<int64_t> piece_shape = x.shape;
+  piece_shape.erase(piece_shape.begin() + axis);
+  const int64_t inner =
+      NumElements(std::vector<int64_t>(x.shape.begin() + axis + 1, x.shape.end()));
+  const int64_t outer = NumElements(x.shape) / (n * inner);
+  std::vector<Array> out(n, Zeros(piece_shape));
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t i = 0; i < inner; ++i) out[p].v[o * inner + i] = x.v[(o * n + p) * inner + i];
+    }
+  }
+  return out;
+}
+
+Array StackRef(const std::vector<Array>& pieces, std::vector<int64_t> shape, int axis) {
+  Array out = Zeros(std::move(shape));
+  const int64_t n = static_cast<int64_t>(pieces.size());
+  const int64_t inner =
+      NumElements(std::vector<int64_t>(out.shape.begin() + axis + 1, out.shape.end()));
+  const int64_t outer = NumElements(out.shape) / (n * inner);
+  for (int64_t o = 0; o < outer; ++o) {
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t i = 0; i < inner; ++i) {
+        out.v[(o * n + p) * inner + i] = pieces[p].v[o * inner + i];
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<int64_t> Concat(std::vector<int64_t> a, const std::vector<int64_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<OpCase> TransformerCases() {
+  std::vector<OpCase> out;
+  // Shapes: "even" divides every split axis by 2, 3, 4 and 6; "uneven" leaves empty shards on
+  // [2,3]. Tokens [B, T] of a vocabulary V, channels C; the norms' x and the cross-entropy's
+  // tokens (rank 2 where the sequence axis splits); rope's x [B, T, H, D]; attention's q
+  // [B, T, H, D] and k, v [B, T, KVH, D] (T and D never split).
+  struct Shapes {
+    const char* label;
+    std::vector<int64_t> tokens;
+    int64_t vocab, channels;
+    std::vector<int64_t> norm, norm_grad, ce_rows, heads_x, q, kv;
+  };
+  for (const Shapes& s :
+       {Shapes{"even", {12, 12}, 12, 12, {12, 12}, {12, 12}, {12}, {12, 12, 12, 4},
+               {12, 4, 12, 2}, {12, 4, 12, 2}},
+        Shapes{"uneven", {3, 5}, 5, 4, {2, 5, 7}, {5, 7}, {3, 5}, {2, 5, 3, 4}, {3, 5, 4, 2},
+               {3, 5, 2, 2}}}) {
+    auto base = [&](const std::string& type) {
+      OpCase c;
+      c.type = type;
+      c.shapes = s.label;
+      return c;
+    };
+    const std::vector<int64_t> tokens = s.tokens;
+    const int64_t V = s.vocab, C = s.channels;
+    const std::vector<int64_t> table = {V, C}, embedded = Concat(tokens, {C});
+    {
+      OpCase c = base("positions");
+      c.outputs = {tokens};
+      c.output_dtypes = {v1::I32};
+      c.reference = [tokens](const std::vector<Array>&) {
+        Array o = Zeros(tokens);
+        for (size_t i = 0; i < o.v.size(); ++i) o.v[i] = static_cast<double>(i % tokens.back());
+        return std::vector<Array>{o};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("embedding");
+      c.inputs = {Ids("ids", tokens, V), {"table", table}};
+      c.outputs = {embedded};
+      c.reference = [C, embedded](const std::vector<Array>& in) {
+        Array o = Zeros(embedded);
+        for (size_t r = 0; r < in[0].v.size(); ++r) {
+          const int64_t id = static_cast<int64_t>(in[0].v[r]);
+          for (int64_t j = 0; j < C; ++j) o.v[r * C + j] = in[1].v[id * C + j];
+        }
+        return std::vector<Array>{o};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("embedding_grad");
+      c.inputs = {Ids("ids", tokens, V), {"dy", embedded}};
+      c.outputs = {table};
+      c.reference = [C, table](const std::vector<Array>& in) {
+        Array o = Zeros(table);
+        for (size_t r = 0; r < in[0].v.size(); ++r) {
+          const int64_t id = static_cast<int64_t>(in[0].v[r]);
+          for (int64_t j = 0; j < C; ++j) o.v[id * C + j] += in[1].v[r * C + j];
+        }
+        return std::vector<Array>{o};
+      };
+      out.push_back(std::move(c));
+    }
+    for (const bool rms : {false, true}) {
+      const std::string type = rms ? "rms_norm" : "layer_norm";
+      const std::vector<int64_t> x3 = s.norm, cols = {x3.back()};
+      OpCase c = base(type);
+      c.attrs = Attrs{{"eps", kNormEps}};
+      c.inputs = {{"x", x3}, {"gamma", cols}};
+      if (!rms) c.inputs.push_back(Follower("beta", cols, 1));
+      c.outputs = {x3};
+      c.reference = [rms](const std::vector<Array>& in) { return NormRef(in, rms, false); };
+      out.push_back(std::move(c));
+
+      OpCase g = base(type + "_grad");
+      g.attrs = Attrs{{"eps", kNormEps}};
+      const std::vector<int64_t> x = s.norm_grad;
+      g.inputs = {{"x", x}, Follower("gamma", {x.back()}, kWhole), {"dy", x}};
+      g.outputs = {x, {x.back()}};
+      if (!rms) g.outputs.push_back({x.back()});
+      g.reference = [rms](const std::vector<Array>& in) { return NormRef(in, rms, true); };
+      out.push_back(std::move(g));
+    }
+    for (const bool inverse : {false, true}) {
+      OpCase c = base(inverse ? "rope_grad" : "rope");
+      c.attrs = Attrs{{"theta", kRopeTheta}};
+      c.inputs = {{"x", s.heads_x}};
+      c.outputs = {s.heads_x};
+      c.reference = [inverse](const std::vector<Array>& in) {
+        return std::vector<Array>{RopeRef(in[0], inverse)};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("dropout");
+      c.attrs = Attrs{{"dropout_p", kDropoutP}, {"dropout_key", kDropoutKey}};
+      const std::vector<int64_t> x = Concat(tokens, {C});
+      c.inputs = {{"x", x}};
+      c.outputs = {x};
+      c.reference = [](const std::vector<Array>& in) {
+        Array o = in[0];
+        for (size_t e = 0; e < o.v.size(); ++e) o.v[e] *= Kept(e) ? kKeepScale : 0.0;
+        return std::vector<Array>{o};
+      };
+      out.push_back(std::move(c));
+    }
+    // Attention: q varies, the other inputs are placed as q is (a Partial v, or dout, stays
+    // Partial under the rule's P strategy while q and k are reduced).
+    const double scale = 1 / std::sqrt(static_cast<double>(s.q.back()));
+    const Attrs attention{{"dropout_p", kDropoutP}, {"dropout_key", kDropoutKey}, {"scale", scale}};
+    {
+      OpCase c = base("attention");
+      c.variant = s.q[2] == s.kv[2] ? "mha" : "gqa";
+      c.attrs = attention;
+      c.inputs = {{"q", s.q}, Follower("k", s.kv, 0), Follower("v", s.kv, 0)};
+      c.outputs = {s.q};
+      c.reference = [scale](const std::vector<Array>& in) {
+        return AttentionRef(in, scale, false);
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("attention_grad");
+      c.variant = s.q[2] == s.kv[2] ? "mha" : "gqa";
+      c.attrs = attention;
+      c.inputs = {{"q", s.q}, Follower("k", s.kv, 0), Follower("v", s.kv, 0),
+                  Follower("dout", s.q, 0)};
+      c.outputs = {s.q, s.kv, s.kv};
+      c.reference = [scale](const std::vector<Array>& in) { return AttentionRef(in, scale, true); };
+      out.push_back(std::move(c));
+    }
+    // Cross-entropy over logits [rows.., V + 2]: the ids of targets in [0, V + 2).
+    const std::vector<int64_t> rows = s.ce_rows;
+    const std::vector<int64_t> logits = Concat(rows, {V + 2});
+    const int64_t cols = V + 2;
+    {
+      OpCase c = base("row_max");
+      c.inputs = {{"logits", logits}};
+      c.outputs = {rows};
+      c.reference = [cols, rows](const std::vector<Array>& in) {
+        Array m = Zeros(rows);
+        for (size_t r = 0; r < m.v.size(); ++r) {
+          m.v[r] = -INFINITY;
+          for (int64_t j = 0; j < cols; ++j) m.v[r] = std::max(m.v[r], in[0].v[r * cols + j]);
+        }
+        return std::vector<Array>{m};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("ce_parts");
+      c.inputs = {{"logits", logits}, {"m", rows}, Ids("targets", rows, cols, 1)};
+      c.outputs = {rows, rows};
+      c.reference = [cols, rows](const std::vector<Array>& in) {
+        Array sumexp = Zeros(rows), tlogit = Zeros(rows);
+        for (size_t r = 0; r < sumexp.v.size(); ++r) {
+          for (int64_t j = 0; j < cols; ++j) {
+            sumexp.v[r] += std::exp(in[0].v[r * cols + j] - in[1].v[r]);
+          }
+          tlogit.v[r] = in[0].v[r * cols + static_cast<int64_t>(in[2].v[r])];
+        }
+        return std::vector<Array>{sumexp, tlogit};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      // logits and d_sumexp vary; d_tlogit is placed as d_sumexp, m and targets likewise (whole).
+      OpCase c = base("ce_parts_grad");
+      c.inputs = {{"logits", logits}, Follower("m", rows, 3, false), Ids("targets", rows, cols, 3),
+                  {"d_sumexp", rows}, Follower("d_tlogit", rows, 3)};
+      c.outputs = {logits};
+      c.reference = [cols](const std::vector<Array>& in) {
+        Array d = in[0];
+        for (size_t i = 0; i < d.v.size(); ++i) {
+          const size_t r = i / cols;
+          d.v[i] =
+              in[3].v[r] * std::exp(in[0].v[i] - in[1].v[r]) +
+              (static_cast<int64_t>(i % cols) == static_cast<int64_t>(in[2].v[r]) ? in[4].v[r] : 0);
+        }
+        return std::vector<Array>{d};
+      };
+      out.push_back(std::move(c));
+    }
+    const double ce_scale = static_cast<float>(1.0 / NumElements(rows));
+    {
+      OpCase c = base("ce_loss");
+      c.attrs = Attrs{{"scale", ce_scale}};
+      c.inputs = {
+          {"sumexp", rows, true, true}, Follower("m", rows, 0), Follower("tlogit", rows, 0)};
+      c.outputs = {{1}};
+      c.reference = [ce_scale](const std::vector<Array>& in) {
+        double sum = 0;
+        for (size_t r = 0; r < in[0].v.size(); ++r) {
+          sum += std::log(in[0].v[r]) + in[1].v[r] - in[2].v[r];
+        }
+        return std::vector<Array>{Array{{1}, {ce_scale * sum}}};
+      };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("ce_loss_grad");
+      c.attrs = Attrs{{"scale", ce_scale}};
+      c.inputs = {{"sumexp", rows, true, true}};
+      c.outputs = {rows, rows};
+      c.reference = [ce_scale](const std::vector<Array>& in) {
+        return std::vector<Array>{Map(in[0], [ce_scale](double v) { return ce_scale / v; }),
+                                  Map(in[0], [ce_scale](double) { return -ce_scale; })};
+      };
+      out.push_back(std::move(c));
+    }
+    // gpt2's q | k | v: [rows, 3, C] <-> 3 x [rows, C] along axis 1.
+    const std::vector<int64_t> piece = {tokens[1], C}, stacked = {tokens[1], 3, C};
+    {
+      OpCase c = base("unstack");
+      c.attrs = Attrs{{"axis", int64_t{1}}};
+      c.inputs = {{"x", stacked}};
+      c.outputs = {piece, piece, piece};
+      c.reference = [](const std::vector<Array>& in) { return UnstackRef(in[0], 1); };
+      out.push_back(std::move(c));
+    }
+    {
+      OpCase c = base("stack");
+      c.attrs = Attrs{{"axis", int64_t{1}}};
+      c.inputs = {{"q", piece}, Follower("k", piece, 0), Follower("v", piece, 0)};
+      c.outputs = {stacked};
+      c.reference = [stacked](const std::vector<Array>& in) {
+        return std::vector<Array>{StackRef(in, stacked, 1)};
+      };
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
 std::vector<OpCase> AllOpCases() {
   std::vector<OpCase> out = MatmulCases();
   for (OpCase& c : OtherCases()) out.push_back(std::move(c));
+  for (OpCase& c : TransformerCases()) out.push_back(std::move(c));
   return out;
 }
 
@@ -418,6 +917,15 @@ Array RandomArray(std::vector<int64_t> shape, bool positive, std::mt19937* rng) 
   Array a{std::move(shape), {}};
   a.v.resize(NumElements(a.shape));
   for (double& x : a.v) x = dist(*rng) / 8.0 * (positive || sign(*rng) ? 1 : -1);
+  return a;
+}
+
+// Ids in [0, vocab): token ids, targets.
+Array RandomIds(std::vector<int64_t> shape, int64_t vocab, std::mt19937* rng) {
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  Array a{std::move(shape), {}};
+  a.v.resize(NumElements(a.shape));
+  for (double& x : a.v) x = static_cast<double>(dist(*rng));
   return a;
 }
 
@@ -482,9 +990,23 @@ class TermFile {
     }
   }
 
+  // Ids are never Partial: one I32 entry, the whole value.
+  void AddIds(const std::string& name, const Array& global) {
+    Stored e{Entry(name, std::vector<Placement>(mesh_.ndim(), Placement::Replicate()), 0),
+             global.shape, {}, {}};
+    for (double v : global.v) e.ids.push_back(static_cast<int32_t>(v));
+    entries_.push_back(std::move(e));
+  }
+
   absl::Status Write() const {
     std::vector<SafetensorsFile::TensorToWrite> tensors;
-    for (const Stored& e : entries_) tensors.push_back({e.name, e.shape, e.values.data()});
+    for (const Stored& e : entries_) {
+      if (e.ids.empty()) {
+        tensors.push_back({e.name, e.shape, e.values.data()});
+      } else {
+        tensors.push_back({e.name, e.shape, e.ids.data(), v1::I32});
+      }
+    }
     return SafetensorsFile::Write(path_, tensors);
   }
 
@@ -506,6 +1028,7 @@ class TermFile {
     std::string name;
     std::vector<int64_t> shape;
     std::vector<float> values;
+    std::vector<int32_t> ids;  // instead of values, for ids
   };
   const Mesh mesh_;
   const std::string path_;
@@ -520,6 +1043,7 @@ struct PlacedInput {
   std::string name;
   std::vector<int64_t> shape;
   DistAttr attr;
+  v1::DType dtype = v1::F32;
 };
 
 v1::JobSpec SpecFor(const Mesh& mesh, const std::string& init_from) {
@@ -541,7 +1065,7 @@ v1::JobSpec SpecFor(const Mesh& mesh, const std::string& init_from) {
 }
 
 int AddInput(Graph* g, const PlacedInput& in) {
-  Tensor t{in.name, in.shape, v1::F32, v1::Buffer::PARAM, "l0"};
+  Tensor t{in.name, in.shape, in.dtype, v1::Buffer::PARAM, "l0"};
   t.dist = in.attr;
   int id = g->AddTensor(std::move(t));
   g->params.push_back(Parameter{id, 0.0f});
@@ -632,13 +1156,19 @@ std::string CheckLocals(const std::string& what, const Array& want, const DistAt
   const Mesh& mesh = attr.mesh();
   const std::vector<int> partial = PartialDims(attr);
   double avg_divisor = 1;
+  int max_dims = 0;  // Partial(max): the group's value is the largest of its members'
   for (int d : partial) {
     if (attr.placement(d).reduce == Placement::Reduce::kAvg) avg_divisor *= mesh.dim_size(d);
+    if (attr.placement(d).reduce == Placement::Reduce::kMax) ++max_dims;
+  }
+  const bool max = max_dims > 0;
+  if (max && max_dims != static_cast<int>(partial.size())) {
+    return absl::StrCat(what, " ", attr.ToString(), " mixes Partial(max) with sums");
   }
   for (int rank = 0; rank < mesh.size(); ++rank) {
     const v1::TensorBox box = attr.Box(want.shape, rank);
     const int64_t n = NumElements(attr.LocalShape(want.shape, rank));
-    std::vector<double> got(n, 0.0);
+    std::vector<double> got(n, max ? -INFINITY : 0.0);
     for (int member : mesh.GroupRanks(rank, partial)) {
       const std::vector<float>& local = ranks[member].values.at(what);
       if (static_cast<int64_t>(local.size()) != n) {
@@ -646,7 +1176,9 @@ std::string CheckLocals(const std::string& what, const Array& want, const DistAt
                             " elements, its local shape ",
                             Dims(attr.LocalShape(want.shape, member)), " holds ", n);
       }
-      for (int64_t i = 0; i < n; ++i) got[i] += local[i];
+      for (int64_t i = 0; i < n; ++i) {
+        got[i] = max ? std::max<double>(got[i], local[i]) : got[i] + local[i];
+      }
     }
     // Walk the box row-major; element e of the box is global element sum (off + idx) * stride.
     const int ndim = static_cast<int>(want.shape.size());
@@ -736,16 +1268,24 @@ std::string TempPath(const std::string& file) {
 // ---------------------------------------------------------------------------------------------
 // Rules.
 
-// Plans, runs and checks one op on one placement of its inputs.
+// Load ops (positions) have no rule: they load the box of their output's placement, as given.
+bool IsLoad(const OpCase& c) {
+  const OpDef* def = FindOpDef(c.type);
+  return def != nullptr && def->kind == OpKind::kLoad;
+}
+
+// Plans, runs and checks one op on one placement of its inputs (of its output, for a load).
 std::pair<Outcome, std::string> ValidateOp(const RuleRegistry& registry, const OpCase& c,
                                            const Mesh& mesh, const std::vector<DistAttr>& attrs,
                                            const std::vector<Array>& globals,
                                            const TermFile& terms) {
+  const bool load = IsLoad(c);
   std::vector<std::string> described;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
     described.push_back(
         absl::StrCat(c.inputs[i].name, Dims(c.inputs[i].shape), " ", attrs[i].ToString()));
   }
+  if (load) described.push_back(absl::StrCat("out0", Dims(c.outputs[0]), " ", attrs[0].ToString()));
   const std::string label = absl::StrCat(c.Label(), " on mesh ", mesh.ToString(), " with ",
                                          absl::StrJoin(described, ", "));
 
@@ -753,16 +1293,19 @@ std::pair<Outcome, std::string> ValidateOp(const RuleRegistry& registry, const O
   std::vector<PlacedInput> inputs;
   Op op{c.type, {}, {}, "l0", Phase::kForward, c.attrs};
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    inputs.push_back({c.inputs[i].name, c.inputs[i].shape, attrs[i]});
+    inputs.push_back({c.inputs[i].name, c.inputs[i].shape, attrs[i],
+                      c.inputs[i].ids > 0 ? v1::I32 : v1::F32});
     op.inputs.push_back(AddInput(&g, inputs.back()));
   }
   for (size_t i = 0; i < c.outputs.size(); ++i) {
     const v1::DType dtype = i < c.output_dtypes.size() ? c.output_dtypes[i] : v1::F32;
-    op.outputs.push_back(g.AddTensor(
-        Tensor{absl::StrCat("out", i), c.outputs[i], dtype, v1::Buffer::ACTIVATION, "l0"}));
+    Tensor t{absl::StrCat("out", i), c.outputs[i], dtype,
+             load ? v1::Buffer::DATA : v1::Buffer::ACTIVATION, "l0"};
+    if (load) t.dist = attrs[i];
+    op.outputs.push_back(g.AddTensor(std::move(t)));
   }
   const std::vector<int> input_ids = op.inputs, output_ids = op.outputs;
-  absl::Status placed = AppendPlacedOp(registry, &g, op);
+  absl::Status placed = load ? g.AddOp(op) : AppendPlacedOp(registry, &g, op);
   if (!placed.ok()) return {Outcome::kMissing, absl::StrCat(label, ": ", placed.ToString())};
   const Graph placed_graph = g;
   absl::StatusOr<PlannedGraph> planned = PlanPlacedGraph(std::move(g));
@@ -832,26 +1375,49 @@ Tally ValidateCase(const RuleRegistry& registry, const OpCase& c) {
   Tally tally;
   std::mt19937 rng(std::hash<std::string>()(c.Label()) & 0xffffffff);
   std::vector<Array> globals;
-  for (const InputSpec& in : c.inputs) globals.push_back(RandomArray(in.shape, in.positive, &rng));
+  for (const InputSpec& in : c.inputs) {
+    globals.push_back(in.ids > 0 ? RandomIds(in.shape, in.ids, &rng)
+                                 : RandomArray(in.shape, in.positive, &rng));
+  }
   for (const auto& [mesh, avg] : OpMeshes()) {
     TermFile terms(mesh, TempPath("validator_op.safetensors"));
-    for (size_t i = 0; i < c.inputs.size(); ++i) terms.Add(c.inputs[i].name, globals[i], &rng);
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      if (c.inputs[i].ids > 0) {
+        terms.AddIds(c.inputs[i].name, globals[i]);
+      } else {
+        terms.Add(c.inputs[i].name, globals[i], &rng);
+      }
+    }
     absl::Status written = terms.Write();
     if (!written.ok()) {
       Record(&tally, Outcome::kMissing, absl::StrCat("writing the inputs: ", written.ToString()));
       return tally;
     }
+    // The enumerated placements: of the inputs that vary freely, or of a load's output (ids).
+    std::vector<int> free;
     std::vector<std::vector<DistAttr>> choices;
-    for (const InputSpec& in : c.inputs) {
-      choices.push_back(AllAttrs(mesh, static_cast<int>(in.shape.size()), in.partial, avg));
+    if (IsLoad(c)) {
+      choices.push_back(AllAttrs(mesh, static_cast<int>(c.outputs[0].size()), false));
     }
-    // Only the first two inputs vary freely; optimizer states follow the parameter, whole where
-    // it is Partial (as the optimizer pass creates them): adamw is |param| x |grad| combinations.
-    std::vector<size_t> idx(std::min<size_t>(2, c.inputs.size()), 0);
+    for (size_t i = 0; i < c.inputs.size(); ++i) {
+      const InputSpec& in = c.inputs[i];
+      if (in.follows != kEnumerated) continue;
+      free.push_back(static_cast<int>(i));
+      choices.push_back(
+          AllAttrs(mesh, static_cast<int>(in.shape.size()), in.partial && in.ids == 0, avg));
+    }
+    std::vector<size_t> idx(choices.size(), 0);
     while (true) {
-      std::vector<DistAttr> attrs;
+      std::vector<DistAttr> attrs(c.inputs.size(), DistAttr::Replicated(mesh));
+      if (IsLoad(c)) attrs = {choices[0][idx[0]]};
+      for (size_t f = 0; f < free.size(); ++f) attrs[free[f]] = choices[f][idx[f]];
+      // Followers, as the optimizer pass creates states: like the parameter, whole where it is
+      // Partial.
       for (size_t i = 0; i < c.inputs.size(); ++i) {
-        attrs.push_back(i < idx.size() ? choices[i][idx[i]] : WholeWherePartial(attrs[0]));
+        const InputSpec& in = c.inputs[i];
+        if (in.follows < 0) continue;
+        attrs[i] = in.partial && in.ids == 0 ? attrs[in.follows]
+                                             : WholeWherePartial(attrs[in.follows]);
       }
       auto [outcome, message] = ValidateOp(registry, c, mesh, attrs, globals, terms);
       Record(&tally, outcome, message);
@@ -865,7 +1431,7 @@ Tally ValidateCase(const RuleRegistry& registry, const OpCase& c) {
 
 TEST_P(RuleValidatorTest, EveryPlacementOfTheInputsMatchesTheFullTensor) {
   const OpCase& c = GetParam();
-  ASSERT_NE(BuiltinRules().Find(c.type), nullptr)
+  ASSERT_TRUE(BuiltinRules().Find(c.type) != nullptr || IsLoad(c))
       << "the validator has a case for op " << c.type << " but the registry has no rule for it";
   const Tally& tally = RuleTallies()[c.Label()] = ValidateCase(BuiltinRules(), c);
   std::printf("[validator] %-40s %5d combinations, %d wrong, %d missing\n", c.Label().c_str(),
@@ -961,7 +1527,19 @@ TEST(RuleCoverageTest, EveryRegisteredRuleHasAValidatorCase) {
       {"GELU_GRAD", "gelu_grad"}, {"MSE_LOSS", "mse"},
       {"MSE_GRAD", "mse_grad"},   {"SGD", "sgd"},
       {"ADAMW", "adamw"},         {"ADD", "add"},
-      {"CAST", "cast"}};
+      {"CAST", "cast"},           {"MUL", "mul"},
+      {"GELU_TANH", "gelu_tanh"}, {"GELU_TANH_GRAD", "gelu_tanh_grad"},
+      {"SILU", "silu"},           {"SILU_GRAD", "silu_grad"},
+      {"EMBEDDING", "embedding"}, {"EMBEDDING_GRAD", "embedding_grad"},
+      {"LAYER_NORM", "layer_norm"}, {"LAYER_NORM_GRAD", "layer_norm_grad"},
+      {"RMS_NORM", "rms_norm"},   {"RMS_NORM_GRAD", "rms_norm_grad"},
+      {"ROPE", "rope"},           {"ROPE_GRAD", "rope_grad"},
+      {"ATTENTION", "attention"}, {"ATTENTION_GRAD", "attention_grad"},
+      {"DROPOUT", "dropout"},     {"ROW_MAX", "row_max"},
+      {"CE_PARTS", "ce_parts"},   {"CE_PARTS_GRAD", "ce_parts_grad"},
+      {"CE_LOSS", "ce_loss"},     {"CE_LOSS_GRAD", "ce_loss_grad"},
+      {"POSITIONS", "positions"}, {"UNSTACK", "unstack"},
+      {"STACK", "stack"}};
   const google::protobuf::EnumDescriptor* ops = v1::Instruction::Op_descriptor();
   for (int i = 0; i < ops->value_count(); ++i) {
     const std::string name = ops->value(i)->name();

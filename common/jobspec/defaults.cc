@@ -31,7 +31,12 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   for (v1::Layer& layer : *model->mutable_layers()) {
     if (layer.type() == "linear" && !layer.has_bias()) layer.set_bias(true);
   }
-  if (model->loss().empty()) model->set_loss("mse");
+  // A transformer (model.arch) predicts tokens; a layers model regresses.
+  if (model->loss().empty()) model->set_loss(model->arch().empty() ? "mse" : "cross_entropy");
+  // gpt2: n_inner 0 is 4 * n_embd (TransformerConfig), resolved so the planner reads one width.
+  if (model->arch() == "gpt2" && model->config().n_inner() == 0) {
+    model->mutable_config()->set_n_inner(4 * model->config().n_embd());
+  }
   v1::Data* data = spec->mutable_data();
   if (data->placements_size() == 0 && mesh->dim_names_size() == mesh->shape_size()) {
     *data->mutable_placements() = EffectiveDataPlacements(*spec);

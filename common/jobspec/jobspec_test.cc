@@ -1,3 +1,4 @@
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -482,6 +483,125 @@ TEST(CheckpointNamesTest, OptimizerStatesAreNamedAfterTheirParameter) {
   EXPECT_EQ(CheckpointStateName("fc0.weight", "adamw", "m"), "fc0.weight/adamw.m");
   EXPECT_EQ(OptimizerStateNames("adamw"), (std::vector<std::string>{"m", "v"}));
   EXPECT_TRUE(OptimizerStateNames("sgd").empty());
+}
+
+// data.source tokens: parsed, its path resolved, shapes and dtypes filled from the file and
+// seq_len, and what is wrong with it named by field.
+TEST_F(SpecTest, TokenDataFromTheFileAndSeqLen) {
+  // An llm.c file of 41 uint16 tokens: (41 - 1) / 8 = 5 samples of seq_len 8.
+  auto llmc = [](int32_t count, int tokens) {
+    std::string bytes(1024 + 2 * tokens, '\0');
+    const int32_t header[3] = {20240520, 1, count};
+    std::memcpy(bytes.data(), header, sizeof(header));
+    return bytes;
+  };
+  WriteText("train.bin", llmc(41, 41));
+  const std::string data_block = R"(data:
+  source: synthetic
+  sample_shape: [8]
+  label_shape: [4]
+  num_samples: 32
+  batch_size: 4)";
+  auto parse = [&](const std::string& data) {
+    return ParseJobSpecYaml(absl::StrReplaceAll(kSyntheticSpec, {{data_block, data}}), dir_);
+  };
+  absl::StatusOr<v1::JobSpec> spec =
+      parse("data: {source: tokens, path: train.bin, seq_len: 8, batch_size: 4}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), Path("train.bin"));
+  EXPECT_EQ(spec->data().format(), "");  // llmc
+  EXPECT_EQ(spec->data().seq_len(), 8);
+  EXPECT_EQ(FormatPlacements(spec->data().placements()), "[Shard(0)]");
+  ASSERT_TRUE(ResolveDataShapes(&*spec).ok());
+  EXPECT_THAT(spec->data().sample_shape(), ::testing::ElementsAre(8));
+  EXPECT_THAT(spec->data().label_shape(), ::testing::ElementsAre(8));
+  EXPECT_EQ(spec->data().num_samples(), 5);
+  EXPECT_EQ(spec->data().input_dtype(), v1::I32);
+  EXPECT_EQ(spec->data().label_dtype(), v1::I32);
+  EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  // The other formats; a Megatron path is the prefix of its .idx and .bin.
+  WriteText("raw.bin", std::string(18, '\1'));
+  spec = parse("data: {source: tokens, path: raw.bin, format: raw_u16, seq_len: 8, batch_size: 1}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ResolveDataShapes(&*spec).ok());
+  EXPECT_EQ(spec->data().num_samples(), 1);
+  std::string idx("MMIDIDX\0\0\1\0\0\0\0\0\0\0\x08", 18);
+  const uint64_t counts[2] = {1, 2};
+  const int32_t length = 9;
+  const int64_t pointer_and_docs[3] = {0, 0, 1};
+  idx.append(reinterpret_cast<const char*>(counts), sizeof(counts));
+  idx.append(reinterpret_cast<const char*>(&length), sizeof(length));
+  idx.append(reinterpret_cast<const char*>(pointer_and_docs), sizeof(pointer_and_docs));
+  WriteText("mega.idx", idx);
+  WriteText("mega.bin", std::string(18, '\0'));
+  spec = parse("data: {source: tokens, path: mega, format: megatron, seq_len: 4, batch_size: 2}");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->data().path(), Path("mega"));
+  ASSERT_TRUE(PrepareJobSpec(&*spec).ok()) << PrepareJobSpec(&*spec);
+  EXPECT_EQ(spec->data().num_samples(), 2);
+
+  // Errors, each naming its field (and the file where one is at fault).
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{source: tokens, path: train.bin, format: csv, seq_len: 8, batch_size: 4}",
+       "data.format: unknown format \"csv\"; known: llmc, raw_u16, megatron"},
+      {"{source: tokens, seq_len: 8, batch_size: 4}", "data.path: is required for source tokens"},
+      {"{source: tokens, path: nope.bin, seq_len: 8, batch_size: 4}",
+       "data.path: " + Path("nope.bin") + ": no such file"},
+      {"{source: tokens, path: train.bin, batch_size: 4}", "data.seq_len: must be >= 1, got 0"},
+      {"{source: tokens, path: train.bin, seq_len: 41, batch_size: 4}",
+       "data.path: " + Path("train.bin") + " holds 41 tokens, too few for one sample of "
+       "data.seq_len 41 (needs 42"},
+      {"{source: tokens, path: mega, seq_len: 8, batch_size: 4}",
+       "data.path: " + Path("mega") + ": no such file"},
+      {"{source: tokens, path: raw.bin, format: megatron, seq_len: 8, batch_size: 4}",
+       "data.path: " + Path("raw.bin") + ".idx: no such file"},
+      {"{source: npy, input: inputs.npy, label: labels.npy, path: train.bin, batch_size: 4}",
+       "data.path: only for source tokens"},
+      {"{source: synthetic, sample_shape: [8], label_shape: [4], num_samples: 32, seq_len: 8, "
+       "batch_size: 4}",
+       "data.seq_len: only for source tokens"},
+      {"{source: words, batch_size: 4}", "known: npy, synthetic, tokens"},
+  };
+  WriteNpy("inputs.npy", {32, 8});
+  WriteNpy("labels.npy", {32, 4});
+  for (const auto& [data, error] : cases) {
+    spec = parse("data: " + data);
+    ASSERT_TRUE(spec.ok()) << data << ": " << spec.status();
+    EXPECT_INVALID(PrepareJobSpec(&*spec), error);
+  }
+  WriteText("bad.bin", llmc(1000, 998));
+  spec = parse("data: {source: tokens, path: bad.bin, seq_len: 8, batch_size: 4}");
+  ASSERT_TRUE(spec.ok());
+  EXPECT_INVALID(PrepareJobSpec(&*spec),
+                 "data.path: " + Path("bad.bin") + ": header says 1000 tokens but the file holds "
+                 "998");
+
+  // Keys that tokens fill themselves are parse errors with their line.
+  for (const std::string key : {"input: x.npy", "label: y.npy", "sample_shape: [8]",
+                                "label_shape: [8]", "num_samples: 5"}) {
+    spec = parse("data: {source: tokens, path: train.bin, seq_len: 8, batch_size: 4, " + key +
+                 "}");
+    EXPECT_INVALID(spec.status(), "data." + key.substr(0, key.find(':')) +
+                                      ": not for source tokens");
+    EXPECT_INVALID(spec.status(), "(line ");
+  }
+  // Filled values that disagree with the file (a spec from gRPC) are named.
+  spec = parse("data: {source: tokens, path: train.bin, seq_len: 8, batch_size: 4}");
+  ASSERT_TRUE(spec.ok());
+  spec->mutable_data()->add_sample_shape(4);
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.sample_shape: [4] does not match data.seq_len 8");
+  spec->mutable_data()->clear_sample_shape();
+  spec->mutable_data()->set_num_samples(6);
+  EXPECT_INVALID(ValidateJobSpec(*spec),
+                 "data.num_samples: 6 does not match " + Path("train.bin") + " (5 samples of "
+                 "seq_len 8)");
+  spec->mutable_data()->set_num_samples(0);
+  spec->mutable_data()->set_input_dtype(v1::I64);
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.input_dtype: tokens are read as i32, got i64");
+  spec->mutable_data()->set_input_dtype(v1::I32);
+  spec->mutable_data()->set_input("x.npy");
+  EXPECT_INVALID(ValidateJobSpec(*spec), "data.input: not for source tokens");
 }
 
 }  // namespace

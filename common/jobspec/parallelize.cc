@@ -9,6 +9,7 @@
 #include "common/jobspec/field_path.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/placements.h"
+#include "common/jobspec/transformer_config.h"
 #include "common/status.h"
 
 namespace weft {
@@ -19,6 +20,7 @@ using v1::Placement;
 
 constexpr char kColWise[] = "ColWiseParallel";
 constexpr char kRowWise[] = "RowWiseParallel";
+constexpr char kMegatron[] = "megatron";
 
 Placement MakeShard(int axis) {
   Placement p;
@@ -43,6 +45,41 @@ bool SamePlacement(const Placement& a, const Placement& b, int rank) {
   return FormatPlacement(a) == FormatPlacement(b);
 }
 
+// A named plan (preset) or sequence_parallel: megatron, on a transformer, once per model, with
+// no per-layer styles beside it. The planner applies it from the graph's parameter names.
+// `megatron_entry` is the entry that applied it so far ("" for none).
+absl::Status CheckPreset(const JobSpec& spec, const std::string& entry_name,
+                         const v1::ParallelizeConfig& entry, std::string* megatron_entry) {
+  const std::string path = absl::StrCat("parallelize.", entry_name);
+  if (entry.preset().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".sequence_parallel: only with plan: megatron (per-layer styles have no "
+        "sequence-parallel regions)"));
+  }
+  if (entry.preset() != kMegatron) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ".plan: unknown plan \"", entry.preset(), "\"; known: ", kMegatron,
+                     ", or a mapping {layer: ", kColWise, " | ", kRowWise, "}"));
+  }
+  if (!entry.plan().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".plan: megatron and per-layer styles together; give one or the other"));
+  }
+  if (spec.model().arch().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".plan: megatron needs a transformer (model.arch: ", KnownArchs(),
+        "); a layers model names its layers: {layer: ", kColWise, " | ", kRowWise, "}"));
+  }
+  if (!megatron_entry->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ".plan: megatron again; parallelize.", *megatron_entry,
+        " already applies it (on mesh dim ", spec.parallelize().at(*megatron_entry).dim(),
+        "): a model takes one tensor-parallel plan"));
+  }
+  *megatron_entry = entry_name;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Each entry's placements are written in entry-name then layer-name order (proto maps have none).
@@ -58,6 +95,7 @@ absl::Status ExpandParallelize(JobSpec* spec, const ImplicitDims& implicit) {
 
   const std::map<std::string, v1::ParallelizeConfig> entries(spec->parallelize().begin(),
                                                             spec->parallelize().end());
+  std::string megatron_entry;
   for (const auto& [entry_name, entry] : entries) {
     const std::string path = absl::StrCat("parallelize.", entry_name);
     auto dim_it = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), entry.dim());
@@ -67,6 +105,17 @@ absl::Status ExpandParallelize(JobSpec* spec, const ImplicitDims& implicit) {
                        MeshDimList(mesh), ")"));
     }
     const int dim = static_cast<int>(dim_it - mesh.dim_names().begin());
+    // A named plan is left to the planner, which applies it from the graph's parameter names.
+    if (!entry.preset().empty() || entry.sequence_parallel()) {
+      RETURN_IF_ERROR(CheckPreset(*spec, entry_name, entry, &megatron_entry));
+      continue;
+    }
+    if (!spec->model().arch().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ".plan: per-layer styles name layers of model.layers; a transformer (model.arch ",
+          spec->model().arch(), ") takes plan: megatron, or model.placements by parameter "
+          "name pattern"));
+    }
     if (entry.plan().empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ".plan: must name at least one layer"));

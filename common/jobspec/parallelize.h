@@ -22,6 +22,10 @@ namespace weft {
 // of a parameter without placements are Replicate(). A placement already on that dim must agree
 // (an error names the layer and both placements). A missing layer, a non-linear layer, an unknown
 // style or mesh dim: INVALID_ARGUMENT naming it. Idempotent; the parallelize field is kept.
+// A named plan (preset megatron, with or without sequence_parallel) is left as it is: the planner
+// applies it from the graph's parameter names. Checked here: its mesh dim, the name, a
+// transformer model (model.arch), no per-layer styles beside it, one per model;
+// sequence_parallel only with it; per-layer styles only on a layers model.
 absl::Status ApplyParallelize(v1::JobSpec* spec);
 
 // (layer name, parameter, mesh dim index) of placements the user left to the default

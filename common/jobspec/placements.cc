@@ -23,7 +23,14 @@ absl::Status ValidatePlacements(const PlacementList& placements,
     const std::string item = absl::StrCat(path, "[", i, "]");
     switch (p.kind()) {
       case v1::Placement::REPLICATE:
+        break;
       case v1::Placement::PARTIAL:
+        if (p.reduce() == v1::Placement::MAX) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              item, ": Partial(max) is the planner's own (the cross-entropy's row maximum); a "
+                    "spec places tensors as Replicate(), Shard(axis), Partial(sum) or "
+                    "Partial(avg)"));
+        }
         break;
       case v1::Placement::SHARD:
         if (p.axis() < -rank || p.axis() >= rank) {

@@ -29,7 +29,9 @@ absl::Status CheckSafetensors(const std::string& file, const std::vector<Paramet
   absl::StatusOr<SafetensorsFile> st = SafetensorsFile::Open(file);
   if (!st.ok()) return AsInvalid(st.status(), "init_from");
   for (const ParameterShape& p : params) {
+    // Hugging Face's GPT-2 files name their tensors "transformer.<name>" (as the worker reads).
     const SafetensorsFile::Entry* e = st->Find(p.name);
+    if (e == nullptr) e = st->Find(absl::StrCat("transformer.", p.name));
     if (e == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": has no tensor ",
                                                      p.name, " (shape ", ShapeString(p.shape),
@@ -41,10 +43,11 @@ absl::Status CheckSafetensors(const std::string& file, const std::vector<Paramet
                                                      " has dtype ", e->dtype, "; expected ",
                                                      SafetensorsDTypeName(p.dtype)));
     }
-    if (e->shape != p.shape) {
-      return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": ", p.name,
-                                                     " has shape ", ShapeString(e->shape),
-                                                     ", the model needs ", ShapeString(p.shape)));
+    if (e->shape != p.shape && e->shape != p.file_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("init_from: ", file, ": ", p.name, " has shape ", ShapeString(e->shape),
+                       ", the model needs ",
+                       ShapeString(p.file_shape.empty() ? p.shape : p.file_shape)));
     }
   }
   return absl::OkStatus();

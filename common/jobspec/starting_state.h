@@ -29,6 +29,9 @@ struct ParameterShape {
   std::string name;  // fc0.weight
   std::vector<int64_t> shape;
   v1::DType dtype = v1::F32;
+  // The shape a Hugging Face file stores it in, when it differs (the same row-major elements:
+  // gpt2's c_attn weight [C, 3C] for [C, 3, H, D]); init_from accepts either.
+  std::vector<int64_t> file_shape;
 };
 
 // init_from (a safetensors file, or a checkpoint) holds every parameter with its shape and a

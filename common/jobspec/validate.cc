@@ -21,6 +21,7 @@
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/status.h"
+#include "common/token_file.h"
 
 namespace weft {
 namespace {
@@ -71,12 +72,49 @@ absl::StatusOr<NpyHeader> NpyData(const std::string& file, const std::string& fi
   return npy;
 }
 
+// Opens data.path for source tokens (format checked, file validated); errors name the field.
+absl::StatusOr<TokenFile> TokenData(const v1::Data& data) {
+  absl::StatusOr<TokenFormat> format = ParseTokenFormat(data.format());
+  if (!format.ok()) return AsInvalid(format.status(), "data.format");
+  if (data.path().empty()) {
+    return absl::InvalidArgumentError("data.path: is required for source tokens");
+  }
+  if (data.seq_len() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.seq_len: must be >= 1, got ", data.seq_len()));
+  }
+  absl::StatusOr<TokenFile> file = TokenFile::Open(data.path(), *format);
+  if (!file.ok()) return AsInvalid(file.status(), "data.path");
+  if (file->token_count() <= data.seq_len()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.path: ", data.path(), " holds ", file->token_count(),
+        " tokens, too few for one sample of data.seq_len ", data.seq_len(), " (needs ",
+        data.seq_len() + 1, ": the label is the input shifted by one)"));
+  }
+  return file;
+}
+
+// Samples of a token file: sample i is tokens [i*T, i*T + T), its label one further.
+int64_t TokenSamples(const TokenFile& file, int64_t seq_len) {
+  return (file.token_count() - 1) / seq_len;
+}
+
 // Data shapes and placements: the per-sample shape's last axis feeds the first linear, the
 // label matches the model's output, and the batch divides evenly across the ranks it is
 // sharded on. Sets *input_width for the model check.
 absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shape,
                           std::vector<int64_t>* label_shape) {
   const v1::Data& data = spec.data();
+  if (data.source() != "tokens") {
+    // The token fields belong to source tokens only (vocab_size is filled from the model).
+    const char* field = !data.path().empty()     ? "data.path"
+                        : !data.format().empty() ? "data.format"
+                        : data.seq_len() != 0    ? "data.seq_len"
+                                                 : nullptr;
+    if (field != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": only for source tokens"));
+    }
+  }
   if (data.source() == "npy") {
     ASSIGN_OR_RETURN(NpyHeader in_file, NpyData(data.input(), "data.input"));
     ASSIGN_OR_RETURN(NpyHeader lb_file, NpyData(data.label(), "data.label"));
@@ -143,9 +181,57 @@ absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shap
       return absl::InvalidArgumentError(absl::StrCat(
           "data.num_samples: must be > 0 for synthetic data, got ", data.num_samples()));
     }
+  } else if (data.source() == "tokens") {
+    if (!data.input().empty() || !data.label().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(data.input().empty() ? "data.label" : "data.input",
+                       ": not for source tokens (inputs and labels both come from data.path)"));
+    }
+    ASSIGN_OR_RETURN(TokenFile file, TokenData(data));
+    const int64_t seq_len = data.seq_len();
+    *sample_shape = {seq_len};
+    *label_shape = {seq_len};
+    // ResolveDataShapes fills these from seq_len and the file; they must agree.
+    for (const auto& [field, shape] :
+         {std::make_pair("data.sample_shape", ToVector(data.sample_shape())),
+          std::make_pair("data.label_shape", ToVector(data.label_shape()))}) {
+      if (!shape.empty() && shape != *sample_shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            field, ": ", ShapeString(shape), " does not match data.seq_len ", seq_len,
+            " (token samples are [seq_len]; leave it out)"));
+      }
+    }
+    const int64_t samples = TokenSamples(file, seq_len);
+    if (data.num_samples() != 0 && data.num_samples() != samples) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.num_samples: ", data.num_samples(), " does not match ", data.path(), " (",
+          samples, " samples of seq_len ", seq_len, ")"));
+    }
+    for (const auto& [field, dtype] : {std::make_pair("data.input_dtype", data.input_dtype()),
+                                       std::make_pair("data.label_dtype", data.label_dtype())}) {
+      // F32 is also the unset value: a spec from gRPC need not name the dtypes.
+      if (dtype != v1::I32 && dtype != v1::F32) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": tokens are read as ",
+                                                       DTypeName(v1::I32), ", got ",
+                                                       DTypeName(dtype)));
+      }
+    }
+    if (data.vocab_size() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("data.vocab_size: must be >= 0, got ", data.vocab_size()));
+    }
+    // ResolveDataShapes copies it from the model; a spec from gRPC may leave it 0 (unchecked).
+    const int64_t model_vocab =
+        spec.model().arch().empty() ? 0 : spec.model().config().vocab_size();
+    if (data.vocab_size() != 0 && data.vocab_size() != model_vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data.vocab_size: ", data.vocab_size(), " does not match ",
+          model_vocab == 0 ? "a model without a vocabulary (no model.arch)"
+                           : absl::StrCat("model.config.vocab_size ", model_vocab)));
+    }
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.source: unknown source \"", data.source(), "\"; known: npy, synthetic"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.source: unknown source \"", data.source(), "\"; known: npy, synthetic, tokens"));
   }
   if (data.batch_size() <= 0) {
     return absl::InvalidArgumentError(
@@ -424,6 +510,20 @@ absl::Status PrepareJobSpec(JobSpec* spec) {
 
 absl::Status ResolveDataShapes(JobSpec* spec) {
   v1::Data* data = spec->mutable_data();
+  if (data->source() == "tokens") {
+    ASSIGN_OR_RETURN(TokenFile file, TokenData(*data));
+    data->clear_sample_shape();
+    data->clear_label_shape();
+    data->add_sample_shape(data->seq_len());
+    data->add_label_shape(data->seq_len());
+    data->set_num_samples(TokenSamples(file, data->seq_len()));
+    data->set_input_dtype(v1::I32);
+    data->set_label_dtype(v1::I32);
+    // The worker checks each token it reads against the model's vocabulary (batch_source.h):
+    // an id >= vocab_size would index past the embedding table.
+    if (!spec->model().arch().empty()) data->set_vocab_size(spec->model().config().vocab_size());
+    return absl::OkStatus();
+  }
   if (data->source() != "npy") return absl::OkStatus();
   ASSIGN_OR_RETURN(NpyHeader in, NpyData(data->input(), "data.input"));
   ASSIGN_OR_RETURN(NpyHeader lb, NpyData(data->label(), "data.label"));

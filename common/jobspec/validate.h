@@ -27,12 +27,15 @@ namespace weft {
 // keep >= 1; train.resume needs checkpoint.dir holding a committed checkpoint before train.steps.
 // init_from must exist (a safetensors file, or a folder with a committed checkpoint). Data: npy
 // files of float32, int32 or int64 (loaded in their dtype, cast to float32 for the model),
-// synthetic data float32.
+// synthetic data float32, tokens a valid token file holding at least one sample (data.vocab_size
+// 0 or model.config.vocab_size).
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 
 // For data.source npy: reads the .npy headers and fills data.sample_shape, data.label_shape,
-// data.num_samples and the input and label dtypes (the planner does no I/O). No-op for synthetic
-// data.
+// data.num_samples and the input and label dtypes (the planner does no I/O). For tokens: opens
+// the token file and fills the same from it and data.seq_len ([seq_len], I32), and
+// data.vocab_size from model.config (a transformer), so workers reject ids past the vocabulary.
+// No-op for synthetic data.
 absl::Status ResolveDataShapes(v1::JobSpec* spec);
 
 // Everything SubmitJob does to a spec before planning, in one place for the coordinator,

@@ -15,9 +15,12 @@
 #include "absl/strings/str_join.h"
 #include "common/jobspec/defaults.h"
 #include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/param_pattern.h"
 #include "common/jobspec/parallelize.h"
 #include "common/jobspec/placements.h"
+#include "common/jobspec/transformer_config.h"
 #include "common/status.h"
+#include "nlohmann/json.hpp"
 #include "yaml-cpp/yaml.h"
 
 namespace weft {
@@ -296,10 +299,167 @@ absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
   return absl::OkStatus();
 }
 
+// A `config:` value as JSON, the form Hugging Face writes, so that the spec's config and a
+// config.json have one reader (TransformerConfigFromJson). Plain scalars are typed as YAML 1.2's
+// core schema types them (null, true/false, integers, floats); quoted ones are strings. `depth`
+// bounds nesting, aliases that refer back to themselves included.
+absl::StatusOr<nlohmann::json> YamlToJson(const YAML::Node& node, const std::string& path,
+                                          int depth) {
+  if (depth > 32) return Invalid(path, node, "nested too deeply");
+  switch (node.Type()) {
+    case YAML::NodeType::Null:
+      return nlohmann::json(nullptr);
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() != "?") return nlohmann::json(text);
+      if (text == "~" || text == "null" || text == "Null" || text == "NULL") {
+        return nlohmann::json(nullptr);
+      }
+      if (text == "true" || text == "True" || text == "TRUE") return nlohmann::json(true);
+      if (text == "false" || text == "False" || text == "FALSE") return nlohmann::json(false);
+      int64_t i;
+      if (absl::SimpleAtoi(text, &i)) return nlohmann::json(i);
+      double d;
+      if (text.find_first_not_of("0123456789+-.eE") == std::string::npos &&
+          text.find_first_of("0123456789") != std::string::npos && absl::SimpleAtod(text, &d)) {
+        return nlohmann::json(d);
+      }
+      return nlohmann::json(text);
+    }
+    case YAML::NodeType::Sequence: {
+      nlohmann::json list = nlohmann::json::array();
+      for (size_t i = 0; i < node.size(); ++i) {
+        ASSIGN_OR_RETURN(nlohmann::json item,
+                         YamlToJson(node[i], absl::StrCat(path, "[", i, "]"), depth + 1));
+        list.push_back(std::move(item));
+      }
+      return list;
+    }
+    case YAML::NodeType::Map: {
+      nlohmann::json object = nlohmann::json::object();
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) return Invalid(path, kv.first, "keys must be plain strings");
+        const std::string key = kv.first.Scalar();
+        if (object.contains(key)) {
+          return Invalid(path, kv.first, absl::StrCat("duplicate key \"", key, "\""));
+        }
+        ASSIGN_OR_RETURN(object[key], YamlToJson(kv.second, Join(path, key), depth + 1));
+      }
+      return object;
+    }
+    default:
+      return Invalid(path, node, "undefined value");
+  }
+}
+
+// model.placements: {PATTERN: placements}, each list written as a layer parameter's
+// (positional, or by mesh dim name with unnamed dims Replicate()).
+absl::Status ParsePatternPlacements(const YAML::Node& node, const std::string& path,
+                                    const v1::Mesh& mesh, v1::Model* model) {
+  if (!node.IsMap()) {
+    return Invalid(path, node,
+                   absl::StrCat("expected a mapping {parameter name pattern: placements}, got ",
+                                KindName(node)));
+  }
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar()) {
+      return Invalid(path, kv.first, "keys must be parameter name patterns");
+    }
+    const std::string pattern = kv.first.Scalar();
+    const std::string pattern_path = PatternPath(pattern);
+    const absl::Status valid = ValidateParamPattern(pattern);
+    if (!valid.ok()) return Invalid(pattern_path, kv.first, valid.message());
+    if (model->placements().count(pattern) > 0) {
+      return Invalid(path, kv.first, absl::StrCat("duplicate pattern \"", pattern, "\""));
+    }
+    v1::PlacementList list;
+    RETURN_IF_ERROR(
+        ReadPlacements(kv.second, pattern_path, mesh, list.mutable_placements(), nullptr));
+    (*model->mutable_placements())[pattern] = std::move(list);
+  }
+  return absl::OkStatus();
+}
+
+// model: {arch, config | config_file, placements, loss}: a transformer. A config file's path is
+// resolved against base_dir and the file read here, so that the spec carries the config itself.
+absl::Status ParseTransformer(const MapReader& m, const YAML::Node& node, const std::string& path,
+                              const v1::Mesh& mesh, const std::string& base_dir,
+                              v1::Model* model) {
+  if (m.Has("layers")) {
+    return Invalid(Join(path, "layers"), m.Get("layers"),
+                   "not allowed with model.arch (a transformer's layers come from its config)");
+  }
+  const std::string arch_path = Join(path, "arch");
+  ASSIGN_OR_RETURN(*model->mutable_arch(), ReadString(m.Get("arch"), arch_path));
+  const std::string& arch = model->arch();
+  if (!IsKnownArch(arch)) {
+    return Invalid(arch_path, m.Get("arch"),
+                   absl::StrCat("unknown arch \"", arch, "\"; known: ", KnownArchs()));
+  }
+  const std::string config_path = Join(path, "config");
+  const std::string file_path = Join(path, "config_file");
+  if (m.Has("config") && m.Has("config_file")) {
+    return Invalid(file_path, m.Get("config_file"),
+                   "not allowed with model.config: give the config or a Hugging Face "
+                   "config.json, not both");
+  }
+  if (m.Has("config")) {
+    const YAML::Node config = m.Get("config");
+    if (!config.IsMap()) {
+      return Invalid(config_path, config,
+                     absl::StrCat("expected a mapping of ", arch, " config keys, got ",
+                                  KindName(config)));
+    }
+    std::map<std::string, std::string> where = {{"", Where(config)}};
+    for (const auto& kv : config) {
+      if (kv.first.IsScalar()) where[kv.first.Scalar()] = Where(kv.first);
+    }
+    ASSIGN_OR_RETURN(nlohmann::json json, YamlToJson(config, config_path, 0));
+    ASSIGN_OR_RETURN(*model->mutable_config(),
+                     TransformerConfigFromJson(arch, json, ConfigSource::kSpec, config_path,
+                                               where));
+  } else if (m.Has("config_file")) {
+    ASSIGN_OR_RETURN(std::string file, ReadString(m.Get("config_file"), file_path));
+    if (file.empty()) return Invalid(file_path, m.Get("config_file"), "must not be empty");
+    model->set_config_file(ResolvePath(file, base_dir));
+    ASSIGN_OR_RETURN(*model->mutable_config(),
+                     LoadTransformerConfigFile(arch, model->config_file()));
+  } else {
+    return Invalid(config_path, node,
+                   absl::StrCat("is required with model.arch (", arch,
+                                "'s Hugging Face config keys), or model.config_file: a "
+                                "config.json"));
+  }
+  if (m.Has("placements")) {
+    RETURN_IF_ERROR(ParsePatternPlacements(m.Get("placements"), Join(path, "placements"), mesh,
+                                           model));
+  }
+  if (m.Has("loss")) {
+    ASSIGN_OR_RETURN(*model->mutable_loss(), ReadString(m.Get("loss"), Join(path, "loss")));
+  }
+  return ValidateTransformerModel(*model);
+}
+
+// model: {layers, loss}, or a transformer (ParseTransformer).
 absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
-                        v1::Model* model, ImplicitDims* implicit) {
-  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"layers", "loss"}));
-  RETURN_IF_ERROR(RequireKey(m, node, path, "layers"));
+                        const std::string& base_dir, v1::Model* model, ImplicitDims* implicit) {
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path, {"layers", "loss", "arch", "config", "config_file",
+                                                "placements"}));
+  if (m.Has("arch")) return ParseTransformer(m, node, path, mesh, base_dir, model);
+  for (const std::string key : {"config", "config_file", "placements"}) {
+    if (m.Has(key)) {
+      return Invalid(Join(path, key), m.Get(key),
+                     absl::StrCat("only with model.arch (a transformer: ", KnownArchs(), ")",
+                                  key == "placements" ? "; a layers model places its parameters "
+                                                        "per layer (model.layers[i].placements)"
+                                                      : ""));
+    }
+  }
+  if (!m.Has("layers")) {
+    return Invalid(Join(path, "layers"), node,
+                   absl::StrCat("is required (or model.arch: a transformer, ", KnownArchs(), ")"));
+  }
   RETURN_IF_ERROR(ForEachItem(m.Get("layers"), Join(path, "layers"),
                               [&](const YAML::Node& item, const std::string& item_path) {
                                 return ParseLayer(item, item_path, mesh, model->add_layers(),
@@ -316,10 +476,30 @@ absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1
   ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path,
                                                 {"source", "input", "label", "batch_size",
                                                  "placements", "sample_shape", "label_shape",
-                                                 "num_samples"}));
+                                                 "num_samples", "path", "format", "seq_len"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "source"));
   RETURN_IF_ERROR(RequireKey(m, node, path, "batch_size"));
   ASSIGN_OR_RETURN(*data->mutable_source(), ReadString(m.Get("source"), Join(path, "source")));
+  if (data->source() == "tokens") {
+    // Shapes, sample count and dtypes come from seq_len and the file (ResolveDataShapes).
+    for (const char* key : {"input", "label", "sample_shape", "label_shape", "num_samples"}) {
+      if (m.Has(key)) {
+        return Invalid(Join(path, key), m.Get(key),
+                       "not for source tokens (samples are seq_len tokens of data.path, "
+                       "labels the next token of each)");
+      }
+    }
+  }
+  if (m.Has("path")) {
+    ASSIGN_OR_RETURN(*data->mutable_path(), ReadString(m.Get("path"), Join(path, "path")));
+  }
+  if (m.Has("format")) {
+    ASSIGN_OR_RETURN(*data->mutable_format(), ReadString(m.Get("format"), Join(path, "format")));
+  }
+  if (m.Has("seq_len")) {
+    ASSIGN_OR_RETURN(int64_t seq_len, ReadInt<int64_t>(m.Get("seq_len"), Join(path, "seq_len")));
+    data->set_seq_len(seq_len);
+  }
   if (m.Has("input")) {
     ASSIGN_OR_RETURN(*data->mutable_input(), ReadString(m.Get("input"), Join(path, "input")));
   }
@@ -418,8 +598,9 @@ absl::Status ParseCheckpoint(const YAML::Node& node, const std::string& path,
   return absl::OkStatus();
 }
 
-// parallelize: {NAME: {dim: DIM, plan: {LAYER: STYLE}}}. Styles and names are checked when it
-// is applied (ApplyParallelize), so specs from the YAML and from gRPC get the same errors.
+// parallelize: {NAME: {dim: DIM, plan: {LAYER: STYLE} | megatron, sequence_parallel: BOOL}}.
+// Styles, names, the named plan and whether it fits the model are checked when it is applied
+// (ApplyParallelize), so specs from the YAML and from gRPC get the same errors.
 absl::Status ParseParallelize(const YAML::Node& node, const std::string& path, JobSpec* spec) {
   if (!node.IsMap()) {
     return Invalid(path, node, absl::StrCat("expected a mapping, got ", KindName(node)));
@@ -431,30 +612,46 @@ absl::Status ParseParallelize(const YAML::Node& node, const std::string& path, J
     if (spec->parallelize().count(name) > 0) {
       return Invalid(path, kv.first, absl::StrCat("duplicate key \"", name, "\""));
     }
-    ASSIGN_OR_RETURN(MapReader m, MapReader::Read(kv.second, entry_path, {"dim", "plan"}));
+    ASSIGN_OR_RETURN(MapReader m, MapReader::Read(kv.second, entry_path,
+                                                  {"dim", "plan", "sequence_parallel"}));
     RETURN_IF_ERROR(RequireKey(m, kv.second, entry_path, "dim"));
     RETURN_IF_ERROR(RequireKey(m, kv.second, entry_path, "plan"));
     v1::ParallelizeConfig entry;
     ASSIGN_OR_RETURN(*entry.mutable_dim(), ReadString(m.Get("dim"), Join(entry_path, "dim")));
     const std::string plan_path = Join(entry_path, "plan");
     const YAML::Node plan = m.Get("plan");
-    if (!plan.IsMap()) {
+    if (plan.IsScalar()) {
+      // A named plan (megatron): the architecture's own.
+      entry.set_preset(plan.Scalar());
+    } else if (!plan.IsMap()) {
       return Invalid(plan_path, plan,
-                     absl::StrCat("expected a mapping {layer: ColWiseParallel | "
-                                  "RowWiseParallel}, got ",
+                     absl::StrCat("expected megatron (a transformer's plan) or a mapping "
+                                  "{layer: ColWiseParallel | RowWiseParallel}, got ",
                                   KindName(plan)));
+    } else {
+      for (const auto& layer : plan) {
+        if (!layer.first.IsScalar()) {
+          return Invalid(plan_path, layer.first, "keys must be layer names");
+        }
+        const std::string layer_name = layer.first.Scalar();
+        if (entry.plan().count(layer_name) > 0) {
+          return Invalid(plan_path, layer.first,
+                         absl::StrCat("duplicate layer \"", layer_name, "\""));
+        }
+        ASSIGN_OR_RETURN(std::string style,
+                         ReadString(layer.second, Join(plan_path, layer_name)));
+        (*entry.mutable_plan())[layer_name] = style;
+      }
     }
-    for (const auto& layer : plan) {
-      if (!layer.first.IsScalar()) {
-        return Invalid(plan_path, layer.first, "keys must be layer names");
+    if (m.Has("sequence_parallel")) {
+      const std::string sp_path = Join(entry_path, "sequence_parallel");
+      if (!plan.IsScalar()) {
+        return Invalid(sp_path, m.Get("sequence_parallel"),
+                       "only with plan: megatron (per-layer styles have no sequence-parallel "
+                       "regions)");
       }
-      const std::string layer_name = layer.first.Scalar();
-      if (entry.plan().count(layer_name) > 0) {
-        return Invalid(plan_path, layer.first,
-                       absl::StrCat("duplicate layer \"", layer_name, "\""));
-      }
-      ASSIGN_OR_RETURN(std::string style, ReadString(layer.second, Join(plan_path, layer_name)));
-      (*entry.mutable_plan())[layer_name] = style;
+      ASSIGN_OR_RETURN(bool sp, ReadBool(m.Get("sequence_parallel"), sp_path));
+      entry.set_sequence_parallel(sp);
     }
     (*spec->mutable_parallelize())[name] = std::move(entry);
   }
@@ -507,8 +704,8 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   // Placements by mesh dim name need the names, defaulted or not, before the model is read.
   DefaultMeshDimNames(spec->mutable_mesh());
   ImplicitDims implicit;
-  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), spec->mutable_model(),
-                             &implicit));
+  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), base_dir,
+                             spec->mutable_model(), &implicit));
   RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mesh(), spec->mutable_data()));
   RETURN_IF_ERROR(ParseOptimizer(m.Get("optimizer"), "optimizer", spec->mutable_optimizer()));
   RETURN_IF_ERROR(ParseTrain(m.Get("train"), "train", spec->mutable_train()));
@@ -522,6 +719,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   v1::Data* data = spec->mutable_data();
   data->set_input(ResolvePath(data->input(), base_dir));
   data->set_label(ResolvePath(data->label(), base_dir));
+  data->set_path(ResolvePath(data->path(), base_dir));
   if (m.Has("parallelize")) {
     RETURN_IF_ERROR(ParseParallelize(m.Get("parallelize"), "parallelize", spec));
   }

@@ -22,17 +22,28 @@ std::string GradName(const Graph& g, int of, const std::map<int, int>& readers,
 
 absl::StatusOr<int> GradBuilder::Emit(const std::string& type, std::vector<int> inputs, int of,
                                       Attrs attrs) {
-  const Tensor& src = g_->tensors[of];
-  Tensor t;
-  t.name = GradName(*g_, of, *readers_, op_.layer.empty() ? op_.type : op_.layer);
-  t.shape = src.shape;
-  t.dtype = src.dtype;
-  t.role = v1::Buffer::GRAD;
-  t.layer = op_.layer;
-  const int out = g_->AddTensor(std::move(t));
-  Op op{type, std::move(inputs), {out}, op_.layer, Phase::kBackward, std::move(attrs)};
+  ASSIGN_OR_RETURN(std::vector<int> out, EmitMulti(type, std::move(inputs), {of},
+                                                   std::move(attrs)));
+  return out[0];
+}
+
+absl::StatusOr<std::vector<int>> GradBuilder::EmitMulti(const std::string& type,
+                                                        std::vector<int> inputs,
+                                                        const std::vector<int>& of, Attrs attrs) {
+  std::vector<int> outs;
+  for (int id : of) {
+    const Tensor& src = g_->tensors[id];
+    Tensor t;
+    t.name = GradName(*g_, id, *readers_, op_.layer.empty() ? op_.type : op_.layer);
+    t.shape = src.shape;
+    t.dtype = src.dtype;
+    t.role = v1::Buffer::GRAD;
+    t.layer = op_.layer;
+    outs.push_back(g_->AddTensor(std::move(t)));
+  }
+  Op op{type, std::move(inputs), outs, op_.layer, Phase::kBackward, std::move(attrs)};
   RETURN_IF_ERROR(AppendPlacedOp(registry_, g_, std::move(op)));
-  return out;
+  return outs;
 }
 
 absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
@@ -88,6 +99,15 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
     bool any_out = i == loss_op;
     for (int out : op.outputs) {
       auto it = grads.find(out);
+      // A tensor the plan placed (Tensor::target) has its gradient placed the same, or at its
+      // grad_target.
+      if (it != grads.end() && (g.tensors[out].target || g.tensors[out].grad_target)) {
+        const DistAttr target = g.tensors[out].grad_target ? *g.tensors[out].grad_target
+                                                           : *g.tensors[out].target;
+        const Placement micro = g.tensors[it->second].micro;
+        ASSIGN_OR_RETURN(it->second, AppendReshard(&g, it->second, target, micro,
+                                                   Phase::kBackward, op.layer));
+      }
       out_grads.push_back(it == grads.end() ? -1 : it->second);
       any_out = any_out || it != grads.end();
     }
@@ -114,7 +134,7 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
       in_grads = builder.input_grads();
     }
     for (size_t k = 0; k < op.inputs.size(); ++k) {
-      if (!in_needs[k]) continue;
+      if (!in_needs[k] || in_grads[k] == GradBuilder::kNoGradient) continue;
       if (in_grads[k] < 0) {
         return absl::InternalError(absl::StrCat("autodiff of ", OpLabel(op), ": no gradient for ",
                                                 g.tensors[op.inputs[k]].name));

@@ -35,11 +35,18 @@ class GradBuilder {
       : registry_(registry), g_(g), op_(op), out_grads_(std::move(out_grads)),
         needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1), readers_(readers) {}
 
+  // Marks an input the op's outputs depend on, but whose gradient term is zero by construction
+  // (the cross-entropy's row maximum cancels out of the loss): no term is added for it.
+  static constexpr int kNoGradient = -2;
+
   const Op& op() const { return op_; }
-  // Gradient tensor id of op().outputs[i]; -1 for the loss (whose gradient is 1).
+  const Graph& graph() const { return *g_; }
+  // Gradient tensor id of op().outputs[i]; -1 for the loss (whose gradient is 1), or when no
+  // consumer of that output needed a gradient.
   int out_grad(int i) const { return out_grads_[i]; }
   bool needs_grad(int input) const { return needs_grad_[input]; }
   void set_input_grad(int input, int grad_id) { in_grads_[input] = grad_id; }
+  void set_no_gradient(int input) { in_grads_[input] = kNoGradient; }
   const std::vector<int>& input_grads() const { return in_grads_; }
 
   // Appends a backward op of `type` on `inputs` producing a new gradient tensor with the global
@@ -47,6 +54,9 @@ class GradBuilder {
   // several ops, each contributing a term); placed by the SPMD rules.
   absl::StatusOr<int> Emit(const std::string& type, std::vector<int> inputs, int of,
                            Attrs attrs = {});
+  // The same for an op with several outputs, output i the gradient of tensor of[i].
+  absl::StatusOr<std::vector<int>> EmitMulti(const std::string& type, std::vector<int> inputs,
+                                             const std::vector<int>& of, Attrs attrs = {});
 
  private:
   const RuleRegistry& registry_;

@@ -13,6 +13,8 @@
 #include "common/jobspec/pipeline_chunks.h"
 #include "common/jobspec/placements.h"
 #include "common/status.h"
+#include "coordinator/planner/arch/transformer.h"
+#include "coordinator/planner/build_frame.h"
 
 namespace weft::planner {
 namespace {
@@ -36,13 +38,16 @@ class LayerBuilder {
 
   // The mesh, the batch's placements, the optimizer and the pipeline: what the layers need.
   absl::Status Prepare() {
-    ASSIGN_OR_RETURN(g_.mesh, Mesh::FromProto(spec_.mesh()));
-    for (const v1::Placement& p : EffectiveDataPlacements(spec_)) {
-      ASSIGN_OR_RETURN(Placement placement, Placement::FromProto(p));
-      batch_placements_.push_back(placement);
+    RETURN_IF_ERROR(PrepareGraph(spec_, &g_, &batch_placements_));
+    if (!spec_.pipeline().dim().empty()) return absl::OkStatus();
+    for (int i = 0; i < model_.layers_size(); ++i) {
+      if (model_.layers(i).has_stage()) {
+        return Invalid(absl::StrCat(
+            LayerPath(model_.layers(i), i),
+            ".stage: stages need a pipeline block (pipeline: {dim: ..., schedule: ...})"));
+      }
     }
-    RETURN_IF_ERROR(ReadOptimizer());
-    return ReadPipeline();
+    return absl::OkStatus();
   }
 
 
@@ -83,65 +88,16 @@ class LayerBuilder {
 
   absl::StatusOr<int> AddBatchTensor(const std::string& name, const Shape& shape, v1::DType dtype,
                                      const std::string& load) {
-    Tensor t{name, shape, dtype, v1::Buffer::DATA, ""};
-    ASSIGN_OR_RETURN(t.dist, DistAttr::Create(g_.mesh, batch_placements_, shape.size()));
-    if (g_.micro_batches() > 1) t.micro = Placement::Shard(0);
-    const int loaded = g_.AddTensor(t);
-    RETURN_IF_ERROR(g_.AddOp(Op{load, {}, {loaded}, ""}));
+    ASSIGN_OR_RETURN(const int loaded,
+                     AddLoadedBatch(&g_, name, shape, dtype, batch_placements_, load));
     if (dtype == v1::F32) return loaded;
     // The model computes in float32: integer (or bf16) data is converted once it is loaded.
+    Tensor t = g_.tensors[loaded];
     t.name = absl::StrCat(name, ".f32");
     t.dtype = v1::F32;
     const int cast = g_.AddTensor(t);
     RETURN_IF_ERROR(g_.AddOp(Op{"cast", {loaded}, {cast}, ""}));
     return cast;
-  }
-
-  absl::Status ReadOptimizer() {
-    const v1::Optimizer& opt = spec_.optimizer();
-    g_.optimizer.type = opt.type();
-    g_.optimizer.lr = opt.lr();
-    g_.optimizer.eps = opt.eps();
-    g_.optimizer.weight_decay = opt.weight_decay();
-    if (opt.type() == "adamw") {
-      if (opt.betas_size() != 2) {
-        return Invalid("optimizer.betas: adamw needs [beta1, beta2]");
-      }
-      g_.optimizer.beta1 = opt.betas(0);
-      g_.optimizer.beta2 = opt.betas(1);
-    } else if (opt.type() != "sgd") {
-      return Invalid(absl::StrCat("optimizer.type: unknown \"", opt.type(), "\""));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status ReadPipeline() {
-    const v1::Pipeline& p = spec_.pipeline();
-    if (p.dim().empty()) {
-      for (int i = 0; i < model_.layers_size(); ++i) {
-        if (model_.layers(i).has_stage()) {
-          return Invalid(absl::StrCat(
-              LayerPath(model_.layers(i), i),
-              ".stage: stages need a pipeline block (pipeline: {dim: ..., schedule: ...})"));
-        }
-      }
-      return absl::OkStatus();
-    }
-    std::optional<int> dim = g_.mesh.FindDim(p.dim());
-    if (!dim) {
-      return Invalid(absl::StrCat("pipeline.dim \"", p.dim(), "\" is not a dim of the mesh ",
-                                  g_.mesh.ToString()));
-    }
-    g_.pipeline.dim = *dim;
-    g_.pipeline.schedule = p.schedule();
-    g_.pipeline.micro_batches = std::max(1, p.micro_batches());
-    g_.pipeline.virtual_stages = std::max(1, p.virtual_stages());
-    if (g_.pipeline.micro_batches > spec_.data().batch_size()) {
-      return Invalid(absl::StrCat("pipeline.micro_batches ", g_.pipeline.micro_batches,
-                                  " is more than the data.batch_size ", spec_.data().batch_size(),
-                                  ": a micro-batch would be empty"));
-    }
-    return absl::OkStatus();
   }
 
   // The values layer i reads, by its `inputs` (default: the previous layer, or the batch).
@@ -381,6 +337,7 @@ class LayerBuilder {
 }  // namespace
 
 absl::StatusOr<Graph> BuildGraph(const v1::JobSpec& spec) {
+  if (!spec.model().arch().empty()) return BuildTransformerGraph(spec);
   Graph g;
   LayerBuilder builder(spec, &g);
   RETURN_IF_ERROR(builder.Prepare());

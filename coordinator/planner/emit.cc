@@ -24,7 +24,7 @@ void SetRepeated(Repeated* field, const Values& values) {
 }
 
 v1::Placement::ReduceOp ReduceProto(Placement::Reduce r) {
-  return r == Placement::Reduce::kAvg ? v1::Placement::AVG : v1::Placement::SUM;
+  return Placement::Partial(r).ToProto().reduce();
 }
 
 Instruction::Phase PhaseProto(Phase phase) {
@@ -67,6 +67,8 @@ absl::Status SetAttributes(const Op& op, Instruction* ins) {
       r->SetInt64(ins, f, *i);
     } else if (i && f->cpp_type() == FD::CPPTYPE_INT32) {
       r->SetInt32(ins, f, static_cast<int32_t>(*i));
+    } else if (i && f->cpp_type() == FD::CPPTYPE_UINT64) {
+      r->SetUInt64(ins, f, static_cast<uint64_t>(*i));  // a 64-bit key, bit for bit
     } else {
       return absl::InternalError(absl::StrCat(OpLabel(op), ": attribute ", name,
                                               " does not fit Instruction.", name));
@@ -173,17 +175,22 @@ class RankEmitter {
         *item->mutable_box() = init->box();
         item->set_write(p_.writers.Writes(static_cast<int>(t), rank_));
       }
-      if (state || !holds) {
+      const Parameter* p = nullptr;
+      for (const Parameter& candidate : g_.params) {
+        if (candidate.tensor == static_cast<int>(t)) p = &candidate;
+      }
+      if (state || !holds || p == nullptr) {
         init->set_kind(v1::ParamInit::ZEROS);
       } else if (!program_.init_from().empty()) {
         init->set_kind(v1::ParamInit::FROM_FILE);
+        SetRepeated(init->mutable_file_shape(), p->file_shape);
+      } else if (p->init == Parameter::Init::kZeros) {
+        init->set_kind(v1::ParamInit::ZEROS);
+      } else if (p->init == Parameter::Init::kOnes) {
+        init->set_kind(v1::ParamInit::ONES);
       } else {
-        float bound = 0;
-        for (const Parameter& p : g_.params) {
-          if (p.tensor == static_cast<int>(t)) bound = p.init_bound;
-        }
         init->set_kind(v1::ParamInit::UNIFORM);
-        init->set_bound(bound);
+        init->set_bound(p->init_bound);
         init->set_tensor_key(Fnv1a64(tensor.name));
       }
     }
@@ -299,6 +306,12 @@ class RankEmitter {
       ins->add_outputs(b);
     }
     RETURN_IF_ERROR(SetAttributes(op, ins));
+    if (def->box_of >= 0) {
+      const int n_in = static_cast<int>(op.inputs.size());
+      const int id = def->box_of < n_in ? op.inputs[def->box_of] : op.outputs[def->box_of - n_in];
+      SetBox(ins, id, item.micro_batch);
+      SetRepeated(ins->mutable_global_shape(), g_.tensors[id].shape);
+    }
     ins->set_comment(Comment(op));
     return absl::OkStatus();
   }
@@ -326,15 +339,21 @@ class RankEmitter {
     }
     ins->set_op(def.instruction);
     ins->add_outputs(out);
-    const int mb = std::max(item.micro_batch, 0);
+    SetBox(ins, op.outputs[0], item.micro_batch);
+    ins->set_comment(Comment(op));
+    return absl::OkStatus();
+  }
+
+  // Instruction.box: this rank's region of tensor `id` for micro-batch `micro_batch`, in the
+  // coordinates of the step's whole tensor (the micro-batch's rows of the global batch).
+  void SetBox(Instruction* ins, int id, int micro_batch) const {
+    const Tensor& t = g_.tensors[id];
+    const int mb = std::max(micro_batch, 0);
     *ins->mutable_box() = t.dist->Box(MicroShape(g_, t, mb), rank_);
-    // The micro-batch's rows of the global batch.
     if (t.micro.is_shard()) {
       const int axis = t.micro.axis;
       ins->mutable_box()->set_offsets(axis, ins->box().offsets(axis) + MicroOffset(g_, t, mb));
     }
-    ins->set_comment(Comment(op));
-    return absl::OkStatus();
   }
 
   absl::Status EmitUpdate(const StageItem& item, const Op& op, const OpDef& def) {

@@ -31,8 +31,9 @@ absl::Status Graph::AddOp(Op op) {
     return absl::InternalError(absl::StrCat("op type \"", op.type, "\" is not in the op table"));
   }
   const int n_in = static_cast<int>(op.inputs.size());
+  const int n_out = static_cast<int>(op.outputs.size());
   if (n_in < def->min_inputs || (def->max_inputs >= 0 && n_in > def->max_inputs) ||
-      static_cast<int>(op.outputs.size()) != def->outputs) {
+      (def->outputs >= 0 ? n_out != def->outputs : n_out < 1)) {
     return absl::InternalError(absl::StrCat(OpLabel(op), " has ", n_in, " inputs and ",
                                             op.outputs.size(), " outputs"));
   }
@@ -56,8 +57,23 @@ absl::Status Graph::AddOp(Op op) {
       return absl::InternalError(absl::StrCat(OpLabel(op), ": tensor id ", id, " out of range"));
     }
   }
+  for (int operand : def->id_operands) {
+    if (operand >= static_cast<int>(all.size())) continue;
+    const v1::DType dtype = tensors[all[operand]].dtype;
+    if (dtype != v1::I32 && dtype != v1::I64) {
+      return absl::InternalError(absl::StrCat(OpLabel(op), ": ", tensors[all[operand]].name,
+                                              " is ", DTypeName(dtype), ", expected ids (i32 or "
+                                              "i64)"));
+    }
+  }
+  auto is_id = [&](int operand) {
+    return std::find(def->id_operands.begin(), def->id_operands.end(), operand) !=
+           def->id_operands.end();
+  };
   if (!def->dtypes.empty()) {
-    for (int id : all) {
+    for (size_t operand = 0; operand < all.size(); ++operand) {
+      if (is_id(static_cast<int>(operand))) continue;
+      const int id = all[operand];
       if (std::find(def->dtypes.begin(), def->dtypes.end(), tensors[id].dtype) ==
           def->dtypes.end()) {
         return absl::InternalError(absl::StrCat(OpLabel(op), ": ", tensors[id].name, " is ",

@@ -48,6 +48,15 @@ struct Tensor {
   // step's value (parameter gradients, the loss), summed by accumulation; Replicate: one value
   // per step (parameters, optimizer states, accumulated gradients).
   Placement micro = Placement::Replicate();
+  // Where the model's parallel plan wants the tensor (e.g. the residual stream sequence-sharded
+  // under Megatron's sequence parallelism): propagate reshards it to this right after the op that
+  // makes it, and autodiff reshards its gradient to the same before the gradient is used, as
+  // Megatron's conjugate regions do. Unset: wherever the rules put it.
+  std::optional<DistAttr> target;
+  // Where its gradient goes instead, when that differs from target: the input of a column-
+  // parallel layer under sequence parallelism is whole in the forward pass, its gradient
+  // reduce-scattered along the sequence (Megatron's all-gather and its conjugate).
+  std::optional<DistAttr> grad_target;
 };
 
 // Named op attributes. The op table declares each op's attributes with their type and default.
@@ -90,10 +99,17 @@ struct Op {
 };
 
 // How a parameter gets its first value when no file or checkpoint gives one: U(-bound, bound)
-// from Philox keyed by the seed and the parameter's name (bound 1/sqrt(fan_in), PyTorch's Linear).
+// from Philox keyed by the seed and the parameter's name (bound 1/sqrt(fan_in), PyTorch's Linear;
+// 0.02 * sqrt(3), the standard deviation 0.02 of Hugging Face's normal init, for transformers),
+// zeros (biases) or ones (norm gains).
 struct Parameter {
+  enum class Init { kUniform, kZeros, kOnes };
   int tensor = -1;
   float init_bound = 0;
+  Init init = Init::kUniform;
+  // Its shape in files when that is not its shape here: Hugging Face's layout of the same
+  // row-major elements (gpt2's c_attn weight [C, 3C], here [C, 3, H, D]). Empty: the same.
+  Shape file_shape;
 };
 
 // A spec layer as the pipeline pass sees it: which chunk it is in.

@@ -59,7 +59,8 @@ std::optional<ReshardStep> StepOf(const DistAttr& before, const Move& move) {
     s.kind = v1::Instruction::SLICE;
     s.axis = t.axis;
   } else if (c.is_replicate() && t.is_partial()) {
-    if (t.reduce == Placement::Reduce::kAvg) return std::nullopt;  // the mean of equal terms
+    // The mean, or the largest, of equal terms.
+    if (t.reduce != Placement::Reduce::kSum) return std::nullopt;
     s.kind = v1::Instruction::SCALE;
     s.first_member_only = true;
   } else {
@@ -75,6 +76,12 @@ std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to
   if (from == to) return 0.0;
   const double n = static_cast<double>(local_bytes);
   const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
+  // Partial(max) only becomes Replicate (an all-reduce with max), and comes from Replicate.
+  const auto is_max = [](const Placement& p) {
+    return p.is_partial() && p.reduce == Placement::Reduce::kMax;
+  };
+  if (is_max(from)) return to.is_replicate() ? std::optional<double>(2.0 * frac * n) : std::nullopt;
+  if (is_max(to)) return from.is_replicate() ? std::optional<double>(0.0) : std::nullopt;
   if (from.is_partial()) {
     if (to.is_replicate()) return 2.0 * frac * n;  // ring all-reduce
     if (to.is_shard()) return frac * n;            // reduce-scatter

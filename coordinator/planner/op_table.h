@@ -36,15 +36,23 @@ struct OpDef {
   std::string type;
   int min_inputs = 1;
   int max_inputs = 1;  // -1: any number from min_inputs
-  int outputs = 1;
+  int outputs = 1;  // -1: one or more
   std::vector<AttrDef> attrs;
-  // Every input and output has one dtype from this list; empty: any dtypes, the same for inputs
-  // and outputs unless `converts`.
+  // Every input and output has one dtype from this list (except id_operands); empty: any dtypes,
+  // the same for inputs and outputs unless `converts`.
   std::vector<v1::DType> dtypes;
   bool converts = false;  // cast: the output's dtype may differ from the input's
   OpKind kind = OpKind::kCompute;
   std::vector<int> updates_in_place = {};  // kUpdate: the inputs written (param, states)
   v1::Instruction::Op instruction = v1::Instruction::OP_UNSPECIFIED;  // none for kReshard
+  // The operand (numbered as id_operands) whose region on this rank emit writes into
+  // Instruction.box, with its global shape into Instruction.global_shape: where an op needs to
+  // know its piece's place in the global tensor (a vocabulary offset, positions, dropout's global
+  // element index). -1: none.
+  int box_of = -1;
+  // Operands (inputs by index, then outputs after the inputs) that hold token or target ids
+  // instead: I32 or I64.
+  std::vector<int> id_operands = {};
 };
 
 // The entry for `type`, or null.

@@ -92,7 +92,7 @@ std::vector<ParameterShape> Plan::Parameters() const {
   std::vector<ParameterShape> out;
   for (const Parameter& p : planned_.graph.params) {
     const Tensor& t = planned_.graph.tensors[p.tensor];
-    out.push_back({t.name, t.shape, t.dtype});
+    out.push_back({t.name, t.shape, t.dtype, p.file_shape});
   }
   return out;
 }

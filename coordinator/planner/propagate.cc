@@ -1,5 +1,7 @@
 #include "coordinator/planner/propagate.h"
 
+#include <map>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "coordinator/planner/op_table.h"
@@ -52,13 +54,28 @@ absl::Status AppendPlacedOp(const RuleRegistry& registry, Graph* g, Op op) {
 absl::Status PlaceOps(const RuleRegistry& registry, Graph* g) {
   std::vector<Op> ops = std::move(g->ops);
   g->ops.clear();
+  std::map<int, int> at_target;  // a tensor with a target -> its version resharded to it
   for (Op& op : ops) {
+    for (int& in : op.inputs) {
+      auto it = at_target.find(in);
+      if (it != at_target.end()) in = it->second;
+    }
+    const std::vector<int> outputs = op.outputs;
+    const Phase phase = op.phase;
+    const std::string layer = op.layer;
     const OpDef* def = FindOpDef(op.type);
     if (def != nullptr && def->kind == OpKind::kLoad) {
       RETURN_IF_ERROR(g->AddOp(std::move(op)));
-      continue;
+    } else {
+      RETURN_IF_ERROR(AppendPlacedOp(registry, g, std::move(op)));
     }
-    RETURN_IF_ERROR(AppendPlacedOp(registry, g, std::move(op)));
+    for (int out : outputs) {
+      const Tensor& t = g->tensors[out];
+      if (!t.target || *t.target == *t.dist) continue;
+      const DistAttr target = *t.target;
+      const Placement micro = t.micro;
+      ASSIGN_OR_RETURN(at_target[out], AppendReshard(g, out, target, micro, phase, layer));
+    }
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include "coordinator/planner/op_table.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "coordinator/planner/lower.h"
 
 namespace weft::planner {
@@ -30,6 +31,10 @@ std::string StrategyKey(const DimStrategy& s) {
 // which have no downstream readers.
 bool SearchMakes(const Placement& from, const Placement& to, bool update_op) {
   if (from == to) return true;
+  const auto is_max = [](const Placement& p) {
+    return p.is_partial() && p.reduce == Placement::Reduce::kMax;
+  };
+  if (is_max(from) || is_max(to)) return is_max(from) && to.is_replicate();
   if (to.is_partial()) return from.is_partial();  // Partial(sum) <-> Partial(avg): a local scale
   if (from.is_partial() && to.is_shard()) return update_op;
   return true;
@@ -105,18 +110,25 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
     sig.input_shapes.push_back(g.tensors[id].shape);
   }
   for (int id : op.outputs) sig.output_shapes.push_back(g.tensors[id].shape);
-  absl::StatusOr<std::vector<DimStrategy>> strategies = rule->strategies(sig);
-  if (!strategies.ok()) {
-    return absl::Status(strategies.status().code(),
-                        absl::StrCat(OpLabel(op), " with inputs ", DescribeInputs(g, op), ": ",
-                                     strategies.status().message()));
-  }
-  for (const DimStrategy& s : *strategies) {
-    if (s.inputs.size() != op.inputs.size() || s.outputs.size() != op.outputs.size()) {
-      return absl::InternalError(
-          absl::StrCat("rule for ", OpLabel(op), " returned a strategy of the wrong arity"));
+  // The rule's strategies for a mesh dim of dim_size members (or the micro-batches).
+  std::vector<DimStrategy> strategies;
+  auto load_strategies = [&](int64_t dim_size) -> absl::Status {
+    sig.dim_size = dim_size;
+    absl::StatusOr<std::vector<DimStrategy>> listed = rule->strategies(sig);
+    if (!listed.ok()) {
+      return absl::Status(listed.status().code(),
+                          absl::StrCat(OpLabel(op), " with inputs ", DescribeInputs(g, op), ": ",
+                                       listed.status().message()));
     }
-  }
+    for (const DimStrategy& s : *listed) {
+      if (s.inputs.size() != op.inputs.size() || s.outputs.size() != op.outputs.size()) {
+        return absl::InternalError(
+            absl::StrCat("rule for ", OpLabel(op), " returned a strategy of the wrong arity"));
+      }
+    }
+    strategies = *std::move(listed);
+    return absl::OkStatus();
+  };
   auto is_in_place = [&](size_t i) { return absl::c_linear_search(in_place, static_cast<int>(i)); };
   // The strategy with the smallest key among those whose moves `cost` allows (nullopt: not).
   using Key = std::tuple<double, int, int, std::string>;
@@ -125,7 +137,7 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
                   const std::function<Placement(size_t)>& current) -> std::pair<const DimStrategy*, Key> {
     const DimStrategy* best = nullptr;
     Key best_key;
-    for (const DimStrategy& s : *strategies) {
+    for (const DimStrategy& s : strategies) {
       double bytes = 0;
       int moves = 0;
       bool reachable = true;
@@ -166,6 +178,7 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
     decision.outputs_micro.push_back(Placement::Replicate());
   }
   for (int d = 0; d < mesh.ndim(); ++d) {
+    RETURN_IF_ERROR(load_strategies(mesh.dim_size(d)));
     auto [best, key] = pick(
         [&](size_t i, const Placement& from, const Placement& to) -> std::optional<double> {
           if (!SearchMakes(from, to, !in_place.empty())) return std::nullopt;
@@ -192,6 +205,7 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
   }
   if (g.micro_batches() > 1) {
     // Micro-batches run one after another: nothing moves between them but accumulation.
+    RETURN_IF_ERROR(load_strategies(g.micro_batches()));
     auto [best, key] = pick(
         [&](size_t, const Placement& from, const Placement& to) -> std::optional<double> {
           if (from == to || (from.is_partial() && (to.is_replicate() || to.is_partial()))) {

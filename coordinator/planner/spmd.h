@@ -36,11 +36,15 @@ struct DimStrategy {
   std::vector<Placement> outputs;
 };
 
-// What a rule sees of an op: its type and attributes and the global shapes of its tensors.
+// What a rule sees of an op: its type and attributes, the global shapes of its tensors, and the
+// size of the mesh dim the strategies are for (or the number of micro-batches), for the few ops
+// whose shards must fall on whole units (attention's heads: SplitSizes must keep q's and k/v's
+// heads aligned).
 struct OpSignature {
   const Op* op = nullptr;
   std::vector<Shape> input_shapes;
   std::vector<Shape> output_shapes;
+  int64_t dim_size = 1;
 };
 
 class GradBuilder;  // autodiff.h

@@ -69,7 +69,17 @@ absl::Status CheckReduce(const Communicator& comm, const char* op, v1::DType dty
   return absl::OkStatus();
 }
 
-const char* ReduceOpName(ReduceOp op) { return op == ReduceOp::kAvg ? "avg" : "sum"; }
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAvg:
+      return "avg";
+    case ReduceOp::kMax:
+      return "max";
+  }
+  return "unknown";
+}
 
 absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank) {
   const auto& ranks = group.ranks();

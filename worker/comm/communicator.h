@@ -8,7 +8,7 @@
 // communicator's timeout; a timeout or a dead peer is an error naming the operation and the
 // group, and the communicator is unusable afterwards.
 //
-// Reductions (all-reduce, reduce-scatter) by element type:
+// Sums and averages (all-reduce, reduce-scatter) by element type:
 //   F32       float32 sums; avg is the sum divided by the group's size.
 //   BF16      sums computed in float32 and rounded back to bf16 (nearest even, common/dtype.h).
 //             Where the rounding happens (after every pairwise addition, or once after summing
@@ -17,6 +17,12 @@
 //   I32, I64  exact integer sums (two's complement, wrapping on overflow). avg of an integer
 //             type is INVALID_ARGUMENT: a mean of integers needs a rounding rule the callers
 //             would have to choose.
+// max (all-reduce only) is the element-wise maximum over the members, for every dtype, and
+// rounds nothing: integers compare as signed integers; F32 and BF16 compare by value (bf16 as the
+// float32 it stands for), and the result is exactly one member's element, bit for bit. NaN
+// propagates: if any member holds a NaN at an element, the result there is the canonical quiet
+// NaN (f32 0x7FC00000, bf16 0x7FC0), whatever NaN it held. -0 counts as below +0. Every
+// transport computes the same order (worker/comm/max_key.h), so they agree bit for bit.
 // Copies (all-gather, all-to-all, broadcast, send/recv) move the bytes unchanged for every type.
 // Bad arguments (an unknown dtype, avg of integers, wrong counts, a bad peer or root) are
 // INVALID_ARGUMENT naming the op and the group, found before any traffic: the communicator stays
@@ -25,6 +31,7 @@
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory->Create(group));
 //   RETURN_IF_ERROR(comm->AllReduce(grad.data(), grad.size(), v1::F32, ReduceOp::kSum));
+//   RETURN_IF_ERROR(comm->AllReduce(row_max.data(), rows, v1::F32, ReduceOp::kMax));
 //   RETURN_IF_ERROR(comm->AllGather(ids.data(), all_ids.data(), counts, v1::I64));
 #ifndef WEFT_WORKER_COMM_COMMUNICATOR_H_
 #define WEFT_WORKER_COMM_COMMUNICATOR_H_
@@ -41,7 +48,9 @@
 
 namespace weft {
 
-enum class ReduceOp { kSum, kAvg };
+// How a reduction combines the members' elements (see above). weft.v1.Placement.ReduceOp SUM,
+// AVG and MAX.
+enum class ReduceOp { kSum, kAvg, kMax };
 
 // "group 1 (dp) ranks [0,2]": how every transport's messages name a group.
 std::string GroupName(const v1::CommGroup& group);
@@ -67,7 +76,8 @@ class Communicator {
   virtual absl::Status AllGather(const void* in, void* out, absl::Span<const int64_t> counts,
                                  v1::DType dtype) = 0;
   // in holds sum(counts) elements; out (counts[rank()] elements) = the sum over members of
-  // in[offset_i : offset_i + counts[i]] for i = rank(). Always a sum: an average scales after.
+  // in[offset_i : offset_i + counts[i]] for i = rank(). Always a sum: an average scales after,
+  // and there is no max reduce-scatter (a caller must refuse one rather than sum it).
   virtual absl::Status ReduceScatter(const void* in, void* out, absl::Span<const int64_t> counts,
                                      v1::DType dtype) = 0;
   // in holds size() chunks, chunk j (send_counts[j] elements) goes to member j; out receives
@@ -92,7 +102,8 @@ class Communicator {
 // "<op> on <comm.name()>: ..." unless `counts` holds one non-negative count per member, unless
 // `peer` is a member other than comm.rank(), unless `dtype` is one of weft.v1.DType's values
 // (the message names the unknown value), or, for CheckReduce, when `op` averages an integer type
-// (the message names the op, the group and the dtype). CheckReduce checks the dtype too.
+// (the message names the op, the group and the dtype); sum and max are valid for every dtype.
+// CheckReduce checks the dtype too.
 absl::Status CheckCounts(const Communicator& comm, const char* op,
                          absl::Span<const int64_t> counts);
 absl::Status CheckPeer(const Communicator& comm, const char* op, int peer, uint32_t tag);
@@ -100,7 +111,7 @@ absl::Status CheckDType(const Communicator& comm, const char* op, v1::DType dtyp
 absl::Status CheckReduce(const Communicator& comm, const char* op, v1::DType dtype,
                          ReduceOp reduce);
 
-// "sum" or "avg".
+// "sum", "avg" or "max".
 const char* ReduceOpName(ReduceOp op);
 
 // Creates the communicator of one group for this rank. Every member calls Create for the same

@@ -1,8 +1,10 @@
 #include "worker/comm/host_reduce.h"
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common/dtype.h"
+#include "worker/comm/max_key.h"
 
 namespace weft {
 namespace {
@@ -22,6 +24,20 @@ void SumInts(absl::Span<const void* const> inputs, int64_t n, void* out) {
     for (const void* in : inputs) acc = WrappingAdd(acc, static_cast<const Int*>(in)[i]);
     dst[i] = acc;
   }
+}
+
+// z[i] = the larger of x[i] and y[i] as Key orders them, decoded by Bits.
+template <typename T, typename KeyFn, typename BitsFn>
+void MaxByKey(const void* a, const void* b, size_t n, void* out, KeyFn key, BitsFn bits) {
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  T* z = static_cast<T*>(out);
+  for (size_t i = 0; i < n; ++i) z[i] = bits(std::max(key(x[i]), key(y[i])));
+}
+
+template <typename T>
+T Self(T v) {
+  return v;
 }
 
 }  // namespace
@@ -88,6 +104,21 @@ void AddElements(const void* a, const void* b, v1::DType dtype, size_t n, void* 
       for (size_t i = 0; i < n; ++i) z[i] = WrappingAdd(x[i], y[i]);
       return;
     }
+    default:
+      return;  // CheckDType rejected it
+  }
+}
+
+void MaxElements(const void* a, const void* b, v1::DType dtype, size_t n, void* out) {
+  switch (dtype) {
+    case v1::F32:
+      return MaxByKey<uint32_t>(a, b, n, out, F32MaxKey, F32BitsOfMaxKey);
+    case v1::BF16:
+      return MaxByKey<uint16_t>(a, b, n, out, Bf16MaxKey, Bf16BitsOfMaxKey);
+    case v1::I32:
+      return MaxByKey<int32_t>(a, b, n, out, Self<int32_t>, Self<int32_t>);
+    case v1::I64:
+      return MaxByKey<int64_t>(a, b, n, out, Self<int64_t>, Self<int64_t>);
     default:
       return;  // CheckDType rejected it
   }

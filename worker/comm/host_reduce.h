@@ -2,7 +2,8 @@
 // GlooCommunicator and LocalCommunicator round bf16 where their headers say and add integers
 // exactly. bf16 arithmetic is float32 arithmetic rounded back to bf16 (common/dtype.h); integer
 // sums wrap on overflow (two's complement). Averages of integers never get here: the
-// communicators reject them first (CheckReduce).
+// communicators reject them first (CheckReduce). Maxima round nothing: floats compare by their
+// max keys (worker/comm/max_key.h), as NCCL's do.
 //
 // E.g.
 //   // Gloo's ring: one rounding per hop.
@@ -11,6 +12,8 @@
 //   });
 //   // Every member's piece at once: one rounding.
 //   SumElements({x, y, z}, v1::BF16, n, /*divisor=*/1, out);
+//   // A max, fold by fold: exact, so the order does not matter.
+//   MaxElements(out, y, v1::BF16, n, out);
 #ifndef WEFT_WORKER_COMM_HOST_REDUCE_H_
 #define WEFT_WORKER_COMM_HOST_REDUCE_H_
 
@@ -30,6 +33,13 @@ void SumElements(absl::Span<const void* const> inputs, v1::DType dtype, int64_t 
 
 // out[i] = a[i] + b[i]; BF16 rounds each sum to bf16. `out` may be `a` or `b`.
 void AddElements(const void* a, const void* b, v1::DType dtype, size_t n, void* out);
+
+// out[i] = the larger of a[i] and b[i] (ReduceOp::kMax, worker/comm/communicator.h): integers
+// as signed integers; F32 and BF16 by value (bf16 as the float it stands for), -0 below +0, and
+// the canonical quiet NaN (kCanonicalF32NaN, kCanonicalBf16NaN) if either is a NaN. Otherwise
+// out[i] is a[i] or b[i], bit for bit. `out` may be `a` or `b`; MaxElements(a, a, ...) only
+// canonicalizes NaNs.
+void MaxElements(const void* a, const void* b, v1::DType dtype, size_t n, void* out);
 
 // data[i] *= factor for F32 and BF16 (rounded to bf16 again); integers are left alone.
 void ScaleElements(void* data, v1::DType dtype, int64_t n, float factor);

@@ -1,5 +1,6 @@
 #include "worker/data/batch_source.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "common/npy.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "common/token_file.h"
 
 namespace weft {
 namespace {
@@ -94,6 +96,55 @@ class NpySource final : public BatchSource {
  private:
   NpyFile file_;
   std::vector<char> scratch_;  // whole samples, as stored, when the box takes part of each
+};
+
+// Tokens: sample i is T consecutive tokens from position i*T (+1 for labels). Consecutive
+// samples are consecutive in the stream, so a box of whole samples is one read per stretch.
+class TokenSource final : public BatchSource {
+ public:
+  TokenSource(TokenFile file, int64_t shift, int64_t vocab_size)
+      : file_(std::move(file)), shift_(shift), vocab_size_(vocab_size) {}
+
+  absl::Status Read(int64_t step, const v1::TensorBox& box, void* out) override {
+    int32_t* ids = static_cast<int32_t*>(out);
+    const int64_t seq_len = sample_shape_[0];
+    const int64_t b0 = box.offsets(0), nb = box.lengths(0);
+    const int64_t c0 = box.offsets(1), nc = box.lengths(1);
+    int64_t b = 0;
+    while (b < nb) {
+      const int64_t first = SampleIndex(step, b0 + b);
+      const int64_t count = std::min(nb - b, num_samples_ - first);
+      if (c0 == 0 && nc == seq_len) {
+        RETURN_IF_ERROR(ReadTokens(first * seq_len + shift_, count * seq_len, ids + b * nc));
+      } else {
+        for (int64_t k = 0; k < count; ++k) {
+          RETURN_IF_ERROR(
+              ReadTokens((first + k) * seq_len + shift_ + c0, nc, ids + (b + k) * nc));
+        }
+      }
+      b += count;
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // Tokens [position, position + n) into out, each checked against the vocabulary.
+  absl::Status ReadTokens(int64_t position, int64_t n, int32_t* out) const {
+    RETURN_IF_ERROR(Annotate(file_.Read(position, n, out), what_));
+    if (vocab_size_ <= 0) return absl::OkStatus();
+    for (int64_t j = 0; j < n; ++j) {
+      if (out[j] >= vocab_size_) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what_, ": ", file_.data_path(), ": token at position ", position + j,
+                         " is ", out[j], ", not below vocab_size ", vocab_size_));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  TokenFile file_;
+  const int64_t shift_;       // 0 for inputs, 1 for labels (the next token)
+  const int64_t vocab_size_;  // 0: unchecked
 };
 
 }  // namespace
@@ -185,9 +236,43 @@ absl::StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(const v1::Data&
     source = std::make_unique<NpySource>(*std::move(file));
     source->origin_ = path;
     source->dtype_ = dtype;
+  } else if (data.source() == "tokens") {
+    const int64_t seq_len = data.seq_len();
+    if (seq_len <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": seq_len must be > 0, got ", seq_len));
+    }
+    absl::StatusOr<TokenFormat> format = ParseTokenFormat(data.format());
+    if (!format.ok()) return Annotate(format.status(), absl::StrCat(what, ": data.format"));
+    absl::StatusOr<TokenFile> file = TokenFile::Open(data.path(), *format);
+    if (!file.ok()) return Annotate(file.status(), absl::StrCat("opening ", what));
+    const int64_t file_samples = (file->token_count() - 1) / seq_len;
+    if (file_samples <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("opening ", what, ": ", data.path(), " holds ", file->token_count(),
+                       " tokens, too few for one sample of seq_len ", seq_len, " (needs ",
+                       seq_len + 1, ")"));
+    }
+    const std::vector<int64_t> token_shape = {seq_len};
+    if (!shape.empty() && shape != token_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("opening ", what, ": ", data.path(), " has samples of shape ",
+                       Dims(token_shape), " (seq_len), the program expects ", Dims(shape)));
+    }
+    if (num_samples > 0 && num_samples != file_samples) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("opening ", what, ": ", data.path(), " holds ", file_samples,
+                       " samples of seq_len ", seq_len, ", the program expects ", num_samples));
+    }
+    shape = token_shape;
+    num_samples = file_samples;
+    source = std::make_unique<TokenSource>(*std::move(file), stream == kInput ? 0 : 1,
+                                           data.vocab_size());
+    source->origin_ = data.path();
+    source->dtype_ = v1::I32;
   } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": unknown data source '", data.source(), "' (npy | synthetic)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": unknown data source '", data.source(), "' (npy | synthetic | tokens)"));
   }
   source->what_ = what;
   source->sample_shape_ = shape;

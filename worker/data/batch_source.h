@@ -2,13 +2,18 @@
 // step s (from 1) is samples (s-1)*B .. s*B-1 modulo num_samples (wrapping), a tensor
 // [B, sample_shape...]; each rank reads only its box of it.
 //
-// Two sources:
+// Three sources:
 //   npy:       samples are the rows of a .npy file [num_samples, ...] of float32, int32 or
 //              int64 (class ids), read with pread and delivered in the file's dtype.
 //   synthetic: float32; element j (row-major within the sample) of sample i is the Philox
 //              uniform in [-1, 1) with seed = Program.seed, tensor_key = Fnv1a64("data.input") (or
 //              "data.label"), element index i * sample_numel + j (see common/philox.h), so every
 //              rank and the single-device reference see the same data.
+//   tokens:    int32 [B, T] (T = data.seq_len) from one token file (common/token_file.h): sample
+//              i is tokens [i*T, i*T + T) as input and [i*T + 1, i*T + T + 1) as label, so
+//              num_samples = (token_count - 1) / T. A box is rows (samples) by a range of
+//              positions; with data.vocab_size > 0 a token >= it is an error naming the file and
+//              the token's position in the stream.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(auto inputs, BatchSource::Create(program.data(), BatchSource::kInput,
@@ -37,8 +42,10 @@ class BatchSource {
                                                              uint64_t seed);
   virtual ~BatchSource() = default;
 
-  // The element type of the stream: the .npy file's, F32 for synthetic data.
+  // The element type of the stream: the .npy file's, F32 for synthetic data, I32 for tokens.
   v1::DType dtype() const { return dtype_; }
+  // Where the samples come from, for messages: the .npy or token file, or "synthetic data".
+  const std::string& origin() const { return origin_; }
   const std::vector<int64_t>& sample_shape() const { return sample_shape_; }
   int64_t num_samples() const { return num_samples_; }
   int64_t batch_size() const { return batch_size_; }
@@ -60,7 +67,7 @@ class BatchSource {
   int64_t SampleIndex(int64_t step, int64_t b) const;
 
   std::string what_;    // "data.input", "data.label"
-  std::string origin_;  // the .npy path, or "synthetic data"
+  std::string origin_;  // the .npy path, the token file, or "synthetic data"
   v1::DType dtype_ = v1::F32;
   std::vector<int64_t> sample_shape_;
   int64_t sample_numel_ = 1;

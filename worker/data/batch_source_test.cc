@@ -1,20 +1,20 @@
 #include "worker/data/batch_source.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "common/npy.h"
 #include "common/philox.h"
+#include "common/testing_files.h"
+#include "common/token_file.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace weft {
 namespace {
-
-std::string TempPath(const std::string& name) {
-  const char* dir = std::getenv("TEST_TMPDIR");
-  return std::string(dir ? dir : "/tmp") + "/" + name;
-}
 
 v1::TensorBox Box(std::vector<int64_t> offsets, std::vector<int64_t> lengths) {
   v1::TensorBox box;
@@ -186,6 +186,163 @@ TEST(BatchSourceTest, Errors) {
   data.set_source("synthetic");
   data.set_num_samples(0);
   EXPECT_FALSE(BatchSource::Create(data, BatchSource::kInput, 0).ok());
+}
+
+// ---- Tokens: one stream, written here in each format byte by byte.
+
+template <typename T>
+std::string Pack(const std::vector<T>& values) {
+  std::string out(values.size() * sizeof(T), '\0');
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+// The file (or Megatron prefix) holding `tokens` in `format`.
+std::string WriteTokens(const std::string& name, const std::string& format,
+                        const std::vector<uint16_t>& tokens) {
+  const std::string path = TempPath(name);
+  if (format == "raw_u16") {
+    WriteAll(path, Pack(tokens));
+  } else if (format == "megatron") {
+    // Sequences of 5, 0 and the rest, back to back; one document each.
+    const int64_t n = static_cast<int64_t>(tokens.size());
+    const std::vector<int32_t> lengths = {5, 0, static_cast<int32_t>(n - 5)};
+    const std::vector<int64_t> pointers = {0, 10, 10};
+    const std::vector<int64_t> docs = {0, 1, 2, 3};
+    std::string idx("MMIDIDX\0\0", 9);
+    idx += Pack(std::vector<uint64_t>{1});
+    idx += '\x08';  // uint16
+    idx += Pack(std::vector<uint64_t>{lengths.size(), docs.size()});
+    WriteAll(path + ".idx", idx + Pack(lengths) + Pack(pointers) + Pack(docs));
+    WriteAll(path + ".bin", Pack(tokens));
+  } else {
+    std::vector<int32_t> header(256, 0);
+    header[0] = 20240520;
+    header[1] = 1;
+    header[2] = static_cast<int32_t>(tokens.size());
+    WriteAll(path, Pack(header) + Pack(tokens));
+  }
+  return path;
+}
+
+v1::Data TokenData(const std::string& path, const std::string& format, int64_t seq_len,
+                   int64_t batch_size) {
+  v1::Data data;
+  data.set_source("tokens");
+  data.set_path(path);
+  data.set_format(format);
+  data.set_seq_len(seq_len);
+  data.set_batch_size(batch_size);
+  return data;
+}
+
+// 23 tokens 100, 101, ..., 122 with seq_len 4: (23 - 1) / 4 = 5 samples; sample i is tokens
+// [4i, 4i + 4) as input and [4i + 1, 4i + 5) as label. Batches of 3: step 2 is samples 3, 4, 0.
+TEST(TokenSourceTest, EveryFormatGivesTheSameBatchesAcrossTheWrap) {
+  std::vector<uint16_t> stream(23);
+  for (int i = 0; i < 23; ++i) stream[i] = static_cast<uint16_t>(100 + i);
+  for (const std::string format : {"", "llmc", "raw_u16", "megatron"}) {
+    SCOPED_TRACE("format " + format);
+    const std::string path = WriteTokens("stream_" + format, format, stream);
+    const v1::Data data = TokenData(path, format, 4, 3);
+    auto inputs = BatchSource::Create(data, BatchSource::kInput, 0);
+    ASSERT_TRUE(inputs.ok()) << inputs.status();
+    auto labels = BatchSource::Create(data, BatchSource::kLabel, 0);
+    ASSERT_TRUE(labels.ok()) << labels.status();
+    EXPECT_EQ((*inputs)->dtype(), v1::I32);
+    EXPECT_EQ((*inputs)->num_samples(), 5);
+    EXPECT_EQ((*inputs)->batch_shape(), (std::vector<int64_t>{3, 4}));
+    EXPECT_EQ((*labels)->batch_shape(), (std::vector<int64_t>{3, 4}));
+    EXPECT_EQ((*inputs)->origin(), path);
+
+    const v1::TensorBox whole = Box({0, 0}, {3, 4});
+    ASSERT_TRUE((*inputs)->CheckBox(whole).ok());
+    std::vector<int32_t> out(13, -1);
+    ASSERT_TRUE((*inputs)->ReadBox(2, whole, v1::I32, out.data()).ok());
+    EXPECT_EQ(out, (std::vector<int32_t>{112, 113, 114, 115, 116, 117, 118, 119, 100, 101, 102,
+                                         103, -1}));
+    ASSERT_TRUE((*labels)->ReadBox(2, whole, v1::I32, out.data()).ok());
+    EXPECT_EQ(out, (std::vector<int32_t>{113, 114, 115, 116, 117, 118, 119, 120, 101, 102, 103,
+                                         104, -1}));
+
+    // Rows 1..2 (samples 4, 0), positions 1..2: a box of a dp x sequence split.
+    std::vector<int32_t> part(5, -1);
+    const v1::TensorBox box = Box({1, 1}, {2, 2});
+    ASSERT_TRUE((*inputs)->ReadBox(2, box, v1::I32, part.data()).ok());
+    EXPECT_EQ(part, (std::vector<int32_t>{117, 118, 101, 102, -1}));
+    ASSERT_TRUE((*labels)->ReadBox(2, box, v1::I32, part.data()).ok());
+    EXPECT_EQ(part, (std::vector<int32_t>{118, 119, 102, 103, -1}));
+
+    // Step 5: samples 2, 3, 4 (12, 13, 14 mod 5); the last label ends on token 20.
+    ASSERT_TRUE((*labels)->ReadBox(5, Box({2, 3}, {1, 1}), v1::I32, part.data()).ok());
+    EXPECT_EQ(part[0], 120);
+
+    // Tokens are int32; nothing is converted.
+    std::vector<float> wrong(12);
+    EXPECT_THAT(std::string((*inputs)->ReadBox(2, whole, v1::F32, wrong.data()).message()),
+                ::testing::HasSubstr("data.input: " + path + " holds i32 elements, the buffer "
+                                     "is f32"));
+    EXPECT_FALSE((*inputs)->CheckBox(Box({0, 2}, {3, 3})).ok());
+    EXPECT_FALSE((*inputs)->CheckBox(Box({0}, {3})).ok());
+  }
+}
+
+TEST(TokenSourceTest, TokensAtOrAboveTheVocabularyAreErrorsNamingThePosition) {
+  std::vector<uint16_t> stream(23);
+  for (int i = 0; i < 23; ++i) stream[i] = static_cast<uint16_t>(100 + i);
+  const std::string path = WriteTokens("vocab.bin", "llmc", stream);
+  v1::Data data = TokenData(path, "llmc", 4, 3);
+  data.set_vocab_size(110);
+  auto inputs = BatchSource::Create(data, BatchSource::kInput, 0);
+  ASSERT_TRUE(inputs.ok()) << inputs.status();
+  std::vector<int32_t> out(12);
+  // Step 1: samples 0..2, tokens 0..11; the first at or above 110 is at position 10.
+  absl::Status s = (*inputs)->ReadBox(1, Box({0, 0}, {3, 4}), v1::I32, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "data.input: " + path + ": token at position 10 is 110, not below vocab_size 110");
+  // Sample 0 alone is below it; the label of sample 1, positions 2..3, reads tokens 7 and 8.
+  ASSERT_TRUE((*inputs)->ReadBox(1, Box({0, 0}, {1, 4}), v1::I32, out.data()).ok());
+  data.set_vocab_size(108);
+  auto labels = BatchSource::Create(data, BatchSource::kLabel, 0);
+  ASSERT_TRUE(labels.ok());
+  s = (*labels)->ReadBox(1, Box({1, 2}, {1, 2}), v1::I32, out.data());
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("data.label: " + path + ": token at position 8 is 108"));
+}
+
+TEST(TokenSourceTest, Errors) {
+  using ::testing::HasSubstr;
+  const std::string path = WriteTokens("four.bin", "llmc", {1, 2, 3, 4});
+  auto message = [](const v1::Data& data) {
+    auto src = BatchSource::Create(data, BatchSource::kInput, 0);
+    EXPECT_FALSE(src.ok());
+    return std::string(src.status().message());
+  };
+  // 4 tokens: one sample of seq_len 3, none of seq_len 4.
+  EXPECT_TRUE(BatchSource::Create(TokenData(path, "llmc", 3, 1), BatchSource::kLabel, 0).ok());
+  EXPECT_EQ(message(TokenData(path, "llmc", 4, 1)),
+            "opening data.input: " + path + " holds 4 tokens, too few for one sample of seq_len "
+            "4 (needs 5)");
+  EXPECT_THAT(message(TokenData(path, "llmc", 0, 1)), HasSubstr("seq_len must be > 0, got 0"));
+  EXPECT_THAT(message(TokenData(path, "csv", 2, 1)),
+              HasSubstr("unknown format \"csv\"; known: llmc, raw_u16, megatron"));
+  EXPECT_THAT(message(TokenData(path, "megatron", 2, 1)), HasSubstr(path + ".idx: no such file"));
+  WriteAll(TempPath("odd.bin"), "abc");
+  EXPECT_THAT(message(TokenData(TempPath("odd.bin"), "raw_u16", 1, 1)),
+              HasSubstr("odd.bin: holds 3 bytes, not a whole number of uint16 tokens"));
+  v1::Data data = TokenData(path, "llmc", 1, 1);
+  data.set_num_samples(2);
+  EXPECT_THAT(message(data),
+              HasSubstr(path + " holds 3 samples of seq_len 1, the program expects 2"));
+  data.set_num_samples(3);
+  data.add_sample_shape(2);
+  EXPECT_THAT(message(data), HasSubstr("has samples of shape [1] (seq_len), the program "
+                                       "expects [2]"));
+  auto missing = BatchSource::Create(TokenData(TempPath("none.bin"), "", 2, 1),
+                                     BatchSource::kInput, 0);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("none.bin: no such file"));
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-// The executor's core: Create's checks, Initialize, RunStep and the dispatch of decoded steps
-// onto Kernels and Communicators.
+// The executor's core: Create's checks, Initialize, and RunStep, which runs each decoded step
+// through its op's handler (op_registry.h, ops/) on the kernels and communicators.
 #include "worker/executor/executor.h"
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "worker/data/batch_source.h"
 #include "worker/executor/buffers.h"
 #include "worker/executor/init_io.h"
+#include "worker/executor/op_registry.h"
 #include "worker/executor/step.h"
 #include "worker/executor/trace.h"
 #include "worker/kernels/backend.h"
@@ -48,11 +49,8 @@ class ProgramExecutor final : public Executor {
   }
 
  private:
-  // Checks for cancellation, then executes `s`; errors name the step and the instruction.
-  absl::Status RunInstruction(const Step& s, int64_t step);
-  absl::Status Execute(const Step& s, int64_t step);
-  absl::Status ExecuteCollective(const Step& s);
-  absl::Status ExecutePointToPoint(const Step& s);
+  // Checks for cancellation, then runs `s`; errors name the step and the instruction.
+  absl::Status RunInstruction(const Step& s, const RunContext& ctx);
   std::string Context(const Step& s) const;
 
   const v1::Program program_;
@@ -198,12 +196,13 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   }
   spans_.clear();
   kernels_->ResetPeakMemoryStats();
+  const RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, &host_staging_};
   if (program_.trace()) {
     RETURN_IF_ERROR(RunTraced(
         steps_, span_templates_, *kernels_, step,
-        [&](const Step& s) { return RunInstruction(s, step); }, &spans_));
+        [&](const Step& s) { return RunInstruction(s, ctx); }, &spans_));
   } else {
-    for (const Step& s : steps_) RETURN_IF_ERROR(RunInstruction(s, step));
+    for (const Step& s : steps_) RETURN_IF_ERROR(RunInstruction(s, ctx));
   }
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));
   last_step_peak_bytes_ = kernels_->memory_stats().peak_bytes_in_use;
@@ -212,184 +211,14 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   return loss;
 }
 
-absl::Status ProgramExecutor::RunInstruction(const Step& s, int64_t step) {
+absl::Status ProgramExecutor::RunInstruction(const Step& s, const RunContext& ctx) {
   if (cancelled_.load(std::memory_order_relaxed)) {
     return absl::CancelledError(
-        absl::StrCat("step ", step, " cancelled before instruction ", s.index));
+        absl::StrCat("step ", ctx.step, " cancelled before instruction ", s.index));
   }
-  absl::Status status = Execute(s, step);
-  if (!status.ok()) return Annotate(status, absl::StrCat("step ", step, ", ", Context(s)));
+  absl::Status status = s.run(s, ctx);
+  if (!status.ok()) return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
   return absl::OkStatus();
-}
-
-absl::Status ProgramExecutor::Execute(const Step& s, int64_t step) {
-  Kernels& k = *kernels_;
-  auto f = [this](int id) { return buffers_.f32(id); };
-  switch (s.op) {
-    case Instruction::MATMUL:
-      k.Matmul(f(s.in[0]), f(s.in[1]), f(s.out), s.m, s.n, s.k, s.trans_a, s.trans_b);
-      return absl::OkStatus();
-    case Instruction::ADD_BIAS:
-      k.AddBias(f(s.in[0]), f(s.in[1]), f(s.out), s.rows, s.cols);
-      return absl::OkStatus();
-    case Instruction::BIAS_GRAD:
-      k.BiasGrad(f(s.in[0]), f(s.out), s.rows, s.cols);
-      return absl::OkStatus();
-    case Instruction::RELU:
-      k.Relu(f(s.in[0]), f(s.out), s.numel);
-      return absl::OkStatus();
-    case Instruction::RELU_GRAD:
-      k.ReluGrad(f(s.in[0]), f(s.in[1]), f(s.out), s.numel);
-      return absl::OkStatus();
-    case Instruction::GELU:
-      k.Gelu(f(s.in[0]), f(s.out), s.numel);
-      return absl::OkStatus();
-    case Instruction::GELU_GRAD:
-      k.GeluGrad(f(s.in[0]), f(s.in[1]), f(s.out), s.numel);
-      return absl::OkStatus();
-    case Instruction::MSE_LOSS:
-      k.MseLoss(f(s.in[0]), f(s.in[1]), f(s.out), s.numel, s.scale);
-      return absl::OkStatus();
-    case Instruction::MSE_GRAD:
-      k.MseGrad(f(s.in[0]), f(s.in[1]), f(s.out), s.numel, s.scale);
-      return absl::OkStatus();
-    case Instruction::SCALE:
-      k.Scale(f(s.in[0]), f(s.out), s.numel, s.scale);
-      return absl::OkStatus();
-    case Instruction::ADD:
-      // out = in0 + in1, then out += in_j: out may be in0 or in1, never a later input (decoded).
-      k.Add(f(s.in[0]), f(s.in[1]), f(s.out), s.numel);
-      for (size_t j = 2; j < s.in.size(); ++j) k.Add(f(s.out), f(s.in[j]), f(s.out), s.numel);
-      return absl::OkStatus();
-    case Instruction::CAST:
-      k.Cast(buffers_.data(s.in[0]), s.from, buffers_.data(s.out), s.dtype, s.numel);
-      return absl::OkStatus();
-    case Instruction::SLICE:
-      k.Slice(buffers_.data(s.in[0]), buffers_.data(s.out), s.outer, s.axis_len, s.inner,
-              s.offset, s.length, s.element_bytes);
-      return absl::OkStatus();
-    case Instruction::SGD:
-      k.Sgd(f(s.in[0]), f(s.in[1]), s.numel, s.lr, s.weight_decay);
-      return absl::OkStatus();
-    case Instruction::ADAMW:
-      k.AdamW(f(s.in[0]), f(s.in[1]), f(s.in[2]), f(s.in[3]), s.numel, s.adamw, step);
-      return absl::OkStatus();
-    case Instruction::LOAD_INPUT:
-    case Instruction::LOAD_LABEL: {
-      void* out = buffers_.data(s.out);
-      if (k.host_accessible()) return s.source->ReadBox(step, *s.box, s.dtype, out);
-      host_staging_.resize(static_cast<size_t>(buffers_.bytes(s.out)));
-      RETURN_IF_ERROR(s.source->ReadBox(step, *s.box, s.dtype, host_staging_.data()));
-      k.CopyFromHost(host_staging_.data(), out, buffers_.bytes(s.out));
-      return absl::OkStatus();
-    }
-    case Instruction::ACCUMULATE:
-      k.Add(f(s.out), f(s.in[0]), f(s.out), s.numel);
-      return absl::OkStatus();
-    case Instruction::FILL:
-      k.Fill(buffers_.data(s.out), s.numel, s.dtype, s.scale);
-      return absl::OkStatus();
-    case Instruction::ALL_REDUCE:
-    case Instruction::ALL_GATHER:
-    case Instruction::REDUCE_SCATTER:
-    case Instruction::ALL_TO_ALL:
-      return ExecuteCollective(s);
-    case Instruction::SEND:
-    case Instruction::RECV:
-      return ExecutePointToPoint(s);
-    default:
-      return absl::InternalError("op passed Check but has no executor");
-  }
-}
-
-absl::Status ProgramExecutor::ExecutePointToPoint(const Step& s) {
-  Communicator& comm = *comms_[s.comm];
-  // The transport reads and writes memory directly: pending kernels must be done first.
-  RETURN_IF_ERROR(kernels_->Synchronize());
-  if (s.op == Instruction::SEND) {
-    return comm.Send(buffers_.data(s.in[0]), static_cast<size_t>(s.numel), s.dtype, s.peer,
-                     s.tag);
-  }
-  return comm.Recv(buffers_.data(s.out), static_cast<size_t>(s.numel), s.dtype, s.peer, s.tag);
-}
-
-absl::Status ProgramExecutor::ExecuteCollective(const Step& s) {
-  Kernels& k = *kernels_;
-  Communicator& comm = *comms_[s.comm];
-  const void* a = buffers_.data(s.in[0]);
-  char* out = static_cast<char*>(buffers_.data(s.out));
-  // The packing: the planned scratch buffer, or the start of the executor's own.
-  char* pack = s.scratch >= 0 ? static_cast<char*>(buffers_.data(s.scratch)) : own_scratch_;
-  const int64_t eb = s.element_bytes;
-  // Collectives read and write memory directly: pending kernels (the slices and copies below
-  // included) must be done before each communicator call. One Synchronize right before it.
-  switch (s.op) {
-    case Instruction::ALL_REDUCE:
-      k.Copy(a, out, s.numel * eb);
-      RETURN_IF_ERROR(k.Synchronize());
-      return comm.AllReduce(out, static_cast<size_t>(s.numel), s.dtype, s.reduce);
-    case Instruction::ALL_GATHER: {
-      // Member i's piece is [outer, len_i, inner]; gathered back to back, then placed along the
-      // axis of out ([outer, total, inner]) unless outer is 1, where back to back is the layout.
-      RETURN_IF_ERROR(k.Synchronize());
-      if (s.outer == 1) return comm.AllGather(a, out, s.counts, s.dtype);
-      RETURN_IF_ERROR(comm.AllGather(a, pack, s.counts, s.dtype));
-      const char* chunk = pack;
-      for (size_t i = 0; i < s.counts.size(); ++i) {
-        k.Unslice(chunk, out, s.outer, s.axis_len, s.inner, s.member_offsets[i],
-                  s.member_lengths[i], eb);
-        chunk += s.counts[i] * eb;
-      }
-      return absl::OkStatus();
-    }
-    case Instruction::REDUCE_SCATTER: {
-      // The communicator only sums; an average scales this member's piece afterwards.
-      if (s.outer == 1) {
-        RETURN_IF_ERROR(k.Synchronize());
-        RETURN_IF_ERROR(comm.ReduceScatter(a, out, s.counts, s.dtype));
-      } else {
-        char* chunk = pack;
-        for (size_t i = 0; i < s.counts.size(); ++i) {
-          k.Slice(a, chunk, s.outer, s.axis_len, s.inner, s.member_offsets[i],
-                  s.member_lengths[i], eb);
-          chunk += s.counts[i] * eb;
-        }
-        RETURN_IF_ERROR(k.Synchronize());
-        RETURN_IF_ERROR(comm.ReduceScatter(pack, out, s.counts, s.dtype));
-      }
-      if (s.reduce != ReduceOp::kAvg) return absl::OkStatus();
-      if (s.dtype == v1::F32) {
-        k.Scale(reinterpret_cast<float*>(out), reinterpret_cast<float*>(out), s.numel, s.scale);
-      } else {
-        float* sum = reinterpret_cast<float*>(own_scratch_ + s.avg_f32_offset);
-        k.Cast(out, s.dtype, sum, v1::F32, s.numel);
-        k.Scale(sum, sum, s.numel, s.scale);
-        k.Cast(sum, v1::F32, out, s.dtype, s.numel);
-      }
-      return absl::OkStatus();
-    }
-    case Instruction::ALL_TO_ALL: {
-      char* send = pack;
-      char* recv = pack + buffers_.numel(s.in[0]) * eb;
-      char* chunk = send;
-      for (size_t j = 0; j < s.counts.size(); ++j) {
-        k.Slice(a, chunk, s.outer, s.axis_len, s.inner, s.member_offsets[j], s.member_lengths[j],
-                eb);
-        chunk += s.counts[j] * eb;
-      }
-      RETURN_IF_ERROR(k.Synchronize());
-      RETURN_IF_ERROR(comm.AllToAll(send, s.counts, recv, s.recv_counts, s.dtype));
-      chunk = recv;
-      for (size_t i = 0; i < s.recv_counts.size(); ++i) {
-        k.Unslice(chunk, out, s.c_outer, s.c_len, s.c_inner, s.concat_offsets[i],
-                  s.concat_lengths[i], eb);
-        chunk += s.recv_counts[i] * eb;
-      }
-      return absl::OkStatus();
-    }
-    default:
-      return absl::InternalError("not a collective");
-  }
 }
 
 absl::StatusOr<std::vector<float>> ProgramExecutor::ReadBuffer(const std::string& name) const {

@@ -11,8 +11,9 @@
 // through the kernels, so a step's peak (last_step_peak_bytes) is those two blocks plus the
 // backend's own scratch (Kernels MemoryStats).
 //
-// The implementation, one concern a file: executor.cc (Create, Initialize, RunStep, dispatch),
-// buffers.h (the arena and its checks), step.h (decoding and checking instructions), init_io.h
+// The implementation, one concern a file: executor.cc (Create, Initialize, RunStep), buffers.h
+// (the arena and its checks), step.h (decoded instructions), op_registry.h (the handler of each
+// op: its element types, decode and run; the handlers in ops/, a file per family), init_io.h
 // (ParamInit and checkpoints), trace.h (the timeline).
 //
 // E.g.

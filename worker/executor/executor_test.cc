@@ -3,6 +3,7 @@
 // same model run as a 1-rank program.
 #include "worker/executor/executor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <thread>
@@ -14,6 +15,7 @@
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "worker/comm/local/local_communicator.h"
+#include "worker/executor/op_registry.h"
 
 namespace weft {
 namespace {
@@ -957,7 +959,8 @@ void ExpectRejected(const v1::Program& p, CommunicatorFactory* factory,
   for (const std::string& t : texts) EXPECT_NE(s.message().find(t), std::string::npos) << s;
 }
 
-// a, b, c [2,3]: s2 = a + b; t = a, then t = t + b + c in place (3 inputs, out = input 0);
+// a, b, c [2,3]: s2 = a + b; t = a (ADD of one input: a copy), then t = t + b + c in place (3
+// inputs, out = input 0);
 // u = b, then u = a + u (out = input 1); loss = sum((s2 - t)^2) = sum(c^2).
 v1::Program AddProgram() {
   ProgramBuilder b(0, 1);
@@ -971,7 +974,7 @@ v1::Program AddProgram() {
   b.program().set_loss_buffer(loss);
   for (int id : {a, bb, c}) b.Uniform(id, {2, 3}, 1.0f);
   b.Op(Instruction::ADD, {a, bb}, {s2}, "a + b");
-  b.Op(Instruction::SCALE, {a}, {t})->set_scale(1.0f);
+  b.Op(Instruction::ADD, {a}, {t}, "t = a");
   b.Op(Instruction::ADD, {t, bb, c}, {t}, "t += b + c");
   b.Op(Instruction::SCALE, {bb}, {u})->set_scale(1.0f);
   b.Op(Instruction::ADD, {a, u}, {u}, "u = a + u");
@@ -979,7 +982,7 @@ v1::Program AddProgram() {
   return b.program();
 }
 
-TEST(ExecutorTest, AddSumsTwoOrMoreInputsAndMayUpdateInPlace) {
+TEST(ExecutorTest, AddSumsOneOrMoreInputsAndMayUpdateInPlace) {
   std::vector<std::vector<float>> losses;
   std::vector<std::unique_ptr<Executor>> execs;
   RunAll({AddProgram()}, 1, &losses, &execs);
@@ -1005,8 +1008,8 @@ TEST(ExecutorTest, AddSumsTwoOrMoreInputsAndMayUpdateInPlace) {
     return static_cast<Instruction*>(nullptr);
   };
   v1::Program p = AddProgram();
-  find(p, "a + b")->mutable_inputs()->RemoveLast();
-  ExpectRejected(p, nullptr, {"instruction 0 (ADD 'a + b')", "expects 2 or more inputs, got 1"});
+  find(p, "a + b")->mutable_inputs()->Clear();
+  ExpectRejected(p, nullptr, {"instruction 0 (ADD 'a + b')", "expects 1 or more inputs, got 0"});
   p = AddProgram();
   find(p, "t += b + c")->set_inputs(2, 4);  // t = t + b + t: t is overwritten before it is read
   ExpectRejected(p, nullptr, {"instruction 2 (ADD", "output aliases input 2 (buffer 4 't'"});
@@ -1326,6 +1329,888 @@ TEST(ExecutorTest, PeakBytesIsTheArenaPlusTheExecutorsOwnScratch) {
   ExpectRejected(small, &factory, {"instruction 2 (REDUCE_SCATTER)", "scratch buffer 6 'pack' "
                                    "f32[29] holds 116 bytes; REDUCE_SCATTER packs 30 elements of "
                                    "f32 (120 bytes) there"});
+}
+
+
+// ---- The op registry and the transformer ops ----
+
+TEST(ExecutorOpsTest, EveryOpHasOneHandler) {
+  const google::protobuf::EnumDescriptor* ops = Instruction::Op_descriptor();
+  for (int i = 0; i < ops->value_count(); ++i) {
+    const auto op = static_cast<Instruction::Op>(ops->value(i)->number());
+    if (op == Instruction::OP_UNSPECIFIED) {
+      EXPECT_EQ(BuiltinOps().Find(op), nullptr);
+    } else {
+      EXPECT_NE(BuiltinOps().Find(op), nullptr) << ops->value(i)->name();
+    }
+  }
+  for (Instruction::Op op : {Instruction::SEND, Instruction::RECV, Instruction::ALL_REDUCE,
+                             Instruction::ALL_GATHER, Instruction::REDUCE_SCATTER,
+                             Instruction::ALL_TO_ALL}) {
+    EXPECT_TRUE(IsCommunication(op)) << Instruction::Op_Name(op);
+  }
+  EXPECT_FALSE(IsCommunication(Instruction::ATTENTION));
+  EXPECT_FALSE(IsCommunication(Instruction::UNSTACK));
+
+  OpRegistry registry;
+  const OpHandler mul = *BuiltinOps().Find(Instruction::MUL);
+  EXPECT_TRUE(registry.Register(Instruction::MUL, mul).ok());
+  EXPECT_EQ(registry.Register(Instruction::MUL, mul).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(registry.Register(Instruction::ADD, OpHandler{}).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  v1::Program p = TinyProgram();
+  p.mutable_instructions(1)->set_op(static_cast<Instruction::Op>(99));
+  ExpectRejected(p, nullptr, {"instruction 1", "unknown op 99"});
+}
+
+// A buffer of a one-op program: its shape and dtype.
+struct BufferSpec {
+  std::vector<int64_t> shape;
+  v1::DType dtype = v1::F32;
+};
+
+// One `op` on zero-filled buffers in0, in1, ... (ids 0..) and out0, ... (after them), then
+// `set` on the instruction: for Create's checks.
+v1::Program OneOp(Instruction::Op op, const std::vector<BufferSpec>& ins,
+                  const std::vector<BufferSpec>& outs,
+                  const std::function<void(Instruction*)>& set = nullptr) {
+  ProgramBuilder b(0, 1);
+  std::vector<int> in_ids, out_ids;
+  for (size_t i = 0; i < ins.size(); ++i) {
+    in_ids.push_back(b.Buffer("in" + std::to_string(i), ins[i].shape, v1::Buffer::ACTIVATION,
+                              ins[i].dtype));
+  }
+  for (size_t i = 0; i < outs.size(); ++i) {
+    out_ids.push_back(b.Buffer("out" + std::to_string(i), outs[i].shape, v1::Buffer::ACTIVATION,
+                               outs[i].dtype));
+  }
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  Instruction* ins_ = b.Op(op, in_ids, out_ids);
+  if (set) set(ins_);
+  return b.program();
+}
+
+void ExpectAccepted(const v1::Program& p) {
+  absl::Status s = Executor::Create(p, nullptr).status();
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// The instruction's box (a region of a tensor of shape `global`; global empty: none).
+void SetRegion(Instruction* ins, const std::vector<int64_t>& offsets,
+               const std::vector<int64_t>& lengths, const std::vector<int64_t>& global) {
+  for (int64_t o : offsets) ins->mutable_box()->add_offsets(o);
+  for (int64_t l : lengths) ins->mutable_box()->add_lengths(l);
+  for (int64_t g : global) ins->add_global_shape(g);
+}
+
+// Buffer `id` holds the region at `offsets` of tensor `tensor` [global], initialized as that
+// tensor's elements U(-bound, bound) (GlobalUniform).
+void RegionUniform(ProgramBuilder& b, int id, const std::string& tensor,
+                   const std::vector<int64_t>& global, const std::vector<int64_t>& offsets,
+                   float bound) {
+  const auto& shape = b.program().buffers(id).shape();
+  v1::ParamInit* init = b.Init(id, v1::ParamInit::UNIFORM, global, offsets,
+                               std::vector<int64_t>(shape.begin(), shape.end()));
+  init->set_bound(bound);
+  init->set_tensor_key(Fnv1a64(tensor));
+}
+
+float GlobalUniform(const std::string& tensor, int64_t element, float bound) {
+  return PhiloxUniform(20240607, Fnv1a64(tensor), element, bound);
+}
+
+// A parameter buffer `name` [shape], U(-bound, bound).
+int UniformParam(ProgramBuilder& b, const std::string& name, std::vector<int64_t> shape,
+                 float bound = 1.0f) {
+  const int id = b.Buffer(name, shape, v1::Buffer::PARAM);
+  b.Uniform(id, shape, bound);
+  return id;
+}
+
+// Buffer `name` [shape] of dtype I32 or I64, loaded (LOAD_INPUT) from an .npy holding `ids`.
+int LoadIds(ProgramBuilder& b, const std::string& name, const std::vector<int64_t>& shape,
+            v1::DType dtype, const std::vector<int64_t>& ids) {
+  const std::string path =
+      TempPath(absl::StrCat(name, "_", DTypeName(dtype), ".npy"));
+  if (dtype == v1::I32) {
+    const std::vector<int32_t> narrow(ids.begin(), ids.end());
+    EXPECT_TRUE(NpyFile::Write(path, shape, narrow.data()).ok());
+  } else {
+    EXPECT_TRUE(NpyFile::Write(path, shape, ids.data()).ok());
+  }
+  v1::Data* data = b.program().mutable_data();
+  data->set_source("npy");
+  data->set_input(path);
+  data->set_batch_size(shape[0]);
+  const int id = b.Buffer(name, shape, v1::Buffer::DATA, dtype);
+  b.Load(Instruction::LOAD_INPUT, id, std::vector<int64_t>(shape.size(), 0), shape);
+  return id;
+}
+
+// The executor after `steps` steps of the one-rank program p (null after a failure, reported).
+std::unique_ptr<Executor> RunOne(const v1::Program& p, int steps = 1) {
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({p}, steps, &losses, &execs);
+  return std::move(execs[0]);
+}
+
+std::vector<float> Read(const Executor& e, const std::string& name) {
+  absl::StatusOr<std::vector<float>> v = e.ReadBuffer(name);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? *v : std::vector<float>();
+}
+
+// c[m, n] = op(a) @ op(b) in double; a stored [m, k] ([k, m] when ta), b [k, n] ([n, k] when tb).
+std::vector<double> MatmulReference(const std::vector<float>& a, const std::vector<float>& b,
+                                    int64_t m, int64_t n, int64_t k, bool ta, bool tb) {
+  std::vector<double> c(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t p = 0; p < k; ++p) {
+        const double x = ta ? a[p * m + i] : a[i * k + p];
+        const double y = tb ? b[j * k + p] : b[p * n + j];
+        c[i * n + j] += x * y;
+      }
+    }
+  }
+  return c;
+}
+
+// contract 2: a [2,3,4] @ b [3,4,5] -> [2,5]; the same transposed, a [3,4,2]^T @ b [5,3,4]^T;
+// contract 3: a [2,2,3,2] @ b [2,3,2,4] -> out [2,2,2] (m n = 8 elements in any shape).
+TEST(ExecutorOpsTest, MatmulContractsSeveralAxes) {
+  ProgramBuilder b(0, 1);
+  const int a2 = UniformParam(b, "a2", {2, 3, 4});
+  const int b2 = UniformParam(b, "b2", {3, 4, 5});
+  const int at = UniformParam(b, "at", {3, 4, 2});
+  const int bt = UniformParam(b, "bt", {5, 3, 4});
+  const int a3 = UniformParam(b, "a3", {2, 2, 3, 2});
+  const int b3 = UniformParam(b, "b3", {2, 3, 2, 4});
+  const int c2 = b.Buffer("c2", {2, 5});
+  const int ct = b.Buffer("ct", {2, 5});
+  const int c3 = b.Buffer("c3", {2, 2, 2});
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  b.Op(Instruction::MATMUL, {a2, b2}, {c2})->set_contract(2);
+  Instruction* t = b.Op(Instruction::MATMUL, {at, bt}, {ct});
+  t->set_contract(2);
+  t->set_transpose_a(true);
+  t->set_transpose_b(true);
+  b.Op(Instruction::MATMUL, {a3, b3}, {c3})->set_contract(3);
+  auto e = RunOne(b.program());
+  ASSERT_NE(e, nullptr);
+  ExpectAllClose(Read(*e, "c2"),
+                 MatmulReference(UniformValues("a2", 24, 1), UniformValues("b2", 60, 1), 2, 5,
+                                 12, false, false),
+                 1e-5, 1e-6, "c2");
+  ExpectAllClose(Read(*e, "ct"),
+                 MatmulReference(UniformValues("at", 24, 1), UniformValues("bt", 60, 1), 2, 5,
+                                 12, true, true),
+                 1e-5, 1e-6, "ct");
+  ExpectAllClose(Read(*e, "c3"),
+                 MatmulReference(UniformValues("a3", 24, 1), UniformValues("b3", 48, 1), 2, 4,
+                                 12, false, false),
+                 1e-5, 1e-6, "c3");
+
+  auto contract = [](int c) { return [c](Instruction* ins) { ins->set_contract(c); }; };
+  ExpectAccepted(OneOp(Instruction::MATMUL, {{{2, 3, 4}}, {{3, 4, 5}}}, {{{2, 5}}}, contract(2)));
+  ExpectRejected(OneOp(Instruction::MATMUL, {{{2, 3, 4}}, {{3, 5, 5}}}, {{{2, 5}}}, contract(2)),
+                 nullptr, {"instruction 0 (MATMUL)", "contracted sizes differ (contract 2): a "
+                           "[2,3,4] contracts [3,4] (12) but b [3,5,5] contracts [3,5] (15)"});
+  ExpectRejected(OneOp(Instruction::MATMUL, {{{3, 4, 2}}, {{4, 5}}}, {{{8, 5}}},
+                       [](Instruction* ins) {
+                         ins->set_contract(1);
+                         ins->set_transpose_a(true);
+                       }),
+                 nullptr, {"contracted sizes differ (contract 1): a [3,4,2]^T contracts [3] (3) "
+                           "but b [4,5] contracts [4] (4)"});
+  ExpectRejected(OneOp(Instruction::MATMUL, {{{2, 3, 4}}, {{3, 4, 5}}}, {{{2, 4}}}, contract(2)),
+                 nullptr, {"output is [2,4] (8 elements), expected 2 x 5 = 10 elements"});
+  ExpectRejected(OneOp(Instruction::MATMUL, {{{2, 3, 4}}, {{3, 4, 5}}}, {{{2, 5}}}, contract(4)),
+                 nullptr, {"contract 4 exceeds the rank of a [2,3,4] or b [3,4,5]"});
+  ExpectRejected(OneOp(Instruction::MATMUL, {{{2, 3, 4}}, {{3, 4, 5}}}, {{{2, 5}}}, contract(-1)),
+                 nullptr, {"contract -1 is negative"});
+}
+
+// ids [2,3] over a table shard [4,3]: rows 4..7 of a [10,3] vocabulary. Ids 3 and 11 fall
+// outside the shard (zeros); id 4 appears twice (its gradient rows add).
+v1::Program EmbeddingProgram(v1::DType ids_dtype) {
+  ProgramBuilder b(0, 1);
+  const int ids = LoadIds(b, "ids", {2, 3}, ids_dtype, {4, 7, 3, 11, 4, 5});
+  const int table = b.Buffer("wte", {4, 3}, v1::Buffer::PARAM);
+  RegionUniform(b, table, "wte", {10, 3}, {4, 0}, 1.0f);
+  const int dy = UniformParam(b, "dy", {2, 3, 3});
+  const int out = b.Buffer("emb", {2, 3, 3});
+  const int grad = b.Buffer("wte@grad", {4, 3}, v1::Buffer::GRAD);
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  SetRegion(b.Op(Instruction::EMBEDDING, {ids, table}, {out}), {4, 0}, {4, 3}, {10, 3});
+  SetRegion(b.Op(Instruction::EMBEDDING_GRAD, {ids, dy}, {grad}), {4, 0}, {4, 3}, {10, 3});
+  return b.program();
+}
+
+TEST(ExecutorOpsTest, EmbeddingReadsItsVocabularyShard) {
+  const std::vector<int64_t> ids = {4, 7, 3, 11, 4, 5};
+  const std::vector<float> dy = UniformValues("dy", 18, 1.0f);
+  std::vector<double> want_out(18, 0.0), want_grad(12, 0.0);
+  for (int r = 0; r < 6; ++r) {
+    const int64_t row = ids[r] - 4;
+    if (row < 0 || row >= 4) continue;
+    for (int c = 0; c < 3; ++c) {
+      want_out[r * 3 + c] = GlobalUniform("wte", ids[r] * 3 + c, 1.0f);
+      want_grad[row * 3 + c] += dy[r * 3 + c];
+    }
+  }
+  for (v1::DType dtype : {v1::I32, v1::I64}) {
+    auto e = RunOne(EmbeddingProgram(dtype));
+    ASSERT_NE(e, nullptr);
+    const std::string what(DTypeName(dtype));
+    ExpectAllClose(Read(*e, "emb"), want_out, 0, 0, "emb, ids " + what);
+    ExpectAllClose(Read(*e, "wte@grad"), want_grad, 1e-6, 1e-7, "wte@grad, ids " + what);
+  }
+
+  const BufferSpec ids_spec{{2, 3}, v1::I32};
+  auto shard = [](Instruction* ins) { SetRegion(ins, {4, 0}, {4, 3}, {10, 3}); };
+  ExpectAccepted(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3}}}, {{{2, 3, 3}}}, shard));
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {{{2, 3}}, {{4, 3}}}, {{{2, 3, 3}}}, shard),
+                 nullptr, {"instruction 0 (EMBEDDING)",
+                           "input 0 (buffer 0 'in0' f32[2,3]) is f32; EMBEDDING's ids are i32 or "
+                           "i64"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3, 1}}}, {{{2, 3, 3}}}),
+                 nullptr, {"table (buffer 1 'in1' f32[4,3,1]) is not [rows, dim]"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3}}}, {{{2, 3, 4}}}, shard),
+                 nullptr, {"output (buffer 2 'out0' f32[2,3,4]) holds 24 elements, expected 18 "
+                           "(6 ids x dim 3)"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3}}}, {{{2, 9}}}, shard), nullptr,
+                 {"output (buffer 2 'out0' f32[2,9]) does not end in dim 3 of table"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3}}}, {{{2, 3, 3}}},
+                       [](Instruction* ins) { SetRegion(ins, {4}, {}, {}); }),
+                 nullptr, {"box (offsets [4], lengths []) is not a region of table (buffer 1 "
+                           "'in1' f32[4,3]): it needs 2 offsets"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3}}}, {{{2, 3, 3}}},
+                       [](Instruction* ins) { SetRegion(ins, {8, 0}, {4, 3}, {10, 3}); }),
+                 nullptr, {"table (buffer 1 'in1' f32[4,3]) at offsets [8,0] leaves global_shape "
+                           "[10,3]"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING, {ids_spec, {{4, 3}}}, {{{2, 3, 3}}},
+                       [](Instruction* ins) { SetRegion(ins, {4, 0}, {5, 3}, {}); }),
+                 nullptr, {"box lengths [5,3] are not the shape of table (buffer 1"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING_GRAD, {ids_spec, {{2, 3, 3}}}, {{{4, 2}}}, shard),
+                 nullptr, {"instruction 0 (EMBEDDING_GRAD)",
+                           "dy (buffer 1 'in1' f32[2,3,3]) holds 18 elements, expected 12 (6 ids "
+                           "x dim 2)"});
+  ExpectRejected(OneOp(Instruction::EMBEDDING_GRAD, {ids_spec, {{2, 3, 3}}}, {{{2, 3}, v1::I32}}),
+                 nullptr, {"output 0 (buffer 2 'out0' i32[2,3]) is i32; EMBEDDING_GRAD computes "
+                           "in f32"});
+}
+
+// Positions of a [2,4] piece at sequence offset 8 (i64), and of a [3] piece at 5 (i32).
+TEST(ExecutorOpsTest, PositionsStartAtTheBoxOffset) {
+  ProgramBuilder b(0, 1);
+  const int p64 = b.Buffer("pos64", {2, 4}, v1::Buffer::ACTIVATION, v1::I64);
+  const int p32 = b.Buffer("pos32", {3}, v1::Buffer::ACTIVATION, v1::I32);
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  SetRegion(b.Op(Instruction::POSITIONS, {}, {p64}), {0, 8}, {2, 4}, {2, 16});
+  SetRegion(b.Op(Instruction::POSITIONS, {}, {p32}), {5}, {3}, {});
+  auto e = RunOne(b.program());
+  ASSERT_NE(e, nullptr);
+  ExpectAllClose(Read(*e, "pos64"), {8, 9, 10, 11, 8, 9, 10, 11}, 0, 0, "pos64");
+  ExpectAllClose(Read(*e, "pos32"), {5, 6, 7}, 0, 0, "pos32");
+
+  ExpectAccepted(OneOp(Instruction::POSITIONS, {}, {{{2, 4}, v1::I32}}));
+  ExpectRejected(OneOp(Instruction::POSITIONS, {}, {{{2, 4}}}), nullptr,
+                 {"instruction 0 (POSITIONS)",
+                  "output 0 (buffer 0 'out0' f32[2,4]) is f32; POSITIONS's ids are i32 or i64"});
+  ExpectRejected(OneOp(Instruction::POSITIONS, {}, {{{2, 4}, v1::I32}},
+                       [](Instruction* ins) { SetRegion(ins, {8}, {4}, {}); }),
+                 nullptr, {"is not a region of output (buffer 0 'out0' i32[2,4]): it needs 2 "
+                           "offsets"});
+  ExpectRejected(OneOp(Instruction::POSITIONS, {{{2}}}, {{{2, 4}, v1::I32}}), nullptr,
+                 {"expects 0 inputs and 1 outputs, got 1 and 1"});
+}
+
+// x [4,6] dropped out whole, and its piece [2,3] at offsets [1,2] dropped out on its own: the
+// piece's mask is the slice of the whole tensor's, as Philox draws it at step 2.
+TEST(ExecutorOpsTest, DropoutOfABoxIsTheSliceOfTheFullTensor) {
+  const float p = 0.3f;
+  const uint64_t key = Fnv1a64("h.0.attn.resid_dropout");
+  ProgramBuilder b(0, 1);
+  const int x = UniformParam(b, "x", {4, 6});
+  const int piece = b.Buffer("x.piece", {2, 3}, v1::Buffer::PARAM);
+  RegionUniform(b, piece, "x", {4, 6}, {1, 2}, 1.0f);
+  const int y = b.Buffer("y", {4, 6});
+  const int y_piece = b.Buffer("y.piece", {2, 3});
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  Instruction* whole = b.Op(Instruction::DROPOUT, {x}, {y});
+  whole->set_dropout_p(p);
+  whole->set_dropout_key(key);
+  Instruction* part = b.Op(Instruction::DROPOUT, {piece}, {y_piece});
+  part->set_dropout_p(p);
+  part->set_dropout_key(key);
+  SetRegion(part, {1, 2}, {2, 3}, {4, 6});
+  auto e = RunOne(b.program(), 2);
+  ASSERT_NE(e, nullptr);
+
+  const std::vector<float> xs = UniformValues("x", 24, 1.0f);
+  const uint64_t stream = key + 2 * 0x9E3779B97F4A7C15ull;  // step 2
+  const float keep_scale = 1.0f / (1.0f - p);
+  std::vector<double> want;
+  int dropped = 0;
+  for (int64_t i = 0; i < 24; ++i) {
+    const bool keep = PhiloxUnit(20240607, stream, i) >= p;
+    want.push_back(keep ? xs[i] * keep_scale : 0.0f);
+    dropped += keep ? 0 : 1;
+  }
+  EXPECT_GT(dropped, 0);
+  EXPECT_LT(dropped, 24);
+  const std::vector<float> got = Read(*e, "y");
+  ExpectAllClose(got, want, 1e-7, 0, "y");
+  std::vector<double> slice;
+  for (int64_t r = 1; r < 3; ++r)
+    for (int64_t c = 2; c < 5; ++c) slice.push_back(got[r * 6 + c]);
+  ExpectAllClose(Read(*e, "y.piece"), slice, 0, 0, "y.piece");
+
+  auto with_p = [](float dp) { return [dp](Instruction* ins) { ins->set_dropout_p(dp); }; };
+  ExpectAccepted(OneOp(Instruction::DROPOUT, {{{2, 3}}}, {{{2, 3}}}, with_p(0.5f)));
+  ExpectRejected(OneOp(Instruction::DROPOUT, {{{2, 3}}}, {{{2, 3}}}, with_p(1.0f)), nullptr,
+                 {"instruction 0 (DROPOUT)", "dropout_p 1 is outside [0, 1)"});
+  ExpectRejected(OneOp(Instruction::DROPOUT, {{{2, 3}}}, {{{2, 3}}},
+                       [](Instruction* ins) { SetRegion(ins, {1, 2}, {2, 3}, {}); }),
+                 nullptr, {"box at offsets [1,2] of input (buffer 0 'in0' f32[2,3]) has no "
+                           "global_shape to index"});
+  ExpectRejected(OneOp(Instruction::DROPOUT, {{{2, 3}}}, {{{2, 3}}},
+                       [](Instruction* ins) { SetRegion(ins, {3, 2}, {2, 3}, {4, 6}); }),
+                 nullptr, {"input (buffer 0 'in0' f32[2,3]) at offsets [3,2] leaves "
+                           "global_shape [4,6]"});
+  ExpectRejected(OneOp(Instruction::DROPOUT, {{{2, 3}}}, {{{2, 3}}},
+                       [](Instruction* ins) { SetRegion(ins, {}, {}, {6}); }),
+                 nullptr, {"global_shape [6] has 1 axes but input (buffer 0 'in0' f32[2,3]) has "
+                           "2"});
+  ExpectRejected(OneOp(Instruction::DROPOUT, {{{2, 3}}}, {{{3, 3}}}), nullptr,
+                 {"input (buffer 0 'in0') is [2,3] but output (buffer 1 'out0') is [3,3]"});
+}
+
+// ---- Cross-entropy over a vocabulary sharded over `world` ranks ----
+
+constexpr int64_t kCeRows = 3, kCeVocab = 5;
+const std::vector<int64_t> kCeTargets = {4, 0, 2};
+
+// logits [1, 3, 5] (B=1, T=3, vocabulary 5), rank r of 2 holding columns [3r, 3r + len):
+// row max (all-reduced MAX), the parts (all-reduced SUM), the mean loss and its gradient.
+v1::Program CrossEntropyProgram(int rank, int world) {
+  const int64_t off = rank == 0 ? 0 : 3, len = world == 1 ? kCeVocab : (rank == 0 ? 3 : 2);
+  ProgramBuilder b(rank, world);
+  if (world > 1) b.Group(0, {0, 1}, "mp");
+  const int targets = LoadIds(b, "targets", {1, kCeRows}, v1::I32, kCeTargets);
+  const int logits = b.Buffer("logits", {1, kCeRows, len}, v1::Buffer::PARAM);
+  RegionUniform(b, logits, "logits", {1, kCeRows, kCeVocab}, {0, 0, off}, 2.0f);
+  const int m = b.Buffer("m", {1, kCeRows});
+  const int sumexp = b.Buffer("sumexp", {1, kCeRows});
+  const int tlogit = b.Buffer("tlogit", {1, kCeRows});
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  const int d_sumexp = b.Buffer("sumexp@grad", {1, kCeRows}, v1::Buffer::GRAD);
+  const int d_tlogit = b.Buffer("tlogit@grad", {1, kCeRows}, v1::Buffer::GRAD);
+  const int dlogits = b.Buffer("logits@grad", {1, kCeRows, len}, v1::Buffer::GRAD);
+  b.program().set_loss_buffer(loss);
+  auto all_reduce = [&](int buf, v1::Placement::ReduceOp op) {
+    if (world == 1) return;
+    Instruction* ins = b.Op(Instruction::ALL_REDUCE, {buf}, {buf});
+    ins->set_group(0);
+    ins->set_reduce(op);
+  };
+  b.Op(Instruction::ROW_MAX, {logits}, {m});
+  all_reduce(m, v1::Placement::MAX);
+  SetRegion(b.Op(Instruction::CE_PARTS, {logits, m, targets}, {sumexp, tlogit}), {0, 0, off},
+            {1, kCeRows, len}, {1, kCeRows, kCeVocab});
+  all_reduce(sumexp, v1::Placement::SUM);
+  all_reduce(tlogit, v1::Placement::SUM);
+  b.Op(Instruction::CE_LOSS, {sumexp, m, tlogit}, {loss})->set_scale(1.0f / kCeRows);
+  b.Op(Instruction::CE_LOSS_GRAD, {sumexp}, {d_sumexp, d_tlogit})->set_scale(1.0f / kCeRows);
+  SetRegion(b.Op(Instruction::CE_PARTS_GRAD, {logits, m, targets, d_sumexp, d_tlogit}, {dlogits}),
+            {0, 0, off}, {1, kCeRows, len}, {1, kCeRows, kCeVocab});
+  return b.program();
+}
+
+TEST(ExecutorOpsTest, CrossEntropyPartsChainToTheMeanLossAndItsGradient) {
+  // The hand-computed cross-entropy: mean over rows of logsumexp - the target's logit, and
+  // (softmax - onehot) / rows.
+  double want_loss = 0;
+  std::vector<double> row_max(kCeRows), dlogits(kCeRows * kCeVocab);
+  for (int64_t r = 0; r < kCeRows; ++r) {
+    std::vector<double> l(kCeVocab);
+    for (int64_t c = 0; c < kCeVocab; ++c) l[c] = GlobalUniform("logits", r * kCeVocab + c, 2.0f);
+    row_max[r] = *std::max_element(l.begin(), l.end());
+    double sum = 0;
+    for (double v : l) sum += std::exp(v);
+    want_loss += (std::log(sum) - l[kCeTargets[r]]) / kCeRows;
+    for (int64_t c = 0; c < kCeVocab; ++c) {
+      dlogits[r * kCeVocab + c] = (std::exp(l[c]) / sum - (c == kCeTargets[r] ? 1 : 0)) / kCeRows;
+    }
+  }
+  std::vector<std::vector<float>> losses1, losses2;
+  std::vector<std::unique_ptr<Executor>> single, sharded;
+  RunAll({CrossEntropyProgram(0, 1)}, 1, &losses1, &single);
+  RunAll({CrossEntropyProgram(0, 2), CrossEntropyProgram(1, 2)}, 1, &losses2, &sharded);
+  ASSERT_NE(single[0], nullptr);
+  EXPECT_NEAR(losses1[0][0], want_loss, 1e-5 * want_loss);
+  ExpectAllClose(Read(*single[0], "m"), row_max, 0, 0, "m");
+  ExpectAllClose(Read(*single[0], "logits@grad"), dlogits, 1e-5, 1e-6, "logits@grad");
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_NE(sharded[r], nullptr);
+    EXPECT_NEAR(losses2[r][0], want_loss, 1e-5 * want_loss) << "rank " << r;
+    ExpectAllClose(Read(*sharded[r], "m"), row_max, 0, 0, "m (all-reduced max)");
+    const int64_t off = r == 0 ? 0 : 3, len = r == 0 ? 3 : 2;
+    std::vector<double> shard;
+    for (int64_t row = 0; row < kCeRows; ++row)
+      for (int64_t c = off; c < off + len; ++c) shard.push_back(dlogits[row * kCeVocab + c]);
+    ExpectAllClose(Read(*sharded[r], "logits@grad"), shard, 1e-5, 1e-6,
+                   "logits@grad of rank " + std::to_string(r));
+  }
+
+  const BufferSpec rows{{1, 3}}, targets{{1, 3}, v1::I64}, logits{{1, 3, 5}};
+  ExpectAccepted(OneOp(Instruction::CE_PARTS, {logits, rows, targets}, {rows, rows}));
+  ExpectRejected(OneOp(Instruction::CE_PARTS, {logits, rows, rows}, {rows, rows}), nullptr,
+                 {"instruction 0 (CE_PARTS)",
+                  "input 2 (buffer 2 'in2' f32[1,3]) is f32; CE_PARTS's ids are i32 or i64"});
+  ExpectRejected(OneOp(Instruction::CE_PARTS, {logits, {{3, 1}}, targets}, {rows, {{4}}}),
+                 nullptr, {"tlogit (buffer 4 'out1' f32[4]) holds 4 elements, expected 3 (one "
+                           "per row of logits [1,3,5])"});
+  ExpectRejected(OneOp(Instruction::CE_PARTS, {logits, rows, targets}, {rows, rows},
+                       [](Instruction* ins) { ins->set_outputs(1, 3); }),
+                 nullptr, {"outputs 0 and 1 are both buffer 3 'out0' f32[1,3]"});
+  ExpectRejected(OneOp(Instruction::CE_PARTS, {logits, rows, targets}, {rows, rows},
+                       [](Instruction* ins) { SetRegion(ins, {0, 0}, {}, {}); }),
+                 nullptr, {"is not a region of logits (buffer 0 'in0' f32[1,3,5]): it needs 3 "
+                           "offsets"});
+  ExpectRejected(OneOp(Instruction::CE_PARTS_GRAD, {logits, rows, targets, rows, rows},
+                       {{{1, 3, 4}}}),
+                 nullptr, {"instruction 0 (CE_PARTS_GRAD)", "logits (buffer 0 'in0') is "
+                           "[1,3,5] but output (buffer 5 'out0') is [1,3,4]"});
+  ExpectRejected(OneOp(Instruction::CE_PARTS_GRAD, {logits, rows, targets, rows, rows},
+                       {logits}, [](Instruction* ins) { ins->set_outputs(0, 0); }),
+                 nullptr, {"output 0 (buffer 0 'in0' f32[1,3,5]) is also input 0; CE_PARTS_GRAD "
+                           "writes its outputs apart from its inputs"});
+  ExpectRejected(OneOp(Instruction::ROW_MAX, {logits}, {{{5}}}), nullptr,
+                 {"instruction 0 (ROW_MAX)", "output (buffer 1 'out0' f32[5]) holds 5 elements, "
+                  "expected 3 (one per row of logits [1,3,5])"});
+  ExpectRejected(OneOp(Instruction::CE_LOSS, {rows, rows, {{2}}}, {{{1}}}), nullptr,
+                 {"instruction 0 (CE_LOSS)", "tlogit (buffer 2 'in2' f32[2]) holds 2 elements, "
+                  "expected 3 (one per element of sumexp (buffer 0 'in0' f32[1,3]))"});
+  ExpectRejected(OneOp(Instruction::CE_LOSS, {rows, rows, rows}, {{{3}}}), nullptr,
+                 {"output (buffer 3 'out0' f32[3]) holds 3 elements, expected 1 (the loss)"});
+  ExpectRejected(OneOp(Instruction::CE_LOSS_GRAD, {rows}, {rows}), nullptr,
+                 {"instruction 0 (CE_LOSS_GRAD)", "expects 1 inputs and 2 outputs, got 1 and 1"});
+}
+
+// MAX reduces only by all-reduce; a reduce-scatter sums or averages.
+TEST(ExecutorOpsTest, ReduceScatterRejectsMax) {
+  LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(2, absl::Seconds(1)), 0);
+  v1::Program p = AxisCollectivesProgram(0, TempPath("unused.npy"));
+  p.mutable_instructions(2)->set_reduce(v1::Placement::MAX);
+  // The data source is opened before decoding: give it a file.
+  std::vector<float> xs(30, 1.0f);
+  ASSERT_TRUE(NpyFile::Write(TempPath("unused.npy"), {2, 3, 5}, xs.data()).ok());
+  ExpectRejected(p, &factory, {"instruction 2 (REDUCE_SCATTER)",
+                               "REDUCE_SCATTER reduces with sum or avg, not max"});
+}
+
+// x f32 [2,3,4] unstacked along axis 1 and stacked back; positions i32 [2,5] unstacked along
+// axis 0 and stacked along the last axis of [5,2] (a transpose).
+TEST(ExecutorOpsTest, StackAndUnstackRoundTrip) {
+  ProgramBuilder b(0, 1);
+  const int x = UniformParam(b, "x", {2, 3, 4});
+  std::vector<int> xs;
+  for (int i = 0; i < 3; ++i) xs.push_back(b.Buffer("x" + std::to_string(i), {2, 4}));
+  const int y = b.Buffer("y", {2, 3, 4});
+  const int pos = b.Buffer("pos", {2, 5}, v1::Buffer::ACTIVATION, v1::I32);
+  const int p0 = b.Buffer("p0", {5}, v1::Buffer::ACTIVATION, v1::I32);
+  const int p1 = b.Buffer("p1", {5}, v1::Buffer::ACTIVATION, v1::I32);
+  const int t = b.Buffer("t", {5, 2}, v1::Buffer::ACTIVATION, v1::I32);
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  b.Op(Instruction::UNSTACK, {x}, xs)->set_axis(1);
+  b.Op(Instruction::STACK, xs, {y})->set_axis(1);
+  SetRegion(b.Op(Instruction::POSITIONS, {}, {pos}), {0, 10}, {2, 5}, {});
+  b.Op(Instruction::UNSTACK, {pos}, {p0, p1})->set_axis(0);
+  b.Op(Instruction::STACK, {p0, p1}, {t})->set_axis(-1);
+  auto e = RunOne(b.program());
+  ASSERT_NE(e, nullptr);
+  const std::vector<float> xv = UniformValues("x", 24, 1.0f);
+  ExpectAllClose(Read(*e, "y"), std::vector<double>(xv.begin(), xv.end()), 0, 0, "y");
+  for (int i = 0; i < 3; ++i) {
+    std::vector<double> want;
+    for (int o = 0; o < 2; ++o)
+      for (int j = 0; j < 4; ++j) want.push_back(xv[(o * 3 + i) * 4 + j]);
+    ExpectAllClose(Read(*e, "x" + std::to_string(i)), want, 0, 0, "x" + std::to_string(i));
+  }
+  ExpectAllClose(Read(*e, "p1"), {10, 11, 12, 13, 14}, 0, 0, "p1");
+  ExpectAllClose(Read(*e, "t"), {10, 10, 11, 11, 12, 12, 13, 13, 14, 14}, 0, 0, "t");
+
+  auto axis = [](int a) { return [a](Instruction* ins) { ins->set_axis(a); }; };
+  ExpectAccepted(OneOp(Instruction::UNSTACK, {{{2, 3, 4}}}, {{{2, 4}}, {{2, 4}}, {{8}}}, axis(1)));
+  ExpectRejected(OneOp(Instruction::UNSTACK, {{{2, 3, 4}}}, {{{2, 4}}, {{2, 4}}}, axis(1)),
+                 nullptr, {"instruction 0 (UNSTACK)", "input (buffer 0 'in0' f32[2,3,4]) has 3 "
+                           "along axis 1 but the instruction has 2 outputs"});
+  ExpectRejected(OneOp(Instruction::UNSTACK, {{{2, 3, 4}}}, {{{2, 4}}, {{2, 3}}, {{2, 4}}},
+                       axis(1)),
+                 nullptr, {"output 1 (buffer 2 'out1' f32[2,3]) holds 6 elements, expected 8 "
+                           "([2,4]: the input without axis 1)"});
+  ExpectRejected(OneOp(Instruction::UNSTACK, {{{2, 3, 4}}}, {{{2, 4}}, {{2, 4}}, {{2, 4}}},
+                       axis(3)),
+                 nullptr, {"axis 3 out of range for [2,3,4]"});
+  ExpectRejected(OneOp(Instruction::UNSTACK, {{{2, 3, 4}}}, {}, axis(1)), nullptr,
+                 {"expects 1 or more outputs, got 0"});
+  ExpectRejected(OneOp(Instruction::STACK, {{{5}, v1::I32}, {{5}}}, {{{5, 2}, v1::I32}}, axis(1)),
+                 nullptr, {"instruction 0 (STACK)", "STACK moves one dtype: input 0 (buffer 0 "
+                           "'in0' i32[5]) is i32 but input 1 (buffer 1 'in1' f32[5]) is f32"});
+  ExpectRejected(OneOp(Instruction::STACK, {{{5}}, {{4}}}, {{{5, 2}}}, axis(-1)), nullptr,
+                 {"input 1 (buffer 1 'in1' f32[4]) holds 4 elements, expected 5 ([5]: the output "
+                  "without axis -1)"});
+  ExpectRejected(OneOp(Instruction::STACK, {{{5}}, {{5}}}, {{{5, 3}}}, axis(-1)), nullptr,
+                 {"output (buffer 2 'out0' f32[5,3]) has 3 along axis -1 but the instruction "
+                  "has 2 inputs"});
+}
+
+// ---- Norms, activations, rotary embedding and attention against float64 ----
+
+// x [2,3,4] rows of 4: layer norm and RMS norm, forward and backward.
+TEST(ExecutorOpsTest, NormsMatchFloat64) {
+  const float eps = 1e-5f;
+  ProgramBuilder b(0, 1);
+  const int x = UniformParam(b, "x", {2, 3, 4}, 2.0f);
+  const int g = UniformParam(b, "g", {4});
+  const int be = UniformParam(b, "be", {4});
+  const int dy = UniformParam(b, "dy", {2, 3, 4});
+  const int y = b.Buffer("y", {2, 3, 4});
+  const int dx = b.Buffer("dx", {2, 3, 4});
+  const int dg = b.Buffer("dg", {4});
+  const int db = b.Buffer("db", {4});
+  const int r = b.Buffer("r", {6, 4});
+  const int rdx = b.Buffer("rdx", {2, 3, 4});
+  const int rdg = b.Buffer("rdg", {4});
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  b.Op(Instruction::LAYER_NORM, {x, g, be}, {y})->set_eps(eps);
+  b.Op(Instruction::LAYER_NORM_GRAD, {x, g, dy}, {dx, dg, db})->set_eps(eps);
+  b.Op(Instruction::RMS_NORM, {x, g}, {r})->set_eps(eps);
+  b.Op(Instruction::RMS_NORM_GRAD, {x, g, dy}, {rdx, rdg})->set_eps(eps);
+  auto e = RunOne(b.program());
+  ASSERT_NE(e, nullptr);
+
+  const std::vector<float> xv = UniformValues("x", 24, 2.0f), gv = UniformValues("g", 4, 1.0f),
+                           bv = UniformValues("be", 4, 1.0f), dyv = UniformValues("dy", 24, 1.0f);
+  std::vector<double> wy(24), wdx(24), wdg(4, 0), wdb(4, 0), wr(24), wrdx(24), wrdg(4, 0);
+  const int D = 4;
+  for (int row = 0; row < 6; ++row) {
+    const float* xr = &xv[row * D];
+    const float* dyr = &dyv[row * D];
+    double mean = 0, var = 0, squares = 0;
+    for (int c = 0; c < D; ++c) mean += xr[c] / 4.0;
+    for (int c = 0; c < D; ++c) {
+      var += (xr[c] - mean) * (xr[c] - mean) / D;
+      squares += static_cast<double>(xr[c]) * xr[c] / D;
+    }
+    const double inv = 1 / std::sqrt(var + eps), rinv = 1 / std::sqrt(squares + eps);
+    double mean_dxhat = 0, mean_dxhat_xhat = 0, dot = 0;
+    for (int c = 0; c < D; ++c) {
+      const double xhat = (xr[c] - mean) * inv;
+      wy[row * D + c] = xhat * gv[c] + bv[c];
+      mean_dxhat += dyr[c] * gv[c] / D;
+      mean_dxhat_xhat += dyr[c] * gv[c] * xhat / D;
+      wdg[c] += dyr[c] * xhat;
+      wdb[c] += dyr[c];
+      wr[row * D + c] = xr[c] * rinv * gv[c];
+      dot += static_cast<double>(dyr[c]) * gv[c] * xr[c];
+      wrdg[c] += dyr[c] * xr[c] * rinv;
+    }
+    for (int c = 0; c < D; ++c) {
+      const double xhat = (xr[c] - mean) * inv;
+      wdx[row * D + c] = inv * (dyr[c] * gv[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+      wrdx[row * D + c] = dyr[c] * gv[c] * rinv - xr[c] * dot * rinv * rinv * rinv / D;
+    }
+  }
+  ExpectAllClose(Read(*e, "y"), wy, 1e-5, 1e-6, "layer_norm y");
+  ExpectAllClose(Read(*e, "dx"), wdx, 1e-5, 1e-6, "layer_norm dx");
+  ExpectAllClose(Read(*e, "dg"), wdg, 1e-5, 1e-6, "layer_norm dgamma");
+  ExpectAllClose(Read(*e, "db"), wdb, 1e-5, 1e-6, "layer_norm dbeta");
+  ExpectAllClose(Read(*e, "r"), wr, 1e-5, 1e-6, "rms_norm y");
+  ExpectAllClose(Read(*e, "rdx"), wrdx, 1e-5, 1e-6, "rms_norm dx");
+  ExpectAllClose(Read(*e, "rdg"), wrdg, 1e-5, 1e-6, "rms_norm dgamma");
+
+  const BufferSpec xs{{2, 3, 4}}, gs{{4}};
+  ExpectAccepted(OneOp(Instruction::LAYER_NORM_GRAD, {xs, gs, xs}, {xs, gs, gs}));
+  ExpectRejected(OneOp(Instruction::LAYER_NORM, {xs, {{3}}, gs}, {xs}), nullptr,
+                 {"instruction 0 (LAYER_NORM)", "gamma (buffer 1 'in1' f32[3]) holds 3 elements, "
+                  "expected 4 (the last dim of x [2,3,4])"});
+  ExpectRejected(OneOp(Instruction::LAYER_NORM, {xs, gs, {{5}}}, {xs}), nullptr,
+                 {"beta (buffer 2 'in2' f32[5]) holds 5 elements"});
+  ExpectRejected(OneOp(Instruction::LAYER_NORM, {xs, gs, gs}, {{{2, 3, 5}}}), nullptr,
+                 {"input (buffer 0 'in0') is [2,3,4] but output (buffer 3 'out0') is [2,3,5]"});
+  ExpectRejected(OneOp(Instruction::LAYER_NORM, {xs, gs, gs}, {xs},
+                       [](Instruction* ins) { ins->set_eps(-1.0f); }),
+                 nullptr, {"eps -1 is negative"});
+  ExpectRejected(OneOp(Instruction::LAYER_NORM_GRAD, {xs, gs, xs}, {xs, gs}), nullptr,
+                 {"instruction 0 (LAYER_NORM_GRAD)", "expects 3 inputs and 3 outputs, got 3 and "
+                  "2"});
+  ExpectRejected(OneOp(Instruction::LAYER_NORM_GRAD, {xs, gs, xs}, {xs, {{5}}, gs}), nullptr,
+                 {"dgamma (buffer 4 'out1' f32[5]) holds 5 elements, expected 4 (the last dim of "
+                  "x [2,3,4])"});
+  ExpectRejected(OneOp(Instruction::LAYER_NORM_GRAD, {xs, gs, xs}, {xs, gs, gs},
+                       [](Instruction* ins) { ins->set_outputs(0, 2); }),
+                 nullptr, {"output 0 (buffer 2 'in2' f32[2,3,4]) is also input 2; "
+                           "LAYER_NORM_GRAD writes its outputs apart from its inputs"});
+  ExpectRejected(OneOp(Instruction::RMS_NORM_GRAD, {xs, gs, {{2, 4}}}, {xs, gs}), nullptr,
+                 {"instruction 0 (RMS_NORM_GRAD)", "x (buffer 0 'in0') is [2,3,4] but dy "
+                  "(buffer 2 'in2') is [2,4]"});
+  ExpectRejected(OneOp(Instruction::RMS_NORM, {xs, gs}, {{{2, 3, 4}, v1::BF16}}), nullptr,
+                 {"output 0 (buffer 2 'out0' bf16[2,3,4]) is bf16; RMS_NORM computes in f32"});
+}
+
+TEST(ExecutorOpsTest, ActivationsAndMulMatchFloat64) {
+  ProgramBuilder b(0, 1);
+  const int a = UniformParam(b, "a", {2, 5}, 3.0f);
+  const int dy = UniformParam(b, "dy", {2, 5});
+  const std::vector<std::pair<Instruction::Op, std::string>> ops = {
+      {Instruction::GELU_TANH, "gelu_tanh"}, {Instruction::GELU_TANH_GRAD, "gelu_tanh_grad"},
+      {Instruction::SILU, "silu"},           {Instruction::SILU_GRAD, "silu_grad"},
+      {Instruction::MUL, "mul"}};
+  std::vector<int> outs;
+  for (const auto& [op, name] : ops) outs.push_back(b.Buffer(name, {10}));
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const bool unary = ops[i].first == Instruction::GELU_TANH || ops[i].first == Instruction::SILU;
+    b.Op(ops[i].first, unary ? std::vector<int>{a} : std::vector<int>{a, dy}, {outs[i]});
+  }
+  auto e = RunOne(b.program());
+  ASSERT_NE(e, nullptr);
+  const std::vector<float> av = UniformValues("a", 10, 3.0f), dv = UniformValues("dy", 10, 1.0f);
+  std::vector<std::vector<double>> want(ops.size());
+  const double k = std::sqrt(2.0 / std::acos(-1.0));
+  for (int i = 0; i < 10; ++i) {
+    const double x = av[i], g = dv[i];
+    const double u = k * (x + 0.044715 * x * x * x), t = std::tanh(u);
+    const double du = k * (1 + 3 * 0.044715 * x * x);
+    const double sig = 1 / (1 + std::exp(-x));
+    want[0].push_back(0.5 * x * (1 + t));
+    want[1].push_back(g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * du));
+    want[2].push_back(x * sig);
+    want[3].push_back(g * sig * (1 + x * (1 - sig)));
+    want[4].push_back(x * g);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    ExpectAllClose(Read(*e, ops[i].second), want[i], 1e-5, 1e-6, ops[i].second);
+  }
+
+  ExpectAccepted(OneOp(Instruction::MUL, {{{2, 5}}, {{10}}}, {{{5, 2}}}));
+  ExpectRejected(OneOp(Instruction::MUL, {{{2, 5}}, {{2, 4}}}, {{{2, 5}}}), nullptr,
+                 {"instruction 0 (MUL)", "a (buffer 0 'in0') is [2,5] but b (buffer 1 'in1') is "
+                  "[2,4]"});
+  ExpectRejected(OneOp(Instruction::SILU, {{{2, 5}}}, {{{2, 4}}}), nullptr,
+                 {"instruction 0 (SILU)", "input (buffer 0 'in0') is [2,5] but output (buffer 1 "
+                  "'out0') is [2,4]"});
+  ExpectRejected(OneOp(Instruction::GELU_TANH_GRAD, {{{2, 5}, v1::BF16}, {{2, 5}}}, {{{2, 5}}}),
+                 nullptr, {"input 0 (buffer 0 'in0' bf16[2,5]) is bf16; GELU_TANH_GRAD computes "
+                           "in f32"});
+  ExpectRejected(OneOp(Instruction::SILU_GRAD, {{{2, 5}}}, {{{2, 5}}}), nullptr,
+                 {"expects 2 inputs and 1 outputs, got 1 and 1"});
+}
+
+// x [1,3,2,4] (B, T, H, D) at sequence positions 5..7 of 16: ROPE, then ROPE_GRAD back to x.
+TEST(ExecutorOpsTest, RopeRotatesAtTheBoxPositions) {
+  const float theta = 10000.0f;
+  ProgramBuilder b(0, 1);
+  const int x = UniformParam(b, "x", {1, 3, 2, 4});
+  const int y = b.Buffer("y", {1, 3, 2, 4});
+  const int back = b.Buffer("back", {1, 3, 2, 4});
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  Instruction* rope = b.Op(Instruction::ROPE, {x}, {y});
+  rope->set_theta(theta);
+  SetRegion(rope, {0, 5, 0, 0}, {1, 3, 2, 4}, {1, 16, 2, 4});
+  Instruction* grad = b.Op(Instruction::ROPE_GRAD, {y}, {back});
+  grad->set_theta(theta);
+  SetRegion(grad, {0, 5, 0, 0}, {1, 3, 2, 4}, {1, 16, 2, 4});
+  auto e = RunOne(b.program());
+  ASSERT_NE(e, nullptr);
+  const std::vector<float> xv = UniformValues("x", 24, 1.0f);
+  std::vector<double> want(24);
+  for (int t = 0; t < 3; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      const float* v = &xv[(t * 2 + h) * 4];
+      for (int i = 0; i < 2; ++i) {
+        const double angle = (5 + t) / std::pow(static_cast<double>(theta), 2.0 * i / 4);
+        const double c = std::cos(angle), s = std::sin(angle);
+        want[(t * 2 + h) * 4 + i] = v[i] * c - v[i + 2] * s;
+        want[(t * 2 + h) * 4 + i + 2] = v[i + 2] * c + v[i] * s;
+      }
+    }
+  }
+  ExpectAllClose(Read(*e, "y"), want, 1e-5, 1e-5, "rope");
+  ExpectAllClose(Read(*e, "back"), std::vector<double>(xv.begin(), xv.end()), 1e-5, 1e-5,
+                 "rope_grad(rope(x))");
+
+  auto with_theta = [](Instruction* ins) { ins->set_theta(10000.0f); };
+  ExpectAccepted(OneOp(Instruction::ROPE, {{{1, 3, 2, 4}}}, {{{1, 3, 2, 4}}}, with_theta));
+  ExpectRejected(OneOp(Instruction::ROPE, {{{3, 2, 4}}}, {{{3, 2, 4}}}, with_theta), nullptr,
+                 {"instruction 0 (ROPE)", "input (buffer 0 'in0' f32[3,2,4]) is not [batch, seq, "
+                  "heads, head_dim]"});
+  ExpectRejected(OneOp(Instruction::ROPE, {{{1, 3, 2, 3}}}, {{{1, 3, 2, 3}}}, with_theta),
+                 nullptr, {"input (buffer 0 'in0' f32[1,3,2,3]) has an odd head_dim"});
+  ExpectRejected(OneOp(Instruction::ROPE, {{{1, 3, 2, 4}}}, {{{1, 3, 8}}}, with_theta), nullptr,
+                 {"output (buffer 1 'out0' f32[1,3,8]) is not the shape of the input (buffer 0 "
+                  "'in0' f32[1,3,2,4])"});
+  ExpectRejected(OneOp(Instruction::ROPE_GRAD, {{{1, 3, 2, 4}}}, {{{1, 3, 2, 4}}}), nullptr,
+                 {"instruction 0 (ROPE_GRAD)", "theta 0 is not positive (rope_theta)"});
+  ExpectRejected(OneOp(Instruction::ROPE, {{{1, 3, 2, 4}}}, {{{1, 3, 2, 4}}},
+                       [](Instruction* ins) {
+                         ins->set_theta(10000.0f);
+                         ins->set_outputs(0, 0);
+                       }),
+                 nullptr, {"output 0 (buffer 0 'in0' f32[1,3,2,4]) is also input 0"});
+}
+
+// Causal attention of q [B,T,H,D] over k, v [B,T,KVH,D] in float64, with dropout of the
+// probabilities at global (batch_offset + b, head_offset + h, i, j) of [GB, GH, T, T], and its
+// VJP. mask_scale: 1 / (1 - p) in float32, as the kernels apply it.
+struct AttentionReference {
+  std::vector<double> out, dq, dk, dv;
+};
+
+AttentionReference ReferenceAttention(const std::vector<float>& q, const std::vector<float>& k,
+                                      const std::vector<float>& v, const std::vector<float>& dout,
+                                      int64_t B, int64_t T, int64_t H, int64_t KVH, int64_t D,
+                                      double scale, const DropoutSpec& dropout, int64_t GH,
+                                      int64_t batch_offset, int64_t head_offset) {
+  AttentionReference r;
+  r.out.assign(q.size(), 0);
+  r.dq.assign(q.size(), 0);
+  r.dk.assign(k.size(), 0);
+  r.dv.assign(k.size(), 0);
+  const float keep_scale = 1.0f / (1.0f - dropout.p);
+  auto qi = [&](int64_t b, int64_t i, int64_t h) { return ((b * T + i) * H + h) * D; };
+  auto ki = [&](int64_t b, int64_t j, int64_t g) { return ((b * T + j) * KVH + g) * D; };
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KVH);
+      for (int64_t i = 0; i < T; ++i) {
+        std::vector<double> p(i + 1), mask(i + 1), dp(i + 1);
+        double max = -1e300, sum = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double s = 0;
+          for (int64_t d = 0; d < D; ++d) s += static_cast<double>(q[qi(b, i, h) + d]) * k[ki(b, j, g) + d];
+          p[j] = scale * s;
+          max = std::max(max, p[j]);
+        }
+        for (int64_t j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - max));
+        for (int64_t j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          const int64_t e = (((batch_offset + b) * GH + head_offset + h) * T + i) * T + j;
+          mask[j] = PhiloxUnit(dropout.seed, dropout.StreamKey(), e) >= dropout.p ? keep_scale : 0;
+        }
+        double dot = 0;  // sum_j p_j dp_j
+        for (int64_t j = 0; j <= i; ++j) {
+          double dpd = 0;
+          for (int64_t d = 0; d < D; ++d) {
+            r.out[qi(b, i, h) + d] += p[j] * mask[j] * v[ki(b, j, g) + d];
+            r.dv[ki(b, j, g) + d] += p[j] * mask[j] * dout[qi(b, i, h) + d];
+            dpd += static_cast<double>(dout[qi(b, i, h) + d]) * v[ki(b, j, g) + d];
+          }
+          dp[j] = dpd * mask[j];
+          dot += p[j] * dp[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - dot) * scale;
+          for (int64_t d = 0; d < D; ++d) {
+            r.dq[qi(b, i, h) + d] += ds * k[ki(b, j, g) + d];
+            r.dk[ki(b, j, g) + d] += ds * q[qi(b, i, h) + d];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// q [2,3,4,2] with 2 kv heads, the piece at batch 2 and head 4 of a [4,3,8,2] q (data and tensor
+// parallel), dropout 0.25 at step 2.
+TEST(ExecutorOpsTest, AttentionMatchesFloat64WithGroupedHeadsAndDropout) {
+  const int64_t B = 2, T = 3, H = 4, KVH = 2, D = 2;
+  const float scale = 1.0f / std::sqrt(2.0f), p = 0.25f;
+  const uint64_t key = Fnv1a64("h.0.attn.attn_dropout");
+  ProgramBuilder b(0, 1);
+  const int q = UniformParam(b, "q", {B, T, H, D});
+  const int k = UniformParam(b, "k", {B, T, KVH, D});
+  const int v = UniformParam(b, "v", {B, T, KVH, D});
+  const int dout = UniformParam(b, "dout", {B, T, H, D});
+  const int out = b.Buffer("out", {B, T, H, D});
+  const int dq = b.Buffer("dq", {B, T, H, D});
+  const int dk = b.Buffer("dk", {B, T, KVH, D});
+  const int dv = b.Buffer("dv", {B, T, KVH, D});
+  b.program().set_loss_buffer(b.Buffer("loss", {1}, v1::Buffer::LOSS));
+  for (Instruction* ins : {b.Op(Instruction::ATTENTION, {q, k, v}, {out}),
+                           b.Op(Instruction::ATTENTION_GRAD, {q, k, v, dout}, {dq, dk, dv})}) {
+    ins->set_scale(scale);
+    ins->set_dropout_p(p);
+    ins->set_dropout_key(key);
+    SetRegion(ins, {2, 0, 4, 0}, {B, T, H, D}, {4, T, 8, D});
+  }
+  auto e = RunOne(b.program(), 2);
+  ASSERT_NE(e, nullptr);
+  DropoutSpec dropout;
+  dropout.p = p;
+  dropout.seed = 20240607;
+  dropout.key = key;
+  dropout.step = 2;
+  const AttentionReference want = ReferenceAttention(
+      UniformValues("q", 48, 1), UniformValues("k", 24, 1), UniformValues("v", 24, 1),
+      UniformValues("dout", 48, 1), B, T, H, KVH, D, scale, dropout, 8, 2, 4);
+  ExpectAllClose(Read(*e, "out"), want.out, 1e-4, 1e-5, "out");
+  ExpectAllClose(Read(*e, "dq"), want.dq, 1e-4, 1e-5, "dq");
+  ExpectAllClose(Read(*e, "dk"), want.dk, 1e-4, 1e-5, "dk");
+  ExpectAllClose(Read(*e, "dv"), want.dv, 1e-4, 1e-5, "dv");
+  // Without dropout and box: the whole tensor, nothing dropped.
+  v1::Program plain = b.program();
+  for (int i = 0; i < 2; ++i) {
+    plain.mutable_instructions(i)->set_dropout_p(0);
+    plain.mutable_instructions(i)->clear_box();
+    plain.mutable_instructions(i)->clear_global_shape();
+  }
+  auto e2 = RunOne(plain);
+  ASSERT_NE(e2, nullptr);
+  dropout.p = 0;
+  const AttentionReference want2 = ReferenceAttention(
+      UniformValues("q", 48, 1), UniformValues("k", 24, 1), UniformValues("v", 24, 1),
+      UniformValues("dout", 48, 1), B, T, H, KVH, D, scale, dropout, H, 0, 0);
+  ExpectAllClose(Read(*e2, "out"), want2.out, 1e-4, 1e-5, "out without dropout");
+  ExpectAllClose(Read(*e2, "dk"), want2.dk, 1e-4, 1e-5, "dk without dropout");
+
+  const BufferSpec qs{{2, 3, 4, 2}}, kvs{{2, 3, 2, 2}};
+  ExpectAccepted(OneOp(Instruction::ATTENTION_GRAD, {qs, kvs, kvs, qs}, {qs, kvs, kvs}));
+  ExpectRejected(OneOp(Instruction::ATTENTION, {{{2, 3, 8}}, kvs, kvs}, {{{2, 3, 8}}}), nullptr,
+                 {"instruction 0 (ATTENTION)", "q (buffer 0 'in0' f32[2,3,8]) is not [batch, "
+                  "seq, heads, head_dim]"});
+  ExpectRejected(OneOp(Instruction::ATTENTION, {{{2, 3, 3, 2}}, kvs, kvs}, {{{2, 3, 3, 2}}}),
+                 nullptr, {"q (buffer 0 'in0' f32[2,3,3,2]) has 3 heads, not a multiple of the 2 "
+                           "kv heads of k (buffer 1 'in1' f32[2,3,2,2])"});
+  ExpectRejected(OneOp(Instruction::ATTENTION, {qs, kvs, {{2, 3, 1, 2}}}, {qs}), nullptr,
+                 {"v (buffer 2 'in2' f32[2,3,1,2]) is not the shape of k (buffer 1 'in1' "
+                  "f32[2,3,2,2])"});
+  ExpectRejected(OneOp(Instruction::ATTENTION, {qs, {{2, 4, 2, 2}}, {{2, 4, 2, 2}}}, {qs}),
+                 nullptr, {"k (buffer 1 'in1' f32[2,4,2,2]) and q (buffer 0 'in0' f32[2,3,4,2]) "
+                           "differ in batch, seq or head_dim"});
+  ExpectRejected(OneOp(Instruction::ATTENTION, {qs, kvs, kvs}, {qs},
+                       [](Instruction* ins) { SetRegion(ins, {0, 0, 0, 0}, {}, {2, 6, 4, 2}); }),
+                 nullptr, {"global_shape [2,6,4,2] of q (buffer 0 'in0' f32[2,3,4,2]): causal "
+                           "attention needs every position and the whole head_dim"});
+  ExpectRejected(OneOp(Instruction::ATTENTION, {qs, kvs, kvs}, {qs},
+                       [](Instruction* ins) { ins->set_dropout_p(-0.5f); }),
+                 nullptr, {"dropout_p -0.5 is outside [0, 1)"});
+  ExpectRejected(OneOp(Instruction::ATTENTION_GRAD, {qs, kvs, kvs, qs}, {qs, qs, kvs}), nullptr,
+                 {"instruction 0 (ATTENTION_GRAD)", "dk (buffer 5 'out1' f32[2,3,4,2]) is not "
+                  "the shape of k (buffer 1 'in1' f32[2,3,2,2])"});
+  ExpectRejected(OneOp(Instruction::ATTENTION_GRAD, {qs, kvs, kvs, qs}, {qs, kvs, kvs},
+                       [](Instruction* ins) { ins->set_outputs(2, 5); }),
+                 nullptr, {"outputs 1 and 2 are both buffer 5 'out1' f32[2,3,2,2]"});
+  ExpectRejected(OneOp(Instruction::ATTENTION, {qs, kvs, kvs}, {qs},
+                       [](Instruction* ins) { ins->set_scratch(0); }),
+                 nullptr, {"has scratch buffer 0; only ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL "
+                           "pack through one"});
 }
 
 }  // namespace

@@ -74,8 +74,9 @@ absl::Status RunInit(const v1::Program& program, const Buffers& buffers, Kernels
                      const v1::ParamInit& init, const SafetensorsFile* file) {
   const int b = init.buffer();
   const int64_t n = buffers.numel(b);
-  if (init.kind() == v1::ParamInit::ZEROS) {
-    kernels.Fill(buffers.data(b), n, buffers.dtype(b), 0.0);
+  if (init.kind() == v1::ParamInit::ZEROS || init.kind() == v1::ParamInit::ONES) {
+    kernels.Fill(buffers.data(b), n, buffers.dtype(b),
+                 init.kind() == v1::ParamInit::ONES ? 1.0 : 0.0);
     return absl::OkStatus();
   }
   const std::vector<int64_t> global(init.global_shape().begin(), init.global_shape().end());
@@ -100,16 +101,22 @@ absl::Status RunInit(const v1::Program& program, const Buffers& buffers, Kernels
   } else {
     const std::string context =
         absl::StrCat("loading ", init.name(), " from ", program.init_from());
-    const SafetensorsFile::Entry* e = file->Find(init.name());
+    // Hugging Face's GPT-2 files name their tensors "transformer.<name>".
+    std::string stored_name = init.name();
+    if (file->Find(stored_name) == nullptr) stored_name = absl::StrCat("transformer.", init.name());
+    const SafetensorsFile::Entry* e = file->Find(stored_name);
     if (e == nullptr) return absl::NotFoundError(absl::StrCat(context, ": no such tensor"));
-    if (e->shape != global) {
-      return absl::InvalidArgumentError(absl::StrCat(context, ": shape ", Dims(e->shape),
-                                                     " in the file, the model needs ",
-                                                     Dims(global)));
+    const std::vector<int64_t> file_shape(init.file_shape().begin(), init.file_shape().end());
+    if (e->shape != global && e->shape != file_shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          context, ": shape ", Dims(e->shape), " in the file, the model needs ",
+          Dims(file_shape.empty() ? global : file_shape)));
     }
-    // In the buffer's dtype: a float tensor of the other float dtype converts on read.
-    RETURN_IF_ERROR(Annotate(
-        file->ReadBox(init.name(), offsets, lengths, buffers.dtype(b), bytes.data()), context));
+    // In the buffer's dtype: a float tensor of the other float dtype converts on read. The box
+    // is in the model's shape, the file's tensor is seen in it.
+    RETURN_IF_ERROR(Annotate(file->ReadBox(stored_name, offsets, lengths, buffers.dtype(b),
+                                           bytes.data(), global),
+                             context));
   }
   kernels.CopyFromHost(bytes.data(), buffers.data(b), buffers.bytes(b));
   return absl::OkStatus();
@@ -123,6 +130,7 @@ absl::Status CheckInit(const v1::Program& program, const Buffers& buffers,
   switch (init.kind()) {
     case v1::ParamInit::UNIFORM:
     case v1::ParamInit::ZEROS:
+    case v1::ParamInit::ONES:
       return absl::OkStatus();
     case v1::ParamInit::FROM_FILE:
       if (program.init_from().empty()) {

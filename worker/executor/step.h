@@ -1,17 +1,15 @@
 // Step: one Instruction decoded and checked once at Create (shapes, element types, groups,
-// scratch), so that RunStep only dispatches. DecodeInstruction is the one switch over the ops;
-// errors name the buffers and what is wrong with them, and the executor adds the instruction.
-//
-// Element types: the compute ops (MATMUL, ADD_BIAS, BIAS_GRAD, RELU(_GRAD), GELU(_GRAD),
-// MSE_LOSS, MSE_GRAD, SCALE, SGD, ADAMW, ADD, ACCUMULATE) are float32; FILL writes any dtype;
-// CAST converts any pair; the collectives, SEND/RECV and SLICE move one dtype (inputs and
-// outputs alike); LOAD_INPUT/LOAD_LABEL write the data source's.
+// scratch), so that RunStep only calls the op's run function on it. DecodeInstruction finds the
+// op's handler in the registry (op_registry.h), checks the element types the handler declares
+// and runs its decode; errors name the buffers and what is wrong with them, and the executor adds
+// the instruction.
 //
 // E.g.
 //   const DecodeContext ctx{program, buffers, group_index, group_member, inputs, labels};
 //   Step s;
 //   s.index = i;
 //   RETURN_IF_ERROR(DecodeInstruction(ctx, &s));
+//   RETURN_IF_ERROR(s.run(s, run_context));  // every step
 #ifndef WEFT_WORKER_EXECUTOR_STEP_H_
 #define WEFT_WORKER_EXECUTOR_STEP_H_
 
@@ -29,22 +27,35 @@
 
 namespace weft {
 
+struct Step;
+struct RunContext;  // op_registry.h
+
+// Runs a decoded step on the kernels (and communicators).
+using RunFn = absl::Status (*)(const Step& s, const RunContext& ctx);
+
 struct Step {
   v1::Instruction::Op op = v1::Instruction::OP_UNSPECIFIED;
   int index = 0;        // position in Program.instructions, for messages
+  RunFn run = nullptr;  // the run function of the op's handler (op_registry.h)
   std::vector<int> in;  // buffer ids, in the instruction's order
-  int out = -1;
-  // What the op moves or writes (collectives, SEND/RECV, SLICE, FILL, LOAD; CAST: the output's),
-  // and CAST's input type.
+  std::vector<int> outs;
+  int out = -1;  // outs[0] (-1: none)
+  // What the op moves or writes (collectives, SEND/RECV, SLICE, STACK, UNSTACK, FILL, LOAD,
+  // POSITIONS; CAST: the output's), and CAST's input type.
   v1::DType dtype = v1::F32;
   v1::DType from = v1::F32;
   int64_t element_bytes = 4;  // DTypeSize(dtype)
+  // The ids of EMBEDDING(_GRAD) and the targets of CE_PARTS(_GRAD): I32 or I64.
+  v1::DType ids_dtype = v1::I32;
   // MATMUL.
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
-  // Elementwise count, or rows x cols for the bias ops.
+  // Elementwise count, or rows x cols for the bias and row-wise ops (norms, ROW_MAX, the
+  // cross-entropy ops, EMBEDDING: ids x dim).
   int64_t numel = 0, rows = 0, cols = 0;
-  // SLICE and the collectives along an axis: a tensor viewed as [outer, axis_len, inner].
+  // SLICE, STACK, UNSTACK and the collectives along an axis: a tensor viewed as [outer,
+  // axis_len, inner]. offset: SLICE's start, or where this rank's piece starts in the global
+  // tensor (EMBEDDING(_GRAD) rows, ROPE and POSITIONS positions, the cross-entropy's columns).
   int64_t outer = 1, axis_len = 0, inner = 1, offset = 0, length = 0;
   int comm = -1;  // index into the executor's communicators (= index in Program.groups)
   ReduceOp reduce = ReduceOp::kSum;
@@ -67,6 +78,14 @@ struct Step {
   int64_t own_scratch_bytes = 0;
   float scale = 1.0f, lr = 0.0f, weight_decay = 0.0f;
   AdamWHyper adamw;
+  float eps = 0.0f;    // the norms
+  float theta = 0.0f;  // ROPE
+  // ROPE: x [batch, seq, heads, head_dim].
+  int64_t batch = 0, seq = 0, heads = 0, head_dim = 0;
+  // ATTENTION(_GRAD) and DROPOUT; their dropout's step is the one being run, set when run.
+  AttentionShape attention;
+  DropoutSpec dropout;
+  GlobalBox global_box;  // DROPOUT: where its input lies in the global tensor
   BatchSource* source = nullptr;       // LOAD_INPUT / LOAD_LABEL
   const v1::TensorBox* box = nullptr;  // points into the executor's program
   // SEND / RECV: member index in the group, and the message tag.
@@ -87,9 +106,10 @@ struct DecodeContext {
   BatchSource* labels;                    // null unless the program loads labels
 };
 
-// Decodes program.instructions(step->index) into *step. INVALID_ARGUMENT for a wrong count of
-// inputs or outputs, an id out of range, shapes or element types that do not fit the op, a group
-// this rank is not in, an average of integers, or a scratch buffer too small for the packing.
+// Decodes program.instructions(step->index) into *step with the op's registered handler.
+// INVALID_ARGUMENT for an op no handler is registered for, a wrong count of inputs or outputs, an
+// id out of range, shapes or element types that do not fit the op, a group this rank is not in,
+// an average of integers, or a scratch buffer too small for the packing.
 absl::Status DecodeInstruction(const DecodeContext& ctx, Step* step);
 
 // SEND, RECV and the collectives: instructions that wait for other ranks.

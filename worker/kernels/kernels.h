@@ -63,6 +63,52 @@ struct MemoryStats {
   int64_t peak_bytes_in_use = 0;  // the most bytes_in_use has been since the last reset
 };
 
+// Where a rank's piece lies in a global tensor, so that a kernel can name an element by its
+// global row-major index (dropout masks): the piece is the box at `offsets` with `lengths` of a
+// tensor of shape `global`, `rank` axes (at most kMaxAxes), and local element i (row-major in
+// the piece) is global element GlobalIndex(i).
+struct GlobalBox {
+  static constexpr int kMaxAxes = 8;
+  int rank = 0;
+  int64_t global[kMaxAxes] = {};
+  int64_t offsets[kMaxAxes] = {};
+  int64_t lengths[kMaxAxes] = {};
+  int64_t GlobalIndex(int64_t local) const {
+    int64_t index = 0, stride = 1;
+    for (int a = rank - 1; a >= 0; --a) {
+      const int64_t coordinate = offsets[a] + local % lengths[a];
+      local /= lengths[a];
+      index += coordinate * stride;
+      stride *= global[a];
+    }
+    return index;
+  }
+};
+
+// A dropout mask, the same on every mesh (common/philox.h): the element with global index e is
+// kept iff PhiloxUnit(seed, key + step * 0x9E3779B97F4A7C15 (mod 2^64), e) >= p, and a kept
+// value is multiplied by 1 / (1 - p) (computed in float32); p = 0 keeps everything unchanged.
+// key is Fnv1a64 of the dropout site's name (e.g. "h.0.attn.resid_dropout"), step the training
+// step (from 1), so a site draws a fresh mask every step and the VJP redraws the forward's.
+struct DropoutSpec {
+  float p = 0.0f;
+  uint64_t seed = 0;
+  uint64_t key = 0;
+  int64_t step = 0;
+  uint64_t StreamKey() const { return key + static_cast<uint64_t>(step) * 0x9E3779B97F4A7C15ull; }
+};
+
+// Causal attention's shapes (Kernels::Attention): q [batch, seq, heads, head_dim], k and v
+// [batch, seq, kv_heads, head_dim], heads a multiple of kv_heads. The probabilities' dropout
+// indexes the global [global_batch, global_heads, seq, seq] space: local (b, h, i, j) is global
+// (batch_offset + b, head_offset + h, i, j).
+struct AttentionShape {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;  // the scores' factor, 1 / sqrt(head_dim)
+  DropoutSpec dropout;
+  int64_t global_batch = 0, global_heads = 0, batch_offset = 0, head_offset = 0;
+};
+
 // A device as a worker reports it in its hello.
 struct DeviceDescription {
   std::string kind;                // "cpu" | "cuda"
@@ -147,6 +193,84 @@ class Kernels {
   // a[o, i, j] for i < length. Other elements of out are left as they are.
   virtual void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
                        int64_t offset, int64_t length, int64_t element_bytes) = 0;
+
+  // ---- Transformers. "ids" point to n integers of ids_dtype (I32 or I64). Row-wise ops view x
+  // as [rows, dim]. Reductions over a row or over rows accumulate in at least float32 with a
+  // fixed order (the CPU backend in double); results are written, never accumulated into.
+  // out[r, :] = table[ids[r] - row_offset, :] when 0 <= ids[r] - row_offset < table_rows, else
+  // zeros. table [table_rows, dim] (a vocabulary shard starting at row_offset), out [n, dim].
+  virtual void Embedding(const void* ids, v1::DType ids_dtype, const float* table, float* out,
+                         int64_t n, int64_t table_rows, int64_t dim, int64_t row_offset) = 0;
+  // grad_table[table_rows, dim] = for each row, the sum of dy[r, :] over the r (in order) whose
+  // ids[r] - row_offset is that row; rows no id falls on are zero. dy is [n, dim].
+  virtual void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy,
+                             float* grad_table, int64_t n, int64_t table_rows, int64_t dim,
+                             int64_t row_offset) = 0;
+  // y = (x - mean) / sqrt(var + eps) * gamma + beta per row (var: the biased variance).
+  virtual void LayerNorm(const float* x, const float* gamma, const float* beta, float* y,
+                         int64_t rows, int64_t dim, float eps) = 0;
+  // dx [rows, dim]; dgamma[c] = sum_r dy[r, c] xhat[r, c] and dbeta[c] = sum_r dy[r, c] (each
+  // skipped when null).
+  virtual void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx,
+                             float* dgamma, float* dbeta, int64_t rows, int64_t dim,
+                             float eps) = 0;
+  // y = x / sqrt(mean(x^2) + eps) * gamma per row (Hugging Face's LlamaRMSNorm in float32).
+  virtual void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim,
+                       float eps) = 0;
+  // dx, and dgamma[c] = sum_r dy[r, c] x[r, c] / rms[r] (skipped when null).
+  virtual void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx,
+                           float* dgamma, int64_t rows, int64_t dim, float eps) = 0;
+  // GELU's tanh form (Hugging Face's gelu_new): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+  virtual void GeluTanh(const float* x, float* out, int64_t n) = 0;
+  virtual void GeluTanhGrad(const float* x, const float* dy, float* out, int64_t n) = 0;
+  // SiLU: x * sigmoid(x); the grad dy * sigmoid(x) * (1 + x * (1 - sigmoid(x))).
+  virtual void Silu(const float* x, float* out, int64_t n) = 0;
+  virtual void SiluGrad(const float* x, const float* dy, float* out, int64_t n) = 0;
+  // out = a * b. out may alias a or b.
+  virtual void Mul(const float* a, const float* b, float* out, int64_t n) = 0;
+  // Rotary embedding of x [batch, seq, heads, head_dim] (head_dim even), Hugging Face's
+  // rotate-half convention: at position p = pos_offset + t, for i < D/2 (D = head_dim),
+  // inv_freq = 1 / theta^(2i / D) and angle = p * inv_freq, both float32 as Hugging Face
+  // computes them, c = cos(angle), s = sin(angle):
+  //   out[.., i] = x[i] c - x[i + D/2] s,   out[.., i + D/2] = x[i + D/2] c + x[i] s.
+  // inverse: the rotation by -angle (the VJP). out must not alias x.
+  virtual void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
+                    int64_t head_dim, int64_t pos_offset, float theta, bool inverse) = 0;
+  // Causal attention (AttentionShape): for each batch b, head h (kv head h / (heads/kv_heads)),
+  // query i: s[j] = scale * q[b,i,h] . k[b,j,kvh] for j <= i; p = softmax(s) (max-subtracted);
+  // p dropped out by shape.dropout at global (b, h, i, j); out[b,i,h] = sum_j p[j] v[b,j,kvh].
+  virtual void Attention(const float* q, const float* k, const float* v, float* out,
+                         const AttentionShape& shape) = 0;
+  // The VJP, recomputing p: dq [B,T,H,D], dk and dv [B,T,KVH,D] (summed over the q heads that
+  // share a kv head).
+  virtual void AttentionGrad(const float* q, const float* k, const float* v, const float* dout,
+                             float* dq, float* dk, float* dv, const AttentionShape& shape) = 0;
+  // out = x with DropoutSpec's mask, x's local element i being global element box.GlobalIndex(i)
+  // (n = the box's element count). out may alias x.
+  virtual void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec,
+                       const GlobalBox& box) = 0;
+  // out[r] = max_c logits[r, c].
+  virtual void RowMax(const float* logits, float* out, int64_t rows, int64_t cols) = 0;
+  // sumexp[r] = sum_c exp(logits[r, c] - m[r]); tlogit[r] = logits[r, t - col_offset] when
+  // 0 <= t - col_offset < cols for t = targets[r], else 0 (a vocabulary shard at col_offset).
+  virtual void CrossEntropyParts(const float* logits, const float* m, const void* targets,
+                                 v1::DType targets_dtype, float* sumexp, float* tlogit,
+                                 int64_t rows, int64_t cols, int64_t col_offset) = 0;
+  // dlogits[r, c] = d_sumexp[r] * exp(logits[r, c] - m[r]), plus d_tlogit[r] at the target's
+  // column when it is in this shard.
+  virtual void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
+                                     v1::DType targets_dtype, const float* d_sumexp,
+                                     const float* d_tlogit, float* dlogits, int64_t rows,
+                                     int64_t cols, int64_t col_offset) = 0;
+  // out[0] = scale * sum_r (log(sumexp[r]) + m[r] - tlogit[r]), accumulated in double.
+  virtual void CrossEntropyLoss(const float* sumexp, const float* m, const float* tlogit,
+                                float* out, int64_t rows, float scale) = 0;
+  // d_sumexp[r] = scale / sumexp[r]; d_tlogit[r] = -scale.
+  virtual void CrossEntropyLossGrad(const float* sumexp, float* d_sumexp, float* d_tlogit,
+                                    int64_t rows, float scale) = 0;
+  // out viewed [outer, len] of dtype (I32 or I64): out[o, t] = offset + t.
+  virtual void Positions(void* out, v1::DType dtype, int64_t outer, int64_t len,
+                         int64_t offset) = 0;
 };
 
 }  // namespace weft

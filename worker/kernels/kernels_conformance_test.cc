@@ -1,7 +1,8 @@
 // Every Kernels method of every backend compiled into this binary (CompiledBackends(): cpu, and
 // cuda under --config=cuda), each in both MatmulPrecisions, against float64 references written
 // here (and, for Cast and Fill, integer and bit-level references written here, not common/dtype's
-// conversions, which the CPU backend calls). Each case allocates through the backend, copies
+// conversions, which the CPU backend calls; for dropout masks, common/philox's PhiloxUnit, the
+// generator kernels.h specifies them by). Each case allocates through the backend, copies
 // random non-zero inputs in, poisons every output buffer (NaN, or a byte pattern for other
 // types) so that an element the kernel skips cannot pass, synchronizes and reads the result back.
 // Never compares one Weft kernel with another.
@@ -16,7 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <iomanip>
+#include <initializer_list>
 #include <limits>
 #include <memory>
 #include <ostream>
@@ -29,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "common/philox.h"
 #include "common/test_seed.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/backend.h"
@@ -1122,6 +1126,1354 @@ TEST_P(KernelsConformanceTest, SliceAndUnslice8ByteElements) {
   CheckSliceAndUnslice<uint64_t>();
 }
 
+// --- Transformers -------------------------------------------------------------------------------
+//
+// Each kernel against a float64 reference written here from kernels.h's comments. The references
+// of the gradient kernels are themselves held to central finite differences of the forward
+// references (NumericGradient) on a small case, so that a reference and a kernel cannot agree on
+// a wrong formula. Ids come in both dtypes, with ids below and above a vocabulary shard.
+
+constexpr v1::DType kIdDTypes[] = {v1::I32, v1::I64};
+
+// ids as the kernels read them: n integers of dtype (I32 or I64).
+std::vector<char> IdBytes(const std::vector<int64_t>& ids, v1::DType dtype) {
+  std::vector<char> bytes(ids.size() * DTypeSize(dtype));
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (dtype == v1::I64) {
+      std::memcpy(bytes.data() + 8 * i, &ids[i], 8);
+    } else {
+      const int32_t id = static_cast<int32_t>(ids[i]);
+      std::memcpy(bytes.data() + 4 * i, &id, 4);
+    }
+  }
+  return bytes;
+}
+
+// n ids for a shard of `rows` rows at `offset`: mostly inside, some just below and just above
+// it, and (from n = 5) the dtype's extremes, which must not overflow a kernel's arithmetic.
+std::vector<int64_t> ShardIds(int64_t n, int64_t offset, int64_t rows, v1::DType dtype,
+                              std::mt19937& rng) {
+  std::uniform_int_distribution<int64_t> near(offset - 3, offset + rows + 2);
+  std::vector<int64_t> ids(n);
+  for (int64_t& id : ids) id = near(rng);
+  const int64_t lowest = dtype == v1::I64 ? std::numeric_limits<int64_t>::min()
+                                          : std::numeric_limits<int32_t>::min();
+  const int64_t highest = dtype == v1::I64 ? std::numeric_limits<int64_t>::max()
+                                           : std::numeric_limits<int32_t>::max();
+  const int64_t forced[] = {offset - 1, offset + rows, offset, lowest, highest};
+  for (int64_t i = 0; i < std::min<int64_t>(n, 5); ++i) ids[(i * 7) % n] = forced[i];
+  return ids;
+}
+
+// The row of the shard that id falls on, or -1 (kernels.h's Embedding).
+int64_t ShardRowOf(int64_t id, int64_t offset, int64_t rows) {
+  if (id < offset || id - offset >= rows) return -1;  // ids here are far from overflowing
+  return id - offset;
+}
+
+// The gradient of f at x by central differences, (f(x + h e_i) - f(x - h e_i)) / 2h per i:
+// truncation error O(h^2 f'''), rounding error O(eps |f| / h), both near 1e-10 here.
+std::vector<double> NumericGradient(const std::function<double(const std::vector<double>&)>& f,
+                                    std::vector<double> x, double h = 1e-5) {
+  std::vector<double> g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i];
+    x[i] = xi + h;
+    const double up = f(x);
+    x[i] = xi - h;
+    const double down = f(x);
+    x[i] = xi;
+    g[i] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+// An analytic float64 gradient agrees with the central differences to 1e-6 of the gradient's
+// scale: far above the differences' own error, far below any wrong term of a formula.
+::testing::AssertionResult GradientsAgree(const std::vector<double>& analytic,
+                                          const std::vector<double>& numeric) {
+  if (analytic.size() != numeric.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << analytic.size() << " and "
+                                         << numeric.size();
+  }
+  double scale = 0;
+  for (double g : numeric) scale = std::max(scale, std::fabs(g));
+  for (size_t i = 0; i < analytic.size(); ++i) {
+    if (std::fabs(analytic[i] - numeric[i]) > 1e-6 * (std::fabs(numeric[i]) + scale)) {
+      return ::testing::AssertionFailure() << "[" << i << "] analytic " << analytic[i]
+                                           << ", central difference " << numeric[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// sum_i w[i] y[i]: the scalar whose gradient a VJP with dy = w computes.
+double Dot(const std::vector<double>& w, const std::vector<double>& y) {
+  double sum = 0;
+  for (size_t i = 0; i < w.size(); ++i) sum += w[i] * y[i];
+  return sum;
+}
+
+// a, b, ... concatenated, and the inverse: the pieces of x of the given sizes.
+std::vector<double> Concat(std::initializer_list<const std::vector<double>*> parts) {
+  std::vector<double> all;
+  for (const std::vector<double>* p : parts) all.insert(all.end(), p->begin(), p->end());
+  return all;
+}
+std::vector<std::vector<double>> Split(const std::vector<double>& x,
+                                       std::initializer_list<size_t> sizes) {
+  std::vector<std::vector<double>> parts;
+  size_t at = 0;
+  for (size_t size : sizes) {
+    parts.emplace_back(x.begin() + at, x.begin() + at + size);
+    at += size;
+  }
+  return parts;
+}
+
+// --- Embedding
+
+std::vector<double> ReferenceEmbedding(const std::vector<int64_t>& ids,
+                                       const std::vector<double>& table, int64_t table_rows,
+                                       int64_t dim, int64_t row_offset) {
+  std::vector<double> out(ids.size() * dim, 0.0);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    const int64_t row = ShardRowOf(ids[r], row_offset, table_rows);
+    if (row < 0) continue;
+    for (int64_t c = 0; c < dim; ++c) out[r * dim + c] = table[row * dim + c];
+  }
+  return out;
+}
+
+// grad_table and its tolerance: float32 accumulation in any order over each row's ids
+// (kernels.h allows it), 2 * count * 2^-23 * sum |dy|; rows no id falls on are exactly zero.
+struct EmbeddingGradReference {
+  std::vector<double> grad, tol;
+};
+EmbeddingGradReference ReferenceEmbeddingGrad(const std::vector<int64_t>& ids,
+                                              const std::vector<double>& dy, int64_t table_rows,
+                                              int64_t dim, int64_t row_offset) {
+  EmbeddingGradReference r{std::vector<double>(table_rows * dim, 0.0),
+                           std::vector<double>(table_rows * dim, 0.0)};
+  std::vector<int64_t> count(table_rows, 0);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t row = ShardRowOf(ids[i], row_offset, table_rows);
+    if (row < 0) continue;
+    ++count[row];
+    for (int64_t c = 0; c < dim; ++c) {
+      r.grad[row * dim + c] += dy[i * dim + c];
+      r.tol[row * dim + c] += std::fabs(dy[i * dim + c]);
+    }
+  }
+  for (int64_t row = 0; row < table_rows; ++row) {
+    for (int64_t c = 0; c < dim; ++c) r.tol[row * dim + c] *= 2.0 * count[row] * kUlp;
+  }
+  return r;
+}
+
+struct EmbeddingShape {
+  int64_t n, table_rows, dim, row_offset;
+};
+const EmbeddingShape kEmbeddingShapes[] = {
+    {1, 1, 1, 0}, {37, 11, 5, 0}, {64, 50, 33, 100}, {200, 7, 129, 7}, {3, 4, 1, 1000},
+};
+
+// Every id's row of the shard, or zeros; ids outside the shard (below, above, the dtype's
+// extremes) read nothing.
+TEST_P(KernelsConformanceTest, EmbeddingGathersTheShardsRows) {
+  for (v1::DType dtype : kIdDTypes) {
+    std::vector<EmbeddingShape> shapes(std::begin(kEmbeddingShapes), std::end(kEmbeddingShapes));
+    // A shard past 2^32, reachable by I64 ids only.
+    if (dtype == v1::I64) shapes.push_back({20, 9, 3, int64_t{1} << 33});
+    for (const EmbeddingShape& s : shapes) {
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " n=" << s.n
+                                        << " table_rows=" << s.table_rows << " dim=" << s.dim
+                                        << " row_offset=" << s.row_offset);
+      const std::vector<int64_t> ids = ShardIds(s.n, s.row_offset, s.table_rows, dtype, rng_);
+      const std::vector<float> table = Random(s.table_rows * s.dim);
+      float* out = Poisoned(s.n * s.dim);
+      k_->Embedding(Upload(IdBytes(ids, dtype)), dtype, Upload(table), out, s.n, s.table_rows,
+                    s.dim, s.row_offset);
+      ASSERT_TRUE(Synced());
+      EXPECT_TRUE(AllClose(Download(out, s.n * s.dim),
+                           ReferenceEmbedding(ids, ToDouble(table), s.table_rows, s.dim,
+                                              s.row_offset),
+                           0, 0));
+    }
+  }
+}
+
+// Repeated ids add up; rows no id falls on are zero. The reference is held to the central
+// differences of sum(dy * Embedding(table)).
+TEST_P(KernelsConformanceTest, EmbeddingGradSumsRepeatedIds) {
+  {
+    const int64_t n = 9, table_rows = 4, dim = 3, row_offset = 2;
+    const std::vector<int64_t> ids = ShardIds(n, row_offset, table_rows, v1::I64, rng_);
+    const std::vector<double> dy = ToDouble(Random(n * dim));
+    const auto loss = [&](const std::vector<double>& table) {
+      return Dot(dy, ReferenceEmbedding(ids, table, table_rows, dim, row_offset));
+    };
+    EXPECT_TRUE(GradientsAgree(ReferenceEmbeddingGrad(ids, dy, table_rows, dim, row_offset).grad,
+                               NumericGradient(loss, ToDouble(Random(table_rows * dim)))));
+  }
+  for (v1::DType dtype : kIdDTypes) {
+    for (const EmbeddingShape& s : kEmbeddingShapes) {
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " n=" << s.n
+                                        << " table_rows=" << s.table_rows << " dim=" << s.dim
+                                        << " row_offset=" << s.row_offset);
+      const std::vector<int64_t> ids = ShardIds(s.n, s.row_offset, s.table_rows, dtype, rng_);
+      const std::vector<float> dy = Random(s.n * s.dim);
+      float* grad = Poisoned(s.table_rows * s.dim);
+      k_->EmbeddingGrad(Upload(IdBytes(ids, dtype)), dtype, Upload(dy), grad, s.n, s.table_rows,
+                        s.dim, s.row_offset);
+      ASSERT_TRUE(Synced());
+      const EmbeddingGradReference want =
+          ReferenceEmbeddingGrad(ids, ToDouble(dy), s.table_rows, s.dim, s.row_offset);
+      EXPECT_TRUE(AllWithin(Download(grad, s.table_rows * s.dim), want.grad, want.tol));
+    }
+  }
+}
+
+// --- LayerNorm and RmsNorm
+//
+// Tolerances: kernels.h lets a backend reduce a row in float32 (in any fixed order). For random
+// rows that error grows like a random walk, O(sqrt(dim)) ulps of the row's largest |x|, and an
+// element carries it divided by the row's standard deviation: so the unit of a normalized value's
+// error is `range` = max|x - 0| / std (about 2 for centred rows, large for a row far from zero,
+// where a one-pass float32 variance loses everything), plus a few roundings per element.
+
+double NormUlps(int64_t dim) { return 8.0 + 2.0 * std::sqrt(static_cast<double>(dim)); }
+
+struct NormShape {
+  int64_t rows, dim;
+  double shift;  // added to every x: a row far from zero
+};
+const NormShape kNormShapes[] = {
+    {1, 1, 0}, {1, 7, 0}, {5, 33, 0}, {37, 256, 0}, {3, 1000, 0}, {4, 64, 300},
+};
+
+// A row's mean and 1 / sqrt(var + eps) (biased variance), and its range max|x| / std.
+struct Moments {
+  double mean = 0, rstd = 0, range = 0;
+};
+Moments MomentsOf(const double* x, int64_t dim, double eps) {
+  Moments m;
+  double max_abs = 0;
+  for (int64_t c = 0; c < dim; ++c) {
+    m.mean += x[c];
+    max_abs = std::max(max_abs, std::fabs(x[c]));
+  }
+  m.mean /= dim;
+  double var = 0;
+  for (int64_t c = 0; c < dim; ++c) var += (x[c] - m.mean) * (x[c] - m.mean);
+  var /= dim;
+  m.rstd = 1.0 / std::sqrt(var + eps);
+  m.range = max_abs * m.rstd;
+  return m;
+}
+
+struct NormReference {
+  std::vector<double> y, tol;
+};
+NormReference ReferenceLayerNorm(const std::vector<double>& x, const std::vector<double>& gamma,
+                                 const std::vector<double>& beta, int64_t rows, int64_t dim,
+                                 double eps) {
+  NormReference r{std::vector<double>(rows * dim), std::vector<double>(rows * dim)};
+  for (int64_t i = 0; i < rows; ++i) {
+    const Moments m = MomentsOf(&x[i * dim], dim, eps);
+    for (int64_t c = 0; c < dim; ++c) {
+      const double xhat = (x[i * dim + c] - m.mean) * m.rstd;
+      r.y[i * dim + c] = xhat * gamma[c] + beta[c];
+      r.tol[i * dim + c] =
+          NormUlps(dim) * kUlp * (std::fabs(gamma[c]) * (std::fabs(xhat) + m.range) +
+                                  std::fabs(beta[c]));
+    }
+  }
+  return r;
+}
+
+// dx, dgamma and dbeta with their tolerances: dx's terms' magnitudes in NormUlps, dgamma's and
+// dbeta's float32 accumulation over rows on top (as BiasGrad's).
+struct LayerNormGradReference {
+  std::vector<double> dx, dgamma, dbeta, tol_dx, tol_dgamma, tol_dbeta;
+};
+LayerNormGradReference ReferenceLayerNormGrad(const std::vector<double>& x,
+                                              const std::vector<double>& gamma,
+                                              const std::vector<double>& dy, int64_t rows,
+                                              int64_t dim, double eps) {
+  LayerNormGradReference r;
+  r.dx.assign(rows * dim, 0);
+  r.tol_dx.assign(rows * dim, 0);
+  r.dgamma.assign(dim, 0);
+  r.dbeta.assign(dim, 0);
+  r.tol_dgamma.assign(dim, 0);
+  r.tol_dbeta.assign(dim, 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const Moments m = MomentsOf(&x[i * dim], dim, eps);
+    std::vector<double> xhat(dim), g(dim);
+    double g_mean = 0, gx_mean = 0, g_abs = 0, gx_abs = 0;
+    for (int64_t c = 0; c < dim; ++c) {
+      xhat[c] = (x[i * dim + c] - m.mean) * m.rstd;
+      g[c] = dy[i * dim + c] * gamma[c];
+      g_mean += g[c] / dim;
+      gx_mean += g[c] * xhat[c] / dim;
+      g_abs += std::fabs(g[c]) / dim;
+      gx_abs += std::fabs(g[c]) * (std::fabs(xhat[c]) + m.range) / dim;
+    }
+    for (int64_t c = 0; c < dim; ++c) {
+      const double d = dy[i * dim + c];
+      r.dx[i * dim + c] = m.rstd * (g[c] - g_mean - xhat[c] * gx_mean);
+      r.tol_dx[i * dim + c] = NormUlps(dim) * kUlp * m.rstd *
+                              (std::fabs(g[c]) + g_abs + (std::fabs(xhat[c]) + m.range) * gx_abs);
+      r.dgamma[c] += d * xhat[c];
+      r.dbeta[c] += d;
+      r.tol_dgamma[c] += std::fabs(d) * (std::fabs(xhat[c]) + m.range);
+      r.tol_dbeta[c] += std::fabs(d);
+    }
+  }
+  for (int64_t c = 0; c < dim; ++c) {
+    r.tol_dgamma[c] *= (NormUlps(dim) + 2.0 * rows) * kUlp;
+    r.tol_dbeta[c] *= 2.0 * rows * kUlp;
+  }
+  return r;
+}
+
+NormReference ReferenceRmsNorm(const std::vector<double>& x, const std::vector<double>& gamma,
+                               int64_t rows, int64_t dim, double eps) {
+  NormReference r{std::vector<double>(rows * dim), std::vector<double>(rows * dim)};
+  for (int64_t i = 0; i < rows; ++i) {
+    double squares = 0;
+    for (int64_t c = 0; c < dim; ++c) squares += x[i * dim + c] * x[i * dim + c];
+    const double u = 1.0 / std::sqrt(squares / dim + eps);
+    for (int64_t c = 0; c < dim; ++c) {
+      r.y[i * dim + c] = x[i * dim + c] * u * gamma[c];
+      // A sum of squares has no cancellation: its error is relative.
+      r.tol[i * dim + c] = NormUlps(dim) * kUlp * std::fabs(r.y[i * dim + c]);
+    }
+  }
+  return r;
+}
+
+struct RmsNormGradReference {
+  std::vector<double> dx, dgamma, tol_dx, tol_dgamma;
+};
+RmsNormGradReference ReferenceRmsNormGrad(const std::vector<double>& x,
+                                          const std::vector<double>& gamma,
+                                          const std::vector<double>& dy, int64_t rows,
+                                          int64_t dim, double eps) {
+  RmsNormGradReference r;
+  r.dx.assign(rows * dim, 0);
+  r.tol_dx.assign(rows * dim, 0);
+  r.dgamma.assign(dim, 0);
+  r.tol_dgamma.assign(dim, 0);
+  for (int64_t i = 0; i < rows; ++i) {
+    const double* xr = &x[i * dim];
+    const double* dyr = &dy[i * dim];
+    double squares = 0, gx = 0, gx_abs = 0;
+    for (int64_t c = 0; c < dim; ++c) {
+      squares += xr[c] * xr[c];
+      gx += dyr[c] * gamma[c] * xr[c];
+      gx_abs += std::fabs(dyr[c] * gamma[c] * xr[c]);
+    }
+    const double u = 1.0 / std::sqrt(squares / dim + eps);
+    for (int64_t c = 0; c < dim; ++c) {
+      // y = x u gamma, du/dx_c = -u^3 x_c / dim.
+      r.dx[i * dim + c] = u * dyr[c] * gamma[c] - u * u * u * xr[c] * gx / dim;
+      r.tol_dx[i * dim + c] =
+          NormUlps(dim) * kUlp *
+          (u * std::fabs(dyr[c] * gamma[c]) + u * u * u * std::fabs(xr[c]) * gx_abs / dim);
+      r.dgamma[c] += dyr[c] * xr[c] * u;
+      r.tol_dgamma[c] += std::fabs(dyr[c] * xr[c] * u);
+    }
+  }
+  for (double& t : r.tol_dgamma) t *= (NormUlps(dim) + 2.0 * rows) * kUlp;
+  return r;
+}
+
+// x of a norm case: random, shifted by s.shift.
+std::vector<float> NormInput(const std::vector<float>& random, double shift) {
+  std::vector<float> x = random;
+  for (float& v : x) v = static_cast<float>(v + shift);
+  return x;
+}
+
+TEST_P(KernelsConformanceTest, LayerNorm) {
+  const float eps = 1e-5f;
+  for (const NormShape& s : kNormShapes) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
+                                      << " shift=" << s.shift);
+    const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
+    const std::vector<float> gamma = Random(s.dim), beta = Random(s.dim);
+    float* y = Poisoned(s.rows * s.dim);
+    k_->LayerNorm(Upload(x), Upload(gamma), Upload(beta), y, s.rows, s.dim, eps);
+    ASSERT_TRUE(Synced());
+    const NormReference want =
+        ReferenceLayerNorm(ToDouble(x), ToDouble(gamma), ToDouble(beta), s.rows, s.dim, eps);
+    EXPECT_TRUE(AllWithin(Download(y, s.rows * s.dim), want.y, want.tol));
+  }
+}
+
+// dx, and dgamma and dbeta each given or null (null ones are not written).
+TEST_P(KernelsConformanceTest, LayerNormGrad) {
+  const float eps = 1e-5f;
+  {
+    const int64_t rows = 3, dim = 6;
+    const std::vector<double> x = ToDouble(Random(rows * dim)), gamma = ToDouble(Random(dim)),
+                              beta = ToDouble(Random(dim)), dy = ToDouble(Random(rows * dim));
+    const LayerNormGradReference grad = ReferenceLayerNormGrad(x, gamma, dy, rows, dim, eps);
+    const auto loss = [&](const std::vector<double>& xgb) {
+      const std::vector<std::vector<double>> p = Split(xgb, {x.size(), gamma.size(), beta.size()});
+      return Dot(dy, ReferenceLayerNorm(p[0], p[1], p[2], rows, dim, eps).y);
+    };
+    EXPECT_TRUE(GradientsAgree(Concat({&grad.dx, &grad.dgamma, &grad.dbeta}),
+                               NumericGradient(loss, Concat({&x, &gamma, &beta}))));
+  }
+  for (const NormShape& s : kNormShapes) {
+    for (int outputs = 0; outputs < 4; ++outputs) {
+      const bool with_dgamma = (outputs & 1) != 0, with_dbeta = (outputs & 2) != 0;
+      SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
+                                        << " shift=" << s.shift << " dgamma=" << with_dgamma
+                                        << " dbeta=" << with_dbeta);
+      const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
+      const std::vector<float> gamma = Random(s.dim), dy = Random(s.rows * s.dim);
+      float* dx = Poisoned(s.rows * s.dim);
+      float* dgamma = Poisoned(s.dim);
+      float* dbeta = Poisoned(s.dim);
+      k_->LayerNormGrad(Upload(x), Upload(gamma), Upload(dy), dx, with_dgamma ? dgamma : nullptr,
+                        with_dbeta ? dbeta : nullptr, s.rows, s.dim, eps);
+      ASSERT_TRUE(Synced());
+      const LayerNormGradReference want =
+          ReferenceLayerNormGrad(ToDouble(x), ToDouble(gamma), ToDouble(dy), s.rows, s.dim, eps);
+      EXPECT_TRUE(AllWithin(Download(dx, s.rows * s.dim), want.dx, want.tol_dx)) << "dx";
+      if (with_dgamma) {
+        EXPECT_TRUE(AllWithin(Download(dgamma, s.dim), want.dgamma, want.tol_dgamma)) << "dgamma";
+      }
+      if (with_dbeta) {
+        EXPECT_TRUE(AllWithin(Download(dbeta, s.dim), want.dbeta, want.tol_dbeta)) << "dbeta";
+      }
+    }
+  }
+}
+
+TEST_P(KernelsConformanceTest, RmsNorm) {
+  const float eps = 1e-6f;
+  for (const NormShape& s : kNormShapes) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
+                                      << " shift=" << s.shift);
+    const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
+    const std::vector<float> gamma = Random(s.dim);
+    float* y = Poisoned(s.rows * s.dim);
+    k_->RmsNorm(Upload(x), Upload(gamma), y, s.rows, s.dim, eps);
+    ASSERT_TRUE(Synced());
+    const NormReference want = ReferenceRmsNorm(ToDouble(x), ToDouble(gamma), s.rows, s.dim, eps);
+    EXPECT_TRUE(AllWithin(Download(y, s.rows * s.dim), want.y, want.tol));
+  }
+}
+
+TEST_P(KernelsConformanceTest, RmsNormGrad) {
+  const float eps = 1e-6f;
+  {
+    const int64_t rows = 3, dim = 6;
+    const std::vector<double> x = ToDouble(Random(rows * dim)), gamma = ToDouble(Random(dim)),
+                              dy = ToDouble(Random(rows * dim));
+    const RmsNormGradReference grad = ReferenceRmsNormGrad(x, gamma, dy, rows, dim, eps);
+    const auto loss = [&](const std::vector<double>& xg) {
+      const std::vector<std::vector<double>> p = Split(xg, {x.size(), gamma.size()});
+      return Dot(dy, ReferenceRmsNorm(p[0], p[1], rows, dim, eps).y);
+    };
+    EXPECT_TRUE(GradientsAgree(Concat({&grad.dx, &grad.dgamma}),
+                               NumericGradient(loss, Concat({&x, &gamma}))));
+  }
+  for (const NormShape& s : kNormShapes) {
+    for (bool with_dgamma : {true, false}) {
+      SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
+                                        << " shift=" << s.shift << " dgamma=" << with_dgamma);
+      const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
+      const std::vector<float> gamma = Random(s.dim), dy = Random(s.rows * s.dim);
+      float* dx = Poisoned(s.rows * s.dim);
+      float* dgamma = Poisoned(s.dim);
+      k_->RmsNormGrad(Upload(x), Upload(gamma), Upload(dy), dx, with_dgamma ? dgamma : nullptr,
+                      s.rows, s.dim, eps);
+      ASSERT_TRUE(Synced());
+      const RmsNormGradReference want =
+          ReferenceRmsNormGrad(ToDouble(x), ToDouble(gamma), ToDouble(dy), s.rows, s.dim, eps);
+      EXPECT_TRUE(AllWithin(Download(dx, s.rows * s.dim), want.dx, want.tol_dx)) << "dx";
+      if (with_dgamma) {
+        EXPECT_TRUE(AllWithin(Download(dgamma, s.dim), want.dgamma, want.tol_dgamma)) << "dgamma";
+      }
+    }
+  }
+}
+
+// --- Elementwise: GeluTanh, Silu, Mul
+//
+// Tolerances are ulps of the magnitude of the formula's terms (GELU's 1 + tanh cancels for
+// negative x), so a backend may evaluate in float32 or double.
+
+// Random inputs and the points where a careless formula overflows or cancels.
+std::vector<float> ActivationInput(std::vector<float> x) {
+  const float special[] = {0.0f, -6.0f, 6.0f, -20.0f, 20.0f, -100.0f, 100.0f, 1e-3f, -1e-3f};
+  for (size_t i = 0; i < sizeof(special) / sizeof(special[0]) && i < x.size(); ++i) {
+    x[x.size() - 1 - i] = special[i];
+  }
+  return x;
+}
+
+constexpr double kGeluC = 0.79788456080286535588;  // sqrt(2 / pi)
+constexpr double kGeluCubic = 0.044715;
+
+double GeluTanhOf(double x) { return 0.5 * x * (1 + std::tanh(kGeluC * (x + kGeluCubic * x * x * x))); }
+
+TEST_P(KernelsConformanceTest, GeluTanh) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> x = ActivationInput(Random(n));
+    std::vector<double> want(n), tol(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], t = std::tanh(kGeluC * (v + kGeluCubic * v * v * v));
+      want[i] = GeluTanhOf(v);
+      tol[i] = 8 * kUlp * 0.5 * std::fabs(v) * (1 + std::fabs(t));
+    }
+    float* out = Poisoned(n);
+    k_->GeluTanh(Upload(x), out, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllWithin(Download(out, n), want, tol));
+  }
+}
+
+// d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2), t the tanh.
+TEST_P(KernelsConformanceTest, GeluTanhGrad) {
+  const auto grad = [](double v, double* magnitude) {
+    const double t = std::tanh(kGeluC * (v + kGeluCubic * v * v * v));
+    const double du = kGeluC * (1 + 3 * kGeluCubic * v * v);
+    *magnitude = 0.5 * (1 + std::fabs(t)) + 0.5 * std::fabs(v) * (1 + t * t) * du;
+    return 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * du;
+  };
+  {
+    const std::vector<double> x = ToDouble(Random(16));
+    std::vector<double> analytic(x.size());
+    double magnitude;
+    for (size_t i = 0; i < x.size(); ++i) analytic[i] = grad(x[i], &magnitude);
+    const auto sum = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double e : v) s += GeluTanhOf(e);
+      return s;
+    };
+    EXPECT_TRUE(GradientsAgree(analytic, NumericGradient(sum, x)));
+  }
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> x = ActivationInput(Random(n)), dy = Random(n);
+    std::vector<double> want(n), tol(n);
+    for (int64_t i = 0; i < n; ++i) {
+      double magnitude;
+      want[i] = dy[i] * grad(x[i], &magnitude);
+      tol[i] = 8 * kUlp * std::fabs(dy[i]) * magnitude;
+    }
+    float* out = Poisoned(n);
+    k_->GeluTanhGrad(Upload(x), Upload(dy), out, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllWithin(Download(out, n), want, tol));
+  }
+}
+
+double SigmoidOf(double x) { return 1 / (1 + std::exp(-x)); }
+
+// SiLU's tails underflow into float32's subnormals, which are spaced this far apart.
+const double kSubnormalStep = std::numeric_limits<float>::denorm_min();
+
+TEST_P(KernelsConformanceTest, Silu) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> x = ActivationInput(Random(n));
+    std::vector<double> want(n), tol(n);
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = x[i] * SigmoidOf(x[i]);
+      tol[i] = 8 * kUlp * std::fabs(want[i]) + kSubnormalStep;
+    }
+    float* out = Poisoned(n);
+    k_->Silu(Upload(x), out, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllWithin(Download(out, n), want, tol));
+  }
+}
+
+TEST_P(KernelsConformanceTest, SiluGrad) {
+  {
+    const std::vector<double> x = ToDouble(Random(16));
+    std::vector<double> analytic(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double s = SigmoidOf(x[i]);
+      analytic[i] = s * (1 + x[i] * (1 - s));
+    }
+    const auto sum = [](const std::vector<double>& v) {
+      double s = 0;
+      for (double e : v) s += e * SigmoidOf(e);
+      return s;
+    };
+    EXPECT_TRUE(GradientsAgree(analytic, NumericGradient(sum, x)));
+  }
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> x = ActivationInput(Random(n)), dy = Random(n);
+    std::vector<double> want(n), tol(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i], s = SigmoidOf(v);
+      want[i] = dy[i] * s * (1 + v * (1 - s));
+      tol[i] = 8 * kUlp * std::fabs(dy[i]) * s * (1 + std::fabs(v) * (1 - s)) + kSubnormalStep;
+    }
+    float* out = Poisoned(n);
+    k_->SiluGrad(Upload(x), Upload(dy), out, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllWithin(Download(out, n), want, tol));
+  }
+}
+
+TEST_P(KernelsConformanceTest, MulAndAliasing) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> a = Random(n), b = Random(n);
+    // The product of two floats is exact in double: this is the correctly rounded float product.
+    std::vector<double> want(n), squares(n);
+    for (int64_t i = 0; i < n; ++i) {
+      want[i] = static_cast<float>(static_cast<double>(a[i]) * b[i]);
+      squares[i] = static_cast<float>(static_cast<double>(a[i]) * a[i]);
+    }
+    float* da = Upload(a);
+    float* db = Upload(b);
+    float* out = Poisoned(n);
+    k_->Mul(da, db, out, n);
+    float* into_a = Upload(a);
+    k_->Mul(into_a, db, into_a, n);
+    float* into_b = Upload(b);
+    k_->Mul(da, into_b, into_b, n);
+    float* squared = Upload(a);
+    k_->Mul(squared, squared, squared, n);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(out, n), want, 0, 0));
+    EXPECT_TRUE(AllClose(Download(into_a, n), want, 0, 0)) << "out aliases a";
+    EXPECT_TRUE(AllClose(Download(into_b, n), want, 0, 0)) << "out aliases b";
+    EXPECT_TRUE(AllClose(Download(squared, n), squares, 0, 0)) << "out, a and b the same";
+  }
+}
+
+// --- Rope
+
+struct RopeShape {
+  int64_t batch, seq, heads, head_dim, pos_offset;
+  float theta;
+};
+
+// Rope in float64 from kernels.h, with inv_freq = 1 / theta^(2i / D) and the angle computed in
+// float32 as specified (the test's powf is glibc's, within an ulp of the exact power), then cos
+// and sin of that float angle in double. tol: 4 ulps of |x1| + |x2| for the roundings of cos,
+// sin and the rotation, plus angle_ulps ulps of the angle (a backend's powf may differ from
+// glibc's by an ulp, which moves the angle by an ulp of itself).
+std::vector<double> ReferenceRope(const std::vector<double>& x, const RopeShape& s, bool inverse,
+                                  double angle_ulps, std::vector<double>* tol) {
+  const int64_t half = s.head_dim / 2;
+  std::vector<double> out(x.size());
+  if (tol != nullptr) tol->assign(x.size(), 0);
+  for (int64_t t = 0; t < s.seq; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      const float inv_freq =
+          1.0f / std::pow(s.theta, static_cast<float>(2 * i) / static_cast<float>(s.head_dim));
+      const float angle = static_cast<float>(s.pos_offset + t) * inv_freq;
+      const double c = std::cos(static_cast<double>(angle));
+      const double sn = (inverse ? -1 : 1) * std::sin(static_cast<double>(angle));
+      for (int64_t b = 0; b < s.batch; ++b) {
+        for (int64_t h = 0; h < s.heads; ++h) {
+          const int64_t at = ((b * s.seq + t) * s.heads + h) * s.head_dim;
+          const double x1 = x[at + i], x2 = x[at + i + half];
+          out[at + i] = x1 * c - x2 * sn;
+          out[at + i + half] = x2 * c + x1 * sn;
+          if (tol != nullptr) {
+            const double t12 = (std::fabs(x1) + std::fabs(x2)) * kUlp *
+                               (4 + angle_ulps * std::fabs(static_cast<double>(angle)));
+            (*tol)[at + i] = t12;
+            (*tol)[at + i + half] = t12;
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Forward and inverse on odd shapes and positions up to a few thousand; the inverse is held to
+// the central differences of sum(dy * Rope(x)), which it must be (the VJP).
+TEST_P(KernelsConformanceTest, RopeAndInverse) {
+  {
+    const RopeShape s{1, 3, 2, 6, 5, 10000.0f};
+    const std::vector<double> dy = ToDouble(Random(s.seq * s.heads * s.head_dim));
+    const auto loss = [&](const std::vector<double>& x) {
+      return Dot(dy, ReferenceRope(x, s, false, 0, nullptr));
+    };
+    EXPECT_TRUE(GradientsAgree(ReferenceRope(dy, s, true, 0, nullptr),
+                               NumericGradient(loss, ToDouble(Random(dy.size())))));
+  }
+  const RopeShape shapes[] = {
+      {1, 1, 1, 2, 0, 10000.0f},   {3, 37, 4, 64, 0, 10000.0f}, {2, 5, 3, 6, 17, 500000.0f},
+      {1, 9, 2, 130, 3000, 10000.0f}, {2, 1, 4, 8, 4095, 10000.0f},
+  };
+  for (const RopeShape& s : shapes) {
+    for (bool inverse : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "batch=" << s.batch << " seq=" << s.seq
+                                        << " heads=" << s.heads << " head_dim=" << s.head_dim
+                                        << " pos_offset=" << s.pos_offset << " theta=" << s.theta
+                                        << " inverse=" << inverse);
+      const int64_t n = s.batch * s.seq * s.heads * s.head_dim;
+      const std::vector<float> x = Random(n);
+      float* out = Poisoned(n);
+      k_->Rope(Upload(x), out, s.batch, s.seq, s.heads, s.head_dim, s.pos_offset, s.theta,
+               inverse);
+      ASSERT_TRUE(Synced());
+      std::vector<double> tol;
+      const std::vector<double> want = ReferenceRope(ToDouble(x), s, inverse, 4, &tol);
+      EXPECT_TRUE(AllWithin(Download(out, n), want, tol));
+    }
+  }
+}
+
+// Positions and angles are float32, as Hugging Face computes them: with theta = 256 and D = 8
+// every inv_freq is a power of two (1, 1/4, 1/16, 1/64), so the angle is exactly float(p) times
+// it on every backend and the tolerance has no slack for it; near 2^24, float(p) is not p, and an
+// angle taken in double (p exactly) is off by up to a radian.
+TEST_P(KernelsConformanceTest, RopeAnglesAreFloat32) {
+  const RopeShape s{1, 41, 2, 8, (int64_t{1} << 24) - 20, 256.0f};
+  const int64_t n = s.seq * s.heads * s.head_dim;
+  const std::vector<float> x = Random(n);
+  std::vector<double> tol;
+  const std::vector<double> want = ReferenceRope(ToDouble(x), s, false, 0, &tol);
+  // The reference with angles in double: far outside the tolerance somewhere.
+  double worst = 0;
+  for (int64_t t = 0; t < s.seq; ++t) {
+    const double p = static_cast<double>(s.pos_offset + t);
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t at = (t * s.heads + h) * s.head_dim;
+      const double x1 = x[at], x2 = x[at + 4];
+      worst = std::max(worst, std::fabs(x1 * std::cos(p) - x2 * std::sin(p) - want[at]) /
+                                  (tol[at] + 1e-30));
+    }
+  }
+  ASSERT_GT(worst, 1000) << "the case does not tell float32 angles from double ones";
+  float* out = Poisoned(n);
+  k_->Rope(Upload(x), out, s.batch, s.seq, s.heads, s.head_dim, s.pos_offset, s.theta, false);
+  ASSERT_TRUE(Synced());
+  EXPECT_TRUE(AllWithin(Download(out, n), want, tol));
+}
+
+// --- Dropout
+
+// The factor DropoutSpec's mask applies at global element e (kernels.h): 1 / (1 - p), computed
+// in float32, when PhiloxUnit(seed, key + step * 0x9E3779B97F4A7C15, e) >= p; else 0.
+double MaskFactor(const DropoutSpec& spec, int64_t e) {
+  if (spec.p == 0.0f) return 1.0;
+  const uint64_t stream = spec.key + static_cast<uint64_t>(spec.step) * 0x9E3779B97F4A7C15ull;
+  if (PhiloxUnit(spec.seed, stream, static_cast<uint64_t>(e)) < spec.p) return 0.0;
+  return 1.0f / (1.0f - spec.p);
+}
+
+// A box of `global` at `offsets` with `lengths`.
+GlobalBox BoxOf(std::initializer_list<int64_t> global, std::initializer_list<int64_t> offsets,
+                std::initializer_list<int64_t> lengths) {
+  GlobalBox box;
+  box.rank = static_cast<int>(global.size());
+  std::copy(global.begin(), global.end(), box.global);
+  std::copy(offsets.begin(), offsets.end(), box.offsets);
+  std::copy(lengths.begin(), lengths.end(), box.lengths);
+  return box;
+}
+
+// The box's elements' global indices, row-major in the box, by nested loops over its axes
+// (not GlobalBox::GlobalIndex, whose arithmetic this checks).
+std::vector<int64_t> GlobalIndices(const GlobalBox& box) {
+  std::vector<int64_t> indices = {0};
+  for (int a = 0; a < box.rank; ++a) {
+    std::vector<int64_t> next;
+    for (int64_t prefix : indices) {
+      for (int64_t i = 0; i < box.lengths[a]; ++i) {
+        next.push_back(prefix * box.global[a] + box.offsets[a] + i);
+      }
+    }
+    indices = std::move(next);
+  }
+  return indices;
+}
+
+// x under the mask: the kept values times the float32 factor, rounded once (a float product).
+std::vector<double> ReferenceDropout(const std::vector<float>& x, const DropoutSpec& spec,
+                                     const GlobalBox& box) {
+  const std::vector<int64_t> indices = GlobalIndices(box);
+  std::vector<double> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    out[i] = static_cast<float>(x[i] * MaskFactor(spec, indices[i]));
+  }
+  return out;
+}
+
+DropoutSpec SpecOf(float p, int64_t step) {
+  DropoutSpec spec;
+  spec.p = p;
+  spec.seed = 0x243F6A8885A308D3ull;  // a seed with both halves set
+  spec.key = Fnv1a64("h.0.attn.resid_dropout");
+  spec.step = step;
+  return spec;
+}
+
+// The mask is Philox's, element by element, on whole tensors and on boxes of rank 1 to 4, in and
+// out of place; the share kept is about 1 - p; another step draws another mask.
+TEST_P(KernelsConformanceTest, DropoutMaskIsPhilox) {
+  struct Case {
+    GlobalBox box;
+    float p;
+    int64_t step;
+  };
+  const Case cases[] = {
+      {BoxOf({kLarge}, {0}, {kLarge}), 0.1f, 1},
+      {BoxOf({1}, {0}, {1}), 0.5f, 1},
+      {BoxOf({7, 300}, {2, 1}, {3, 255}), 0.5f, 3},
+      {BoxOf({5, 37, 129}, {1, 3, 17}, {3, 30, 100}), 0.25f, 7},
+      {BoxOf({3, 4, 5, 6}, {1, 0, 2, 3}, {2, 4, 3, 3}), 0.9f, 2},
+  };
+  for (const Case& c : cases) {
+    const int64_t n = static_cast<int64_t>(GlobalIndices(c.box).size());
+    SCOPED_TRACE(::testing::Message() << "rank=" << c.box.rank << " n=" << n << " p=" << c.p
+                                      << " step=" << c.step);
+    const DropoutSpec spec = SpecOf(c.p, c.step);
+    const std::vector<float> x = Random(n);
+    const std::vector<double> want = ReferenceDropout(x, spec, c.box);
+    float* out = Poisoned(n);
+    float* in_place = Upload(x);
+    k_->Dropout(Upload(x), out, n, spec, c.box);
+    k_->Dropout(in_place, in_place, n, spec, c.box);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(out, n), want, 0, 0));
+    EXPECT_TRUE(AllClose(Download(in_place, n), want, 0, 0)) << "in place";
+    if (n == kLarge) {
+      const int64_t kept = std::count_if(want.begin(), want.end(), [](double v) { return v != 0; });
+      EXPECT_NEAR(static_cast<double>(kept) / n, 1.0 - c.p, 0.01);
+      EXPECT_NE(ReferenceDropout(x, SpecOf(c.p, c.step + 1), c.box), want);
+    }
+  }
+}
+
+// A rank's box gets exactly its slice of the mask of the whole tensor, whatever the mesh.
+TEST_P(KernelsConformanceTest, DropoutOfABoxIsTheSliceOfTheWholeTensor) {
+  const DropoutSpec spec = SpecOf(0.3f, 5);
+  const GlobalBox whole = BoxOf({4, 37, 129}, {0, 0, 0}, {4, 37, 129});
+  const int64_t n = 4 * 37 * 129;
+  const std::vector<float> x = Random(n);
+  float* full = Poisoned(n);
+  k_->Dropout(Upload(x), full, n, spec, whole);
+  ASSERT_TRUE(Synced());
+  const std::vector<float> got_full = Download(full, n);
+  EXPECT_TRUE(AllClose(got_full, ReferenceDropout(x, spec, whole), 0, 0)) << "whole tensor";
+  for (const GlobalBox& box : {BoxOf({4, 37, 129}, {1, 5, 3}, {2, 30, 100}),
+                               BoxOf({4, 37, 129}, {3, 36, 128}, {1, 1, 1}),
+                               BoxOf({4, 37, 129}, {0, 10, 0}, {4, 9, 129})}) {
+    const std::vector<int64_t> indices = GlobalIndices(box);
+    const int64_t m = static_cast<int64_t>(indices.size());
+    SCOPED_TRACE(::testing::Message() << "box at (" << box.offsets[0] << ", " << box.offsets[1]
+                                      << ", " << box.offsets[2] << ") of " << m << " elements");
+    std::vector<float> piece(m);
+    std::vector<double> want(m);
+    for (int64_t i = 0; i < m; ++i) {
+      piece[i] = x[indices[i]];
+      want[i] = got_full[indices[i]];
+    }
+    float* out = Poisoned(m);
+    k_->Dropout(Upload(piece), out, m, spec, box);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(out, m), want, 0, 0));
+  }
+}
+
+TEST_P(KernelsConformanceTest, DropoutWithPZeroIsTheIdentity) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const DropoutSpec spec = SpecOf(0.0f, 1);
+    const GlobalBox box = BoxOf({n}, {0}, {n});
+    const std::vector<float> x = Random(n);
+    float* out = Poisoned(n);
+    float* in_place = Upload(x);
+    k_->Dropout(Upload(x), out, n, spec, box);
+    k_->Dropout(in_place, in_place, n, spec, box);
+    ASSERT_TRUE(Synced());
+    EXPECT_EQ(Download(out, n), x);
+    EXPECT_EQ(Download(in_place, n), x) << "in place";
+  }
+}
+
+// --- Attention
+//
+// Tolerances: a backend may compute the scores with a float32 GEMM (error up to 2 D ulps of
+// A = scale * sum_d |q_d k_d|, as MatmulReference's), which moves every probability by up to
+// twice that relative to itself, and may accumulate p v (and dk, dv over the T rows of every
+// query head of a group) in float32: so errors are F = 4 D A + 2 T group + 16 ulps of the
+// magnitude of each output's terms. Far looser than a correct float64 backend needs, far tighter
+// than a wrong mask, scale, head mapping or dropout factor (errors of order 1).
+
+struct AttentionCase {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+  float p = 0.0f;  // probability dropout; the dropout's space is larger than the local one
+};
+
+AttentionShape ShapeOf(const AttentionCase& c) {
+  AttentionShape s;
+  s.batch = c.batch;
+  s.seq = c.seq;
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  s.dropout = SpecOf(c.p, 4);
+  s.dropout.key = Fnv1a64("h.0.attn.attn_dropout");
+  // A rank's piece of a [batch + 2, 2 heads] space, at batch 1 and the second half of the heads.
+  s.global_batch = c.batch + 2;
+  s.global_heads = 2 * c.heads;
+  s.batch_offset = 1;
+  s.head_offset = c.heads;
+  return s;
+}
+
+// One query row (b, h, i) of the float64 reference: probabilities p[j] and dropped pd[j] for
+// j <= i, and the row's A = scale * max_j sum_d |q_d k_d|.
+struct AttentionRow {
+  std::vector<double> p, pd;
+  double a = 0;
+};
+AttentionRow ReferenceAttentionRow(const std::vector<double>& q, const std::vector<double>& k,
+                                   const AttentionShape& s, int64_t b, int64_t h, int64_t i) {
+  const int64_t T = s.seq, H = s.heads, G = s.kv_heads, D = s.head_dim, g = h / (H / G);
+  AttentionRow row;
+  row.p.resize(i + 1);
+  double max = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j <= i; ++j) {
+    double dot = 0, abs_dot = 0;
+    for (int64_t d = 0; d < D; ++d) {
+      const double term = q[((b * T + i) * H + h) * D + d] * k[((b * T + j) * G + g) * D + d];
+      dot += term;
+      abs_dot += std::fabs(term);
+    }
+    row.p[j] = s.scale * dot;
+    row.a = std::max(row.a, s.scale * abs_dot);
+    max = std::max(max, row.p[j]);
+  }
+  double sum = 0;
+  for (double& e : row.p) sum += (e = std::exp(e - max));
+  row.pd.resize(i + 1);
+  const int64_t base = (((s.batch_offset + b) * s.global_heads + s.head_offset + h) * T + i) * T;
+  for (int64_t j = 0; j <= i; ++j) {
+    row.p[j] /= sum;
+    row.pd[j] = row.p[j] * MaskFactor(s.dropout, base + j);
+  }
+  return row;
+}
+
+struct AttentionReference {
+  std::vector<double> out, tol;
+};
+AttentionReference ReferenceAttention(const std::vector<double>& q, const std::vector<double>& k,
+                                      const std::vector<double>& v, const AttentionShape& s) {
+  const int64_t T = s.seq, H = s.heads, G = s.kv_heads, D = s.head_dim;
+  AttentionReference r{std::vector<double>(q.size(), 0.0), std::vector<double>(q.size(), 0.0)};
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / G);
+      for (int64_t i = 0; i < T; ++i) {
+        const AttentionRow row = ReferenceAttentionRow(q, k, s, b, h, i);
+        const double ulps = 4.0 * D * row.a + 2.0 * T + 16;
+        for (int64_t d = 0; d < D; ++d) {
+          double sum = 0, magnitude = 0;
+          for (int64_t j = 0; j <= i; ++j) {
+            const double vj = v[((b * T + j) * G + g) * D + d];
+            sum += row.pd[j] * vj;
+            magnitude += row.pd[j] * std::fabs(vj);
+          }
+          r.out[((b * T + i) * H + h) * D + d] = sum;
+          r.tol[((b * T + i) * H + h) * D + d] = ulps * kUlp * magnitude;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// The VJP in float64, by the chain rule through out = pd v, pd = p * mask, p = softmax(s),
+// s = scale q k: with w[j] = dout . v[j] and dot = sum_j pd[j] w[j],
+//   ds[j] = pd[j] w[j] - p[j] dot, dq += scale ds k, dk += scale ds q, dv += pd dout.
+// The tolerances sum each term's magnitude (|ds|'s: pd (|w| + sum_d |dout v|) + p (|dot| +
+// sum_j pd sum_d |dout v|)) and take F ulps of it (see above).
+struct AttentionGradReference {
+  std::vector<double> dq, dk, dv, tol_dq, tol_dk, tol_dv;
+};
+AttentionGradReference ReferenceAttentionGrad(const std::vector<double>& q,
+                                              const std::vector<double>& k,
+                                              const std::vector<double>& v,
+                                              const std::vector<double>& dout,
+                                              const AttentionShape& s) {
+  const int64_t T = s.seq, H = s.heads, G = s.kv_heads, D = s.head_dim, group = H / G;
+  AttentionGradReference r;
+  r.dq.assign(q.size(), 0);
+  r.tol_dq.assign(q.size(), 0);
+  r.dk.assign(k.size(), 0);
+  r.tol_dk.assign(k.size(), 0);
+  r.dv.assign(v.size(), 0);
+  r.tol_dv.assign(v.size(), 0);
+  double a_max = 0;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < T; ++i) {
+        const AttentionRow row = ReferenceAttentionRow(q, k, s, b, h, i);
+        a_max = std::max(a_max, row.a);
+        const int64_t qi = ((b * T + i) * H + h) * D;
+        std::vector<double> w(i + 1), w_abs(i + 1);
+        double dot = 0, dot_abs = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t kj = ((b * T + j) * G + g) * D;
+          for (int64_t d = 0; d < D; ++d) {
+            w[j] += dout[qi + d] * v[kj + d];
+            w_abs[j] += std::fabs(dout[qi + d] * v[kj + d]);
+          }
+          dot += row.pd[j] * w[j];
+          dot_abs += row.pd[j] * w_abs[j];
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t kj = ((b * T + j) * G + g) * D;
+          const double ds = row.pd[j] * w[j] - row.p[j] * dot;
+          const double ds_abs =
+              row.pd[j] * (std::fabs(w[j]) + w_abs[j]) + row.p[j] * (std::fabs(dot) + dot_abs);
+          for (int64_t d = 0; d < D; ++d) {
+            r.dq[qi + d] += s.scale * ds * k[kj + d];
+            r.tol_dq[qi + d] += s.scale * ds_abs * std::fabs(k[kj + d]);
+            r.dk[kj + d] += s.scale * ds * q[qi + d];
+            r.tol_dk[kj + d] += s.scale * ds_abs * std::fabs(q[qi + d]);
+            r.dv[kj + d] += row.pd[j] * dout[qi + d];
+            r.tol_dv[kj + d] += row.pd[j] * std::fabs(dout[qi + d]);
+          }
+        }
+      }
+    }
+  }
+  const double ulps = 4.0 * D * a_max + 2.0 * T * group + 16;
+  for (std::vector<double>* tol : {&r.tol_dq, &r.tol_dk, &r.tol_dv}) {
+    for (double& t : *tol) t *= ulps * kUlp;
+  }
+  return r;
+}
+
+// Batch 3, seq 1 and 37, a block boundary (seq 64, 65, 130), head_dim 1 to 64 (odd ones too), and
+// heads 4 with kv_heads 4 (MHA), 2 (GQA) and 1 (MQA); each with and without dropout.
+const AttentionCase kAttentionCases[] = {
+    {1, 1, 1, 1, 1},   {2, 1, 4, 2, 8},   {3, 37, 4, 2, 16}, {2, 37, 4, 4, 8},
+    {1, 5, 6, 3, 7},   {2, 130, 4, 1, 33}, {1, 65, 2, 2, 64}, {1, 64, 2, 1, 5},
+};
+
+std::string Describe(const AttentionCase& c, float p) {
+  std::ostringstream os;
+  os << "batch=" << c.batch << " seq=" << c.seq << " heads=" << c.heads
+     << " kv_heads=" << c.kv_heads << " head_dim=" << c.head_dim << " dropout p=" << p;
+  return os.str();
+}
+
+TEST_P(KernelsConformanceTest, Attention) {
+  for (AttentionCase c : kAttentionCases) {
+    for (float p : {0.0f, 0.25f}) {
+      c.p = p;
+      SCOPED_TRACE(Describe(c, p));
+      const AttentionShape shape = ShapeOf(c);
+      const int64_t q_size = c.batch * c.seq * c.heads * c.head_dim;
+      const int64_t kv_size = c.batch * c.seq * c.kv_heads * c.head_dim;
+      const std::vector<float> q = Random(q_size), k = Random(kv_size), v = Random(kv_size);
+      float* out = Poisoned(q_size);
+      k_->Attention(Upload(q), Upload(k), Upload(v), out, shape);
+      ASSERT_TRUE(Synced());
+      const AttentionReference want = ReferenceAttention(ToDouble(q), ToDouble(k), ToDouble(v), shape);
+      EXPECT_TRUE(AllWithin(Download(out, q_size), want.out, want.tol));
+    }
+  }
+}
+
+TEST_P(KernelsConformanceTest, AttentionGrad) {
+  // The reference's chain rule against central differences of the reference forward, with GQA
+  // and dropout (the mask is fixed, so the forward is smooth in q, k and v).
+  for (float p : {0.0f, 0.25f}) {
+    SCOPED_TRACE(::testing::Message() << "central differences, dropout p=" << p);
+    const AttentionShape shape = ShapeOf({1, 5, 4, 2, 3, p});
+    const std::vector<double> q = ToDouble(Random(5 * 4 * 3)), k = ToDouble(Random(5 * 2 * 3)),
+                              v = ToDouble(Random(5 * 2 * 3)), dout = ToDouble(Random(q.size()));
+    const AttentionGradReference grad = ReferenceAttentionGrad(q, k, v, dout, shape);
+    const auto loss = [&](const std::vector<double>& qkv) {
+      const std::vector<std::vector<double>> x = Split(qkv, {q.size(), k.size(), v.size()});
+      return Dot(dout, ReferenceAttention(x[0], x[1], x[2], shape).out);
+    };
+    EXPECT_TRUE(GradientsAgree(Concat({&grad.dq, &grad.dk, &grad.dv}),
+                               NumericGradient(loss, Concat({&q, &k, &v}))));
+  }
+  for (AttentionCase c : kAttentionCases) {
+    for (float p : {0.0f, 0.25f}) {
+      c.p = p;
+      SCOPED_TRACE(Describe(c, p));
+      const AttentionShape shape = ShapeOf(c);
+      const int64_t q_size = c.batch * c.seq * c.heads * c.head_dim;
+      const int64_t kv_size = c.batch * c.seq * c.kv_heads * c.head_dim;
+      const std::vector<float> q = Random(q_size), k = Random(kv_size), v = Random(kv_size),
+                               dout = Random(q_size);
+      float* dq = Poisoned(q_size);
+      float* dk = Poisoned(kv_size);
+      float* dv = Poisoned(kv_size);
+      k_->AttentionGrad(Upload(q), Upload(k), Upload(v), Upload(dout), dq, dk, dv, shape);
+      ASSERT_TRUE(Synced());
+      const AttentionGradReference want =
+          ReferenceAttentionGrad(ToDouble(q), ToDouble(k), ToDouble(v), ToDouble(dout), shape);
+      EXPECT_TRUE(AllWithin(Download(dq, q_size), want.dq, want.tol_dq)) << "dq";
+      EXPECT_TRUE(AllWithin(Download(dk, kv_size), want.dk, want.tol_dk)) << "dk";
+      EXPECT_TRUE(AllWithin(Download(dv, kv_size), want.dv, want.tol_dv)) << "dv";
+    }
+  }
+}
+
+// --- Cross-entropy over a vocabulary shard
+
+TEST_P(KernelsConformanceTest, RowMax) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  for (const Shape& s : {Shape{1, 1}, Shape{7, 5}, Shape{33, 1000}, Shape{2, kLarge}}) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " cols=" << s.cols);
+    std::vector<float> logits = Random(s.rows * s.cols);
+    // A row of negative values only: a maximum started at 0 would be wrong.
+    for (int64_t c = 0; c < s.cols; ++c) logits[c] = -std::fabs(logits[c]);
+    std::vector<double> want(s.rows, -std::numeric_limits<double>::infinity());
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t c = 0; c < s.cols; ++c) want[r] = std::max<double>(want[r], logits[r * s.cols + c]);
+    }
+    float* out = Poisoned(s.rows);
+    k_->RowMax(Upload(logits), out, s.rows, s.cols);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(out, s.rows), want, 0, 0));
+  }
+}
+
+struct CrossEntropyShape {
+  int64_t rows, cols, col_offset;
+};
+const CrossEntropyShape kCrossEntropyShapes[] = {
+    {1, 1, 0}, {5, 33, 0}, {37, 1000, 500}, {3, 7, 5}, {2, 50257, 0},
+};
+
+// m for the rows of a shard: the row's own maximum for even rows, a larger one (as another
+// shard's maximum would be) for odd rows.
+std::vector<float> ShardMax(const std::vector<float>& logits, int64_t rows, int64_t cols) {
+  std::vector<float> m(rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    m[r] = *std::max_element(logits.begin() + r * cols, logits.begin() + (r + 1) * cols);
+    if (r % 2 == 1) m[r] += 1.5f;
+  }
+  return m;
+}
+
+// sumexp, tlogit and sumexp's tolerance: each exp(l - m) within (|l - m| + 4) ulps of itself
+// (l - m rounded to float32, then expf), the sum accumulated in float32 in any order.
+struct CrossEntropyPartsReference {
+  std::vector<double> sumexp, tol_sumexp, tlogit;
+};
+CrossEntropyPartsReference ReferenceCrossEntropyParts(const std::vector<double>& logits,
+                                                      const std::vector<double>& m,
+                                                      const std::vector<int64_t>& targets,
+                                                      const CrossEntropyShape& s) {
+  CrossEntropyPartsReference r{std::vector<double>(s.rows, 0.0), std::vector<double>(s.rows, 0.0),
+                               std::vector<double>(s.rows, 0.0)};
+  for (int64_t i = 0; i < s.rows; ++i) {
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const double x = logits[i * s.cols + c] - m[i], e = std::exp(x);
+      r.sumexp[i] += e;
+      r.tol_sumexp[i] += e * (std::fabs(x) + 4 + 2.0 * s.cols) * kUlp;
+    }
+    const int64_t col = ShardRowOf(targets[i], s.col_offset, s.cols);
+    if (col >= 0) r.tlogit[i] = logits[i * s.cols + col];
+  }
+  return r;
+}
+
+TEST_P(KernelsConformanceTest, CrossEntropyParts) {
+  for (v1::DType dtype : kIdDTypes) {
+    for (const CrossEntropyShape& s : kCrossEntropyShapes) {
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " rows=" << s.rows
+                                        << " cols=" << s.cols << " col_offset=" << s.col_offset);
+      const std::vector<float> logits = Random(s.rows * s.cols);
+      const std::vector<float> m = ShardMax(logits, s.rows, s.cols);
+      const std::vector<int64_t> targets = ShardIds(s.rows, s.col_offset, s.cols, dtype, rng_);
+      float* sumexp = Poisoned(s.rows);
+      float* tlogit = Poisoned(s.rows);
+      k_->CrossEntropyParts(Upload(logits), Upload(m), Upload(IdBytes(targets, dtype)), dtype,
+                            sumexp, tlogit, s.rows, s.cols, s.col_offset);
+      ASSERT_TRUE(Synced());
+      const CrossEntropyPartsReference want =
+          ReferenceCrossEntropyParts(ToDouble(logits), ToDouble(m), targets, s);
+      EXPECT_TRUE(AllWithin(Download(sumexp, s.rows), want.sumexp, want.tol_sumexp)) << "sumexp";
+      EXPECT_TRUE(AllClose(Download(tlogit, s.rows), want.tlogit, 0, 0)) << "tlogit";
+    }
+  }
+}
+
+// dlogits = d_sumexp exp(l - m) (+ d_tlogit at the target), the gradient of
+// sum_r d_sumexp[r] sumexp[r] + d_tlogit[r] tlogit[r] with m held constant (its gradient through
+// a log-sum-exp is zero, so the graph does not differentiate it).
+std::vector<double> ReferenceCrossEntropyPartsGrad(const std::vector<double>& logits,
+                                                   const std::vector<double>& m,
+                                                   const std::vector<int64_t>& targets,
+                                                   const std::vector<double>& d_sumexp,
+                                                   const std::vector<double>& d_tlogit,
+                                                   const CrossEntropyShape& s,
+                                                   std::vector<double>* tol) {
+  std::vector<double> grad(logits.size());
+  tol->assign(logits.size(), 0);
+  for (int64_t i = 0; i < s.rows; ++i) {
+    const int64_t col = ShardRowOf(targets[i], s.col_offset, s.cols);
+    for (int64_t c = 0; c < s.cols; ++c) {
+      const double x = logits[i * s.cols + c] - m[i], e = d_sumexp[i] * std::exp(x);
+      const double t = c == col ? d_tlogit[i] : 0.0;
+      grad[i * s.cols + c] = e + t;
+      (*tol)[i * s.cols + c] = ((std::fabs(x) + 4) * std::fabs(e) + 2 * std::fabs(t)) * kUlp;
+    }
+  }
+  return grad;
+}
+
+TEST_P(KernelsConformanceTest, CrossEntropyPartsGrad) {
+  {
+    const CrossEntropyShape s{3, 5, 2};
+    const std::vector<double> logits = ToDouble(Random(s.rows * s.cols));
+    const std::vector<double> m = ToDouble(ShardMax(Random(s.rows * s.cols), s.rows, s.cols));
+    const std::vector<int64_t> targets = {1, 4, 6};  // below, inside, inside
+    const std::vector<double> d_sumexp = ToDouble(Random(s.rows)), d_tlogit = ToDouble(Random(s.rows));
+    const auto loss = [&](const std::vector<double>& l) {
+      const CrossEntropyPartsReference parts = ReferenceCrossEntropyParts(l, m, targets, s);
+      return Dot(d_sumexp, parts.sumexp) + Dot(d_tlogit, parts.tlogit);
+    };
+    std::vector<double> tol;
+    EXPECT_TRUE(GradientsAgree(
+        ReferenceCrossEntropyPartsGrad(logits, m, targets, d_sumexp, d_tlogit, s, &tol),
+        NumericGradient(loss, logits)));
+  }
+  for (v1::DType dtype : kIdDTypes) {
+    for (const CrossEntropyShape& s : kCrossEntropyShapes) {
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " rows=" << s.rows
+                                        << " cols=" << s.cols << " col_offset=" << s.col_offset);
+      const std::vector<float> logits = Random(s.rows * s.cols);
+      const std::vector<float> m = ShardMax(logits, s.rows, s.cols);
+      const std::vector<int64_t> targets = ShardIds(s.rows, s.col_offset, s.cols, dtype, rng_);
+      const std::vector<float> d_sumexp = Random(s.rows), d_tlogit = Random(s.rows);
+      float* dlogits = Poisoned(s.rows * s.cols);
+      k_->CrossEntropyPartsGrad(Upload(logits), Upload(m), Upload(IdBytes(targets, dtype)), dtype,
+                                Upload(d_sumexp), Upload(d_tlogit), dlogits, s.rows, s.cols,
+                                s.col_offset);
+      ASSERT_TRUE(Synced());
+      std::vector<double> tol;
+      const std::vector<double> want =
+          ReferenceCrossEntropyPartsGrad(ToDouble(logits), ToDouble(m), targets,
+                                         ToDouble(d_sumexp), ToDouble(d_tlogit), s, &tol);
+      EXPECT_TRUE(AllWithin(Download(dlogits, s.rows * s.cols), want, tol));
+    }
+  }
+}
+
+// Positive sums of exponentials (at least 1: the maximum's own term), any m and tlogit.
+std::vector<float> SumExpInput(std::vector<float> random) {
+  for (float& x : random) x = 1.0f + 20.0f * std::fabs(x);
+  return random;
+}
+
+double ReferenceCrossEntropyLoss(const std::vector<double>& sumexp, const std::vector<double>& m,
+                                 const std::vector<double>& tlogit, double scale) {
+  double sum = 0;
+  for (size_t r = 0; r < sumexp.size(); ++r) sum += std::log(sumexp[r]) + m[r] - tlogit[r];
+  return scale * sum;
+}
+
+TEST_P(KernelsConformanceTest, CrossEntropyLossSumsInDouble) {
+  for (int64_t rows : {int64_t{1}, int64_t{37}, kLarge}) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << rows);
+    const float scale = 1.0f / static_cast<float>(rows);
+    const std::vector<float> sumexp = SumExpInput(Random(rows)), m = Random(rows),
+                             tlogit = Random(rows);
+    double magnitude = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      magnitude += std::fabs(std::log(static_cast<double>(sumexp[r]))) + std::fabs(m[r]) +
+                   std::fabs(tlogit[r]);
+    }
+    float* out = Poisoned(1);
+    k_->CrossEntropyLoss(Upload(sumexp), Upload(m), Upload(tlogit), out, rows, scale);
+    ASSERT_TRUE(Synced());
+    // In double only the logs' and the result's roundings remain.
+    EXPECT_TRUE(AllWithin(Download(out, 1),
+                          {ReferenceCrossEntropyLoss(ToDouble(sumexp), ToDouble(m),
+                                                     ToDouble(tlogit), scale)},
+                          {4 * kUlp * scale * magnitude}));
+  }
+}
+
+TEST_P(KernelsConformanceTest, CrossEntropyLossGrad) {
+  {
+    const int64_t rows = 4;
+    const double scale = 0.25;
+    const std::vector<double> sumexp = ToDouble(SumExpInput(Random(rows))),
+                              m = ToDouble(Random(rows)), tlogit = ToDouble(Random(rows));
+    std::vector<double> d_sumexp(rows), d_tlogit(rows, -scale);
+    for (int64_t r = 0; r < rows; ++r) d_sumexp[r] = scale / sumexp[r];
+    const auto loss = [&](const std::vector<double>& st) {
+      const std::vector<std::vector<double>> x = Split(st, {sumexp.size(), tlogit.size()});
+      return ReferenceCrossEntropyLoss(x[0], m, x[1], scale);
+    };
+    EXPECT_TRUE(GradientsAgree(Concat({&d_sumexp, &d_tlogit}),
+                               NumericGradient(loss, Concat({&sumexp, &tlogit}))));
+  }
+  for (int64_t rows : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "rows=" << rows);
+    const float scale = 1.0f / static_cast<float>(rows);
+    const std::vector<float> sumexp = SumExpInput(Random(rows));
+    std::vector<double> want_d_sumexp(rows), want_d_tlogit(rows, -scale);
+    for (int64_t r = 0; r < rows; ++r) want_d_sumexp[r] = static_cast<double>(scale) / sumexp[r];
+    float* d_sumexp = Poisoned(rows);
+    float* d_tlogit = Poisoned(rows);
+    k_->CrossEntropyLossGrad(Upload(sumexp), d_sumexp, d_tlogit, rows, scale);
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(d_sumexp, rows), want_d_sumexp, kUlp, 0)) << "d_sumexp";
+    EXPECT_TRUE(AllClose(Download(d_tlogit, rows), want_d_tlogit, 0, 0)) << "d_tlogit";
+  }
+}
+
+// --- Positions
+
+// out[o, t] = offset + t in both dtypes, exactly outer * len elements (one more stays poisoned).
+TEST_P(KernelsConformanceTest, Positions) {
+  struct Case {
+    int64_t outer, len, offset;
+  };
+  for (v1::DType dtype : kIdDTypes) {
+    std::vector<Case> cases = {{1, 1, 0}, {3, 37, 5}, {2, 1000, 4096}};
+    if (dtype == v1::I64) cases.push_back({2, 3, int64_t{1} << 40});
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " outer=" << c.outer
+                                        << " len=" << c.len << " offset=" << c.offset);
+      const int64_t n = c.outer * c.len, size = DTypeSize(dtype);
+      char* out = PoisonedBits<char>((n + 1) * size);
+      k_->Positions(out, dtype, c.outer, c.len, c.offset);
+      ASSERT_TRUE(Synced());
+      std::vector<int64_t> want;
+      for (int64_t o = 0; o < c.outer; ++o) {
+        for (int64_t t = 0; t < c.len; ++t) want.push_back(c.offset + t);
+      }
+      std::vector<char> want_bytes = IdBytes(want, dtype);
+      want_bytes.resize((n + 1) * size, static_cast<char>(kPoisonByte));
+      EXPECT_TRUE(Download(out, (n + 1) * size) == want_bytes);
+    }
+  }
+}
+
 // --- Memory statistics ------------------------------------------------------------------------
 
 // The bytes a block of `bytes` holds as kernels.h documents it per backend, when it is not a
@@ -1225,6 +2577,37 @@ TEST_P(KernelsConformanceTest, MemoryStatsCountMatmulScratch) {
   } else {
     EXPECT_EQ(after.peak_bytes_in_use, before.bytes_in_use);
     EXPECT_EQ(after.bytes_in_use, before.bytes_in_use);
+  }
+}
+
+// The transformer kernels' scratch counts as well (the CPU backend keeps EmbeddingGrad's chains,
+// table_rows + n int64s, and attention's score tiles), and the statistics stay consistent.
+TEST_P(KernelsConformanceTest, MemoryStatsCountTransformerScratch) {
+  const int64_t n = 64, table_rows = 50000, dim = 4;
+  const std::vector<int64_t> ids = ShardIds(n, 0, table_rows, v1::I64, rng_);
+  const char* dids = Upload(IdBytes(ids, v1::I64));
+  float* dy = Upload(Random(n * dim));
+  float* grad_table = Poisoned(table_rows * dim);
+  const AttentionShape shape = ShapeOf({2, 70, 4, 2, 8, 0.1f});
+  const int64_t q_size = 2 * 70 * 4 * 8, kv_size = 2 * 70 * 2 * 8;
+  float* q = Upload(Random(q_size));
+  float* k = Upload(Random(kv_size));
+  float* v = Upload(Random(kv_size));
+  float* dq = Poisoned(q_size);
+  float* dk = Poisoned(kv_size);
+  float* dv = Poisoned(kv_size);
+  ASSERT_TRUE(Synced());
+  const MemoryStats before = k_->memory_stats();
+  k_->ResetPeakMemoryStats();
+  k_->EmbeddingGrad(dids, v1::I64, dy, grad_table, n, table_rows, dim, 0);
+  k_->AttentionGrad(q, k, v, q, dq, dk, dv, shape);
+  ASSERT_TRUE(Synced());
+  const MemoryStats after = k_->memory_stats();
+  EXPECT_GE(after.bytes_in_use, before.bytes_in_use);
+  EXPECT_GE(after.peak_bytes_in_use, after.bytes_in_use);
+  if (std::string(k_->name()) == "cpu") {
+    EXPECT_GE(after.peak_bytes_in_use - before.bytes_in_use,
+              (table_rows + n) * static_cast<int64_t>(sizeof(int64_t)));
   }
 }
 

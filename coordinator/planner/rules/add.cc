@@ -1,5 +1,6 @@
-// add: out = x_1 + ... + x_n (n >= 2, one shape): residual connections, and the sum of a
-// tensor's gradient terms in autodiff. Linear in every input, so per mesh dim any placement that
+// add: out = x_1 + ... + x_n (n >= 1, one shape): residual connections, the sum of a tensor's
+// gradient terms in autodiff, and with one input a copy (a tied embedding crossing pipeline
+// stages, arch/transformer.h). Linear in every input, so per mesh dim any placement that
 // all inputs share carries over, for any axis i:
 //   x_1[R], ..., x_n[R] -> out[R]
 //   x_1[S(i)], ..., x_n[S(i)] -> out[S(i)]
@@ -14,8 +15,8 @@ namespace weft::planner {
 namespace {
 
 absl::StatusOr<std::vector<DimStrategy>> AddStrategies(const OpSignature& sig) {
-  if (sig.input_shapes.size() < 2 || sig.output_shapes.size() != 1) {
-    return absl::InvalidArgumentError("add takes two or more inputs and 1 output");
+  if (sig.input_shapes.empty() || sig.output_shapes.size() != 1) {
+    return absl::InvalidArgumentError("add takes one or more inputs and 1 output");
   }
   for (const Shape& shape : sig.input_shapes) {
     if (shape != sig.input_shapes[0]) {

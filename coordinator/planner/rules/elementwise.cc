@@ -1,9 +1,10 @@
-// Elementwise ops: relu, gelu (out = f(x)) and their gradients relu_grad, gelu_grad
-// (out = dy * f'(x), inputs x and dy). Per mesh dim, for any axis i:
+// Elementwise ops: relu, gelu, gelu_tanh, silu (out = f(x)) and their gradients relu_grad,
+// gelu_grad, gelu_tanh_grad, silu_grad (out = dy * f'(x), inputs x and dy). Per mesh dim, for any
+// axis i:
 //   x[R] -> out[R];  x[S(i)] -> out[S(i)]
 //   x[R], dy[R] -> dx[R];  x[S(i)], dy[S(i)] -> dx[S(i)]
 // f is not linear, so a Partial input must be reduced first (the search picks Partial->R).
-// VJP: relu -> relu_grad(x, dy), gelu -> gelu_grad(x, dy).
+// VJP: f -> f_grad(x, dy).
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/rules/rules.h"
@@ -46,10 +47,12 @@ VjpFn ActivationVjp(std::string grad_op) {
 }  // namespace
 
 absl::Status RegisterElementwiseRules(RuleRegistry* registry) {
-  RETURN_IF_ERROR(registry->Register("relu", {UnaryStrategies, ActivationVjp("relu_grad")}));
-  RETURN_IF_ERROR(registry->Register("gelu", {UnaryStrategies, ActivationVjp("gelu_grad")}));
-  RETURN_IF_ERROR(registry->Register("relu_grad", {GradStrategies, nullptr}));
-  return registry->Register("gelu_grad", {GradStrategies, nullptr});
+  for (const char* f : {"relu", "gelu", "gelu_tanh", "silu"}) {
+    const std::string grad = std::string(f) + "_grad";
+    RETURN_IF_ERROR(registry->Register(f, {UnaryStrategies, ActivationVjp(grad)}));
+    RETURN_IF_ERROR(registry->Register(grad, {GradStrategies, nullptr}));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace weft::planner

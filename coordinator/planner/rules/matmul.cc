@@ -1,14 +1,19 @@
-// matmul: out = op(a) @ op(b), tensors of rank > 2 viewed as 2-D [prod(leading), last]
-// (program.proto). Each axis of a and b is labelled m, k or n as in einsum `mk,kn->mn`; per
-// mesh dim:
+// matmul: out = op(a) @ op(b) contracting `contract` = c axes (program.proto): a's last c axes
+// (transposed: its first c) with b's first c axes (transposed: its last c). Every other axis of a
+// is an m axis, every other axis of b an n axis, and out is [m axes..., n axes...]: einsum
+// `mk,kn->mn` with several axes per letter. A linear layer is c = 1 (x[B, T, in] @ W[in, out]);
+// weights may carry more axes, e.g. gpt2's fused attention input W[C, 3, H, D] gives
+// qkv[B, T, 3, H, D] whose head axis shards like any n axis. Per mesh dim:
 //   mk[S(m)], kn[R]    -> mn[S(m)]        rows split, weights whole
 //   mk[R],    kn[S(n)] -> mn[S(n)]        column-parallel
 //   mk[S(k)], kn[S(k)] -> mn[Partial(sum)]  the contraction is split: each rank has a term
 //   mk[R],    kn[R]    -> mn[R]
 //   mk[P],    kn[R]    -> mn[P]   and   mk[R], kn[P] -> mn[P]   (linear in each argument;
 //                                    P(sum) or P(avg), kept)
-// Several k axes (x^T @ dy over [B, T, n] tensors) pair up by position.
-// VJP: dx = dy @ W^T, dW = x^T @ dy.
+// k axes pair up by position.
+// VJP, for out = a @ b:   da = dy @ b^T (contracting b's n axes), db = a^T @ dy (contracting
+//                         a's m axes);
+//      for out = a @ b^T: da = dy @ b,                              db = dy^T @ a.
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
@@ -17,44 +22,65 @@
 namespace weft::planner {
 namespace {
 
+// The m, k and n axes of a matmul's operands.
+struct MatmulAxes {
+  std::vector<int> a_m, a_k, b_k, b_n;
+};
+
+absl::StatusOr<MatmulAxes> AxesOf(const Op& op, int ra, int rb) {
+  const bool transpose_a = op.attrs.Bool("transpose_a");
+  const bool transpose_b = op.attrs.Bool("transpose_b");
+  const int64_t c = op.attrs.Int("contract");
+  if (c < 1 || c >= ra || c >= rb) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "matmul contracts ", c, " axes of operands of rank ", ra, " and ", rb,
+        "; each needs at least one axis left"));
+  }
+  MatmulAxes x;
+  for (int i = 0; i < ra; ++i) {
+    const bool k = transpose_a ? i < c : i >= ra - c;
+    (k ? x.a_k : x.a_m).push_back(i);
+  }
+  for (int i = 0; i < rb; ++i) {
+    const bool k = transpose_b ? i >= rb - c : i < c;
+    (k ? x.b_k : x.b_n).push_back(i);
+  }
+  return x;
+}
+
 absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig) {
-  const bool transpose_a = sig.op->attrs.Bool("transpose_a");
-  const bool transpose_b = sig.op->attrs.Bool("transpose_b");
   if (sig.input_shapes.size() != 2 || sig.output_shapes.size() != 1) {
     return absl::InvalidArgumentError("matmul takes 2 inputs and 1 output");
   }
-  const int ra = static_cast<int>(sig.input_shapes[0].size());
-  const int rb = static_cast<int>(sig.input_shapes[1].size());
-  const int ro = static_cast<int>(sig.output_shapes[0].size());
+  const Shape& a = sig.input_shapes[0];
+  const Shape& b = sig.input_shapes[1];
+  const int ra = static_cast<int>(a.size()), rb = static_cast<int>(b.size());
   if (ra < 2 || rb < 2) return absl::InvalidArgumentError("matmul inputs must have rank >= 2");
-  std::vector<int> a_m, a_k, b_k, b_n;
-  for (int i = 0; i < ra - 1; ++i) (transpose_a ? a_k : a_m).push_back(i);
-  (transpose_a ? a_m : a_k).push_back(ra - 1);
-  for (int i = 0; i < rb - 1; ++i) (transpose_b ? b_n : b_k).push_back(i);
-  (transpose_b ? b_k : b_n).push_back(rb - 1);
+  ASSIGN_OR_RETURN(MatmulAxes x, AxesOf(*sig.op, ra, rb));
+  const int ro = static_cast<int>(sig.output_shapes[0].size());
+  if (ro != static_cast<int>(x.a_m.size() + x.b_n.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("matmul output has rank ", ro, ", expected ",
+                                                   x.a_m.size() + x.b_n.size()));
+  }
 
   const Placement R = Placement::Replicate();
   std::vector<DimStrategy> out;
   // mk[R], kn[R] -> mn[R]
   out.push_back({{R, R}, {R}});
-  // mk[S(m)], kn[R] -> mn[S(m)]: a's leading axes keep their position in out; a transposed
-  // a has one m axis, out axis 0.
-  for (size_t i = 0; i < a_m.size(); ++i) {
-    int out_axis = transpose_a ? 0 : a_m[i];
-    if (out_axis >= ro - 1) continue;
-    out.push_back({{Placement::Shard(a_m[i]), R}, {Placement::Shard(out_axis)}});
+  // mk[S(m)], kn[R] -> mn[S(m)]: the i-th m axis is out axis i.
+  for (size_t i = 0; i < x.a_m.size(); ++i) {
+    out.push_back({{Placement::Shard(x.a_m[i]), R}, {Placement::Shard(static_cast<int>(i))}});
   }
-  // mk[R], kn[S(n)] -> mn[S(n)]: only a single n axis maps to a contiguous out axis.
-  if (b_n.size() == 1) {
-    out.push_back({{R, Placement::Shard(b_n[0])}, {Placement::Shard(ro - 1)}});
+  // mk[R], kn[S(n)] -> mn[S(n)]: the j-th n axis follows the m axes in out.
+  for (size_t j = 0; j < x.b_n.size(); ++j) {
+    out.push_back({{R, Placement::Shard(x.b_n[j])},
+                   {Placement::Shard(static_cast<int>(x.a_m.size() + j))}});
   }
-  // mk[S(k)], kn[S(k)] -> mn[Partial(sum)]: k axes pair by position when they match.
-  if (a_k.size() == b_k.size()) {
-    for (size_t i = 0; i < a_k.size(); ++i) {
-      if (sig.input_shapes[0][a_k[i]] != sig.input_shapes[1][b_k[i]]) continue;
-      out.push_back({{Placement::Shard(a_k[i]), Placement::Shard(b_k[i])},
-                     {Placement::Partial()}});
-    }
+  // mk[S(k)], kn[S(k)] -> mn[Partial(sum)]: k axes pair by position.
+  for (size_t i = 0; i < x.a_k.size(); ++i) {
+    if (a[x.a_k[i]] != b[x.b_k[i]]) continue;
+    out.push_back(
+        {{Placement::Shard(x.a_k[i]), Placement::Shard(x.b_k[i])}, {Placement::Partial()}});
   }
   // Linear in each argument: a Partial operand times a whole one stays Partial, of the same
   // kind (the sum or the mean of the terms).
@@ -67,16 +93,29 @@ absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig
 
 absl::Status MatmulVjp(GradBuilder& b) {
   const Op& op = b.op();
-  if (op.attrs.Bool("transpose_a") || op.attrs.Bool("transpose_b")) {
-    return absl::UnimplementedError("VJP of a transposed matmul");
+  if (op.attrs.Bool("transpose_a")) {
+    return absl::UnimplementedError("VJP of a matmul with a transposed first operand");
   }
+  const bool transpose_b = op.attrs.Bool("transpose_b");
   const int x = op.inputs[0], w = op.inputs[1], dy = b.out_grad(0);
+  const Graph& g = b.graph();
+  const int rx = static_cast<int>(g.tensors[x].shape.size());
+  const int rw = static_cast<int>(g.tensors[w].shape.size());
+  const int64_t c = op.attrs.Int("contract");
+  const int64_t m_axes = rx - c, n_axes = rw - c;
   if (b.needs_grad(0)) {
-    ASSIGN_OR_RETURN(int dx, b.Emit("matmul", {dy, w}, x, {{"transpose_b", true}}));
+    // dx [m, k] = dy [m, n] contracted over n with w.
+    Attrs attrs{{"contract", n_axes}};
+    if (!transpose_b) attrs.Set("transpose_b", true);
+    ASSIGN_OR_RETURN(int dx, b.Emit("matmul", {dy, w}, x, std::move(attrs)));
     b.set_input_grad(0, dx);
   }
   if (b.needs_grad(1)) {
-    ASSIGN_OR_RETURN(int dw, b.Emit("matmul", {x, dy}, w, {{"transpose_a", true}}));
+    // dw = x^T @ dy ([k, n]) or, for w stored [n, k], dy^T @ x; contracted over the m axes.
+    ASSIGN_OR_RETURN(int dw, transpose_b ? b.Emit("matmul", {dy, x}, w,
+                                                  {{"transpose_a", true}, {"contract", m_axes}})
+                                         : b.Emit("matmul", {x, dy}, w,
+                                                  {{"transpose_a", true}, {"contract", m_axes}}));
     b.set_input_grad(1, dw);
   }
   return absl::OkStatus();

@@ -152,7 +152,7 @@ TEST(MatmulRuleTest, BruteForceEveryStrategyMatchesTheFullProduct) {
     int64_t fr, fc;
     Matrix full = MatMul(a, s.a[0], s.a[1], s.ta, b, s.b[0], s.b[1], s.tb, &fr, &fc);
     Op op{"matmul", {0, 1}, {2}, "fc0"};
-    op.attrs.Set("transpose_a", s.ta).Set("transpose_b", s.tb);
+    op.attrs.Set("transpose_a", s.ta).Set("transpose_b", s.tb).Set("contract", int64_t{1});
     OpSignature sig{&op, {s.a, s.b}, {s.out}};
     absl::StatusOr<std::vector<DimStrategy>> strategies =
         BuiltinRules().Find("matmul")->strategies(sig);

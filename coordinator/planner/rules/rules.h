@@ -10,14 +10,26 @@
 namespace weft::planner {
 
 absl::Status RegisterMatmulRule(RuleRegistry* registry);       // matmul
-absl::Status RegisterElementwiseRules(RuleRegistry* registry);  // relu, gelu, *_grad
+absl::Status RegisterElementwiseRules(RuleRegistry* registry);  // relu, gelu(_tanh), silu, *_grad
 absl::Status RegisterBiasAddRules(RuleRegistry* registry);      // bias_add, bias_grad
 absl::Status RegisterMseRules(RuleRegistry* registry);          // mse, mse_grad
 absl::Status RegisterOptimizerRules(RuleRegistry* registry);    // sgd, adamw
 absl::Status RegisterAddRule(RuleRegistry* registry);           // add
 absl::Status RegisterCastRule(RuleRegistry* registry);          // cast
+absl::Status RegisterMulRule(RuleRegistry* registry);           // mul
+absl::Status RegisterEmbeddingRules(RuleRegistry* registry);    // embedding(_grad)
+absl::Status RegisterNormRules(RuleRegistry* registry);  // layer_norm, rms_norm, their grads
+absl::Status RegisterRopeRules(RuleRegistry* registry);         // rope, rope_grad
+absl::Status RegisterAttentionRules(RuleRegistry* registry);    // attention(_grad)
+absl::Status RegisterDropoutRule(RuleRegistry* registry);       // dropout
+// row_max, ce_parts(_grad), ce_loss(_grad)
+absl::Status RegisterCrossEntropyRules(RuleRegistry* registry);
+absl::Status RegisterStackRules(RuleRegistry* registry);        // unstack, stack
 
 // Helpers shared by rule files.
+// Whether SplitSizes of `heads` query heads and `kv_heads` kv heads over n members keep every
+// member's query heads on its own kv heads (q head h reads kv head h / (heads / kv_heads)).
+bool HeadsAlign(int64_t heads, int64_t kv_heads, int64_t n);
 // {Replicate(), Shard(0), ..., Shard(ndim-1)}.
 std::vector<Placement> ReplicateOrShardAnyAxis(int ndim);
 // ReplicateOrShardAnyAxis plus Partial(sum) and Partial(avg): where a linear op keeps any

@@ -12,7 +12,9 @@
 // here, independently of the transports: copies must be bit-exact; integer sums exact; f32 sums
 // in float64, within a tolerance relative to the sum of magnitudes; bf16 sums in float64, then
 // as the backend's header documents its rounding: bit-exact to the bf16 nearest the float32 sum
-// where it rounds once, else within one bf16 rounding of the partial sums per addition.
+// where it rounds once, else within one bf16 rounding of the partial sums per addition. Maxima
+// must be bit-exact for every backend and dtype: the largest member's element by comparing
+// values here (+0 over -0), or the canonical quiet NaN where any member holds a NaN.
 //
 // NCCL needs one GPU per rank: a case that needs more GPUs than the machine has is skipped with
 // the reason. With WEFT_REQUIRE_GPU=1 a machine with no usable GPU fails every NCCL case
@@ -276,6 +278,8 @@ class Backend {
   // error as large), as the transport's header documents it. 1 means exactly once: the result
   // must be the bf16 nearest the float32 result.
   virtual int Bf16Roundings(Bf16Reduction reduction, int k) const = 0;
+  // The bytes an element of `dtype` puts on the wire in an all-reduce max.
+  virtual int64_t MaxElementBytes(v1::DType dtype) const { return DTypeSize(dtype); }
 };
 
 // Gloo's binomial tree (and LocalCommunicator, which counts as Gloo): virtual rank v = rank -
@@ -398,6 +402,10 @@ class NcclBackend : public Backend {
   int Bf16Roundings(Bf16Reduction reduction, int k) const override {
     const int sum = std::max(1, k - 1);
     return reduction == Bf16Reduction::kAllReduceAvg && !IsPowerOfTwo(k) ? sum + 2 : sum;
+  }
+  // Float maxima move int32 keys, bf16 too.
+  int64_t MaxElementBytes(v1::DType dtype) const override {
+    return dtype == v1::BF16 ? 4 : DTypeSize(dtype);
   }
 };
 #endif
@@ -557,6 +565,117 @@ void ExpectReduced(const Values& got, const std::vector<Values>& terms, int divi
   }
 }
 
+// Sets element i of a float Values to the float32 with these bits (bf16: their upper half), so
+// that NaNs keep their sign and payload.
+void SetFloatBits(Values& values, int64_t i, uint32_t bits) {
+  if (values.dtype() == v1::BF16) {
+    const uint16_t upper = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(values.at(i), &upper, sizeof(upper));
+  } else {
+    std::memcpy(values.at(i), &bits, sizeof(bits));
+  }
+}
+
+// Every member's input of an all-reduce max of n elements over k members. Random (Inputs), then
+// made so that member (i + i / 8) % k, the winner, holds the strict maximum of element i, so the
+// maximum moves between members from element to element; and by i % 8:
+//   1      every member's element is negative (a max that starts from 0 would show);
+//   3      with `nans` (floats): a NaN at member (i / 8) % k, a quiet, a negative or a signalling
+//          one in turn, and +inf at the winner (unless it holds the NaN): the max is a NaN;
+//   5      floats: -0 everywhere, +0 at the winner; integers: the type's minimum everywhere, its
+//          maximum at the winner;
+//   7      floats: -inf everywhere, the winner's random value.
+std::vector<Values> MaxInputs(int stream, int k, int64_t n, v1::DType dtype, bool nans) {
+  const bool floats = IsFloatingPoint(dtype);
+  std::vector<Values> terms;
+  for (int m = 0; m < k; ++m) terms.push_back(Inputs(stream, m, n, dtype));
+  const uint32_t kNaNBits[] = {0x7FC00000u, 0xFFFF0000u, 0x7F810000u};
+  for (int64_t i = 0; i < n; ++i) {
+    const int winner = static_cast<int>((i + i / 8) % k);
+    const int other = static_cast<int>((i / 8) % k);
+    if (floats && i % 8 == 5) {
+      for (int m = 0; m < k; ++m) terms[m].SetFloat(i, m == winner ? 0.0f : -0.0f);
+      continue;
+    }
+    if (!floats && i % 8 == 5) {
+      const bool i32 = dtype == v1::I32;
+      for (int m = 0; m < k; ++m) {
+        if (m == winner) {
+          terms[m].SetInt(i, i32 ? std::numeric_limits<int32_t>::max()
+                                 : std::numeric_limits<int64_t>::max());
+        } else {
+          terms[m].SetInt(i, i32 ? std::numeric_limits<int32_t>::min()
+                                 : std::numeric_limits<int64_t>::min());
+        }
+      }
+      continue;
+    }
+    if (floats && nans && i % 8 == 3) {
+      terms[winner].SetFloat(i, std::numeric_limits<float>::infinity());
+      SetFloatBits(terms[other], i, kNaNBits[(i / 8) % 3]);
+      continue;
+    }
+    if (floats && i % 8 == 7) {
+      for (int m = 0; m < k; ++m) {
+        if (m != winner) terms[m].SetFloat(i, -std::numeric_limits<float>::infinity());
+      }
+      continue;
+    }
+    if (i % 8 == 1) {
+      for (int m = 0; m < k; ++m) {
+        if (floats) {
+          terms[m].SetFloat(i, -std::abs(static_cast<float>(terms[m].Float(i))));
+        } else {
+          // One further from zero, so that half the largest is still negative.
+          terms[m].SetInt(i, -std::abs(terms[m].Int(i)) - 1);
+        }
+      }
+    }
+    if (k == 1) continue;
+    // The winner's value beats the others' largest, M: 1.5 M or M / 2 stay inside every dtype's
+    // range, and bf16 rounds 1.5 M to within 2^-9 of it, still above M.
+    if (floats) {
+      double largest = -std::numeric_limits<double>::infinity();
+      for (int m = 0; m < k; ++m) {
+        if (m != winner) largest = std::max(largest, terms[m].Float(i));
+      }
+      terms[winner].SetFloat(i, static_cast<float>(largest > 0 ? largest * 1.5 : largest * 0.5));
+    } else {
+      int64_t largest = std::numeric_limits<int64_t>::min();
+      for (int m = 0; m < k; ++m) {
+        if (m != winner) largest = std::max(largest, terms[m].Int(i));
+      }
+      terms[winner].SetInt(i, largest > 0 ? largest + largest / 2 + 1 : largest / 2);
+    }
+  }
+  return terms;
+}
+
+// The element-wise max of `terms` as communicator.h defines it, found by comparing values:
+// the canonical quiet NaN where any term is a NaN, else the largest term's element, bit for bit,
+// +0 counting as larger than -0.
+Values ReferenceMax(const std::vector<Values>& terms) {
+  Values max = terms[0];
+  const bool floats = IsFloatingPoint(max.dtype());
+  for (int64_t i = 0; i < max.size(); ++i) {
+    bool nan = false;
+    for (const Values& t : terms) {
+      if (floats && std::isnan(t.Float(i))) {
+        nan = true;
+      } else if (floats) {
+        const double x = t.Float(i), best = max.Float(i);
+        if (x > best || (x == best && std::signbit(best) && !std::signbit(x))) {
+          std::memcpy(max.at(i), t.at(i), DTypeSize(max.dtype()));
+        }
+      } else if (t.Int(i) > max.Int(i)) {
+        std::memcpy(max.at(i), t.at(i), DTypeSize(max.dtype()));
+      }
+    }
+    if (nan) max.SetFloat(i, kNaN);
+  }
+  return max;
+}
+
 bool GpuRequired() {
   const char* v = std::getenv("WEFT_REQUIRE_GPU");
   return v != nullptr && std::string(v) == "1";
@@ -662,6 +781,30 @@ TEST_P(CommunicatorConformanceTest, AllReduceSumAndAvg) {
                         avg ? Bf16Reduction::kAllReduceAvg : Bf16Reduction::kAllReduceSum, k),
                     absl::StrCat(avg ? "avg" : "sum", " of ", c.count, " ", DTypeName(dtype()),
                                  ", member ", me.rank));
+    }
+  });
+}
+
+// max of every dtype, bit-exact against ReferenceMax: counts that split evenly over 1 to 4
+// members (12) and that do not, the maximum at a different member from element to element,
+// negative maxima, +-0, infinities, the integer types' extremes, and NaNs for floats.
+TEST_P(CommunicatorConformanceTest, AllReduceMax) {
+  RunOnGroup([&](Rank& me) {
+    const int k = me.comm.size();
+    struct Case {
+      int64_t count;
+      bool nans;
+    };
+    int stream = 200;
+    for (const Case& c : {Case{1, false}, Case{12, true}, Case{12, false}, Case{7, true},
+                          Case{4099, false}, Case{300001, true}}) {
+      ++stream;
+      const std::vector<Values> terms = MaxInputs(stream, k, c.count, dtype(), c.nans);
+      Buffer data(me.memory, terms[me.rank]);
+      ASSERT_OK(me.comm.AllReduce(data.get(), c.count, dtype(), ReduceOp::kMax));
+      ExpectEqual(data.Read(), ReferenceMax(terms),
+                  absl::StrCat("max of ", c.count, " ", DTypeName(dtype()),
+                               c.nans ? " with NaNs" : "", ", member ", me.rank, " of ", k));
     }
   });
 }
@@ -846,6 +989,7 @@ TEST_P(CommunicatorConformanceTest, ZeroLengthOps) {
     const Values seven = Fill(dtype(), 1, 7);
     Buffer sentinel(me.memory, seven);
     ASSERT_OK(me.comm.AllReduce(sentinel.get(), 0, dtype(), ReduceOp::kSum));
+    ASSERT_OK(me.comm.AllReduce(sentinel.get(), 0, dtype(), ReduceOp::kMax));
     ASSERT_OK(me.comm.Broadcast(sentinel.get(), 0, dtype(), k - 1));
     const std::vector<int64_t> zeros(k, 0);
     ASSERT_OK(me.comm.AllGather(sentinel.get(), sentinel.get(), zeros, dtype()));
@@ -932,10 +1076,10 @@ void ExpectBytesSentFollowTheAlgorithms(Communicator& comm, const CommunicatorFa
 
 // bytes_sent() of one call per op against the closed forms in each transport's header (K
 // members, B bytes, E per element of the case's dtype): all-reduce 2 (K-1)/K * B for even ring
-// chunks, all-gather everything but the next member's piece, reduce-scatter and all-to-all
-// everything but the own piece, send its message, recv and barrier nothing; broadcast per
-// backend (Gloo's binomial tree, NCCL's chain). The factory's total follows. For host backends,
-// also the check every Gloo-like transport shares.
+// chunks (a max at the backend's MaxElementBytes), all-gather everything but the next member's
+// piece, reduce-scatter and all-to-all everything but the own piece, send its message, recv and
+// barrier nothing; broadcast per backend (Gloo's binomial tree, NCCL's chain). The factory's
+// total follows. For host backends, also the check every Gloo-like transport shares.
 TEST_P(CommunicatorConformanceTest, BytesSentFollowTheDocumentedFormulas) {
   const int64_t e = DTypeSize(dtype());
   RunOnGroup([&](Rank& me) {
@@ -952,6 +1096,8 @@ TEST_P(CommunicatorConformanceTest, BytesSentFollowTheDocumentedFormulas) {
       Buffer data(me.memory, Inputs(50, r, 24, dtype()));
       ASSERT_OK(me.comm.AllReduce(data.get(), 24, dtype(), ReduceOp::kSum));
       expect("all_reduce", 2 * (k - 1) * 24 * e / k);
+      ASSERT_OK(me.comm.AllReduce(data.get(), 24, dtype(), ReduceOp::kMax));
+      expect("all_reduce max", 2 * (k - 1) * 24 * backend().MaxElementBytes(dtype()) / k);
     }
     std::vector<int64_t> equal(k, 5), uneven;
     for (int m = 0; m < k; ++m) uneven.push_back(m + 1);
@@ -997,7 +1143,7 @@ TEST_P(CommunicatorConformanceTest, BytesSentFollowTheDocumentedFormulas) {
     }
   });
   if (backend().host_memory()) {
-    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
       if (op == ReduceOp::kAvg && !IsFloatingPoint(dtype())) continue;
       RunRanks(backend(), n(), kTimeout, [&](int r, CommunicatorFactory& factory, Memory&) {
         auto comm = factory.Create(Group(2, n()));

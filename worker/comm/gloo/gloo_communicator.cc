@@ -163,10 +163,16 @@ absl::Status GlooCommunicator::AllReduce(void* data, size_t count, v1::DType dty
       opts.setOutput(static_cast<decltype(zero)*>(data), count);
     });
     // Called by the ring on each received segment: one addition, and for bf16 one rounding,
-    // per hop.
-    opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
-      AddElements(a, b, dtype, n, c);
-    });
+    // per hop; or one exact max.
+    if (op == ReduceOp::kMax) {
+      opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
+        MaxElements(a, b, dtype, n, c);
+      });
+    } else {
+      opts.setReduceFunction([dtype](void* c, const void* a, const void* b, size_t n) {
+        AddElements(a, b, dtype, n, c);
+      });
+    }
     opts.setTimeout(timeout_);
     gloo::allreduce(opts);
   }));
@@ -174,6 +180,8 @@ absl::Status GlooCommunicator::AllReduce(void* data, size_t count, v1::DType dty
   if (op == ReduceOp::kAvg && size_ > 1) {
     ScaleElements(data, dtype, static_cast<int64_t>(count), 1.0f / static_cast<float>(size_));
   }
+  // A group of one runs no ring: its max is its buffer, with NaNs made canonical.
+  if (op == ReduceOp::kMax && size_ == 1) MaxElements(data, data, dtype, count, data);
   return absl::OkStatus();
 }
 

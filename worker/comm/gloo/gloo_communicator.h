@@ -85,7 +85,8 @@ class GlooCommunicatorFactory : public CommunicatorFactory {
 // addition per hop, in ring order. For bf16 the reduce function converts both to float32, adds
 // and rounds back to bf16 at every hop: a sum over K members is rounded K - 1 times (the
 // members agree bit for bit: the all-gather phase copies the final sums). avg then multiplies
-// by 1/K in float32 and rounds to bf16 once more. Integers add exactly (wrapping).
+// by 1/K in float32 and rounds to bf16 once more. Integers add exactly (wrapping). max takes the
+// larger of the two at every hop instead (worker/comm/host_reduce.h), exactly.
 //
 // ReduceScatter is an all-to-all of the chunks (chunk j of `in` goes to member j) followed by a
 // local sum in member order, rather than Gloo's legacy ReduceScatterHalvingDoubling, which has no

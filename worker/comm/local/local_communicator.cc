@@ -166,8 +166,16 @@ class LocalCommunicator final : public Communicator {
     std::vector<const void*> inputs;
     for (int m = 0; m < size(); ++m) inputs.push_back(group_->post(m).in);
     scratch_.resize(count * DTypeSize(dtype));
-    SumElements(inputs, dtype, static_cast<int64_t>(count),
-                op == ReduceOp::kAvg ? size() : 1, scratch_.data());
+    if (op == ReduceOp::kMax) {
+      // The first member with itself: even a group of one canonicalizes its NaNs.
+      MaxElements(inputs[0], inputs[0], dtype, count, scratch_.data());
+      for (int m = 1; m < size(); ++m) {
+        MaxElements(scratch_.data(), inputs[m], dtype, count, scratch_.data());
+      }
+    } else {
+      SumElements(inputs, dtype, static_cast<int64_t>(count), op == ReduceOp::kAvg ? size() : 1,
+                  scratch_.data());
+    }
     RETURN_IF_ERROR(group_->Leave(kOp));
     std::copy(scratch_.begin(), scratch_.end(), static_cast<char*>(data));
     CountSent(RingAllReduceBytesSent(static_cast<int64_t>(count), DTypeSize(dtype), rank_,

@@ -8,7 +8,8 @@
 // Reductions (all-reduce, reduce-scatter) add every member's elements in member order in one
 // pass: F32 in float32; BF16 in float32, divided by the group's size for avg, then rounded to
 // bf16 once, so the result is the bf16 nearest the float32 sum (Gloo and NCCL round at every
-// hop of their rings instead); I32 and I64 exactly (worker/comm/host_reduce.h).
+// hop of their rings instead); I32 and I64 exactly (worker/comm/host_reduce.h). max folds the
+// members in order, exactly (communicator.h).
 //
 // bytes_sent() counts what Gloo's algorithm would send for the same call, at the dtype's
 // element size (worker/comm/wire_bytes.h; send counts its message), so simulated runs report

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "gloo/rendezvous/store.h"
 #include "worker/comm/gloo/gloo_status.h"
+#include "worker/comm/nccl/max_keys.h"
 #include "worker/comm/wire_bytes.h"
 
 namespace weft {
@@ -101,16 +102,20 @@ bool AllEqual(absl::Span<const int64_t> counts) {
 }
 
 // The CUDA objects of one communicator, on `device`: the stream its collectives run on, the
-// events that order it against the compute stream, and the barrier's one float.
+// events that order it against the compute stream, the barrier's one float, and the int32 keys of
+// a bf16 max.
 struct CudaResources {
   int device = 0;
   cudaStream_t stream = nullptr;
   cudaEvent_t ready = nullptr;  // recorded on the compute stream before each op
   cudaEvent_t done = nullptr;   // recorded on `stream` after each op
   float* barrier = nullptr;     // zero; all-reduced (sum) by Barrier
+  int32_t* keys = nullptr;      // key_capacity elements, grown by ReserveKeys
+  int64_t key_capacity = 0;
 
   ~CudaResources() {
     cudaSetDevice(device);
+    if (keys != nullptr) cudaFree(keys);
     if (barrier != nullptr) cudaFree(barrier);
     if (done != nullptr) cudaEventDestroy(done);
     if (ready != nullptr) cudaEventDestroy(ready);
@@ -135,6 +140,28 @@ struct CudaResources {
     e = cudaMemsetAsync(r->barrier, 0, sizeof(float), r->stream);
     if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaMemsetAsync", e));
     return r;
+  }
+
+  // Makes `keys` hold at least n elements. Every op has finished when the next one starts (the
+  // calls block), so the old buffer is free to go.
+  absl::Status ReserveKeys(int64_t n) {
+    if (n <= key_capacity) return absl::OkStatus();
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) return absl::InternalError(CudaErrorText("cudaSetDevice", e));
+    if (keys != nullptr) cudaFree(keys);
+    keys = nullptr;
+    key_capacity = 0;
+    void* grown = nullptr;
+    e = cudaMalloc(&grown, n * sizeof(int32_t));
+    if (e != cudaSuccess) {
+      const std::string text =
+          absl::StrCat(CudaErrorText("cudaMalloc", e), " (", n, " int32 keys for a bf16 max)");
+      return e == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(text)
+                                            : absl::InternalError(text);
+    }
+    keys = static_cast<int32_t*>(grown);
+    key_capacity = n;
+    return absl::OkStatus();
   }
 };
 
@@ -196,7 +223,10 @@ class NcclCommunicator final : public Communicator {
     const char* kOp = "all_reduce";
     RETURN_IF_ERROR(CheckReduce(*this, kOp, dtype, op));
     if (count == 0) return CheckUsable(kOp, 0, dtype);
-    const ncclRedOp_t nccl_op = op == ReduceOp::kAvg ? ncclAvg : ncclSum;
+    if (op == ReduceOp::kMax && IsFloatingPoint(dtype)) return FloatMax(data, count, dtype);
+    const ncclRedOp_t nccl_op = op == ReduceOp::kAvg   ? ncclAvg
+                                : op == ReduceOp::kMax ? ncclMax
+                                                       : ncclSum;
     RETURN_IF_ERROR(Run(kOp, count, dtype, [&](ncclResult_t* r) {
       *r = ncclAllReduce(data, data, count, NcclType(dtype), nccl_op, comm_, cuda_->stream);
       return absl::OkStatus();
@@ -397,6 +427,44 @@ class NcclCommunicator final : public Communicator {
                      ": communicator unusable after an earlier failure (", broken_reason_, ")"));
   }
 
+  // A max of floats (see the header): an ncclMax of their int32 keys, f32 in place, bf16 through
+  // cuda_->keys. NCCL's float max (fmaxf, __hmax) would drop NaNs.
+  absl::Status FloatMax(void* data, size_t count, v1::DType dtype) {
+    const char* kOp = "all_reduce";
+    const int64_t n = static_cast<int64_t>(count);
+    const bool bf16 = dtype == v1::BF16;
+    if (bf16) {
+      RETURN_IF_ERROR(CheckUsable(kOp, n, dtype));
+      absl::Status reserved = cuda_->ReserveKeys(n);
+      if (!reserved.ok()) {
+        return absl::Status(reserved.code(),
+                            absl::StrCat(Describe(kOp, n, dtype), ": ", reserved.message()));
+      }
+    }
+    int32_t* keys = bf16 ? cuda_->keys : static_cast<int32_t*>(data);
+    auto kernel_failed = [](const char* kernel, cudaError_t e) {
+      return absl::InternalError(CudaErrorText(kernel, e));
+    };
+    RETURN_IF_ERROR(Run(
+        kOp, n, dtype,
+        [&](ncclResult_t* r) {
+          const cudaError_t e = bf16 ? EncodeBf16MaxKeys(data, keys, n, cuda_->stream)
+                                     : EncodeF32MaxKeys(data, n, cuda_->stream);
+          if (e != cudaSuccess) return kernel_failed("encoding max keys", e);
+          *r = ncclAllReduce(keys, keys, count, ncclInt32, ncclMax, comm_, cuda_->stream);
+          return absl::OkStatus();
+        },
+        [&] {
+          const cudaError_t e = bf16 ? DecodeBf16MaxKeys(keys, data, n, cuda_->stream)
+                                     : DecodeF32MaxKeys(data, n, cuda_->stream);
+          if (e != cudaSuccess) return kernel_failed("decoding max keys", e);
+          return absl::OkStatus();
+        }));
+    // What moves is the keys: 4 bytes an element, bf16 too.
+    CountSent(NcclRingAllReduceBytesSent(n, sizeof(int32_t), size_));
+    return absl::OkStatus();
+  }
+
   // Records the first failure: aborts the NCCL communicator (its kernels stop waiting for
   // peers) and refuses every later call.
   absl::Status Break(absl::StatusCode code, const std::string& message) {
@@ -411,9 +479,16 @@ class NcclCommunicator final : public Communicator {
 
   // Enqueues an op on the communicator's stream, ordered after the compute stream's work, and
   // waits for it (see the header). `enqueue` makes the NCCL calls and stores their result in
-  // its argument; a status it returns is a CUDA failure before them.
+  // its argument; a status it returns is a CUDA failure before them. `finish`, once NCCL has
+  // enqueued them, enqueues CUDA work that must follow them on the stream; a status it returns
+  // is a CUDA failure.
   template <typename Enqueue>
   absl::Status Run(const char* op, int64_t count, v1::DType dtype, Enqueue&& enqueue) {
+    return Run(op, count, dtype, enqueue, [] { return absl::OkStatus(); });
+  }
+  template <typename Enqueue, typename Finish>
+  absl::Status Run(const char* op, int64_t count, v1::DType dtype, Enqueue&& enqueue,
+                   Finish&& finish) {
     RETURN_IF_ERROR(CheckUsable(op, count, dtype));
     const std::string what = Describe(op, count, dtype);
     const absl::Time deadline = absl::Now() + timeout_;
@@ -457,6 +532,10 @@ class NcclCommunicator final : public Communicator {
         return timed_out("NCCL to enqueue the operation (connecting to the other members)");
       }
       if (IsError(r)) return nccl_failed(r);
+    }
+    absl::Status finished = finish();
+    if (!finished.ok()) {
+      return Break(absl::StatusCode::kInternal, absl::StrCat(what, ": ", finished.message()));
     }
 
     e = cudaEventRecord(cuda_->done, cuda_->stream);

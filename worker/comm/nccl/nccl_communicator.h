@@ -10,6 +10,15 @@
 // rounded to bf16 for bf16, before the sum (exact for K a power of two). Integer sums are exact;
 // avg of integers is refused before NCCL sees it (CheckReduce).
 //
+// max: integers are NCCL's ncclMax. NCCL's float max (fmaxf, __hmax) returns the other operand of
+// a NaN, so floats instead go through their max keys (worker/comm/max_key.h, kernels in
+// max_keys.cu): a kernel turns each element into its int32 key, an ncclMax over ncclInt32 takes
+// the largest, and a kernel turns it back, all on the communicator's stream. f32 keys replace the
+// buffer in place; bf16 keys take a device buffer of 4 bytes per element, kept by the
+// communicator (grown to the largest bf16 max so far) and on the wire. The result is the one
+// communicator.h gives, bit for bit, as Gloo's and the local transport's are. (A failed f32 max
+// may leave keys in the buffer.)
+//
 // Bootstrap: member 0 of a group makes an ncclUniqueId and publishes it in the rendezvous store
 // under "nccl-group-<id>-<ranks>/unique-id-<n>" (n counts this factory's earlier Creates of the
 // same group, so re-creating a group never reads a stale id); the others wait for the key. Each
@@ -47,7 +56,7 @@
 //
 // bytes_sent() counts each successful call with NCCL's ring algorithms, ring in member order
 // (worker/comm/wire_bytes.h; K members, n elements of E = DTypeSize bytes, B = E n bytes):
-//   all_reduce       floor(2 (K-1) B / K)
+//   all_reduce       floor(2 (K-1) B / K); a bf16 max moves int32 keys, E = 4
 //   all_gather       E (sum(counts) - counts[rank + 1])   ((K-1)/K of the result, equal counts)
 //   reduce_scatter   E (sum(counts) - counts[rank])       ((K-1)/K of the input, equal counts)
 //   all_to_all       E (sum(send_counts) - send_counts[rank])

@@ -14,12 +14,15 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
+#include "worker/kernels/cpu/transformer_ops.h"
 
 namespace weft {
 namespace {
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
+constexpr double kSqrt2OverPi = 0.79788456080286535588;
+constexpr double kGeluTanhCubic = 0.044715;
 
 // dst[i] = src[i] rounded to bfloat16 (round to nearest even), kept in a float. NaN stays NaN: its
 // quiet bit is set before the low half is dropped, so a payload only in the low bits cannot
@@ -43,6 +46,8 @@ void RoundToBf16(const float* src, float* dst, int64_t n) {
 // bits, so it is exact in float32 and only the float32 accumulation rounds: the result is cuBLAS's
 // bf16 GEMM (float32 compute) up to summation order. The scratch makes Matmul non-reentrant, as
 // every method already is (one caller at a time). kF32 calls cblas_sgemm on the operands as given.
+// The transformer kernels that need scratch (transformer_ops.h) get it from the object likewise,
+// counted in memory_stats the same way. Attention runs in float32 whatever the precision.
 class CpuKernels final : public Kernels {
  public:
   explicit CpuKernels(MatmulPrecision precision) : precision_(precision) {}
@@ -244,6 +249,154 @@ class CpuKernels final : public Kernels {
     }
   }
 
+  void Embedding(const void* ids, v1::DType ids_dtype, const float* table, float* out, int64_t n,
+                 int64_t table_rows, int64_t dim, int64_t row_offset) override {
+    cpu::Embedding(ids, ids_dtype, table, out, n, table_rows, dim, row_offset);
+  }
+
+  void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy, float* grad_table,
+                     int64_t n, int64_t table_rows, int64_t dim, int64_t row_offset) override {
+    GrowScratch(i64_scratch_, table_rows + n);
+    GrowScratch(f64_scratch_, dim);
+    cpu::EmbeddingGrad(ids, ids_dtype, dy, grad_table, n, table_rows, dim, row_offset,
+                       i64_scratch_.data(), f64_scratch_.data());
+  }
+
+  void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                 int64_t dim, float eps) override {
+    cpu::LayerNorm(x, gamma, beta, y, rows, dim, eps);
+  }
+
+  void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx,
+                     float* dgamma, float* dbeta, int64_t rows, int64_t dim,
+                     float eps) override {
+    GrowScratch(f64_scratch_, 2 * dim);
+    cpu::LayerNormGrad(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, f64_scratch_.data());
+  }
+
+  void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim,
+               float eps) override {
+    cpu::RmsNorm(x, gamma, y, rows, dim, eps);
+  }
+
+  void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                   int64_t rows, int64_t dim, float eps) override {
+    GrowScratch(f64_scratch_, dim);
+    cpu::RmsNormGrad(x, gamma, dy, dx, dgamma, rows, dim, eps, f64_scratch_.data());
+  }
+
+  void GeluTanh(const float* x, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      const double t = std::tanh(kSqrt2OverPi * (v + kGeluTanhCubic * v * v * v));
+      out[i] = static_cast<float>(0.5 * v * (1.0 + t));
+    }
+  }
+
+  // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+  void GeluTanhGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      const double t = std::tanh(kSqrt2OverPi * (v + kGeluTanhCubic * v * v * v));
+      const double du = kSqrt2OverPi * (1.0 + 3.0 * kGeluTanhCubic * v * v);
+      out[i] = static_cast<float>(dy[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * du));
+    }
+  }
+
+  void Silu(const float* x, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      out[i] = static_cast<float>(v / (1.0 + std::exp(-v)));
+    }
+  }
+
+  void SiluGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) {
+      const double v = x[i];
+      const double s = 1.0 / (1.0 + std::exp(-v));
+      out[i] = static_cast<float>(dy[i] * s * (1.0 + v * (1.0 - s)));
+    }
+  }
+
+  void Mul(const float* a, const float* b, float* out, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+  }
+
+  void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
+            int64_t head_dim, int64_t pos_offset, float theta, bool inverse) override {
+    GrowScratch(f32_scratch_, 3 * (head_dim / 2));
+    cpu::Rope(x, out, batch, seq, heads, head_dim, pos_offset, theta, inverse,
+              f32_scratch_.data());
+  }
+
+  void Attention(const float* q, const float* k, const float* v, float* out,
+                 const AttentionShape& shape) override {
+    GrowScratch(f32_scratch_, cpu::AttentionScratchSize(shape, /*grad=*/false));
+    cpu::Attention(q, k, v, out, shape, f32_scratch_.data());
+  }
+
+  void AttentionGrad(const float* q, const float* k, const float* v, const float* dout,
+                     float* dq, float* dk, float* dv, const AttentionShape& shape) override {
+    GrowScratch(f32_scratch_, cpu::AttentionScratchSize(shape, /*grad=*/true));
+    cpu::AttentionGrad(q, k, v, dout, dq, dk, dv, shape, f32_scratch_.data());
+  }
+
+  void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec,
+               const GlobalBox& box) override {
+    cpu::Dropout(x, out, n, spec, box);
+  }
+
+  // -inf for a row of no columns.
+  void RowMax(const float* logits, float* out, int64_t rows, int64_t cols) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits + r * cols;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t c = 0; c < cols; ++c) max = std::max(max, row[c]);
+      out[r] = max;
+    }
+  }
+
+  void CrossEntropyParts(const float* logits, const float* m, const void* targets,
+                         v1::DType targets_dtype, float* sumexp, float* tlogit, int64_t rows,
+                         int64_t cols, int64_t col_offset) override {
+    cpu::CrossEntropyParts(logits, m, targets, targets_dtype, sumexp, tlogit, rows, cols,
+                           col_offset);
+  }
+
+  void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
+                             v1::DType targets_dtype, const float* d_sumexp,
+                             const float* d_tlogit, float* dlogits, int64_t rows, int64_t cols,
+                             int64_t col_offset) override {
+    cpu::CrossEntropyPartsGrad(logits, m, targets, targets_dtype, d_sumexp, d_tlogit, dlogits,
+                               rows, cols, col_offset);
+  }
+
+  void CrossEntropyLoss(const float* sumexp, const float* m, const float* tlogit, float* out,
+                        int64_t rows, float scale) override {
+    double sum = 0.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += std::log(static_cast<double>(sumexp[r])) + m[r] - tlogit[r];
+    }
+    out[0] = static_cast<float>(scale * sum);
+  }
+
+  void CrossEntropyLossGrad(const float* sumexp, float* d_sumexp, float* d_tlogit, int64_t rows,
+                            float scale) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      d_sumexp[r] = scale / sumexp[r];
+      d_tlogit[r] = -scale;
+    }
+  }
+
+  void Positions(void* out, v1::DType dtype, int64_t outer, int64_t len,
+                 int64_t offset) override {
+    if (dtype == v1::I64) {
+      FillPositions(static_cast<int64_t*>(out), outer, len, offset);
+    } else {
+      FillPositions(static_cast<int32_t*>(out), outer, len, offset);
+    }
+  }
+
  private:
   // Half the address space: never satisfiable, and rounding it up cannot overflow.
   static constexpr int64_t kMaxAllocation = std::numeric_limits<int64_t>::max() / 2;
@@ -256,12 +409,21 @@ class CpuKernels final : public Kernels {
     std::fill_n(static_cast<Bits*>(dst), std::max<int64_t>(n, 0), bits);
   }
 
-  // Grows a Matmul scratch copy to at least n floats, counting its growth in memory_stats.
-  void GrowScratch(std::vector<float>& scratch, int64_t n) {
+  // out[o, t] = offset + t, in Int (int32_t or int64_t; I32 wraps as the cast does).
+  template <typename Int>
+  static void FillPositions(Int* out, int64_t outer, int64_t len, int64_t offset) {
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t t = 0; t < len; ++t) out[o * len + t] = static_cast<Int>(offset + t);
+    }
+  }
+
+  // Grows a scratch buffer to at least n elements, counting its growth in memory_stats.
+  template <typename T>
+  void GrowScratch(std::vector<T>& scratch, int64_t n) {
     if (static_cast<int64_t>(scratch.size()) >= n) return;
-    const int64_t before = static_cast<int64_t>(scratch.capacity() * sizeof(float));
+    const int64_t before = static_cast<int64_t>(scratch.capacity() * sizeof(T));
     scratch.resize(static_cast<size_t>(n));
-    const int64_t after = static_cast<int64_t>(scratch.capacity() * sizeof(float));
+    const int64_t after = static_cast<int64_t>(scratch.capacity() * sizeof(T));
     absl::MutexLock lock(&mu_);
     NoteInUseLocked(after - before);
   }
@@ -276,6 +438,10 @@ class CpuKernels final : public Kernels {
   // seen, so steady-state steps do not allocate.
   std::vector<float> a_bf16_;
   std::vector<float> b_bf16_;
+  // The transformer kernels' scratch (transformer_ops.h), kept and grown the same way.
+  std::vector<float> f32_scratch_;
+  std::vector<double> f64_scratch_;
+  std::vector<int64_t> i64_scratch_;
 
   // Guards the memory accounting only: Allocate and Free may be called from several threads
   // (Kernels methods otherwise have one caller at a time).

@@ -27,6 +27,46 @@ static_assert(static_cast<int>(cuda::ElementType::kF32) == v1::F32 &&
                   static_cast<int>(cuda::ElementType::kI32) == v1::I32 &&
                   static_cast<int>(cuda::ElementType::kI64) == v1::I64,
               "cuda::ElementType must number the types as weft.v1.DType does");
+static_assert(cuda::MaskBox::kMaxAxes == GlobalBox::kMaxAxes,
+              "cuda::MaskBox must hold every GlobalBox");
+
+// DropoutSpec as the kernels take it: the stream key and the keep factor (in float32, as the spec
+// says) worked out here.
+cuda::DropoutMask MaskOf(const DropoutSpec& spec) {
+  cuda::DropoutMask mask;
+  mask.p = spec.p;
+  mask.seed = spec.seed;
+  mask.stream_key = spec.StreamKey();
+  mask.keep_scale = 1.0f / (1.0f - spec.p);
+  return mask;
+}
+
+cuda::MaskBox MaskBoxOf(const GlobalBox& box) {
+  cuda::MaskBox mask_box;
+  mask_box.rank = box.rank;
+  for (int a = 0; a < GlobalBox::kMaxAxes; ++a) {
+    mask_box.global[a] = box.global[a];
+    mask_box.offsets[a] = box.offsets[a];
+    mask_box.lengths[a] = box.lengths[a];
+  }
+  return mask_box;
+}
+
+cuda::AttentionDims DimsOf(const AttentionShape& shape) {
+  cuda::AttentionDims dims;
+  dims.batch = shape.batch;
+  dims.seq = shape.seq;
+  dims.heads = shape.heads;
+  dims.kv_heads = shape.kv_heads;
+  dims.head_dim = shape.head_dim;
+  dims.scale = shape.scale;
+  dims.dropout = MaskOf(shape.dropout);
+  dims.global_batch = shape.global_batch;
+  dims.global_heads = shape.global_heads;
+  dims.batch_offset = shape.batch_offset;
+  dims.head_offset = shape.head_offset;
+  return dims;
+}
 
 // "<text> (<name>)": the wording of an initialization error.
 std::string Describe(cudaError_t err) {
@@ -296,12 +336,8 @@ class CudaKernels final : public Kernels {
                float scale) override {
     if (!Begin("MseLoss")) return;
     const int64_t partials = cuda::MseLossScratchSize(n);
-    double* scratch = MseScratch(partials);
-    if (partials > 0 && scratch == nullptr) {
-      Record(absl::ResourceExhaustedError(absl::StrCat(
-          "MseLoss: out of device memory for ", partials, " partial sums")));
-      return;
-    }
+    double* scratch = LossPartials(partials, "MseLoss");
+    if (partials > 0 && scratch == nullptr) return;
     cuda::MseLoss(pred, label, out, n, scale, scratch, stream_);
     CheckLaunch("MseLoss");
   }
@@ -373,7 +409,195 @@ class CudaKernels final : public Kernels {
     CheckLaunch("Unslice");
   }
 
+  // ---- Transformers
+
+  void Embedding(const void* ids, v1::DType ids_dtype, const float* table, float* out, int64_t n,
+                 int64_t table_rows, int64_t dim, int64_t row_offset) override {
+    if (!Begin("Embedding") || !IndexDType(ids_dtype, "Embedding")) return;
+    cuda::Embedding(ids, static_cast<cuda::ElementType>(ids_dtype), table, out, n, table_rows, dim,
+                    row_offset, stream_);
+    CheckLaunch("Embedding");
+  }
+
+  // Deterministic: a stable sort of the ids, then each table row adds its dy rows in order (no
+  // atomics). The sort's buffers are scratch for the call.
+  void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy, float* grad_table,
+                     int64_t n, int64_t table_rows, int64_t dim, int64_t row_offset) override {
+    if (!Begin("EmbeddingGrad") || !IndexDType(ids_dtype, "EmbeddingGrad")) return;
+    if (table_rows <= 0 || dim <= 0) return;
+    const int64_t bytes = cuda::EmbeddingGradScratchSize(n, table_rows);
+    void* scratch = Scratch(bytes, "EmbeddingGrad", "the sort of the ids");
+    if (bytes > 0 && scratch == nullptr) return;
+    Check(cuda::EmbeddingGrad(ids, static_cast<cuda::ElementType>(ids_dtype), dy, grad_table, n,
+                              table_rows, dim, row_offset, scratch, stream_),
+          "EmbeddingGrad", "cub::DeviceRadixSort::SortPairs");
+    CheckLaunch("EmbeddingGrad");
+    FreeScratch(scratch, "EmbeddingGrad");
+  }
+
+  void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                 int64_t dim, float eps) override {
+    if (!Begin("LayerNorm")) return;
+    cuda::LayerNorm(x, gamma, beta, y, rows, dim, eps, stream_);
+    CheckLaunch("LayerNorm");
+  }
+
+  void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                     float* dbeta, int64_t rows, int64_t dim, float eps) override {
+    if (!Begin("LayerNormGrad")) return;
+    double* stats = nullptr;
+    if (dgamma != nullptr || dbeta != nullptr) {
+      stats = static_cast<double*>(Scratch(RowStatsBytes(rows), "LayerNormGrad", "row statistics"));
+      if (rows > 0 && stats == nullptr) return;
+    }
+    cuda::LayerNormGrad(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, stats, stream_);
+    CheckLaunch("LayerNormGrad");
+    FreeScratch(stats, "LayerNormGrad");
+  }
+
+  void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim,
+               float eps) override {
+    if (!Begin("RmsNorm")) return;
+    cuda::RmsNorm(x, gamma, y, rows, dim, eps, stream_);
+    CheckLaunch("RmsNorm");
+  }
+
+  void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                   int64_t rows, int64_t dim, float eps) override {
+    if (!Begin("RmsNormGrad")) return;
+    double* stats = nullptr;
+    if (dgamma != nullptr) {
+      stats = static_cast<double*>(Scratch(RowStatsBytes(rows), "RmsNormGrad", "row statistics"));
+      if (rows > 0 && stats == nullptr) return;
+    }
+    cuda::RmsNormGrad(x, gamma, dy, dx, dgamma, rows, dim, eps, stats, stream_);
+    CheckLaunch("RmsNormGrad");
+    FreeScratch(stats, "RmsNormGrad");
+  }
+
+  void GeluTanh(const float* x, float* out, int64_t n) override {
+    if (!Begin("GeluTanh")) return;
+    cuda::GeluTanh(x, out, n, stream_);
+    CheckLaunch("GeluTanh");
+  }
+
+  void GeluTanhGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    if (!Begin("GeluTanhGrad")) return;
+    cuda::GeluTanhGrad(x, dy, out, n, stream_);
+    CheckLaunch("GeluTanhGrad");
+  }
+
+  void Silu(const float* x, float* out, int64_t n) override {
+    if (!Begin("Silu")) return;
+    cuda::Silu(x, out, n, stream_);
+    CheckLaunch("Silu");
+  }
+
+  void SiluGrad(const float* x, const float* dy, float* out, int64_t n) override {
+    if (!Begin("SiluGrad")) return;
+    cuda::SiluGrad(x, dy, out, n, stream_);
+    CheckLaunch("SiluGrad");
+  }
+
+  void Mul(const float* a, const float* b, float* out, int64_t n) override {
+    if (!Begin("Mul")) return;
+    cuda::Mul(a, b, out, n, stream_);
+    CheckLaunch("Mul");
+  }
+
+  void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
+            int64_t head_dim, int64_t pos_offset, float theta, bool inverse) override {
+    if (!Begin("Rope")) return;
+    cuda::Rope(x, out, batch, seq, heads, head_dim, pos_offset, theta, inverse, stream_);
+    CheckLaunch("Rope");
+  }
+
+  void Attention(const float* q, const float* k, const float* v, float* out,
+                 const AttentionShape& shape) override {
+    if (!Begin("Attention")) return;
+    cuda::Attention(q, k, v, out, DimsOf(shape), stream_);
+    CheckLaunch("Attention");
+  }
+
+  // The per-query-row statistics the two kernels share are scratch for the call.
+  void AttentionGrad(const float* q, const float* k, const float* v, const float* dout, float* dq,
+                     float* dk, float* dv, const AttentionShape& shape) override {
+    if (!Begin("AttentionGrad")) return;
+    const cuda::AttentionDims dims = DimsOf(shape);
+    const int64_t count = cuda::AttentionGradScratchSize(dims);
+    auto* stats = static_cast<double*>(Scratch(count * static_cast<int64_t>(sizeof(double)),
+                                               "AttentionGrad", "row statistics"));
+    if (count > 0 && stats == nullptr) return;
+    cuda::AttentionGrad(q, k, v, dout, dq, dk, dv, dims, stats, stream_);
+    CheckLaunch("AttentionGrad");
+    FreeScratch(stats, "AttentionGrad");
+  }
+
+  void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec,
+               const GlobalBox& box) override {
+    if (!Begin("Dropout")) return;
+    cuda::Dropout(x, out, n, MaskOf(spec), MaskBoxOf(box), stream_);
+    CheckLaunch("Dropout");
+  }
+
+  void RowMax(const float* logits, float* out, int64_t rows, int64_t cols) override {
+    if (!Begin("RowMax")) return;
+    cuda::RowMax(logits, out, rows, cols, stream_);
+    CheckLaunch("RowMax");
+  }
+
+  void CrossEntropyParts(const float* logits, const float* m, const void* targets,
+                         v1::DType targets_dtype, float* sumexp, float* tlogit, int64_t rows,
+                         int64_t cols, int64_t col_offset) override {
+    if (!Begin("CrossEntropyParts") || !IndexDType(targets_dtype, "CrossEntropyParts")) return;
+    cuda::CrossEntropyParts(logits, m, targets, static_cast<cuda::ElementType>(targets_dtype),
+                            sumexp, tlogit, rows, cols, col_offset, stream_);
+    CheckLaunch("CrossEntropyParts");
+  }
+
+  void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
+                             v1::DType targets_dtype, const float* d_sumexp,
+                             const float* d_tlogit, float* dlogits, int64_t rows, int64_t cols,
+                             int64_t col_offset) override {
+    if (!Begin("CrossEntropyPartsGrad") ||
+        !IndexDType(targets_dtype, "CrossEntropyPartsGrad")) {
+      return;
+    }
+    cuda::CrossEntropyPartsGrad(logits, m, targets, static_cast<cuda::ElementType>(targets_dtype),
+                                d_sumexp, d_tlogit, dlogits, rows, cols, col_offset, stream_);
+    CheckLaunch("CrossEntropyPartsGrad");
+  }
+
+  void CrossEntropyLoss(const float* sumexp, const float* m, const float* tlogit, float* out,
+                        int64_t rows, float scale) override {
+    if (!Begin("CrossEntropyLoss")) return;
+    const int64_t partials = cuda::CrossEntropyLossScratchSize(rows);
+    double* scratch = LossPartials(partials, "CrossEntropyLoss");
+    if (partials > 0 && scratch == nullptr) return;
+    cuda::CrossEntropyLoss(sumexp, m, tlogit, out, rows, scale, scratch, stream_);
+    CheckLaunch("CrossEntropyLoss");
+  }
+
+  void CrossEntropyLossGrad(const float* sumexp, float* d_sumexp, float* d_tlogit, int64_t rows,
+                            float scale) override {
+    if (!Begin("CrossEntropyLossGrad")) return;
+    cuda::CrossEntropyLossGrad(sumexp, d_sumexp, d_tlogit, rows, scale, stream_);
+    CheckLaunch("CrossEntropyLossGrad");
+  }
+
+  void Positions(void* out, v1::DType dtype, int64_t outer, int64_t len,
+                 int64_t offset) override {
+    if (!Begin("Positions") || !IndexDType(dtype, "Positions")) return;
+    cuda::Positions(out, static_cast<cuda::ElementType>(dtype), outer, len, offset, stream_);
+    CheckLaunch("Positions");
+  }
+
  private:
+  // LayerNormGrad's and RmsNormGrad's per-row (mean, rstd), in bytes.
+  static int64_t RowStatsBytes(int64_t rows) {
+    return 2 * std::max<int64_t>(rows, 0) * static_cast<int64_t>(sizeof(double));
+  }
+
   // False, with INVALID_ARGUMENT recorded, for a number that is not a v1::DType (proto3 enums
   // are open).
   bool KnownDType(v1::DType dtype, const char* op) {
@@ -432,16 +656,44 @@ class CudaKernels final : public Kernels {
   // cudaFree waits for the whole device, so no queued kernel still uses the block.
   void RawFree(void* p) { Check(cudaFree(p), "Free", "cudaFree"); }
 
-  // At least `count` doubles for MseLoss's partial sums, grown when too small; null when out of
-  // memory.
-  double* MseScratch(int64_t count) {
-    if (count <= mse_scratch_count_) return mse_scratch_;
-    // The old block may go back at once: its last MseLoss is queued ahead on stream_.
-    Record(allocator_->Free(mse_scratch_), "MseLoss");
-    mse_scratch_ = static_cast<double*>(
+  // At least `count` doubles for a loss's partial sums (MseLoss, CrossEntropyLoss), kept and grown
+  // when too small; null, with RESOURCE_EXHAUSTED recorded for `op`, when out of memory.
+  double* LossPartials(int64_t count, const char* op) {
+    if (count <= loss_partials_count_) return loss_partials_;
+    // The old block may go back at once: its last loss is queued ahead on stream_.
+    Record(allocator_->Free(loss_partials_), op);
+    loss_partials_ = static_cast<double*>(
         allocator_->Allocate(static_cast<size_t>(count) * sizeof(double)));
-    mse_scratch_count_ = mse_scratch_ == nullptr ? 0 : count;
-    return mse_scratch_;
+    loss_partials_count_ = loss_partials_ == nullptr ? 0 : count;
+    if (loss_partials_ == nullptr) {
+      Record(absl::ResourceExhaustedError(
+          absl::StrCat(op, ": out of device memory for ", count, " partial sums")));
+    }
+    return loss_partials_;
+  }
+
+  // A scratch block of `bytes` for one call of `op` (null for 0 bytes); hand it back with
+  // FreeScratch right after the op's last enqueue: any later user of the block is queued on
+  // stream_ behind the op. Null, with RESOURCE_EXHAUSTED recorded, when out of memory.
+  void* Scratch(int64_t bytes, const char* op, const char* what) {
+    if (bytes <= 0) return nullptr;
+    void* p = allocator_->Allocate(static_cast<size_t>(bytes));
+    if (p == nullptr) {
+      Record(absl::ResourceExhaustedError(
+          absl::StrCat(op, ": out of device memory for ", what, " (", bytes, " bytes)")));
+    }
+    return p;
+  }
+  void FreeScratch(void* p, const char* op) { Record(allocator_->Free(p), op); }
+
+  // False, with INVALID_ARGUMENT recorded, unless dtype is an index type (I32 or I64).
+  bool IndexDType(v1::DType dtype, const char* op) {
+    if (dtype == v1::I32 || dtype == v1::I64) return true;
+    const std::string name = v1::DType_IsValid(dtype) ? v1::DType_Name(dtype)
+                                                       : absl::StrCat(static_cast<int>(dtype));
+    Record(absl::InvalidArgumentError(
+        absl::StrCat(op, ": indices must be I32 or I64, not ", name)));
+    return false;
   }
 
   const int device_;
@@ -453,8 +705,8 @@ class CudaKernels final : public Kernels {
   // Owns every device block; its raw functions use the members above, so it is declared after
   // them and released first, explicitly, in the destructor.
   std::unique_ptr<CachingAllocator> allocator_;
-  double* mse_scratch_ = nullptr;  // from allocator_
-  int64_t mse_scratch_count_ = 0;
+  double* loss_partials_ = nullptr;  // from allocator_
+  int64_t loss_partials_count_ = 0;
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The CUDA kernels of every Kernels op but Matmul (cuBLAS), as plain launchers: device pointers,
 // int64_t sizes and the stream to enqueue on. A launcher returns as soon as the work is queued and
-// reports nothing; the caller checks cudaGetLastError() after it. A launcher with no elements to
-// write launches nothing (MseLoss still writes its one output). Semantics are those of
+// reports nothing (EmbeddingGrad also returns what CUB's sort returned); the caller checks
+// cudaGetLastError() after it. A launcher with no elements to write launches nothing (MseLoss and
+// CrossEntropyLoss still write their one output). Scratch a launcher needs comes from the caller
+// (the backend's caching allocator), sized by the launcher's ...ScratchSize function. Semantics are those of
 // worker/kernels/kernels.h and the CPU backend (cpu/cpu_kernels.cc), which the CUDA backend must
 // match within float rounding.
 //
@@ -17,6 +19,8 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "worker/kernels/cuda/dropout_mask.h"
 
 namespace weft::cuda {
 
@@ -107,6 +111,127 @@ void Unslice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t 
 // integers to floats round to nearest. Unknown types launch nothing.
 void Cast(const void* in, ElementType from, void* out, ElementType to, int64_t n,
           cudaStream_t stream);
+
+// ---- Transformers (kernels.h's section of that name). Row reductions run one block per row and
+// add in double by a fixed tree, so results do not depend on scheduling; ids and targets are
+// kI32 or kI64 (anything else launches nothing).
+
+// out[r, :] = table[ids[r] - row_offset, :] when that row is in [0, table_rows), else zeros.
+void Embedding(const void* ids, ElementType ids_type, const float* table, float* out, int64_t n,
+               int64_t table_rows, int64_t dim, int64_t row_offset, cudaStream_t stream);
+
+// The bytes of scratch EmbeddingGrad needs for n ids and table_rows rows.
+int64_t EmbeddingGradScratchSize(int64_t n, int64_t table_rows);
+
+// grad_table[row, :] = the sum of dy[r, :] over the r whose ids[r] - row_offset is row, in
+// ascending r, in double; zeros for rows no id falls on. Deterministic (no atomics): the ids are
+// stably sorted by row with CUB, then each table row adds its run of the sorted ids in order.
+// scratch: EmbeddingGradScratchSize(n, table_rows) bytes of device memory. Returns the sort's
+// error, if any.
+cudaError_t EmbeddingGrad(const void* ids, ElementType ids_type, const float* dy,
+                          float* grad_table, int64_t n, int64_t table_rows, int64_t dim,
+                          int64_t row_offset, void* scratch, cudaStream_t stream);
+
+// y = (x - mean) / sqrt(var + eps) * gamma + beta per row of [rows, dim], in double.
+void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+               int64_t dim, float eps, cudaStream_t stream);
+
+// LayerNorm's VJP: dx, and dgamma[c] = sum_r dy xhat, dbeta[c] = sum_r dy (each skipped when
+// null; the column sums in double in a fixed order, as BiasGrad's). row_stats: 2 * rows doubles
+// of scratch (each row's mean and 1/sqrt(var + eps)) when dgamma or dbeta is given, else unused.
+void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                   float* dbeta, int64_t rows, int64_t dim, float eps, double* row_stats,
+                   cudaStream_t stream);
+
+// y = x / sqrt(mean(x^2) + eps) * gamma per row, in double.
+void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim, float eps,
+             cudaStream_t stream);
+
+// RmsNorm's VJP: dx, and dgamma[c] = sum_r dy x / rms (skipped when null). row_stats as
+// LayerNormGrad's.
+void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
+                 int64_t rows, int64_t dim, float eps, double* row_stats, cudaStream_t stream);
+
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) and its VJP, in double.
+void GeluTanh(const float* x, float* out, int64_t n, cudaStream_t stream);
+void GeluTanhGrad(const float* x, const float* dy, float* out, int64_t n, cudaStream_t stream);
+
+// x * sigmoid(x) and its VJP dy * s * (1 + x (1 - s)), in double.
+void Silu(const float* x, float* out, int64_t n, cudaStream_t stream);
+void SiluGrad(const float* x, const float* dy, float* out, int64_t n, cudaStream_t stream);
+
+// out = a * b. out may alias a or b.
+void Mul(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+
+// Rotary embedding of x [batch, seq, heads, head_dim], rotate-half convention, at positions
+// pos_offset + t; inverse rotates by -angle. inv_freq and the angle are float32 as Hugging Face
+// computes them; pow, cos and sin are evaluated in double and rounded to float (the correctly
+// rounded powf, cosf and sinf, almost always). out must not alias x.
+void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
+          int64_t head_dim, int64_t pos_offset, float theta, bool inverse, cudaStream_t stream);
+
+// AttentionShape (kernels.h) with its dropout worked out on the host.
+struct AttentionDims {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  DropoutMask dropout;
+  int64_t global_batch = 0, global_heads = 0, batch_offset = 0, head_offset = 0;
+};
+
+// Causal attention, one block per query row (b, h, i): the row's maximum score, then the
+// probabilities a tile of keys at a time, weighting v. Scores, sums and the weighted sum in double,
+// each in a fixed order. head_dim is limited by shared memory (12 bytes per element, 48 KiB).
+void Attention(const float* q, const float* k, const float* v, float* out,
+               const AttentionDims& dims, cudaStream_t stream);
+
+// The doubles of scratch AttentionGrad needs: 3 per query row (its max, softmax sum and
+// dout . out).
+int64_t AttentionGradScratchSize(const AttentionDims& dims);
+
+// Attention's VJP, recomputing the probabilities: one block per query row writes dq and the row's
+// statistics into scratch, then one block per key row (b, kv head, j) sums dk and dv over the
+// query heads of its group and the rows i >= j, in order. No atomics. head_dim is limited by
+// shared memory (24 bytes per element, 48 KiB).
+void AttentionGrad(const float* q, const float* k, const float* v, const float* dout, float* dq,
+                   float* dk, float* dv, const AttentionDims& dims, double* scratch,
+                   cudaStream_t stream);
+
+// out[i] = x[i] * mask.keep_scale when mask keeps element GlobalIndex(box, i), else 0; out = x
+// when the mask is inactive (p = 0). out may alias x.
+void Dropout(const float* x, float* out, int64_t n, const DropoutMask& mask, const MaskBox& box,
+             cudaStream_t stream);
+
+// out[r] = max_c logits[r, c] (-inf for no columns).
+void RowMax(const float* logits, float* out, int64_t rows, int64_t cols, cudaStream_t stream);
+
+// sumexp[r] = sum_c exp(logits[r, c] - m[r]) in double; tlogit[r] = logits[r, targets[r] -
+// col_offset] when that column is in [0, cols), else 0.
+void CrossEntropyParts(const float* logits, const float* m, const void* targets,
+                       ElementType targets_type, float* sumexp, float* tlogit, int64_t rows,
+                       int64_t cols, int64_t col_offset, cudaStream_t stream);
+
+// dlogits[r, c] = d_sumexp[r] * exp(logits[r, c] - m[r]), plus d_tlogit[r] at the target's column
+// when it is in this shard; in double, rounded once.
+void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
+                           ElementType targets_type, const float* d_sumexp,
+                           const float* d_tlogit, float* dlogits, int64_t rows, int64_t cols,
+                           int64_t col_offset, cudaStream_t stream);
+
+// The number of doubles of scratch CrossEntropyLoss needs for `rows` rows (as MseLoss's).
+int64_t CrossEntropyLossScratchSize(int64_t rows);
+
+// out[0] = scale * sum_r (log(sumexp[r]) + m[r] - tlogit[r]), in double, by MseLoss's two
+// stages (deterministic for a given rows).
+void CrossEntropyLoss(const float* sumexp, const float* m, const float* tlogit, float* out,
+                      int64_t rows, float scale, double* scratch, cudaStream_t stream);
+
+// d_sumexp[r] = scale / sumexp[r]; d_tlogit[r] = -scale.
+void CrossEntropyLossGrad(const float* sumexp, float* d_sumexp, float* d_tlogit, int64_t rows,
+                          float scale, cudaStream_t stream);
+
+// out viewed [outer, len] of `type` (kI32 or kI64): out[o, t] = offset + t.
+void Positions(void* out, ElementType type, int64_t outer, int64_t len, int64_t offset,
+               cudaStream_t stream);
 
 }  // namespace weft::cuda
 

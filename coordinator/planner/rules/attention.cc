@@ -1,0 +1,91 @@
+// attention: causal softmax attention, q [B, T, H, D], k and v [B, T, KVH, D] -> out [B, T, H, D];
+// q head h reads kv head h / (H / KVH). A query needs every key of its (batch, head) up to its
+// own position, so T and D are never split. Per mesh dim:
+//   q[R],    k[R],    v[R]    -> out[R]
+//   q[S(0)], k[S(0)], v[S(0)] -> out[S(0)]     the batch split
+//   q[S(2)], k[S(2)], v[S(2)] -> out[S(2)]     heads split (Megatron), only where every rank's
+//                                              query heads read exactly its own kv heads at any
+//                                              nesting: H == KVH (see SplitsHeads)
+//   q[R],    k[R],    v[P]    -> out[P]        linear in v
+// attention_grad: (q, k, v, dout) -> (dq, dk, dv), the same splits; dout[P] with the rest R gives
+// (P, P, P): the gradients are linear in dout.
+// VJP: (dq, dk, dv) = attention_grad(q, k, v, dout), the same scale and dropout.
+#include "common/dist_attr.h"
+#include "common/status.h"
+#include "coordinator/planner/autodiff.h"
+#include "coordinator/planner/rules/rules.h"
+
+namespace weft::planner {
+namespace {
+
+absl::Status CheckShapes(const Shape& q, const Shape& k, const Shape& v) {
+  if (q.size() != 4 || k.size() != 4 || k != v || q[0] != k[0] || q[1] != k[1] || q[3] != k[3] ||
+      k[2] <= 0 || q[2] % k[2] != 0) {
+    return absl::InvalidArgumentError(
+        "attention takes q [B, T, H, D] and k, v [B, T, KVH, D] with H a multiple of KVH");
+  }
+  return absl::OkStatus();
+}
+
+// Whether a mesh dim of n members may split the heads. A dim's strategies cannot see the other
+// dims, and a grouped (H > KVH) split that aligns on each dim alone misaligns where two dims nest
+// it (H 4 over KVH 2 on [2, 2]: the second split leaves a rank one q head and no kv head). Equal
+// head counts split alike at any depth; grouped heads stay whole until the rule sees the nesting.
+bool SplitsHeads(int64_t heads, int64_t kv_heads, int64_t n) {
+  return heads == kv_heads && HeadsAlign(heads, kv_heads, n);
+}
+
+absl::StatusOr<std::vector<DimStrategy>> AttentionStrategies(const OpSignature& sig) {
+  if (sig.input_shapes.size() != 3 || sig.output_shapes.size() != 1) {
+    return absl::InvalidArgumentError("attention takes q, k, v and gives 1 output");
+  }
+  const Shape& q = sig.input_shapes[0];
+  RETURN_IF_ERROR(CheckShapes(q, sig.input_shapes[1], sig.input_shapes[2]));
+  const Placement R = Placement::Replicate(), B = Placement::Shard(0), H = Placement::Shard(2);
+  std::vector<DimStrategy> out = {{{R, R, R}, {R}}, {{B, B, B}, {B}}};
+  if (SplitsHeads(q[2], sig.input_shapes[1][2], sig.dim_size)) out.push_back({{H, H, H}, {H}});
+  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
+    out.push_back({{R, R, Placement::Partial(r)}, {Placement::Partial(r)}});
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DimStrategy>> AttentionGradStrategies(const OpSignature& sig) {
+  if (sig.input_shapes.size() != 4 || sig.output_shapes.size() != 3 ||
+      sig.input_shapes[3] != sig.input_shapes[0]) {
+    return absl::InvalidArgumentError("attention_grad takes q, k, v, dout and gives dq, dk, dv");
+  }
+  const Shape& q = sig.input_shapes[0];
+  RETURN_IF_ERROR(CheckShapes(q, sig.input_shapes[1], sig.input_shapes[2]));
+  const Placement R = Placement::Replicate(), B = Placement::Shard(0), H = Placement::Shard(2);
+  std::vector<DimStrategy> out = {{{R, R, R, R}, {R, R, R}}, {{B, B, B, B}, {B, B, B}}};
+  if (SplitsHeads(q[2], sig.input_shapes[1][2], sig.dim_size)) {
+    out.push_back({{H, H, H, H}, {H, H, H}});
+  }
+  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
+    const Placement P = Placement::Partial(r);
+    out.push_back({{R, R, R, P}, {P, P, P}});
+  }
+  return out;
+}
+
+absl::Status AttentionVjp(GradBuilder& b) {
+  const Op& op = b.op();
+  std::vector<int> in = op.inputs;  // q, k, v
+  ASSIGN_OR_RETURN(std::vector<int> grads,
+                   b.EmitMulti("attention_grad", {in[0], in[1], in[2], b.out_grad(0)}, in,
+                               op.attrs));
+  for (int i = 0; i < 3; ++i) {
+    if (b.needs_grad(i)) b.set_input_grad(i, grads[i]);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RegisterAttentionRules(RuleRegistry* registry) {
+  RETURN_IF_ERROR(registry->Register("attention", {AttentionStrategies, AttentionVjp}));
+  return registry->Register("attention_grad", {AttentionGradStrategies, nullptr});
+}
+
+}  // namespace weft::planner

@@ -1,0 +1,495 @@
+// GPT-2 and Llama end to end through the real daemons: a token file (llm.c format, written here),
+// parameters from a Hugging Face-named safetensors file in Hugging Face's layouts (gpt2's with
+// the "transformer." prefix its files carry), trained on 1 rank, dp = 2, mp = 2 with the Megatron
+// plan, the same with sequence parallelism, pp = 2 (1F1B and FThenB), dp = 2 x mp = 2 and
+// pp = 2 x mp = 2 with sequence parallelism. Per-step losses
+// agree within 1e-5 of the 1-rank run and 1e-4 of the independent float64 reference
+// (tests/transformer_reference), and so do the final parameters, read from each run's last
+// checkpoint. With gpt2's dropout on, 1 rank, dp = 2 and mp = 2 agree too: the masks depend on
+// the global element, not on who computes it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/checkpoint/directory.h"
+#include "common/checkpoint/reader.h"
+#include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
+#include "tests/mlp_reference.h"
+#include "tests/process.h"
+#include "tests/transformer_reference.h"
+#include "nlohmann/json.hpp"
+
+namespace weft::testing {
+namespace {
+
+constexpr int kBatch = 4, kSeq = 8, kSteps = 4, kVocab = 32;
+constexpr uint64_t kSeed = 11;
+
+// An llm.c token file: 256 int32 header (magic 20240520, version 1, token count), uint16 tokens.
+void WriteLlmcTokens(const std::string& path, const std::vector<int32_t>& tokens) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 256 * sizeof(int32_t));
+  for (int32_t t : tokens) {
+    const uint16_t v = static_cast<uint16_t>(t);
+    out.write(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+}
+
+struct TransformerJob {
+  std::string arch;
+  RefTransformerConfig config;
+  std::string config_yaml;  // model.config as a flow mapping
+  std::string dir;
+  std::vector<int32_t> tokens;
+  std::map<std::string, std::vector<double>> init;  // HF name -> values in HF layout
+  RefOptimizer optimizer;
+
+  static TransformerJob Create(const std::string& arch, double dropout = 0.0) {
+    TransformerJob job;
+    job.arch = arch;
+    RefTransformerConfig& c = job.config;
+    c.arch = arch;
+    c.vocab_size = kVocab;
+    std::ostringstream y;
+    if (arch == "gpt2") {
+      c.n_positions = 16;
+      c.n_embd = 16;
+      c.n_layer = 2;
+      c.n_head = 4;
+      c.layer_norm_epsilon = 1e-5;
+      c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
+      y << "{vocab_size: " << kVocab << ", n_positions: 16, n_embd: 16, n_layer: 2, n_head: 4, "
+        << "layer_norm_epsilon: 1.0e-5, embd_pdrop: " << dropout << ", attn_pdrop: " << dropout
+        << ", resid_pdrop: " << dropout << "}";
+    } else {
+      c.hidden_size = 16;
+      c.intermediate_size = 24;
+      c.num_hidden_layers = 2;
+      c.num_attention_heads = 4;
+      c.num_key_value_heads = 2;
+      c.rms_norm_eps = 1e-5;
+      c.rope_theta = 10000.0;
+      c.tie_word_embeddings = false;
+      y << "{vocab_size: " << kVocab << ", hidden_size: 16, intermediate_size: 24, "
+        << "num_hidden_layers: 2, num_attention_heads: 4, num_key_value_heads: 2, "
+        << "rms_norm_eps: 1.0e-5, rope_theta: 10000.0, max_position_embeddings: 16, "
+        << "tie_word_embeddings: false, attention_dropout: 0.0}";
+    }
+    job.config_yaml = y.str();
+    job.dir = MakeTempDir("transformer-" + arch);
+    // 3 batches and a bit: step 4 wraps around to the first samples.
+    job.tokens.resize(3 * kBatch * kSeq + 5);
+    for (size_t i = 0; i < job.tokens.size(); ++i) {
+      job.tokens[i] = static_cast<int32_t>((i * 7 + (i * i) % 13) % kVocab);
+    }
+    WriteLlmcTokens(job.dir + "/train.bin", job.tokens);
+
+    RefTransformer model(c);
+    model.SetTestParams(/*seed=*/100, /*scale=*/0.3);
+    job.init = model.params;
+    std::vector<NamedTensor> file;
+    for (const RefParamShape& s : model.ParamShapes()) {
+      const std::string name = arch == "gpt2" ? "transformer." + s.name : s.name;
+      file.push_back({name, s.shape, model.params.at(s.name)});
+    }
+    WriteSafetensorsF32(job.dir + "/init.safetensors", file);
+    job.optimizer.lr = 0.01;
+    job.optimizer.weight_decay = 0.01;
+    return job;
+  }
+
+  // The spec of case `name` on `mesh`; `data_extra` goes into data's mapping, `extra` at the top.
+  std::string WriteSpec(const std::string& name, const std::string& mesh,
+                        const std::string& data_extra = "", const std::string& extra = "",
+                        const std::string& init_from = "init.safetensors") const {
+    std::ostringstream s;
+    s << "name: " << arch << "-" << name << "\n"
+      << "mesh: " << mesh << "\n"
+      << "model: {arch: " << arch << ", config: " << config_yaml << "}\n"
+      << "data: {source: tokens, path: train.bin, seq_len: " << kSeq
+      << ", batch_size: " << kBatch << data_extra << "}\n"
+      << "optimizer: {type: adamw, lr: 0.01, betas: [0.9, 0.999], eps: 1.0e-8, "
+         "weight_decay: 0.01}\n"
+      << "train: {steps: " << kSteps << ", seed: " << kSeed << "}\n"
+      << "init_from: " << init_from << "\n"
+      << "checkpoint: {dir: ckpt-" << name << ", every: " << kSteps << "}\n"
+      << extra;
+    const std::string path = dir + "/" + name + ".yaml";
+    std::ofstream(path) << s.str();
+    return path;
+  }
+
+  // The float64 reference: per-step losses, and the parameters after the last step.
+  std::vector<double> Reference(std::map<std::string, std::vector<double>>* final_params) const {
+    RefTransformer model(config);
+    model.params = init;
+    std::vector<double> losses = model.Train(tokens, kBatch, kSeq, kSteps, optimizer, kSeed);
+    *final_params = model.params;
+    return losses;
+  }
+
+  // Every parameter of case `name`'s last checkpoint, by HF name (row-major: the graph's layout
+  // holds the same elements in the same order as HF's).
+  std::map<std::string, std::vector<double>> FinalParams(const std::string& name) const {
+    std::map<std::string, std::vector<double>> out;
+    auto step_dir = checkpoint::ResolveStepDir(dir + "/ckpt-" + name);
+    EXPECT_TRUE(step_dir.ok()) << step_dir.status();
+    if (!step_dir.ok()) return out;
+    auto reader = checkpoint::CheckpointReader::Open(*step_dir);
+    EXPECT_TRUE(reader.ok()) << reader.status();
+    if (!reader.ok()) return out;
+    EXPECT_EQ(reader->index().step, kSteps);
+    for (const auto& [tensor, _] : init) {
+      auto it = reader->index().tensors.find(tensor);
+      EXPECT_NE(it, reader->index().tensors.end()) << name << ": no " << tensor;
+      if (it == reader->index().tensors.end()) continue;
+      const std::vector<int64_t>& shape = it->second.global_shape;
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      std::vector<float> values(static_cast<size_t>(n));
+      absl::Status s = reader->ReadBox(tensor, std::vector<int64_t>(shape.size(), 0), shape,
+                                       values.data());
+      EXPECT_TRUE(s.ok()) << s;
+      out[tensor].assign(values.begin(), values.end());
+    }
+    return out;
+  }
+};
+
+struct Case {
+  std::string name;
+  std::string mesh;
+  int ranks;
+  std::string data_extra;
+  std::string extra;
+};
+
+const std::vector<Case>& Cases() {
+  static const auto* cases = new std::vector<Case>{
+      {"dp2", "{shape: [2], dim_names: [dp]}", 2, ", placements: {dp: Shard(0)}", ""},
+      {"mp2", "{shape: [2], dim_names: [mp]}", 2, "",
+       "parallelize: {mp: {dim: mp, plan: megatron}}\n"},
+      {"mp2_sp", "{shape: [2], dim_names: [mp]}", 2, "",
+       "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n"},
+      {"pp2", "{shape: [2], dim_names: [pp]}", 2, "",
+       "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\n"},
+      {"dp2_mp2", "{shape: [2, 2], dim_names: [dp, mp]}", 4, ", placements: {dp: Shard(0)}",
+       "parallelize: {mp: {dim: mp, plan: megatron}}\n"},
+      {"pp2_fthenb", "{shape: [2], dim_names: [pp]}", 2, "",
+       "pipeline: {dim: pp, schedule: FThenB, micro_batches: 4}\n"},
+      {"pp2_mp2_sp", "{shape: [2, 2], dim_names: [pp, mp]}", 4, "",
+       "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\n"
+       "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n"},
+  };
+  return *cases;
+}
+
+// Elements whose gradient is exactly zero in exact arithmetic: gpt2's key bias (c_attn.bias
+// [3, H, D], block 1) adds q . b_k to every score of a row, which the softmax cancels. Their
+// computed gradient is round-off, which AdamW normalizes into steps of up to lr in either
+// direction, in float32 and float64 alike; they are only checked to have moved at most that.
+bool ZeroGradient(const std::string& name, size_t i, size_t n) {
+  const std::string suffix = "attn.c_attn.bias";
+  return name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 && i >= n / 3 &&
+         i < 2 * n / 3;
+}
+
+// Per element: |got - want| <= 1e-4 * max(1, |want|). AdamW's first steps move each parameter
+// by about lr; float32 against float64 stays far inside this.
+void ExpectParamsNear(const std::map<std::string, std::vector<double>>& got,
+                      const std::map<std::string, std::vector<double>>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [name, w] : want) {
+    auto it = got.find(name);
+    ASSERT_NE(it, got.end()) << what << ": " << name;
+    ASSERT_EQ(it->second.size(), w.size()) << what << ": " << name;
+    int bad = 0;
+    for (size_t i = 0; i < w.size() && bad < 3; ++i) {
+      const double tolerance = ZeroGradient(name, i, w.size())
+                                   ? 2.0 * kSteps * 0.01  // both moved by at most lr per step
+                                   : 1e-4 * std::max(1.0, std::abs(w[i]));
+      if (std::abs(it->second[i] - w[i]) > tolerance) {
+        ADD_FAILURE() << what << ": " << name << "[" << i << "] " << it->second[i] << " vs "
+                      << w[i];
+        ++bad;
+      }
+    }
+  }
+}
+
+class TransformerTest : public SharedClusterSuite<::testing::TestWithParam<std::string>, 4> {
+ protected:
+  struct Baseline {
+    std::unique_ptr<TransformerJob> job;
+    std::vector<double> reference, one;
+    std::map<std::string, std::vector<double>> reference_params, one_params;
+  };
+
+  // Each architecture's job, reference and 1-rank run, once for all its cases.
+  static Baseline& BaselineOf(const std::string& arch) {
+    static auto* baselines = new std::map<std::string, Baseline>();
+    Baseline& b = (*baselines)[arch];
+    if (b.job == nullptr) {
+      b.job = std::make_unique<TransformerJob>(TransformerJob::Create(arch));
+      b.reference = b.job->Reference(&b.reference_params);
+      b.one = RunClusterLosses(*cluster_,
+                               b.job->WriteSpec("one", "{shape: [1], dim_names: [dp]}"), kSteps);
+      b.one_params = b.job->FinalParams("one");
+    }
+    return b;
+  }
+};
+
+TEST_P(TransformerTest, OneRankMatchesTheFloat64Reference) {
+  Baseline& b = BaselineOf(GetParam());
+  ASSERT_EQ(b.one.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s) {
+    EXPECT_LE(RelDiff(b.one[s], b.reference[s]), 1e-4)
+        << "step " << s + 1 << ": " << b.one[s] << " vs float64 " << b.reference[s];
+  }
+  // The loss starts near log(V) and falls.
+  EXPECT_NEAR(b.reference[0], std::log(static_cast<double>(kVocab)), 0.5);
+  EXPECT_LT(b.one.back(), b.one.front());
+  ExpectParamsNear(b.one_params, b.reference_params, "1 rank");
+}
+
+TEST_P(TransformerTest, EveryParallelismMatchesOneRank) {
+  Baseline& b = BaselineOf(GetParam());
+  for (const Case& c : Cases()) {
+    SCOPED_TRACE(GetParam() + " " + c.name);
+    const std::vector<double> losses = RunClusterLosses(
+        *cluster_, b.job->WriteSpec(c.name, c.mesh, c.data_extra, c.extra), kSteps);
+    ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_LE(RelDiff(losses[s], b.one[s]), 1e-5)
+          << "step " << s + 1 << ": " << losses[s] << " vs 1 rank " << b.one[s];
+      EXPECT_LE(RelDiff(losses[s], b.reference[s]), 1e-4)
+          << "step " << s + 1 << ": " << losses[s] << " vs float64 " << b.reference[s];
+    }
+    ExpectParamsNear(b.job->FinalParams(c.name), b.reference_params, c.name);
+  }
+}
+
+// `weftctl ckpt export --format hf` of the 1-rank run's last checkpoint writes Hugging Face's
+// names, layouts and config.json; a job starting from that file starts where one starting from the
+// checkpoint does: the same first-step loss, bit for bit.
+TEST_P(TransformerTest, HuggingFaceExportRoundTrips) {
+  Baseline& b = BaselineOf(GetParam());
+  std::filesystem::create_directories(b.job->dir + "/hf");
+  const std::string out = b.job->dir + "/hf/model.safetensors";
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "ckpt", "export", "--format", "hf",
+                                b.job->dir + "/ckpt-one", out},
+                               60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(ReadFileOrEmpty(b.job->dir + "/hf/config.json").empty());
+  const std::string one = "{shape: [1], dim_names: [dp]}";
+  const std::vector<double> from_checkpoint = RunClusterLosses(
+      *cluster_, b.job->WriteSpec("from_ckpt", one, "", "", "ckpt-one"), kSteps);
+  const std::vector<double> from_export = RunClusterLosses(
+      *cluster_, b.job->WriteSpec("from_hf", one, "", "", "hf/model.safetensors"), kSteps);
+  ASSERT_EQ(from_checkpoint.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(from_export.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(from_export[0], from_checkpoint[0]);
+  // Trained parameters: the loss is lower than the 1-rank run's first.
+  EXPECT_LT(from_export[0], b.one[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Arch, TransformerTest, ::testing::Values("gpt2", "llama"));
+
+// gpt2 with its three dropouts at p = 0.1: the same losses on 1 rank, dp = 2 and mp = 2 (and as
+// the float64 reference, which draws the masks by the same rule).
+class TransformerDropoutTest : public SharedClusterSuite<::testing::Test, 2> {};
+
+TEST_F(TransformerDropoutTest, MasksDoNotDependOnTheMesh) {
+  const TransformerJob job = TransformerJob::Create("gpt2", /*dropout=*/0.1);
+  std::map<std::string, std::vector<double>> reference_params;
+  const std::vector<double> reference = job.Reference(&reference_params);
+  TransformerJob no_dropout = TransformerJob::Create("gpt2");
+  std::map<std::string, std::vector<double>> unused;
+  const std::vector<double> without = no_dropout.Reference(&unused);
+  const std::vector<double> one =
+      RunClusterLosses(*cluster_, job.WriteSpec("one", "{shape: [1], dim_names: [dp]}"), kSteps);
+  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
+  // Dropout changes the numbers (else this test shows nothing).
+  EXPECT_GT(RelDiff(reference[0], without[0]), 1e-3);
+  for (const Case& c : Cases()) {
+    if (c.name != "dp2" && c.name != "mp2") continue;
+    SCOPED_TRACE(c.name);
+    const std::vector<double> losses = RunClusterLosses(
+        *cluster_, job.WriteSpec(c.name, c.mesh, c.data_extra, c.extra), kSteps);
+    ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_LE(RelDiff(losses[s], one[s]), 1e-5)
+          << "step " << s + 1 << ": " << losses[s] << " vs 1 rank " << one[s];
+      EXPECT_LE(RelDiff(losses[s], reference[s]), 1e-4)
+          << "step " << s + 1 << ": " << losses[s] << " vs float64 " << reference[s];
+    }
+  }
+}
+
+// The examples, as the README runs them: this repository's README tokenized byte by byte, then
+// examples/gpt2_tiny.yaml (dp x mp, Megatron) and examples/llama_tiny.yaml (dp x pp) with
+// `weftctl local`; the loss falls by more than a nat over their 60 steps.
+TEST(TransformerExamplesTest, TrainOnTheReadme) {
+  const std::string dir = MakeTempDir("transformer-examples");
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "data", "tokenize", "--bytes",
+                                BinaryPath("README.md"), dir + "/readme.bin"},
+                               60);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string example : {"gpt2_tiny", "llama_tiny"}) {
+    SCOPED_TRACE(example);
+    const std::string spec = dir + "/" + example + ".yaml";
+    std::filesystem::copy_file(BinaryPath("examples/" + example + ".yaml"), spec);
+    const std::vector<double> losses = RunLocalLosses(spec, 4, 60);
+    ASSERT_EQ(losses.size(), 60u);
+    EXPECT_LT(losses.back(), losses.front() - 1.0)
+        << "first " << losses.front() << ", last " << losses.back();
+  }
+}
+
+// What cannot be split is refused by `weftctl plan` (as by SubmitJob) with the key that says it.
+TEST(TransformerPlanTest, ImpossibleSplitsNameTheKey) {
+  const TransformerJob job = TransformerJob::Create("gpt2");
+  struct Bad {
+    std::string config, seq, parallelize, expected;
+  };
+  const std::string megatron = "parallelize: {mp: {dim: mp, plan: megatron}}\n";
+  const std::string sp = "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n";
+  for (const Bad& bad : std::vector<Bad>{
+           {"vocab_size: 31, n_head: 4", "8", megatron, "model.config.vocab_size: 31"},
+           {"vocab_size: 32, n_head: 2", "8", "parallelize: {mp: {dim: mp, plan: megatron}}\n",
+            ""},
+           {"vocab_size: 32, n_head: 4", "7", sp, "data.seq_len: 7"},
+           {"vocab_size: 32, n_head: 4", "20", megatron, "n_positions"},
+       }) {
+    std::ostringstream s;
+    s << "name: bad\nmesh: {shape: [2], dim_names: [mp]}\n"
+      << "model: {arch: gpt2, config: {" << bad.config
+      << ", n_positions: 16, n_embd: 16, n_layer: 1, layer_norm_epsilon: 1.0e-5, "
+         "embd_pdrop: 0.0, attn_pdrop: 0.0, resid_pdrop: 0.0}}\n"
+      << "data: {source: tokens, path: train.bin, seq_len: " << bad.seq << ", batch_size: 2}\n"
+      << "optimizer: {type: sgd, lr: 0.1}\ntrain: {steps: 1}\n"
+      << bad.parallelize;
+    const std::string path = job.dir + "/bad.yaml";
+    std::ofstream(path) << s.str();
+    CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", path}, 60);
+    if (bad.expected.empty()) {
+      EXPECT_EQ(r.exit_code, 0) << s.str() << r.err;
+      continue;
+    }
+    EXPECT_EQ(r.exit_code, 1) << s.str();
+    EXPECT_NE(r.err.find(bad.expected), std::string::npos) << s.str() << r.err;
+  }
+  // 3 heads over mp = 2.
+  std::ostringstream s;
+  s << "name: bad\nmesh: {shape: [2], dim_names: [mp]}\n"
+    << "model: {arch: gpt2, config: {vocab_size: 32, n_head: 3, n_positions: 16, n_embd: 24, "
+       "n_layer: 1, layer_norm_epsilon: 1.0e-5, embd_pdrop: 0.0, attn_pdrop: 0.0, "
+       "resid_pdrop: 0.0}}\n"
+    << "data: {source: tokens, path: train.bin, seq_len: 8, batch_size: 2}\n"
+    << "optimizer: {type: sgd, lr: 0.1}\ntrain: {steps: 1}\n" << megatron;
+  const std::string path = job.dir + "/heads.yaml";
+  std::ofstream(path) << s.str();
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", path}, 60);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("model.config.n_head: 3"), std::string::npos) << r.err;
+}
+
+// `weftctl plan` of gpt2 with `plan: megatron` (mp = 2, 2 blocks): rank 0's collectives, in
+// program order, are Megatron's and nothing else. Without sequence parallelism: the vocab-
+// parallel embedding's all-reduce; per block, the all-reduce after each row-parallel layer
+// (attention c_proj, MLP c_proj: Megatron's g) forward, and of each column-parallel layer's input
+// gradient (ln_2's and ln_1's outputs: Megatron's f) backward; the vocab-parallel cross-entropy's
+// max, sum of exponentials and target logit; the head's f. No weight is ever gathered. With
+// sequence parallelism each all-reduce becomes its all-gather / reduce-scatter pair, and the
+// parameters of the sequence-split regions (norms, row-parallel biases, the positions'
+// embedding) all-reduce their gradients.
+std::vector<std::string> PlannedCollectives(const std::string& spec) {
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", "--json", spec}, 120);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> out;
+  if (r.exit_code != 0) return out;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  for (const nlohmann::json& c : doc["ranks"][0]["collectives"]) {
+    out.push_back(c["op"].get<std::string>() + " " + c["tensor"].get<std::string>());
+  }
+  return out;
+}
+
+TEST(MegatronPlanTest, TensorParallelCollectivesAreMegatrons) {
+  const TransformerJob job = TransformerJob::Create("gpt2");
+  const std::string spec = job.WriteSpec("plan_mp", "{shape: [2], dim_names: [mp]}", "",
+                                         "parallelize: {mp: {dim: mp, plan: megatron}}\n");
+  std::vector<std::string> want = {"ALL_REDUCE wte.out"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string h = "h." + std::to_string(i);
+    want.push_back("ALL_REDUCE " + h + ".attn.c_proj.xw");
+    want.push_back("ALL_REDUCE " + h + ".mlp.c_proj.xw");
+  }
+  for (const char* t : {"logits.max", "logits.sumexp", "logits.target", "ln_f.out@grad"}) {
+    want.push_back(std::string("ALL_REDUCE ") + t);
+  }
+  for (int i = 1; i >= 0; --i) {
+    const std::string h = "h." + std::to_string(i);
+    want.push_back("ALL_REDUCE " + h + ".ln_2.out@grad");
+    want.push_back("ALL_REDUCE " + h + ".ln_1.out@grad");
+  }
+  EXPECT_EQ(PlannedCollectives(spec), want);
+}
+
+TEST(MegatronPlanTest, SequenceParallelCollectivesAreMegatrons) {
+  const TransformerJob job = TransformerJob::Create("gpt2");
+  const std::string spec = job.WriteSpec(
+      "plan_sp", "{shape: [2], dim_names: [mp]}", "",
+      "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n");
+  std::vector<std::string> want = {"REDUCE_SCATTER wte.out"};
+  for (int i = 0; i < 2; ++i) {
+    const std::string h = "h." + std::to_string(i);
+    want.push_back("ALL_GATHER " + h + ".ln_1.out.gathered");
+    want.push_back("REDUCE_SCATTER " + h + ".attn.c_proj.xw");
+    want.push_back("ALL_GATHER " + h + ".ln_2.out.gathered");
+    want.push_back("REDUCE_SCATTER " + h + ".mlp.c_proj.xw");
+  }
+  want.push_back("ALL_GATHER ln_f.out.gathered");
+  for (const char* t : {"logits.max", "logits.sumexp", "logits.target"}) {
+    want.push_back(std::string("ALL_REDUCE ") + t);
+  }
+  want.push_back("REDUCE_SCATTER ln_f.out.gathered@grad");
+  for (int i = 1; i >= 0; --i) {
+    const std::string h = "h." + std::to_string(i);
+    want.push_back("ALL_GATHER " + h + ".mlp.residual@grad");
+    want.push_back("REDUCE_SCATTER " + h + ".ln_2.out.gathered@grad");
+    want.push_back("ALL_GATHER " + h + ".attn.residual@grad");
+    want.push_back("REDUCE_SCATTER " + h + ".ln_1.out.gathered@grad");
+  }
+  want.push_back("ALL_GATHER embed.out@grad");
+  want.push_back("ALL_REDUCE wpe.weight@grad");
+  for (int i = 0; i < 2; ++i) {
+    const std::string h = "h." + std::to_string(i);
+    for (const char* p : {".ln_1.weight", ".ln_1.bias", ".attn.c_proj.bias", ".ln_2.weight",
+                          ".ln_2.bias", ".mlp.c_proj.bias"}) {
+      want.push_back("ALL_REDUCE " + h + p + "@grad");
+    }
+  }
+  want.push_back("ALL_REDUCE ln_f.weight@grad");
+  want.push_back("ALL_REDUCE ln_f.bias@grad");
+  EXPECT_EQ(PlannedCollectives(spec), want);
+}
+
+}  // namespace
+}  // namespace weft::testing
