@@ -177,7 +177,15 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
     decision.outputs.push_back(DistAttr::Replicated(mesh));
     decision.outputs_micro.push_back(Placement::Replicate());
   }
+  sig.input_splits.clear();
+  for (int id : op.inputs) sig.input_splits.push_back(Shape(g.tensors[id].shape.size(), 1));
   for (int d = 0; d < mesh.ndim(); ++d) {
+    if (d > 0) {
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        const Placement& p = decision.inputs[i].placement(d - 1);
+        if (p.is_shard()) sig.input_splits[i][p.axis] *= mesh.dim_size(d - 1);
+      }
+    }
     RETURN_IF_ERROR(load_strategies(mesh.dim_size(d)));
     auto [best, key] = pick(
         [&](size_t i, const Placement& from, const Placement& to) -> std::optional<double> {

@@ -45,6 +45,9 @@ struct OpSignature {
   std::vector<Shape> input_shapes;
   std::vector<Shape> output_shapes;
   int64_t dim_size = 1;
+  // Per input and axis: into how many pieces the mesh dims before this one already split it (1:
+  // whole; empty: not known). For rules whose splits must nest evenly (grouped-query heads).
+  std::vector<Shape> input_splits;
 };
 
 class GradBuilder;  // autodiff.h

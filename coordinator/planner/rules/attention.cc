@@ -5,7 +5,9 @@
 //   q[S(0)], k[S(0)], v[S(0)] -> out[S(0)]     the batch split
 //   q[S(2)], k[S(2)], v[S(2)] -> out[S(2)]     heads split (Megatron), only where every rank's
 //                                              query heads read exactly its own kv heads at any
-//                                              nesting: H == KVH (see SplitsHeads)
+//                                              nesting: H == KVH, or grouped heads that the
+//                                              dims before and this one split evenly (see
+//                                              SplitsHeads)
 //   q[R],    k[R],    v[P]    -> out[P]        linear in v
 // attention_grad: (q, k, v, dout) -> (dq, dk, dv), the same splits; dout[P] with the rest R gives
 // (P, P, P): the gradients are linear in dout.
@@ -31,8 +33,18 @@ absl::Status CheckShapes(const Shape& q, const Shape& k, const Shape& v) {
 // dims, and a grouped (H > KVH) split that aligns on each dim alone misaligns where two dims nest
 // it (H 4 over KVH 2 on [2, 2]: the second split leaves a rank one q head and no kv head). Equal
 // head counts split alike at any depth; grouped heads stay whole until the rule sees the nesting.
-bool SplitsHeads(int64_t heads, int64_t kv_heads, int64_t n) {
-  return heads == kv_heads && HeadsAlign(heads, kv_heads, n);
+// Grouped heads (H > KVH) split only into whole groups, evenly at every nesting: the dims before
+// this one split q's and k's heads into q_split and kv_split pieces; with both even, each rank's
+// H / q_split query heads read exactly its KVH / kv_split kv heads, and this dim must split
+// those evenly again.
+bool SplitsHeads(const OpSignature& sig) {
+  const int64_t heads = sig.input_shapes[0][2], kv_heads = sig.input_shapes[1][2];
+  const int64_t n = sig.dim_size;
+  if (heads == kv_heads) return HeadsAlign(heads, kv_heads, n);
+  const int64_t q_split = sig.input_splits.empty() ? 1 : sig.input_splits[0][2];
+  const int64_t kv_split = sig.input_splits.empty() ? 1 : sig.input_splits[1][2];
+  if (q_split != kv_split || heads % q_split != 0 || kv_heads % kv_split != 0) return false;
+  return (kv_heads / kv_split) % n == 0;
 }
 
 absl::StatusOr<std::vector<DimStrategy>> AttentionStrategies(const OpSignature& sig) {
@@ -43,7 +55,7 @@ absl::StatusOr<std::vector<DimStrategy>> AttentionStrategies(const OpSignature& 
   RETURN_IF_ERROR(CheckShapes(q, sig.input_shapes[1], sig.input_shapes[2]));
   const Placement R = Placement::Replicate(), B = Placement::Shard(0), H = Placement::Shard(2);
   std::vector<DimStrategy> out = {{{R, R, R}, {R}}, {{B, B, B}, {B}}};
-  if (SplitsHeads(q[2], sig.input_shapes[1][2], sig.dim_size)) out.push_back({{H, H, H}, {H}});
+  if (SplitsHeads(sig)) out.push_back({{H, H, H}, {H}});
   for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
     out.push_back({{R, R, Placement::Partial(r)}, {Placement::Partial(r)}});
   }
@@ -59,7 +71,7 @@ absl::StatusOr<std::vector<DimStrategy>> AttentionGradStrategies(const OpSignatu
   RETURN_IF_ERROR(CheckShapes(q, sig.input_shapes[1], sig.input_shapes[2]));
   const Placement R = Placement::Replicate(), B = Placement::Shard(0), H = Placement::Shard(2);
   std::vector<DimStrategy> out = {{{R, R, R, R}, {R, R, R}}, {{B, B, B, B}, {B, B, B}}};
-  if (SplitsHeads(q[2], sig.input_shapes[1][2], sig.dim_size)) {
+  if (SplitsHeads(sig)) {
     out.push_back({{H, H, H, H}, {H, H, H}});
   }
   for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {

@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Training tokens/s of a mid-size GPT-2 (n_embd 512, 8 heads, 4 layers, vocab 8192, T=256, B=8,
+# dropout 0, AdamW, float32; 16.9 M parameters) through the real daemons (`weftctl local --json`)
+# on 1 rank, dp=2 (batch Shard(0)) and mp=2 (`parallelize: {mp: {dim: mp, plan: megatron}}`),
+# next to Debian's PyTorch running the same model (bench/gpt_step_torch.py): one process, DDP
+# over gloo, and a Megatron-style TP over gloo (vocabulary-parallel embedding, head and
+# cross-entropy, as Weft's plan), all on 127.0.0.1. Every run uses all cores: 1 rank gets
+# `nproc` threads, each of 2 ranks nproc/2 (OPENBLAS_NUM_THREADS, OMP_NUM_THREADS and torch's
+# intra-op threads alike). Both sides read the same llm.c token file (random ids, fixed seed).
+# Usage: bash bench/gpt_step.sh   (from the repository root; installs python3-torch if missing)
+#   GPT_WARMUP (default 3) steps are dropped, GPT_STEPS (default 10) are measured.
+#   OPENBLAS_CORETYPE (e.g. SkylakeX) is passed to both sides: OpenBLAS 0.3.21 does not know
+#   newer Xeons (family 6 model 207) and falls back to its generic Prescott (SSE3) sgemm kernel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tools/setup.sh --bench >/dev/null
+bazel build //client:weftctl //coordinator:weft-coordinator //worker:weft-worker >/dev/null 2>&1
+cores=$(nproc)
+warmup=${GPT_WARMUP:-3}
+steps=${GPT_STEPS:-10}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+losses=""
+
+source bench/lib.sh
+
+bench_header
+echo "model: gpt2 n_embd 512, n_head 8, n_layer 4, vocab 8192, T 256, B 8, dropout 0, AdamW,"
+echo "float32; median of steps $((warmup + 1))-$((warmup + steps)); tokens/s = B*T / median step"
+echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset (OpenBLAS detects the core)}"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+
+# An llm.c token file: 256 int32 header [20240520, 1, ntokens, 0...], then uint16 ids.
+/usr/bin/python3 -c "
+import numpy as np
+n = 8 * 256 * 64 + 1
+h = np.zeros(256, np.int32); h[:3] = [20240520, 1, n]
+t = np.random.default_rng(0).integers(0, 8192, n, dtype=np.uint16)
+with open('$tmp/tokens.bin', 'wb') as f:
+    f.write(h.tobytes()); f.write(t.tobytes())"
+
+spec() {  # name mesh-line data-extra [parallelize-line]
+  cat > "$tmp/$1.yaml" <<EOF
+name: gpt_step_$1
+mesh: $2
+model:
+  arch: gpt2
+  config: {vocab_size: 8192, n_positions: 256, n_embd: 512, n_layer: 4, n_head: 8,
+           layer_norm_epsilon: 1.0e-5, embd_pdrop: 0.0, attn_pdrop: 0.0, resid_pdrop: 0.0}
+data: {source: tokens, path: $tmp/tokens.bin, seq_len: 256, batch_size: 8$3}
+optimizer: {type: adamw, lr: 1.0e-4, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}
+train: {steps: $((warmup + steps)), seed: 1234}
+${4:-}
+EOF
+}
+spec 1rank "{shape: [1], dim_names: [dp]}" ""
+spec dp2 "{shape: [2], dim_names: [dp]}" ", placements: {dp: Shard(0)}"
+spec mp2 "{shape: [2], dim_names: [mp]}" "" "parallelize: {mp: {dim: mp, plan: megatron}}"
+
+fmt='%-6s %5s %7s %8s %10s %9s %8s %11s %10s %10s\n'
+printf "$fmt" run ranks threads "weft s" "weft tok/s" "weft MiB" "torch s" "torch tok/s" \
+  "weft/torch" "other"
+for run in 1rank:1:single dp2:2:ddp mp2:2:tp; do
+  IFS=: read -r name ranks mode <<<"$run"
+  threads=$(( cores / ranks > 0 ? cores / ranks : 1 ))
+  export OPENBLAS_NUM_THREADS=$threads OMP_NUM_THREADS=$threads
+  if python3 bench/pipeline_bubble.py run "$tmp/$name.cpu.json" bazel-bin/client/weftctl local \
+      --ranks "$ranks" --json "$tmp/$name.yaml" > "$tmp/$name.jsonl" 2> "$tmp/$name.err"; then
+    weft=$(python3 - "$tmp/$name.jsonl" "$warmup" <<'PY'
+import json, statistics, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"type":"step"')]
+t = [s["step_seconds"] for s in steps[int(sys.argv[2]):]]
+print("%.3f %.0f %.1f %.4f" % (statistics.median(t), 8 * 256 / statistics.median(t),
+      steps[-1]["bytes_sent"] / 2**20, steps[0]["loss"]))
+PY
+)
+  else
+    weft="- - - -"
+    echo "$name: weftctl local failed: $(grep -v '^{' "$tmp/$name.err" | tail -2) $(tail -1 "$tmp/$name.jsonl")"
+  fi
+  read -r wsec wtok wmib wloss <<<"$weft"
+  torch=$(python3 bench/pipeline_bubble.py run "$tmp/$name.torch.cpu.json" \
+      /usr/bin/python3 bench/gpt_step_torch.py "$mode" "$tmp/tokens.bin" "$threads" "$steps" \
+      "$warmup" 2> "$tmp/$name.torch.err" | python3 -c '
+import json, sys
+d = json.loads(sys.stdin.read())
+print("%.3f %.0f %.4f" % (d["median_step_seconds"], d["tokens_per_second"], d["first_loss"]))') ||
+    { torch="- - -"; echo "$name: pytorch failed: $(tail -2 "$tmp/$name.torch.err")"; }
+  read -r tsec ttok tloss <<<"$torch"
+  other=$(python3 bench/pipeline_bubble.py other "$tmp/$name.cpu.json" 2>/dev/null || echo -)
+  other+=/$(python3 bench/pipeline_bubble.py other "$tmp/$name.torch.cpu.json" 2>/dev/null || echo -)
+  ratio=$(python3 -c "print('%.2f' % ($wsec / $tsec))" 2>/dev/null || echo -)
+  printf "$fmt" "$name" "$ranks" "$threads" "$wsec" "$wtok" "$wmib" "$tsec" "$ttok" "$ratio" "$other"
+  losses+="  $name first-step loss: weft $wloss, pytorch $tloss"$'\n'
+done
+echo
+echo "weft s, torch s: median step seconds (slowest rank); weft MiB: bytes the Gloo communicators"
+echo "sent per step, all ranks; weft/torch: step time ratio (goal <= 0.9); other: cores that"
+echo "other processes used during the weft / pytorch run (bench/pipeline_bubble.py run)"
+printf '%s' "$losses"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)"
