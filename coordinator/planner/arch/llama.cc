@@ -2,7 +2,8 @@
 // x + o_proj(attn(rope(q), rope(k), v)) with grouped-query attention (kv heads repeated) and
 // x + down(silu(gate(m)) * up(m)), a final norm, logits = x @ lm_head^T (embed_tokens^T when
 // tie_word_embeddings). No biases. Rotary embeddings use Hugging Face's rotate-half convention at
-// rope_theta. Attention dropout (attention_dropout) at "model.layers.N.self_attn.attention_dropout".
+// rope_theta. Attention dropout (attention_dropout) at the site
+// "model.layers.N.self_attn.attention_dropout".
 // Init: weights U with standard deviation 0.02 (Hugging Face's initializer_range), norm gains 1.
 #include <cmath>
 

@@ -278,7 +278,8 @@ absl::StatusOr<int> TransformerBuilder::TiedForHead(int param) {
   const Tensor& t = g_.tensors[param];
   const std::string layer = layer_;
   layer_ = "embed";
-  absl::StatusOr<int> copy = Op1("add", {param}, absl::StrCat(t.name, "@head"), t.shape, {}, t.dtype);
+  absl::StatusOr<int> copy =
+      Op1("add", {param}, absl::StrCat(t.name, "@head"), t.shape, {}, t.dtype);
   layer_ = layer;
   return copy;
 }

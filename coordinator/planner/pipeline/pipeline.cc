@@ -150,6 +150,26 @@ class Planner {
     return absl::OkStatus();
   }
 
+  // The chunk of the receiving stage whose work item receives `e`: the first one after the
+  // sender's chunk in the order the edge travels (forward: the next chunk on that stage,
+  // backward: the previous), not the reader's own when chunks lie between. Under VPP an edge that
+  // skips chunks (a tied embedding's copy from chunk 0 to the last) would otherwise leave its
+  // sender blocked while the receiver waits on the sender's later work. An edge made in the
+  // forward pass and read only in the backward one is received before its reader's backward.
+  int RecvChunk(const Edge& e) const {
+    const int stage = StageOf(e.to);
+    if (e.backward) {
+      for (int c = e.from - 1; c > e.to; --c) {
+        if (StageOf(c) == stage) return c;
+      }
+    } else if (e.read_in_forward) {
+      for (int c = e.from + 1; c < e.to; ++c) {
+        if (StageOf(c) == stage) return c;
+      }
+    }
+    return e.to;
+  }
+
   uint32_t Tag(int micro_batch, int edge) const {
     return static_cast<uint32_t>(micro_batch * static_cast<int>(edges_.size()) + edge);
   }
@@ -200,7 +220,7 @@ class Planner {
         } else {
           // Received before the first item of the reading chunk that needs it: its forward when
           // a forward op reads it, else its backward.
-          if (edge.to != w.chunk || backward == edge.read_in_forward) continue;
+          if (RecvChunk(edge) != w.chunk || backward == edge.read_in_forward) continue;
           item.kind = StageItem::kRecv;
           item.peer_stage = StageOf(edge.from);
         }
