@@ -53,7 +53,7 @@ std::map<std::string, int64_t> FileSizes(const CheckpointReader& reader) {
 }
 
 // A transformer checkpoint as Hugging Face names and lays it out: the index metadata the
-// coordinator records (coordinator/planner/arch/hf_export.h, which the client cannot include).
+// coordinator records under checkpoint::kHf*Key (common/checkpoint/index.h).
 struct HfModel {
   OrderedJson config;                                    // config.json
   std::map<std::string, std::vector<int64_t>> shapes;  // parameters laid out otherwise
@@ -61,8 +61,8 @@ struct HfModel {
 
 absl::StatusOr<HfModel> ReadHfModel(const CheckpointReader& reader) {
   const std::map<std::string, std::string>& meta = reader.index().metadata;
-  auto arch = meta.find("arch");
-  auto config = meta.find("hf_config");
+  auto arch = meta.find(checkpoint::kHfArchKey);
+  auto config = meta.find(checkpoint::kHfConfigKey);
   if (arch == meta.end() || config == meta.end()) {
     auto job = meta.find("job_name");
     return absl::FailedPreconditionError(absl::StrCat(
@@ -77,7 +77,7 @@ absl::StatusOr<HfModel> ReadHfModel(const CheckpointReader& reader) {
   if (!model.config.is_object()) {
     return absl::DataLossError(absl::StrCat(where, "hf_config is not a JSON object"));
   }
-  auto shapes = meta.find("hf_shapes");
+  auto shapes = meta.find(checkpoint::kHfShapesKey);
   if (shapes == meta.end()) return model;
   const Json j = Json::parse(shapes->second, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return absl::DataLossError(absl::StrCat(where, "hf_shapes is not a JSON object"));

@@ -9,27 +9,15 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
+#include "common/file_io.h"
 #include "common/status.h"
 
 namespace weft::client {
-namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-}  // namespace
-
 absl::StatusOr<std::string> FindDaemonBinary(
     const std::string& flag_value, const std::string& self_exe, const std::string& folder,
     const std::string& name, const std::function<bool(const std::string&)>& is_executable) {
@@ -208,7 +196,7 @@ std::string LocalCluster::LogTails(int lines) const {
   std::string out;
   for (const Child& c : children_) {
     absl::StrAppend(&out, "==> ", c.log_path, " <==\n");
-    const std::string tail = TailLines(ReadFile(c.log_path), lines);
+    const std::string tail = TailLines(ReadFileToString(c.log_path).value_or(""), lines);
     if (!tail.empty()) absl::StrAppend(&out, tail, "\n");
   }
   return out;

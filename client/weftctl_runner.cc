@@ -1,13 +1,16 @@
 #include "client/weftctl_runner.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_split.h"
+#include "common/subprocess.h"
 #include "common/testing_files.h"
 #include "gtest/gtest.h"
 
@@ -42,16 +45,30 @@ std::string FreshTestDir(const std::string& prefix) {
   return dir;
 }
 
-WeftctlResult RunWeftctl(const std::string& args) {
+WeftctlResult RunWeftctl(const std::vector<std::string>& args, absl::Duration timeout) {
   const std::string base = TestTmpDir() + "/weftctl_" + std::to_string(getpid());
-  const std::string command =
-      WeftctlPath() + " " + args + " > " + base + ".out 2> " + base + ".err";
-  const int status = std::system(command.c_str());
+  SubprocessOptions options;
+  options.argv = {WeftctlPath()};
+  options.argv.insert(options.argv.end(), args.begin(), args.end());
+  options.stdout_path = base + ".out";
+  options.stderr_path = base + ".err";
   WeftctlResult r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  absl::StatusOr<std::unique_ptr<Subprocess>> weftctl = Subprocess::Start(std::move(options));
+  if (!weftctl.ok()) {
+    ADD_FAILURE() << weftctl.status();
+    return r;
+  }
+  const std::optional<ExitStatus> exit = (*weftctl)->WaitFor(timeout);
+  weftctl->reset();  // stops it if it still runs
+  r.exit_code = exit.has_value() && exit->exited() ? exit->code : -1;
   r.out = ReadAll(base + ".out");
   r.err = ReadAll(base + ".err");
   return r;
+}
+
+WeftctlResult RunWeftctl(const std::string& args) {
+  const std::vector<std::string> split = absl::StrSplit(args, ' ', absl::SkipEmpty());
+  return RunWeftctl(split);
 }
 
 }  // namespace weft::client

@@ -1,6 +1,6 @@
 // weftctl as a process, for the client tests that check its exit codes, stdout and stderr. The
 // test's first argument is the binary (BUILD: args = ["$(location :weftctl)"], data = [":weftctl"]);
-// RunWeftctl runs it through the shell with its output in files under TEST_TMPDIR, and
+// RunWeftctl runs it (common/subprocess) with its output in files under TEST_TMPDIR, and
 // FreshTestDir gives each test a folder of its own for the files it hands weftctl.
 //
 // E.g.
@@ -14,6 +14,9 @@
 #define WEFT_CLIENT_WEFTCTL_RUNNER_H_
 
 #include <string>
+#include <vector>
+
+#include "absl/time/time.h"
 
 namespace weft::client {
 
@@ -25,15 +28,18 @@ struct WeftctlResult {
 
 // A test's main: initializes gtest, takes weftctl's path from the first argument (made absolute:
 // tests may change folder) and runs all tests. Without it, prints "usage: TEST WEFTCTL" and
-// returns 2.
+// returns 2. Tests with more arguments read argv[2...] before calling it.
 int RunWeftctlTests(int argc, char** argv);
 
 // TEST_TMPDIR/<prefix><the running test's name>, emptied and created, so that a test starts
 // from nothing whatever an earlier run left there.
 std::string FreshTestDir(const std::string& prefix = "");
 
-// Runs `weftctl args` through /bin/sh, so args is split on spaces (and may not hold paths with
-// spaces), and waits for it.
+// Runs weftctl with args and waits for it; one still running after `timeout` is stopped (with
+// its process group) and its exit_code is -1.
+WeftctlResult RunWeftctl(const std::vector<std::string>& args,
+                         absl::Duration timeout = absl::Seconds(240));
+// The same with args split on spaces (so none may hold a space).
 WeftctlResult RunWeftctl(const std::string& args);
 
 }  // namespace weft::client

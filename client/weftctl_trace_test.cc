@@ -4,13 +4,12 @@
 // job's run). No test asserts how long anything takes.
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "common/subprocess.h"
 #include "client/weftctl_runner.h"
 #include "common/testing_files.h"
 #include "gmock/gmock.h"
@@ -22,7 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::weft::ReadAll;
 
-std::string g_weftctl, g_coordinator, g_worker;
+std::string g_coordinator, g_worker;
 
 class WeftctlTraceTest : public ::testing::Test {
  protected:
@@ -32,23 +31,11 @@ class WeftctlTraceTest : public ::testing::Test {
 
   // Runs weftctl with args; returns its exit status (-1 if it did not exit within 240 s), stdout
   // in out_, stderr in err_.
-  int Run(std::vector<std::string> args) {
-    weft::SubprocessOptions options;
-    options.argv = {g_weftctl};
-    options.argv.insert(options.argv.end(), args.begin(), args.end());
-    options.stdout_path = dir_ + "/out";
-    options.stderr_path = dir_ + "/err";
-    absl::StatusOr<std::unique_ptr<weft::Subprocess>> weftctl =
-        weft::Subprocess::Start(std::move(options));
-    if (!weftctl.ok()) {
-      ADD_FAILURE() << weftctl.status();
-      return -1;
-    }
-    const std::optional<weft::ExitStatus> exit = (*weftctl)->WaitFor(absl::Seconds(240));
-    weftctl->reset();  // stops it if it still runs
-    out_ = ReadAll(dir_ + "/out");
-    err_ = ReadAll(dir_ + "/err");
-    return exit.has_value() && exit->exited() ? exit->code : -1;
+  int Run(const std::vector<std::string>& args) {
+    const weft::client::WeftctlResult r = weft::client::RunWeftctl(args, absl::Seconds(240));
+    out_ = r.out;
+    err_ = r.err;
+    return r.exit_code;
   }
 
   std::string WriteSpec(const std::string& name, const std::string& yaml) {
@@ -131,13 +118,11 @@ TEST_F(WeftctlTraceTest, TraceOfAFinishedJobIsFetchableWhileTheCoordinatorRuns) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
   if (argc < 4) {
     std::cerr << "usage: weftctl_trace_test WEFTCTL COORDINATOR WORKER\n";
     return 2;
   }
-  g_weftctl = std::filesystem::absolute(argv[1]).string();
   g_coordinator = std::filesystem::absolute(argv[2]).string();
   g_worker = std::filesystem::absolute(argv[3]).string();
-  return RUN_ALL_TESTS();
+  return weft::client::RunWeftctlTests(argc, argv);
 }

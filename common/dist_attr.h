@@ -45,6 +45,7 @@ struct Placement {
   bool is_replicate() const { return kind == Kind::kReplicate; }
   bool is_shard() const { return kind == Kind::kShard; }
   bool is_partial() const { return kind == Kind::kPartial; }
+  bool is_partial_max() const { return is_partial() && reduce == Reduce::kMax; }
 
   // KIND_UNSPECIFIED is an error.
   static absl::StatusOr<Placement> FromProto(const v1::Placement& proto);

@@ -72,6 +72,10 @@ absl::StatusOr<v1::DType> ParseDType(absl::string_view name) {
 
 bool IsFloatingPoint(v1::DType dtype) { return dtype == v1::F32 || dtype == v1::BF16; }
 
+bool ReadableAs(v1::DType stored, v1::DType wanted) {
+  return stored == wanted || (IsFloatingPoint(stored) && IsFloatingPoint(wanted));
+}
+
 absl::string_view SafetensorsDTypeName(v1::DType dtype) { return Info(dtype).safetensors; }
 
 absl::StatusOr<v1::DType> DTypeFromSafetensors(absl::string_view name) {

@@ -23,6 +23,10 @@ namespace weft {
 // Every buffer's offset in a Program's arena is a multiple of this (a GPU's widest load, and
 // four cache lines on a CPU).
 inline constexpr int64_t kArenaAlignment = 256;
+// `bytes` rounded up to a multiple of kArenaAlignment.
+inline int64_t ArenaAligned(int64_t bytes) {
+  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+}
 
 // Bytes per element: F32 4, BF16 2, I32 4, I64 8.
 int64_t DTypeSize(v1::DType dtype);
@@ -32,6 +36,9 @@ absl::string_view DTypeName(v1::DType dtype);
 // INVALID_ARGUMENT listing the known names.
 absl::StatusOr<v1::DType> ParseDType(absl::string_view name);
 bool IsFloatingPoint(v1::DType dtype);
+// Whether a tensor stored as `stored` may be read into `wanted`: the same dtype, or two floating
+// dtypes (F32 <-> BF16, converted on read).
+bool ReadableAs(v1::DType stored, v1::DType wanted);
 
 // The safetensors header's names: "F32", "BF16", "I32", "I64".
 absl::string_view SafetensorsDTypeName(v1::DType dtype);

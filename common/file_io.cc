@@ -49,6 +49,13 @@ absl::Status ReadOnlyFile::ReadAt(int64_t offset, size_t n, void* buf) const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::Open(path));
+  std::string text(static_cast<size_t>(f.size()), '\0');
+  RETURN_IF_ERROR(f.ReadAt(0, text.size(), text.data()));
+  return text;
+}
+
 namespace {
 
 absl::Status Errno(const std::string& path, absl::string_view what) {

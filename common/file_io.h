@@ -47,6 +47,9 @@ class ReadOnlyFile {
   int64_t size_ = 0;
 };
 
+// The whole file. Errors are ReadOnlyFile's: NOT_FOUND "<path>: no such file", ...
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
 // Creates or truncates `path` (mode 0644) and writes the chunks in order, then fsyncs and closes
 // it, so a file Weft reports written is on disk. Errors are INTERNAL naming the file and the step
 // ("<path>: cannot create: ...", "write failed", "fsync failed", "close failed").

@@ -61,6 +61,17 @@ TEST(ReadOnlyFileTest, ReadPastTheEndIsTruncated) {
   EXPECT_EQ(f->ReadAt(20, 1, buf).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(ReadFileToStringTest, ReadsTheWholeFileOrSaysWhyNot) {
+  const std::string path = TempPath("whole.bin");
+  WriteAll(path, std::string("a\0b\n", 4));
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, std::string("a\0b\n", 4));
+  absl::StatusOr<std::string> missing = ReadFileToString(TempPath("no-such-file.txt"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("no-such-file.txt: no such file"), std::string::npos);
+}
+
 TEST(WriteFileTest, UncreatableFileIsAnErrorNamingThePath) {
   const std::string path = TempPath("no-such-dir/out.bin");
   absl::Status s = WriteFile(path, {"x"});

@@ -65,6 +65,13 @@ const SafetensorsFile::Entry* SafetensorsFile::Find(const std::string& name) con
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+std::optional<std::string> SafetensorsFile::ParameterName(const std::string& name) const {
+  if (Find(name) != nullptr) return name;
+  std::string prefixed = absl::StrCat("transformer.", name);
+  if (Find(prefixed) != nullptr) return prefixed;
+  return std::nullopt;
+}
+
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(ReadOnlyFile file, ReadOnlyFile::Open(path));
   SafetensorsFile f(std::move(file));
@@ -172,12 +179,9 @@ absl::StatusOr<v1::DType> SafetensorsFile::DTypeOf(const std::string& name) cons
 absl::Status SafetensorsFile::ReadBox(const std::string& name, const std::vector<int64_t>& offsets,
                                       const std::vector<int64_t>& lengths, v1::DType dtype,
                                       void* out, const std::vector<int64_t>& view) const {
+  ASSIGN_OR_RETURN(const v1::DType stored, DTypeOf(name));  // NOT_FOUND for no such tensor
   const Entry* e = Find(name);
-  if (e == nullptr) {
-    return absl::NotFoundError(absl::StrCat(file_.path(), ": no tensor '", name, "'"));
-  }
-  ASSIGN_OR_RETURN(const v1::DType stored, DTypeOf(name));
-  if (stored != dtype && !(IsFloatingPoint(stored) && IsFloatingPoint(dtype))) {
+  if (!ReadableAs(stored, dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         file_.path(), ": tensor '", name, "' has dtype ", SafetensorsDTypeName(stored),
         ", the destination is ", SafetensorsDTypeName(dtype),
@@ -274,9 +278,7 @@ SafetensorsHeader EncodeSafetensorsHeader(const std::vector<SafetensorsHeaderEnt
   std::vector<std::pair<int64_t, int64_t>> ranges;  // in the data section
   int64_t offset = 0;
   for (const SafetensorsHeaderEntry& t : tensors) {
-    int64_t numel = 1;
-    for (int64_t d : t.shape) numel *= d;
-    const int64_t bytes = numel * DTypeSize(t.dtype);
+    const int64_t bytes = Elements(t.shape) * DTypeSize(t.dtype);
     nlohmann::json entry = nlohmann::json::object();
     entry["dtype"] = std::string(SafetensorsDTypeName(t.dtype));
     entry["shape"] = t.shape;

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,9 @@ class SafetensorsFile {
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   const Entry* Find(const std::string& name) const;
+  // The name model parameter `name` is stored under: itself, or "transformer.<name>" as Hugging
+  // Face's GPT-2 files name theirs; nullopt when neither is in the file.
+  std::optional<std::string> ParameterName(const std::string& name) const;
 
   // The Weft dtype of tensor `name`. NOT_FOUND when there is no such tensor, INVALID_ARGUMENT
   // naming the file, the tensor and its dtype for one Weft does not read.

@@ -12,12 +12,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 
 extern char** environ;
 
@@ -27,13 +26,6 @@ namespace {
 int OpenForOutput(const std::string& path) {
   if (path.empty()) return open("/dev/null", O_WRONLY | O_CLOEXEC);
   return open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-}
-
-std::string ReadWholeFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 }  // namespace
@@ -235,7 +227,7 @@ absl::StatusOr<int> WaitForPortFile(const std::string& path, Subprocess& process
         if (cancelled && cancelled()) return absl::CancelledError("cancelled");
         // Without its newline the line may still be being written by a writer that does not
         // rename into place.
-        const std::string content = ReadWholeFile(path);
+        const std::string content = ReadFileToString(path).value_or("");
         if (!content.empty() && content.back() == '\n') port = ParsePortFile(content);
         if (port.has_value()) return true;
         if (!process.Running()) {

@@ -5,9 +5,8 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
+#include "common/testing_files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -17,24 +16,17 @@ namespace {
 using ::testing::HasSubstr;
 
 std::string TempDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = std::string(tmp != nullptr ? tmp : "/tmp") + "/subprocess_" +
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const std::string dir =
+      TempPath(std::string("subprocess_") +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
 }
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A process that exists and is not a zombie.
 bool Alive(pid_t pid) {
-  const std::string stat = Read("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = ReadAll("/proc/" + std::to_string(pid) + "/stat");
   const size_t paren = stat.rfind(')');
   return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
@@ -56,8 +48,8 @@ TEST(SubprocessTest, CapturesOutputAndExitCode) {
   EXPECT_TRUE(exit.exited());
   EXPECT_EQ(exit.code, 3);
   EXPECT_EQ(exit.Describe(), "exited with code 3");
-  EXPECT_EQ(Read(dir + "/out"), "out\n");
-  EXPECT_EQ(Read(dir + "/err"), "err\n");
+  EXPECT_EQ(ReadAll(dir + "/out"), "out\n");
+  EXPECT_EQ(ReadAll(dir + "/err"), "err\n");
   EXPECT_FALSE((*p)->Running());
 }
 
@@ -66,7 +58,7 @@ TEST(SubprocessTest, StderrGoesWithStdoutByDefault) {
   auto p = Subprocess::Start(Shell("echo one; echo two >&2", dir + "/log"));
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->Wait().code, 0);
-  EXPECT_EQ(Read(dir + "/log"), "one\ntwo\n");
+  EXPECT_EQ(ReadAll(dir + "/log"), "one\ntwo\n");
 }
 
 TEST(SubprocessTest, Environment) {
@@ -76,7 +68,7 @@ TEST(SubprocessTest, Environment) {
   auto p = Subprocess::Start(options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->Wait().code, 0);
-  EXPECT_EQ(Read(dir + "/out"), "set\n");
+  EXPECT_EQ(ReadAll(dir + "/out"), "set\n");
 
   setenv("WEFT_SUBPROCESS_TEST", "parent", 1);
   const std::vector<std::string> env = EnvironmentWith({{"WEFT_SUBPROCESS_TEST", "child"}});
@@ -93,7 +85,7 @@ TEST(SubprocessTest, ExecFailureExits127SayingWhy) {
   auto p = Subprocess::Start(options);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ((*p)->Wait().code, 127);
-  EXPECT_THAT(Read(dir + "/log"), HasSubstr("exec " + dir + "/nope: "));
+  EXPECT_THAT(ReadAll(dir + "/log"), HasSubstr("exec " + dir + "/nope: "));
 }
 
 TEST(SubprocessTest, UnwritableOutputIsAnError) {
@@ -121,7 +113,7 @@ TEST(SubprocessTest, StopEndsAChildThatIgnoresSigterm) {
   const std::string dir = TempDir();
   auto p = Subprocess::Start(Shell("trap '' TERM; echo ready; exec sleep 300", dir + "/out"));
   ASSERT_TRUE(p.ok()) << p.status();
-  ASSERT_TRUE(PollUntil([&] { return Read(dir + "/out") == "ready\n"; }, absl::Seconds(30)).ok());
+  ASSERT_TRUE(PollUntil([&] { return ReadAll(dir + "/out") == "ready\n"; }, absl::Seconds(30)).ok());
   const absl::Time start = absl::Now();
   EXPECT_EQ((*p)->Stop(absl::Milliseconds(200)).signal, SIGKILL);
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
@@ -143,7 +135,7 @@ TEST(SubprocessTest, DestructionKillsWhatIsLeftInTheGroup) {
     auto p = Subprocess::Start(Shell("sleep 300 & echo $!", dir + "/out"));
     ASSERT_TRUE(p.ok()) << p.status();
     EXPECT_EQ((*p)->Wait().code, 0);
-    grandchild = std::atoi(Read(dir + "/out").c_str());
+    grandchild = std::atoi(ReadAll(dir + "/out").c_str());
     ASSERT_GT(grandchild, 0);
     EXPECT_TRUE(Alive(grandchild));
   }

@@ -61,7 +61,7 @@ class PlannerJobPlan final : public JobPlan {
   absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
     return plan_->Program(rank, attempt);
   }
-  const planner::HfExportMetadata& hf_export() const { return hf_export_; }
+  std::map<std::string, std::string> checkpoint_metadata() const override { return hf_export_; }
 
  private:
   const std::shared_ptr<const planner::Plan> plan_;
@@ -441,7 +441,14 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
     return;
   }
 
-  if (job.spec().trace()) traces_.Begin(job_id, job.attempt(), workers);
+  const v1::JobSpec& spec = job.spec();
+  run.checkpoint_metadata = {{"job_id", job_id},
+                             {"job_name", spec.name()},
+                             {"attempt", absl::StrCat(job.attempt())},
+                             {"optimizer", spec.optimizer().type()}};
+  const std::map<std::string, std::string> planned = plan->second->checkpoint_metadata();
+  run.checkpoint_metadata.insert(planned.begin(), planned.end());
+  if (spec.trace()) traces_.Begin(job_id, job.attempt(), workers);
   run.job.set_state(v1::RUNNING);
   run.job.set_start_time_ms(Now());
   run.job.set_message(absl::StrCat("running on ", world, " worker", world == 1 ? "" : "s"));
@@ -698,17 +705,7 @@ void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& 
   commit.attempt = run.job.attempt();
   commit.dir = spec.checkpoint().dir();
   commit.keep = spec.checkpoint().keep();  // ApplyJobSpecDefaults set it at submit
-  commit.metadata = {{"job_id", run.job.id()},
-                     {"job_name", spec.name()},
-                     {"attempt", absl::StrCat(run.job.attempt())},
-                     {"optimizer", spec.optimizer().type()}};
-  // A plan from the planner knows the model's Hugging Face export; tests' plans do not.
-  auto plan = plans_.find(run.job.id());
-  if (plan != plans_.end()) {
-    if (const auto* planned = dynamic_cast<const PlannerJobPlan*>(plan->second.get())) {
-      commit.metadata.insert(planned->hf_export().begin(), planned->hf_export().end());
-    }
-  }
+  commit.metadata = run.checkpoint_metadata;
   commit.save = **std::move(save);
   ++run.commits_in_flight;
   commits_.push_back(std::move(commit));

@@ -65,6 +65,9 @@ class JobPlan {
   virtual ~JobPlan() = default;
   virtual int world_size() const = 0;
   virtual absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const = 0;
+  // Index metadata that every checkpoint of the job records besides the job's name, id, attempt
+  // and optimizer (the planner's: the Hugging Face export, planner/arch/hf_export.h).
+  virtual std::map<std::string, std::string> checkpoint_metadata() const { return {}; }
 };
 
 struct CoordinatorOptions {
@@ -164,6 +167,8 @@ class Coordinator {
     std::vector<bool> done;            // by rank: TaskDone received (or worker lost)
     std::unique_ptr<StepAggregator> steps;
     std::unique_ptr<CheckpointAggregator> saves;
+    // Recorded in the index of each checkpoint this attempt commits; made when it starts.
+    std::map<std::string, std::string> checkpoint_metadata;
     int commits_in_flight = 0;       // complete saves queued or being committed
     bool finish_after_commits = false;  // every rank finished; SUCCEEDED once commits are done
     bool cancelling = false;

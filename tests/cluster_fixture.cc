@@ -119,6 +119,19 @@ const std::map<std::string, std::string>& ColRowOverMp() {
 
 double RelDiff(double a, double b) { return std::abs(a - b) / std::max(std::abs(b), 1e-12); }
 
+void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<double>& one,
+                       const std::vector<double>& reference, int steps, const std::string& what) {
+  ASSERT_EQ(one.size(), static_cast<size_t>(steps)) << what << ": the 1-rank run";
+  ASSERT_EQ(reference.size(), static_cast<size_t>(steps)) << what << ": the float64 reference";
+  ASSERT_EQ(losses.size(), static_cast<size_t>(steps)) << what;
+  for (int s = 0; s < steps; ++s) {
+    EXPECT_LE(RelDiff(losses[s], one[s]), 1e-5)
+        << what << " step " << s + 1 << ": " << losses[s] << " vs 1 rank " << one[s];
+    EXPECT_LE(RelDiff(losses[s], reference[s]), 1e-4)
+        << what << " step " << s + 1 << ": " << losses[s] << " vs float64 " << reference[s];
+  }
+}
+
 std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state) {
   std::vector<double> losses;
   std::istringstream in(json_lines);

@@ -57,6 +57,11 @@ std::vector<double> RunClusterLosses(const DaemonCluster& cluster, const std::st
 // |a - b| / |b|.
 double RelDiff(double a, double b);
 
+// A run's per-step losses against the same job's 1-rank run (within 1e-5, relative) and its
+// float64 reference (within 1e-4); each holds `steps` losses. `what` names the run in failures.
+void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<double>& one,
+                       const std::vector<double>& reference, int steps, const std::string& what);
+
 // Losses parsed from `weftctl local --json` output; fails the calling test on a malformed line
 // and sets *final_state to the last state event.
 std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state);

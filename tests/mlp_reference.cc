@@ -151,26 +151,28 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
     }
     // Update.
     for (auto& [name, g] : grads) {
-      auto& p = params.at(name);
-      if (opt.type == "sgd") {
-        for (size_t i = 0; i < p.size(); ++i) p[i] -= opt.lr * (g[i] + opt.weight_decay * p[i]);
-        continue;
-      }
-      auto& m = m_[name];
-      auto& v = v_[name];
-      m.resize(p.size(), 0.0);
-      v.resize(p.size(), 0.0);
-      const double bc1 = 1.0 - std::pow(opt.beta1, step);
-      const double bc2 = 1.0 - std::pow(opt.beta2, step);
-      for (size_t i = 0; i < p.size(); ++i) {
-        p[i] -= opt.lr * opt.weight_decay * p[i];
-        m[i] = opt.beta1 * m[i] + (1 - opt.beta1) * g[i];
-        v[i] = opt.beta2 * v[i] + (1 - opt.beta2) * g[i] * g[i];
-        p[i] -= opt.lr * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + opt.eps);
-      }
+      ApplyRefOptimizer(opt, step, g, &params.at(name), &m_[name], &v_[name]);
     }
   }
   return losses;
+}
+
+void ApplyRefOptimizer(const RefOptimizer& opt, int64_t step, const std::vector<double>& g,
+                       std::vector<double>* p, std::vector<double>* m, std::vector<double>* v) {
+  if (opt.type == "sgd") {
+    for (size_t i = 0; i < p->size(); ++i) (*p)[i] -= opt.lr * (g[i] + opt.weight_decay * (*p)[i]);
+    return;
+  }
+  m->resize(p->size(), 0.0);
+  v->resize(p->size(), 0.0);
+  const double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(step));
+  for (size_t i = 0; i < p->size(); ++i) {
+    (*p)[i] -= opt.lr * opt.weight_decay * (*p)[i];
+    (*m)[i] = opt.beta1 * (*m)[i] + (1 - opt.beta1) * g[i];
+    (*v)[i] = opt.beta2 * (*v)[i] + (1 - opt.beta2) * g[i] * g[i];
+    (*p)[i] -= opt.lr * ((*m)[i] / bc1) / (std::sqrt((*v)[i] / bc2) + opt.eps);
+  }
 }
 
 namespace {

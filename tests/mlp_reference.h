@@ -38,6 +38,12 @@ struct RefOptimizer {
   double weight_decay = 0.0;
 };
 
+// One update of p by gradient g at global step `step` (from 1), PyTorch semantics: SGD with
+// weight decay added to the gradient, or AdamW (any other type), which decays before the moment
+// update and bias-corrects with the step. m and v are AdamW's moments, zero-sized until first use.
+void ApplyRefOptimizer(const RefOptimizer& opt, int64_t step, const std::vector<double>& g,
+                       std::vector<double>* p, std::vector<double>* m, std::vector<double>* v);
+
 class RefMlp {
  public:
   explicit RefMlp(std::vector<RefLayer> layers) : layers_(std::move(layers)) {}

@@ -123,13 +123,7 @@ TEST_P(PipelineTest, LossesMatchOneRankAndFloat64Reference) {
   const std::vector<double>& one = base.one;
   std::vector<double> pp =
       RunClusterLosses(*cluster_, job.Spec(c.name + ".yaml", c.mesh, c.extra), kSteps);
-  ASSERT_EQ(one.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(pp.size(), static_cast<size_t>(kSteps));
-  for (int s = 0; s < kSteps; ++s) {
-    EXPECT_LE(RelDiff(pp[s], one[s]), 1e-5) << c.name << " step " << s + 1 << ": " << pp[s]
-                                            << " vs 1 rank " << one[s];
-    EXPECT_LE(RelDiff(pp[s], reference[s]), 1e-4) << c.name << " step " << s + 1;
-  }
+  ExpectLossesMatch(pp, one, reference, kSteps, c.name);
 }
 
 const char kMp[] =

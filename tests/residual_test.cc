@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/cluster_fixture.h"
@@ -79,14 +80,17 @@ struct ResidualJob {
     return path;
   }
 
-  std::vector<double> ReferenceLosses() const {
-    RefMlp mlp({{"fc0", "linear", kIn, kHidden, true},
-                {"act0", "gelu"},
-                {"fc1", "linear", kHidden, kHidden, true},
-                {"act1", "relu"},
-                {"fc2", "linear", kHidden, kHidden, true},
-                {"res1", "add", 0, 0, false, {"act0", "fc2"}},
-                {"fc3", "linear", kHidden, kOut, true}});
+  // Per-step losses of the float64 reference; without the residual, res1 is left out (fc3 reads
+  // fc2).
+  std::vector<double> ReferenceLosses(bool residual = true) const {
+    std::vector<RefLayer> layers = {{"fc0", "linear", kIn, kHidden, true},
+                                    {"act0", "gelu"},
+                                    {"fc1", "linear", kHidden, kHidden, true},
+                                    {"act1", "relu"},
+                                    {"fc2", "linear", kHidden, kHidden, true}};
+    if (residual) layers.push_back({"res1", "add", 0, 0, false, {"act0", "fc2"}});
+    layers.push_back({"fc3", "linear", kHidden, kOut, true});
+    RefMlp mlp(std::move(layers));
     for (const auto& t : init) mlp.params[t.name] = t.values;
     RefOptimizer adamw;
     adamw.lr = 0.01;
@@ -112,14 +116,7 @@ class ResidualTest : public SharedClusterSuite<::testing::Test, 2> {
   }
 
   static void ExpectMatches(const std::vector<double>& losses, const std::string& what) {
-    ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps)) << what;
-    ASSERT_EQ(one_.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_LE(RelDiff(losses[s], one_[s]), 1e-5)
-          << what << " step " << s + 1 << ": " << losses[s] << " vs 1 rank " << one_[s];
-      EXPECT_LE(RelDiff(losses[s], reference_[s]), 1e-4)
-          << what << " step " << s + 1 << ": " << losses[s] << " vs float64 " << reference_[s];
-    }
+    ExpectLossesMatch(losses, one_, reference_, kSteps, what);
   }
 
   static std::unique_ptr<ResidualJob> job_;
@@ -132,18 +129,7 @@ std::vector<double> ResidualTest::reference_, ResidualTest::one_;
 TEST_F(ResidualTest, OneRankMatchesTheFloat64Reference) {
   ExpectMatches(one_, "1 rank");
   // The residual matters: without it (res1 passing fc2 through) the losses differ.
-  RefMlp plain({{"fc0", "linear", kIn, kHidden, true},
-                {"act0", "gelu"},
-                {"fc1", "linear", kHidden, kHidden, true},
-                {"act1", "relu"},
-                {"fc2", "linear", kHidden, kHidden, true},
-                {"fc3", "linear", kHidden, kOut, true}});
-  for (const auto& t : job_->init) plain.params[t.name] = t.values;
-  RefOptimizer adamw;
-  adamw.lr = 0.01;
-  adamw.weight_decay = 0.01;
-  const std::vector<double> without =
-      plain.Train(job_->inputs, job_->labels, kSamples, kBatch, kSteps, adamw);
+  const std::vector<double> without = job_->ReferenceLosses(/*residual=*/false);
   EXPECT_GT(RelDiff(without[0], one_[0]), 1e-3);
 }
 

@@ -79,14 +79,7 @@ TEST_P(TensorParallelTest, LossesMatchOneRankAndFloat64Reference) {
   const std::vector<double>& one = base.one;
   std::vector<double> tp =
       RunClusterLosses(*cluster_, job.WriteSpec(c.name + ".yaml", SpecFor(job, c)));
-  ASSERT_EQ(one.size(), reference.size());
-  ASSERT_EQ(tp.size(), reference.size());
-  for (size_t s = 0; s < reference.size(); ++s) {
-    EXPECT_LE(RelDiff(tp[s], one[s]), 1e-5)
-        << c.name << " step " << s + 1 << ": " << tp[s] << " vs 1 rank " << one[s];
-    EXPECT_LE(RelDiff(tp[s], reference[s]), 1e-4)
-        << c.name << " step " << s + 1 << ": " << tp[s] << " vs float64 " << reference[s];
-  }
+  ExpectLossesMatch(tp, one, reference, MlpJob::kSteps, c.name);
 }
 
 INSTANTIATE_TEST_SUITE_P(

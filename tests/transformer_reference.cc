@@ -343,8 +343,9 @@ double RopeAngle(const RopeShape& s, int t, int i) {
   return t / std::pow(s.theta, 2.0 * i / s.head_dim);
 }
 
-// Pairs (i, i + D/2): y_i = x_i cos - x_{i+D/2} sin, y_{i+D/2} = x_{i+D/2} cos + x_i sin.
-Vec RopeForward(const Vec& x, const RopeShape& s) {
+// Rotates pairs (i, i + D/2) by sign * angle: y_i = x_i cos - x_{i+D/2} sin,
+// y_{i+D/2} = x_{i+D/2} cos + x_i sin with sin = sign * sin(angle).
+Vec RopeRotate(const Vec& x, const RopeShape& s, double sign) {
   Vec y(x.size());
   const int half = s.head_dim / 2;
   for (int b = 0; b < s.batch; ++b) {
@@ -352,7 +353,8 @@ Vec RopeForward(const Vec& x, const RopeShape& s) {
       for (int h = 0; h < s.heads; ++h) {
         const size_t base = ((static_cast<size_t>(b) * s.seq + t) * s.heads + h) * s.head_dim;
         for (int i = 0; i < half; ++i) {
-          const double angle = RopeAngle(s, t, i), cos = std::cos(angle), sin = std::sin(angle);
+          const double angle = RopeAngle(s, t, i), cos = std::cos(angle);
+          const double sin = sign * std::sin(angle);
           const double lo = x[base + i], hi = x[base + i + half];
           y[base + i] = lo * cos - hi * sin;
           y[base + i + half] = hi * cos + lo * sin;
@@ -363,25 +365,10 @@ Vec RopeForward(const Vec& x, const RopeShape& s) {
   return y;
 }
 
+Vec RopeForward(const Vec& x, const RopeShape& s) { return RopeRotate(x, s, 1.0); }
+
 // The transpose of the rotation: the rotation by -angle.
-Vec RopeBackward(const Vec& dy, const RopeShape& s) {
-  Vec dx(dy.size());
-  const int half = s.head_dim / 2;
-  for (int b = 0; b < s.batch; ++b) {
-    for (int t = 0; t < s.seq; ++t) {
-      for (int h = 0; h < s.heads; ++h) {
-        const size_t base = ((static_cast<size_t>(b) * s.seq + t) * s.heads + h) * s.head_dim;
-        for (int i = 0; i < half; ++i) {
-          const double angle = RopeAngle(s, t, i), cos = std::cos(angle), sin = std::sin(angle);
-          const double lo = dy[base + i], hi = dy[base + i + half];
-          dx[base + i] = lo * cos + hi * sin;
-          dx[base + i + half] = hi * cos - lo * sin;
-        }
-      }
-    }
-  }
-  return dx;
-}
+Vec RopeBackward(const Vec& dy, const RopeShape& s) { return RopeRotate(dy, s, -1.0); }
 
 // out[b, i, h, :] = sum_{j <= i} drop(P)[b, h, i, j] v[b, j, g(h), :], P = softmax_j(scale q_i.k_j)
 // over j <= i. *probs gets P before dropout (zero above the diagonal).
@@ -851,24 +838,12 @@ bool IsNormGain(const std::string& name) {
   return false;
 }
 
-// One SGD or AdamW update (PyTorch semantics; AdamW decays before the moment update and
-// bias-corrects with the global step), as tests/mlp_reference.cc.
+// One SGD or AdamW update (tests/mlp_reference.h), refusing any other optimizer type.
 void ApplyOptimizer(const RefOptimizer& opt, int64_t step, const Vec& g, Vec* p, Vec* m, Vec* v) {
-  if (opt.type == "sgd") {
-    for (size_t i = 0; i < p->size(); ++i) (*p)[i] -= opt.lr * (g[i] + opt.weight_decay * (*p)[i]);
-    return;
+  if (opt.type != "sgd" && opt.type != "adamw") {
+    Fail("optimizer type must be sgd or adamw, got '" + opt.type + "'");
   }
-  if (opt.type != "adamw") Fail("optimizer type must be sgd or adamw, got '" + opt.type + "'");
-  m->resize(p->size(), 0.0);
-  v->resize(p->size(), 0.0);
-  const double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(step));
-  const double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(step));
-  for (size_t i = 0; i < p->size(); ++i) {
-    (*p)[i] -= opt.lr * opt.weight_decay * (*p)[i];
-    (*m)[i] = opt.beta1 * (*m)[i] + (1 - opt.beta1) * g[i];
-    (*v)[i] = opt.beta2 * (*v)[i] + (1 - opt.beta2) * g[i] * g[i];
-    (*p)[i] -= opt.lr * ((*m)[i] / bc1) / (std::sqrt((*v)[i] / bc2) + opt.eps);
-  }
+  ApplyRefOptimizer(opt, step, g, p, m, v);
 }
 
 }  // namespace

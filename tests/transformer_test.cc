@@ -276,13 +276,7 @@ TEST_P(TransformerTest, EveryParallelismMatchesOneRank) {
     SCOPED_TRACE(GetParam() + " " + c.name);
     const std::vector<double> losses = RunClusterLosses(
         *cluster_, b.job->WriteSpec(c.name, c.mesh, c.data_extra, c.extra), kSteps);
-    ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_LE(RelDiff(losses[s], b.one[s]), 1e-5)
-          << "step " << s + 1 << ": " << losses[s] << " vs 1 rank " << b.one[s];
-      EXPECT_LE(RelDiff(losses[s], b.reference[s]), 1e-4)
-          << "step " << s + 1 << ": " << losses[s] << " vs float64 " << b.reference[s];
-    }
+    ExpectLossesMatch(losses, b.one, b.reference, kSteps, c.name);
     ExpectParamsNear(b.job->FinalParams(c.name), b.reference_params, c.name);
   }
 }
@@ -334,13 +328,7 @@ TEST_F(TransformerDropoutTest, MasksDoNotDependOnTheMesh) {
     SCOPED_TRACE(c.name);
     const std::vector<double> losses = RunClusterLosses(
         *cluster_, job.WriteSpec(c.name, c.mesh, c.data_extra, c.extra), kSteps);
-    ASSERT_EQ(losses.size(), static_cast<size_t>(kSteps));
-    for (int s = 0; s < kSteps; ++s) {
-      EXPECT_LE(RelDiff(losses[s], one[s]), 1e-5)
-          << "step " << s + 1 << ": " << losses[s] << " vs 1 rank " << one[s];
-      EXPECT_LE(RelDiff(losses[s], reference[s]), 1e-4)
-          << "step " << s + 1 << ": " << losses[s] << " vs float64 " << reference[s];
-    }
+    ExpectLossesMatch(losses, one, reference, kSteps, c.name);
   }
 }
 

@@ -64,13 +64,6 @@ std::vector<std::pair<int64_t, std::string>> StepFolders(const std::string& dir)
   return out;
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  ASSIGN_OR_RETURN(ReadOnlyFile f, ReadOnlyFile::Open(path));
-  std::string text(static_cast<size_t>(f.size()), '\0');
-  RETURN_IF_ERROR(f.ReadAt(0, text.size(), text.data()));
-  return text;
-}
-
 }  // namespace
 
 namespace internal {
@@ -79,7 +72,7 @@ namespace internal {
 // the folder's). This is what makes a folder a committed checkpoint.
 absl::StatusOr<Index> LoadIndex(const std::string& step_dir) {
   const std::string path = absl::StrCat(step_dir, "/", kIndexFile);
-  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   ASSIGN_OR_RETURN(Index index, ParseIndex(text, path));
   std::optional<int64_t> step = StepOf(fs::path(step_dir).lexically_normal().filename().string());
   if (!step) step = StepOf(fs::path(step_dir).lexically_normal().parent_path().filename().string());
@@ -126,7 +119,7 @@ absl::StatusOr<std::string> FindLatestImpl(const std::string& dir_arg, bool remo
     }
   }
   std::vector<std::string> rejected;
-  absl::StatusOr<std::string> pointer = ReadWholeFile(absl::StrCat(dir, "/", kLatestFile));
+  absl::StatusOr<std::string> pointer = ReadFileToString(absl::StrCat(dir, "/", kLatestFile));
   if (pointer.ok()) {
     const std::string name(absl::StripAsciiWhitespace(*pointer));
     if (StepOf(name)) {

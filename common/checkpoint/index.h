@@ -41,6 +41,14 @@ struct TensorEntry {
   std::vector<Chunk> chunks;
 };
 
+// Index.metadata keys of a transformer job's checkpoint, what `weftctl ckpt export --format hf`
+// needs (written by the coordinator from coordinator/planner/arch/hf_export.h): the
+// architecture, its config.json text, and the Hugging Face shapes of parameters laid out
+// otherwise (JSON: name -> shape).
+inline constexpr char kHfArchKey[] = "arch";
+inline constexpr char kHfConfigKey[] = "hf_config";
+inline constexpr char kHfShapesKey[] = "hf_shapes";
+
 struct Index {
   int format_version = kFormatVersion;
   int64_t step = 0;

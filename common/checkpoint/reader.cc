@@ -36,32 +36,29 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_
   CheckpointReader r;
   r.step_dir_ = step_dir;
   ASSIGN_OR_RETURN(r.index_, LoadIndex(step_dir));
-  // Each file once, with the chunk that reaches furthest into it.
-  std::map<std::string, std::pair<const Chunk*, std::string>> last;
+  // The chunks of each file, tensor by tensor.
+  std::map<std::string, std::vector<std::pair<const std::string*, const Chunk*>>> by_file;
   for (const auto& [name, e] : r.index_.tensors) {
-    for (const Chunk& c : e.chunks) {
-      auto& l = last[c.file];
-      if (l.first == nullptr || c.end > l.first->end) l = {&c, name};
-    }
+    for (const Chunk& c : e.chunks) by_file[c.file].push_back({&name, &c});
   }
-  for (const auto& [file, l] : last) {
+  // Each file once, long enough for the chunk that reaches furthest into it.
+  for (const auto& [file, in_file] : by_file) {
+    const auto& [name, last] = *std::max_element(
+        in_file.begin(), in_file.end(),
+        [](const auto& a, const auto& b) { return a.second->end < b.second->end; });
     const std::string path = absl::StrCat(step_dir, "/", file);
-    const std::string what = absl::StrCat("tensor '", l.second, "'");
+    const std::string what = absl::StrCat("tensor '", *name, "'");
     absl::StatusOr<ReadOnlyFile> f = ReadOnlyFile::Open(path);
     if (!f.ok()) return Annotate(f.status(), absl::StrCat("loading ", what, " from ", path));
-    if (f->size() < l.first->end) {
+    if (f->size() < last->end) {
       return absl::DataLossError(absl::StrCat(
           "loading ", what, " from ", path, ": truncated: the file holds ", f->size(),
-          " bytes, chunk ", ChunkRegion(*l.first), " ends at byte ", l.first->end));
+          " bytes, chunk ", ChunkRegion(*last), " ends at byte ", last->end));
     }
     r.files_.emplace(file, *std::move(f));
   }
   // The shards' own headers agree with the index on every chunk, so that a chunk is never read
   // as another dtype than it was written in.
-  std::map<std::string, std::vector<std::pair<const std::string*, const Chunk*>>> by_file;
-  for (const auto& [name, e] : r.index_.tensors) {
-    for (const Chunk& c : e.chunks) by_file[c.file].push_back({&name, &c});
-  }
   for (const auto& [file, in_file] : by_file) {
     const std::string path = absl::StrCat(step_dir, "/", file);
     absl::StatusOr<SafetensorsFile> shard = SafetensorsFile::Open(path);
@@ -78,34 +75,51 @@ absl::StatusOr<CheckpointReader> CheckpointReader::Open(const std::string& step_
   return r;
 }
 
-absl::Status CheckpointReader::VerifyChunk(const std::string& name, const Chunk& chunk) const {
-  const std::string path = absl::StrCat(step_dir_, "/", chunk.file);
-  const std::string context =
-      absl::StrCat("loading tensor '", name, "' from ", path, ": chunk ", ChunkRegion(chunk));
-  auto f = files_.find(chunk.file);
-  if (f == files_.end()) return absl::InternalError(absl::StrCat(context, ": file not open"));
-  std::vector<char> block(static_cast<size_t>(std::min(kVerifyBlockBytes, chunk.end - chunk.begin)));
-  uint32_t crc = 0;
-  for (int64_t at = chunk.begin; at < chunk.end;) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(block.size(), chunk.end - at));
-    RETURN_IF_ERROR(Annotate(f->second.ReadAt(at, n, block.data()), context));
-    crc = Crc32c(block.data(), n, crc);
-    at += static_cast<int64_t>(n);
-  }
-  if (crc != chunk.crc32c) {
-    return absl::DataLossError(absl::StrCat(context, " (bytes [", chunk.begin, ",", chunk.end,
-                                            ")): checksum mismatch (index ", Hex(chunk.crc32c),
-                                            ", data ", Hex(crc), ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CheckpointReader::CheckCoverage(const std::string& name) const {
+absl::StatusOr<const TensorEntry*> CheckpointReader::FindTensor(const std::string& name) const {
   auto it = index_.tensors.find(name);
   if (it == index_.tensors.end()) {
     return absl::NotFoundError(absl::StrCat(step_dir_, ": no tensor '", name, "' in the checkpoint"));
   }
-  return CheckCovers(absl::StrCat(step_dir_, ": "), name, it->second);
+  return &it->second;
+}
+
+std::string CheckpointReader::ChunkContext(const std::string& name, const Chunk& chunk) const {
+  return absl::StrCat("loading tensor '", name, "' from ", step_dir_, "/", chunk.file, ": chunk ",
+                      ChunkRegion(chunk));
+}
+
+absl::StatusOr<const ReadOnlyFile*> CheckpointReader::ChunkFile(const Chunk& chunk,
+                                                                const std::string& context) const {
+  auto f = files_.find(chunk.file);
+  if (f == files_.end()) return absl::InternalError(absl::StrCat(context, ": file not open"));
+  return &f->second;
+}
+
+absl::Status CheckpointReader::CheckCrc(const Chunk& chunk, uint32_t crc,
+                                        const std::string& context) {
+  if (crc == chunk.crc32c) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat(context, " (bytes [", chunk.begin, ",", chunk.end,
+                                          ")): checksum mismatch (index ", Hex(chunk.crc32c),
+                                          ", data ", Hex(crc), ")"));
+}
+
+absl::Status CheckpointReader::VerifyChunk(const std::string& name, const Chunk& chunk) const {
+  const std::string context = ChunkContext(name, chunk);
+  ASSIGN_OR_RETURN(const ReadOnlyFile* f, ChunkFile(chunk, context));
+  std::vector<char> block(static_cast<size_t>(std::min(kVerifyBlockBytes, chunk.end - chunk.begin)));
+  uint32_t crc = 0;
+  for (int64_t at = chunk.begin; at < chunk.end;) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(block.size(), chunk.end - at));
+    RETURN_IF_ERROR(Annotate(f->ReadAt(at, n, block.data()), context));
+    crc = Crc32c(block.data(), n, crc);
+    at += static_cast<int64_t>(n);
+  }
+  return CheckCrc(chunk, crc, context);
+}
+
+absl::Status CheckpointReader::CheckCoverage(const std::string& name) const {
+  ASSIGN_OR_RETURN(const TensorEntry* e, FindTensor(name));
+  return CheckCovers(absl::StrCat(step_dir_, ": "), name, *e);
 }
 
 std::vector<absl::Status> CheckpointReader::VerifyEach(int64_t* bytes_checked) const {
@@ -136,12 +150,9 @@ absl::Status CheckpointReader::ReadBox(const std::string& name,
                                        const std::vector<int64_t>& offsets,
                                        const std::vector<int64_t>& lengths, v1::DType dtype,
                                        void* out) const {
-  auto it = index_.tensors.find(name);
-  if (it == index_.tensors.end()) {
-    return absl::NotFoundError(absl::StrCat(step_dir_, ": no tensor '", name, "' in the checkpoint"));
-  }
-  const TensorEntry& e = it->second;
-  if (e.dtype != dtype && !(IsFloatingPoint(e.dtype) && IsFloatingPoint(dtype))) {
+  ASSIGN_OR_RETURN(const TensorEntry* entry, FindTensor(name));
+  const TensorEntry& e = *entry;
+  if (!ReadableAs(e.dtype, dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "loading tensor '", name, "' from ", step_dir_, ": the checkpoint holds ",
         SafetensorsDTypeName(e.dtype), ", the destination is ", SafetensorsDTypeName(dtype),
@@ -187,19 +198,11 @@ absl::Status CheckpointReader::ReadBox(const std::string& name,
       buffer.resize(static_cast<size_t>(c.end - c.begin));
       dst = buffer.data();
     }
-    const std::string path = absl::StrCat(step_dir_, "/", c.file);
-    const std::string context =
-        absl::StrCat("loading tensor '", name, "' from ", path, ": chunk ", ChunkRegion(c));
-    auto f = files_.find(c.file);
-    if (f == files_.end()) return absl::InternalError(absl::StrCat(context, ": file not open"));
+    const std::string context = ChunkContext(name, c);
+    ASSIGN_OR_RETURN(const ReadOnlyFile* f, ChunkFile(c, context));
     const size_t bytes = static_cast<size_t>(c.end - c.begin);
-    RETURN_IF_ERROR(Annotate(f->second.ReadAt(c.begin, bytes, dst), context));
-    const uint32_t crc = Crc32c(dst, bytes);
-    if (crc != c.crc32c) {
-      return absl::DataLossError(absl::StrCat(context, " (bytes [", c.begin, ",", c.end,
-                                              ")): checksum mismatch (index ", Hex(c.crc32c),
-                                              ", data ", Hex(crc), ")"));
-    }
+    RETURN_IF_ERROR(Annotate(f->ReadAt(c.begin, bytes, dst), context));
+    RETURN_IF_ERROR(CheckCrc(c, Crc32c(dst, bytes), context));
     if (direct) continue;
     CopyRegion(buffer.data(), e.dtype, c.offsets, c.lengths, out, dtype, offsets, lengths, ioff,
                ilen);

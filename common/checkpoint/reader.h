@@ -66,6 +66,17 @@ class CheckpointReader {
   absl::Status VerifyChunk(const std::string& name, const Chunk& chunk) const;
 
  private:
+  // The index entry of tensor `name`; NOT_FOUND naming the checkpoint when it has none.
+  absl::StatusOr<const TensorEntry*> FindTensor(const std::string& name) const;
+  // "loading tensor 'fc0.weight' from <step_dir>/<file>: chunk [...]": how errors about a chunk
+  // start.
+  std::string ChunkContext(const std::string& name, const Chunk& chunk) const;
+  // The file holding `chunk`, opened by Open.
+  absl::StatusOr<const ReadOnlyFile*> ChunkFile(const Chunk& chunk,
+                                                const std::string& context) const;
+  // DATA_LOSS "checksum mismatch" unless `crc`, computed over the chunk's bytes, is the index's.
+  static absl::Status CheckCrc(const Chunk& chunk, uint32_t crc, const std::string& context);
+
   std::string step_dir_;
   Index index_;
   std::map<std::string, ReadOnlyFile> files_;  // by Chunk::file, opened once by Open

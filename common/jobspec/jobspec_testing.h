@@ -10,7 +10,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -25,6 +24,7 @@
 #include "common/jobspec/yaml.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
+#include "common/testing_files.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "gmock/gmock.h"
@@ -48,6 +48,14 @@ inline std::string Garble(const std::string& text, const std::string& punct, std
     }
   }
   return s;
+}
+
+// A fresh folder for the running test: TestTmpDir()/<prefix><pid>_<test name>.
+inline std::string MakeScratchDir(absl::string_view prefix) {
+  std::string dir = absl::StrCat(TestTmpDir(), "/", prefix, getpid(), "_",
+                                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::filesystem::create_directories(dir);
+  return dir;
 }
 
 // The schema example, on a 4-rank dp mesh with small layers.
@@ -94,10 +102,7 @@ train: {steps: 3}
 class SpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/spec_test_", getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
+    dir_ = MakeScratchDir("spec_test_");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -264,10 +269,7 @@ inline std::vector<std::pair<std::string, std::string>> Stages(
 class CheckpointSpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* tmp = std::getenv("TEST_TMPDIR");
-    dir_ = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ckpt_spec_test_", getpid(), "_",
-                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
+    dir_ = MakeScratchDir("ckpt_spec_test_");
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 

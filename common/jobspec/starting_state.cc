@@ -1,6 +1,8 @@
 #include "common/jobspec/starting_state.h"
 
 #include <filesystem>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/checkpoint/checkpoint.h"
@@ -19,26 +21,19 @@ absl::Status AsInvalid(const absl::Status& status, absl::string_view context) {
   return absl::InvalidArgumentError(absl::StrCat(context, ": ", status.message()));
 }
 
-// A tensor saved as `saved` can start a tensor of dtype `wanted`: the same type, or both floating
-// point (read with a conversion).
-bool Readable(v1::DType saved, v1::DType wanted) {
-  return saved == wanted || (IsFloatingPoint(saved) && IsFloatingPoint(wanted));
-}
-
 absl::Status CheckSafetensors(const std::string& file, const std::vector<ParameterShape>& params) {
   absl::StatusOr<SafetensorsFile> st = SafetensorsFile::Open(file);
   if (!st.ok()) return AsInvalid(st.status(), "init_from");
   for (const ParameterShape& p : params) {
-    // Hugging Face's GPT-2 files name their tensors "transformer.<name>" (as the worker reads).
-    const SafetensorsFile::Entry* e = st->Find(p.name);
-    if (e == nullptr) e = st->Find(absl::StrCat("transformer.", p.name));
+    const std::optional<std::string> stored = st->ParameterName(p.name);
+    const SafetensorsFile::Entry* e = stored ? st->Find(*stored) : nullptr;
     if (e == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": has no tensor ",
                                                      p.name, " (shape ", ShapeString(p.shape),
                                                      ") that the model needs"));
     }
     absl::StatusOr<v1::DType> dtype = DTypeFromSafetensors(e->dtype);
-    if (!dtype.ok() || !Readable(*dtype, p.dtype)) {
+    if (!dtype.ok() || !ReadableAs(*dtype, p.dtype)) {
       return absl::InvalidArgumentError(absl::StrCat("init_from: ", file, ": ", p.name,
                                                      " has dtype ", e->dtype, "; expected ",
                                                      SafetensorsDTypeName(p.dtype)));

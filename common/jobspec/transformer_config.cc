@@ -4,16 +4,15 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_io.h"
 #include "common/jobspec/param_pattern.h"
 #include "common/status.h"
 #include "google/protobuf/descriptor.h"
@@ -406,13 +405,20 @@ std::string KnownArchs() { return absl::StrCat(kGpt2, ", ", kLlama); }
 
 bool IsKnownArch(absl::string_view arch) { return arch == kGpt2 || arch == kLlama; }
 
+namespace {
+
+absl::Status CheckKnownArch(absl::string_view arch) {
+  if (IsKnownArch(arch)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("model.arch: unknown arch \"", arch, "\"; known: ", KnownArchs()));
+}
+
+}  // namespace
+
 absl::StatusOr<TransformerConfig> TransformerConfigFromJson(
     absl::string_view arch, const json& config, ConfigSource source, const std::string& path,
     const std::map<std::string, std::string>& where) {
-  if (!IsKnownArch(arch)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.arch: unknown arch \"", arch, "\"; known: ", KnownArchs()));
-  }
+  RETURN_IF_ERROR(CheckKnownArch(arch));
   const ArchKeys& keys = KeysOf(arch);
   const KeyNamer namer(path, source, &where);
   if (!config.is_object()) {
@@ -514,21 +520,19 @@ absl::StatusOr<TransformerConfig> LoadTransformerConfigFile(absl::string_view ar
                                                             const std::string& file) {
   const std::string path = absl::StrCat("model.config_file: ", file);
   std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": no such file"));
-  }
   if (std::filesystem::is_directory(file, ec)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": is a directory, not a Hugging Face config.json"));
   }
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  // "<file>: no such file", "<file>: cannot open: ...", all INVALID_ARGUMENT to the spec.
+  absl::StatusOr<std::string> text = ReadFileToString(file);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model.config_file: ", text.status().message()));
+  }
   json config;
   try {
-    config = json::parse(text.str());
+    config = json::parse(*text);
   } catch (const json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
   }
@@ -536,10 +540,7 @@ absl::StatusOr<TransformerConfig> LoadTransformerConfigFile(absl::string_view ar
 }
 
 absl::Status ValidateTransformerConfig(absl::string_view arch, const TransformerConfig& config) {
-  if (!IsKnownArch(arch)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.arch: unknown arch \"", arch, "\"; known: ", KnownArchs()));
-  }
+  RETURN_IF_ERROR(CheckKnownArch(arch));
   const KeyNamer namer("model.config", ConfigSource::kSpec, nullptr);
   const ArchKeys& keys = KeysOf(arch);
   std::vector<const google::protobuf::FieldDescriptor*> set;
@@ -571,10 +572,7 @@ absl::Status ValidateTransformerModel(const v1::Model& model) {
     }
     return absl::OkStatus();
   }
-  if (!IsKnownArch(model.arch())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("model.arch: unknown arch \"", model.arch(), "\"; known: ", KnownArchs()));
-  }
+  RETURN_IF_ERROR(CheckKnownArch(model.arch()));
   if (model.layers_size() > 0) {
     return absl::InvalidArgumentError(
         "model.layers: not allowed with model.arch (a transformer's layers come from its "

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/philox.h"
 #include "common/status.h"
 #include "coordinator/planner/op_table.h"
@@ -119,7 +120,7 @@ class RankEmitter {
   // Which instance of tensor t an item of micro-batch mb uses: one per step (-1) for what no
   // per-micro-batch op makes, else mb's (0 in the per-step items of a single micro-batch).
   int InstanceIndex(int t, int mb) const {
-    const int producer = p_.producer[t];
+    const int producer = p_.pipeline.producer[t];
     if (producer < 0 || p_.pipeline.per_step[producer]) return -1;
     return std::max(mb, 0);
   }
@@ -155,9 +156,9 @@ class RankEmitter {
   absl::Status AddInits() {
     for (size_t t = 0; t < g_.tensors.size(); ++t) {
       const Tensor& tensor = g_.tensors[t];
-      const bool param = tensor.role == v1::Buffer::PARAM && g_.IsParam(t);
+      const Parameter* p = tensor.role == v1::Buffer::PARAM ? g_.FindParam(t) : nullptr;
       const bool state = tensor.role == v1::Buffer::OPTIMIZER_STATE;
-      if (!param && !state) continue;
+      if (p == nullptr && !state) continue;
       if (StageOfTensor(g_, p_.pipeline, tensor) != stage_) continue;
       ASSIGN_OR_RETURN(const int buffer, Instance(t, -1));
       v1::ParamInit* init = program_.add_init();
@@ -175,11 +176,7 @@ class RankEmitter {
         *item->mutable_box() = init->box();
         item->set_write(p_.writers.Writes(static_cast<int>(t), rank_));
       }
-      const Parameter* p = nullptr;
-      for (const Parameter& candidate : g_.params) {
-        if (candidate.tensor == static_cast<int>(t)) p = &candidate;
-      }
-      if (state || !holds || p == nullptr) {
+      if (state || !holds) {
         init->set_kind(v1::ParamInit::ZEROS);
       } else if (!program_.init_from().empty()) {
         init->set_kind(v1::ParamInit::FROM_FILE);
@@ -203,13 +200,7 @@ class RankEmitter {
         return EmitOp(item);
       case StageItem::kFill: {
         ASSIGN_OR_RETURN(const int acc, Accumulator(item.op));
-        Instruction* ins = Add(item, Phase::kForward);
-        ins->set_phase(Instruction::PHASE_UNSPECIFIED);
-        ins->set_op(Instruction::FILL);
-        ins->add_outputs(acc);
-        ins->set_scale(0.0f);
-        ins->set_comment(absl::StrCat(program_.buffers(acc).name(),
-                                      " = 0: accumulated over micro-batches"));
+        EmitZero(item, acc, program_.buffers(acc).name());
         return absl::OkStatus();
       }
       case StageItem::kAccumulate: {
@@ -239,15 +230,9 @@ class RankEmitter {
                                       send ? " to stage " : " from stage ", item.peer_stage));
         return absl::OkStatus();
       }
-      case StageItem::kLossFill: {
-        Instruction* ins = Add(item, Phase::kForward);
-        ins->set_phase(Instruction::PHASE_UNSPECIFIED);
-        ins->set_op(Instruction::FILL);
-        ins->add_outputs(loss_);
-        ins->set_scale(0.0f);
-        ins->set_comment("loss = 0: accumulated over micro-batches");
+      case StageItem::kLossFill:
+        EmitZero(item, loss_, "loss");
         return absl::OkStatus();
-      }
       case StageItem::kLossSum: {
         ASSIGN_OR_RETURN(const int loss, LossBuffer());
         Instruction* ins = Add(item, Phase::kForward);
@@ -263,6 +248,16 @@ class RankEmitter {
       }
     }
     return absl::InternalError("emit: unknown stage item");
+  }
+
+  // Sets `buffer` (named `name` in the comment) to 0 before the micro-batches add to it.
+  void EmitZero(const StageItem& item, int buffer, absl::string_view name) {
+    Instruction* ins = Add(item, Phase::kForward);
+    ins->set_phase(Instruction::PHASE_UNSPECIFIED);
+    ins->set_op(Instruction::FILL);
+    ins->add_outputs(buffer);
+    ins->set_scale(0.0f);
+    ins->set_comment(absl::StrCat(name, " = 0: accumulated over micro-batches"));
   }
 
   absl::StatusOr<int> LossBuffer() {
@@ -363,21 +358,19 @@ class RankEmitter {
       bufs.push_back(b);
     }
     const std::string& param = g_.tensors[op.inputs[0]].name;
-    if (HoldsValue(*g_.tensors[op.inputs[0]].dist, rank_)) {
+    const bool holds = HoldsValue(*g_.tensors[op.inputs[0]].dist, rank_);
+    // The update where this rank holds the parameter's value. A Partial(sum) parameter not held
+    // here: p_i = p_i * (1 - lr*wd), the step goes to the member that holds the value; AdamW
+    // still advances m and v (replicated) with lr 0.
+    if (holds || def.updates_in_place.size() > 1) {
       Instruction* ins = Add(item, op.phase);
       ins->set_op(def.instruction);
       for (int b : bufs) ins->add_inputs(b);
       RETURN_IF_ERROR(SetAttributes(op, ins));
-      ins->set_comment(Comment(op));
-      return absl::OkStatus();
-    }
-    // A Partial(sum) parameter not held here: p_i = p_i * (1 - lr*wd), the step goes to the
-    // member that holds the value. AdamW still advances m and v (replicated) with lr 0.
-    if (def.updates_in_place.size() > 1) {
-      Instruction* ins = Add(item, op.phase);
-      ins->set_op(def.instruction);
-      for (int b : bufs) ins->add_inputs(b);
-      RETURN_IF_ERROR(SetAttributes(op, ins));
+      if (holds) {
+        ins->set_comment(Comment(op));
+        return absl::OkStatus();
+      }
       ins->set_lr(0.0f);
       ins->set_comment(absl::StrCat(op.type, " states of ", param,
                                     " (Partial(sum), step on member 0)"));

@@ -38,7 +38,6 @@ struct PlannedGraph {
   LoweredGraph lowered;
   pipeline::PipelinePlan pipeline;
   CheckpointWriters writers;
-  std::vector<int> producer;  // by tensor: the op that makes it, -1 for parameters and states
 };
 
 // `header` holds the job-level fields (job id, attempt, mesh, data, steps, seed, init_from,

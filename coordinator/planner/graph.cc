@@ -106,8 +106,10 @@ std::vector<int> Graph::ParamIds() const {
   return ids;
 }
 
-bool Graph::IsParam(int id) const {
-  return std::any_of(params.begin(), params.end(), [&](const Parameter& p) { return p.tensor == id; });
+const Parameter* Graph::FindParam(int id) const {
+  auto it = std::find_if(params.begin(), params.end(),
+                         [&](const Parameter& p) { return p.tensor == id; });
+  return it == params.end() ? nullptr : &*it;
 }
 
 int Graph::ChunkOf(const std::string& layer) const {

@@ -169,8 +169,10 @@ struct Graph {
   int micro_batches() const { return pipeline.micro_batches; }
   // The tensor ids of the parameters, in order.
   std::vector<int> ParamIds() const;
+  // The parameter whose tensor is id, or null.
+  const Parameter* FindParam(int id) const;
   // Whether tensor id is one of the parameters.
-  bool IsParam(int id) const;
+  bool IsParam(int id) const { return FindParam(id) != nullptr; }
   // The chunk of a spec layer by name; -1 when no layer has that name.
   int ChunkOf(const std::string& layer) const;
 };

@@ -77,11 +77,8 @@ std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to
   const double n = static_cast<double>(local_bytes);
   const double frac = static_cast<double>(k - 1) / static_cast<double>(k);
   // Partial(max) only becomes Replicate (an all-reduce with max), and comes from Replicate.
-  const auto is_max = [](const Placement& p) {
-    return p.is_partial() && p.reduce == Placement::Reduce::kMax;
-  };
-  if (is_max(from)) return to.is_replicate() ? std::optional<double>(2.0 * frac * n) : std::nullopt;
-  if (is_max(to)) return from.is_replicate() ? std::optional<double>(0.0) : std::nullopt;
+  if (from.is_partial_max()) return to.is_replicate() ? std::optional<double>(2.0 * frac * n) : std::nullopt;
+  if (to.is_partial_max()) return from.is_replicate() ? std::optional<double>(0.0) : std::nullopt;
   if (from.is_partial()) {
     if (to.is_replicate()) return 2.0 * frac * n;  // ring all-reduce
     if (to.is_shard()) return frac * n;            // reduce-scatter

@@ -1,7 +1,6 @@
 #include "coordinator/planner/memory_plan.h"
 
 #include <algorithm>
-#include <numeric>
 
 #include "common/dtype.h"
 #include "common/program.h"
@@ -9,9 +8,6 @@
 namespace weft::planner {
 namespace {
 
-int64_t Aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
 
 }  // namespace
 
@@ -21,7 +17,7 @@ void MemoryPlanner::Plan(v1::Program* program) {
   std::vector<int64_t> sizes(n), key;
   key.reserve(4 * static_cast<size_t>(n));
   for (int b = 0; b < n; ++b) {
-    sizes[b] = Aligned(std::max<int64_t>(BufferBytes(program->buffers(b)), 1));
+    sizes[b] = ArenaAligned(std::max<int64_t>(BufferBytes(program->buffers(b)), 1));
     key.insert(key.end(), {sizes[b], lives[b].first, lives[b].last, lives[b].carried ? 1 : 0});
   }
   auto cached = layouts_.find(key);

@@ -38,10 +38,6 @@ absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g) {
   if (g.pipeline.dim >= 0) extra.push_back(g.pipeline.dim);
   ASSIGN_OR_RETURN(planned.lowered, Lower(g, extra));
   ASSIGN_OR_RETURN(planned.writers, CheckpointWriters::Assign(g, planned.pipeline));
-  planned.producer.assign(g.tensors.size(), -1);
-  for (size_t i = 0; i < g.ops.size(); ++i) {
-    for (int out : g.ops[i].outputs) planned.producer[out] = static_cast<int>(i);
-  }
   planned.graph = std::move(g);
   return planned;
 }

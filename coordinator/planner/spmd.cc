@@ -1,7 +1,6 @@
 #include "coordinator/planner/spmd.h"
 
 #include <functional>
-#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -31,10 +30,9 @@ std::string StrategyKey(const DimStrategy& s) {
 // which have no downstream readers.
 bool SearchMakes(const Placement& from, const Placement& to, bool update_op) {
   if (from == to) return true;
-  const auto is_max = [](const Placement& p) {
-    return p.is_partial() && p.reduce == Placement::Reduce::kMax;
-  };
-  if (is_max(from) || is_max(to)) return is_max(from) && to.is_replicate();
+  if (from.is_partial_max() || to.is_partial_max()) {
+    return from.is_partial_max() && to.is_replicate();
+  }
   if (to.is_partial()) return from.is_partial();  // Partial(sum) <-> Partial(avg): a local scale
   if (from.is_partial() && to.is_shard()) return update_op;
   return true;
@@ -177,7 +175,6 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
     decision.outputs.push_back(DistAttr::Replicated(mesh));
     decision.outputs_micro.push_back(Placement::Replicate());
   }
-  sig.input_splits.clear();
   for (int id : op.inputs) sig.input_splits.push_back(Shape(g.tensors[id].shape.size(), 1));
   for (int d = 0; d < mesh.ndim(); ++d) {
     if (d > 0) {

@@ -37,9 +37,9 @@ struct DimStrategy {
 };
 
 // What a rule sees of an op: its type and attributes, the global shapes of its tensors, and the
-// size of the mesh dim the strategies are for (or the number of micro-batches), for the few ops
-// whose shards must fall on whole units (attention's heads: SplitSizes must keep q's and k/v's
-// heads aligned).
+// size of the mesh dim the strategies are for (or the number of micro-batches) and how the dims
+// before it split the inputs, for the few ops whose shards must fall on whole units (attention's
+// heads: each rank's query heads must read its own kv heads).
 struct OpSignature {
   const Op* op = nullptr;
   std::vector<Shape> input_shapes;

@@ -21,6 +21,13 @@ int64_t SumCounts(absl::Span<const int64_t> counts) {
   return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
+void* ElementAt(void* base, int64_t index, v1::DType dtype) {
+  return static_cast<char*>(base) + index * DTypeSize(dtype);
+}
+const void* ElementAt(const void* base, int64_t index, v1::DType dtype) {
+  return static_cast<const char*>(base) + index * DTypeSize(dtype);
+}
+
 absl::Status CheckCounts(const Communicator& comm, const char* op,
                          absl::Span<const int64_t> counts) {
   const std::string& name = comm.name();

@@ -62,6 +62,10 @@ absl::StatusOr<int> MemberIndex(const v1::CommGroup& group, int global_rank);
 // The sum of per-member counts (AllGather, ReduceScatter, AllToAll).
 int64_t SumCounts(absl::Span<const int64_t> counts);
 
+// The address of element `index` of a buffer of `dtype` elements (a member's piece or chunk).
+void* ElementAt(void* base, int64_t index, v1::DType dtype);
+const void* ElementAt(const void* base, int64_t index, v1::DType dtype);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

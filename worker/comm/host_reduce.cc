@@ -26,13 +26,19 @@ void SumInts(absl::Span<const void* const> inputs, int64_t n, void* out) {
   }
 }
 
-// z[i] = the larger of x[i] and y[i] as Key orders them, decoded by Bits.
-template <typename T, typename KeyFn, typename BitsFn>
-void MaxByKey(const void* a, const void* b, size_t n, void* out, KeyFn key, BitsFn bits) {
+// z[i] = fn(x[i], y[i]) over n elements of T. `out` may be `a` or `b`.
+template <typename T, typename Fn>
+void Zip(const void* a, const void* b, size_t n, void* out, Fn fn) {
   const T* x = static_cast<const T*>(a);
   const T* y = static_cast<const T*>(b);
   T* z = static_cast<T*>(out);
-  for (size_t i = 0; i < n; ++i) z[i] = bits(std::max(key(x[i]), key(y[i])));
+  for (size_t i = 0; i < n; ++i) z[i] = fn(x[i], y[i]);
+}
+
+// z[i] = the larger of x[i] and y[i] as `key` orders them, decoded by `bits`.
+template <typename T, typename KeyFn, typename BitsFn>
+void MaxByKey(const void* a, const void* b, size_t n, void* out, KeyFn key, BitsFn bits) {
+  Zip<T>(a, b, n, out, [&](T x, T y) { return bits(std::max(key(x), key(y))); });
 }
 
 template <typename T>
@@ -74,36 +80,16 @@ void SumElements(absl::Span<const void* const> inputs, v1::DType dtype, int64_t 
 
 void AddElements(const void* a, const void* b, v1::DType dtype, size_t n, void* out) {
   switch (dtype) {
-    case v1::F32: {
-      const float* x = static_cast<const float*>(a);
-      const float* y = static_cast<const float*>(b);
-      float* z = static_cast<float*>(out);
-      for (size_t i = 0; i < n; ++i) z[i] = x[i] + y[i];
-      return;
-    }
-    case v1::BF16: {
-      const uint16_t* x = static_cast<const uint16_t*>(a);
-      const uint16_t* y = static_cast<const uint16_t*>(b);
-      uint16_t* z = static_cast<uint16_t*>(out);
-      for (size_t i = 0; i < n; ++i) {
-        z[i] = FloatToBf16Bits(Bf16BitsToFloat(x[i]) + Bf16BitsToFloat(y[i]));
-      }
-      return;
-    }
-    case v1::I32: {
-      const int32_t* x = static_cast<const int32_t*>(a);
-      const int32_t* y = static_cast<const int32_t*>(b);
-      int32_t* z = static_cast<int32_t*>(out);
-      for (size_t i = 0; i < n; ++i) z[i] = WrappingAdd(x[i], y[i]);
-      return;
-    }
-    case v1::I64: {
-      const int64_t* x = static_cast<const int64_t*>(a);
-      const int64_t* y = static_cast<const int64_t*>(b);
-      int64_t* z = static_cast<int64_t*>(out);
-      for (size_t i = 0; i < n; ++i) z[i] = WrappingAdd(x[i], y[i]);
-      return;
-    }
+    case v1::F32:
+      return Zip<float>(a, b, n, out, [](float x, float y) { return x + y; });
+    case v1::BF16:
+      return Zip<uint16_t>(a, b, n, out, [](uint16_t x, uint16_t y) {
+        return FloatToBf16Bits(Bf16BitsToFloat(x) + Bf16BitsToFloat(y));
+      });
+    case v1::I32:
+      return Zip<int32_t>(a, b, n, out, WrappingAdd<int32_t>);
+    case v1::I64:
+      return Zip<int64_t>(a, b, n, out, WrappingAdd<int64_t>);
     default:
       return;  // CheckDType rejected it
   }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,25 @@ v1::TensorBox Box(std::vector<int64_t> offsets, std::vector<int64_t> lengths) {
 }
 
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// `values` [shape] written to the .npy `path`, opened as `stream` in batches of `batch_size`.
+template <typename T>
+absl::StatusOr<std::unique_ptr<BatchSource>> OpenNpy(const std::string& path,
+                                                     const std::vector<int64_t>& shape,
+                                                     const std::vector<T>& values,
+                                                     BatchSource::Stream stream,
+                                                     int64_t batch_size) {
+  EXPECT_TRUE(NpyFile::Write(path, shape, values.data()).ok());
+  v1::Data data;
+  data.set_source("npy");
+  if (stream == BatchSource::kInput) {
+    data.set_input(path);
+  } else {
+    data.set_label(path);
+  }
+  data.set_batch_size(batch_size);
+  return BatchSource::Create(data, stream, 0);
+}
 
 TEST(BatchSourceTest, SyntheticFollowsThePhiloxMappingAndWraps) {
   v1::Data data;
@@ -64,12 +84,7 @@ TEST(BatchSourceTest, NpyWholeRowsAndSubBoxesAcrossTheWrap) {
   const int64_t n = 5, f = 4;
   std::vector<float> all(n * f);
   for (int64_t i = 0; i < n * f; ++i) all[i] = 0.5f * i + 1.0f;
-  ASSERT_TRUE(NpyFile::Write(path, {n, f}, all.data()).ok());
-  v1::Data data;
-  data.set_source("npy");
-  data.set_input(path);
-  data.set_batch_size(3);
-  auto src = BatchSource::Create(data, BatchSource::kInput, 0);
+  auto src = OpenNpy(path, {n, f}, all, BatchSource::kInput, 3);
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_EQ((*src)->num_samples(), 5);
   // Step 2: samples 3, 4, 0 (wraps). Whole rows.
@@ -96,12 +111,7 @@ TEST(BatchSourceTest, Int32NpyBoxesInTheFilesDtype) {
   const int64_t n = 5, f = 2;
   std::vector<int32_t> all(n * f);
   for (int64_t i = 0; i < n * f; ++i) all[i] = static_cast<int32_t>(1000000 * i - 7);
-  ASSERT_TRUE(NpyFile::Write(path, {n, f}, all.data()).ok());
-  v1::Data data;
-  data.set_source("npy");
-  data.set_label(path);
-  data.set_batch_size(3);
-  auto src = BatchSource::Create(data, BatchSource::kLabel, 0);
+  auto src = OpenNpy(path, {n, f}, all, BatchSource::kLabel, 3);
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_EQ((*src)->dtype(), v1::I32);
   // Step 2: samples 3, 4, 0.
@@ -125,12 +135,7 @@ TEST(BatchSourceTest, Int32NpyBoxesInTheFilesDtype) {
 TEST(BatchSourceTest, Int64NpyAndSyntheticDtypes) {
   const std::string path = TempPath("ids64.npy");
   const std::vector<int64_t> all = {int64_t{1} << 40, -3, (int64_t{1} << 33) + 5, 9};
-  ASSERT_TRUE(NpyFile::Write(path, {4}, all.data()).ok());
-  v1::Data data;
-  data.set_source("npy");
-  data.set_input(path);
-  data.set_batch_size(2);
-  auto src = BatchSource::Create(data, BatchSource::kInput, 0);
+  auto src = OpenNpy(path, {4}, all, BatchSource::kInput, 2);
   ASSERT_TRUE(src.ok()) << src.status();
   EXPECT_EQ((*src)->dtype(), v1::I64);
   std::vector<int64_t> out(2);
@@ -236,11 +241,17 @@ v1::Data TokenData(const std::string& path, const std::string& format, int64_t s
   return data;
 }
 
+// The tokens 100, 101, ..., 122.
+std::vector<uint16_t> Stream23() {
+  std::vector<uint16_t> stream(23);
+  for (int i = 0; i < 23; ++i) stream[i] = static_cast<uint16_t>(100 + i);
+  return stream;
+}
+
 // 23 tokens 100, 101, ..., 122 with seq_len 4: (23 - 1) / 4 = 5 samples; sample i is tokens
 // [4i, 4i + 4) as input and [4i + 1, 4i + 5) as label. Batches of 3: step 2 is samples 3, 4, 0.
 TEST(TokenSourceTest, EveryFormatGivesTheSameBatchesAcrossTheWrap) {
-  std::vector<uint16_t> stream(23);
-  for (int i = 0; i < 23; ++i) stream[i] = static_cast<uint16_t>(100 + i);
+  const std::vector<uint16_t> stream = Stream23();
   for (const std::string format : {"", "llmc", "raw_u16", "megatron"}) {
     SCOPED_TRACE("format " + format);
     const std::string path = WriteTokens("stream_" + format, format, stream);
@@ -288,8 +299,7 @@ TEST(TokenSourceTest, EveryFormatGivesTheSameBatchesAcrossTheWrap) {
 }
 
 TEST(TokenSourceTest, TokensAtOrAboveTheVocabularyAreErrorsNamingThePosition) {
-  std::vector<uint16_t> stream(23);
-  for (int i = 0; i < 23; ++i) stream[i] = static_cast<uint16_t>(100 + i);
+  const std::vector<uint16_t> stream = Stream23();
   const std::string path = WriteTokens("vocab.bin", "llmc", stream);
   v1::Data data = TokenData(path, "llmc", 4, 3);
   data.set_vocab_size(110);

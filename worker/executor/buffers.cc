@@ -10,10 +10,6 @@
 namespace weft {
 namespace {
 
-int64_t Aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
-}
-
 // "for the whole job", "during instructions 2..5": a lifetime, for messages.
 std::string LifeText(const BufferLife& life) {
   if (life.carried) return "for the whole job";
@@ -66,8 +62,8 @@ absl::StatusOr<Buffers> Buffers::Create(const v1::Program& program) {
     }
     t.dtypes_[i] = b.dtype();
     t.names_[i] = b.name();
-    t.numel_[i] = Product(t.shapes_[i]);
-    t.bytes_[i] = t.numel_[i] * DTypeSize(b.dtype());
+    t.numel_[i] = BufferElements(b);
+    t.bytes_[i] = BufferBytes(b);
   }
 
   if (program.arena_bytes() < 0) {
@@ -79,7 +75,7 @@ absl::StatusOr<Buffers> Buffers::Create(const v1::Program& program) {
     // gives it).
     for (int i = 0; i < n; ++i) {
       t.offsets_[i] = t.arena_bytes_;
-      t.arena_bytes_ += Aligned(std::max<int64_t>(t.bytes_[i], 1));
+      t.arena_bytes_ += ArenaAligned(std::max<int64_t>(t.bytes_[i], 1));
     }
     return t;
   }

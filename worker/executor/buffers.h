@@ -58,6 +58,7 @@ class Buffers {
   char* arena_ = nullptr;
 };
 
+
 // "[2,4]".
 std::string Dims(const std::vector<int64_t>& v);
 

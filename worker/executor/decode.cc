@@ -1,7 +1,6 @@
 // DecodeInstruction (step.h) and the checks the ops' decode functions share (Decoder,
 // op_registry.h).
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -250,9 +249,9 @@ absl::Status Decoder::Reduce(bool max_ok) {
 }
 
 absl::Status Decoder::Packing(int64_t elements) {
-  s_->pack_bytes = elements * s_->element_bytes;
+  const int64_t pack_bytes = elements * s_->element_bytes;
   if (!ins_.has_scratch()) {
-    s_->own_scratch_bytes = s_->pack_bytes;
+    s_->own_scratch_bytes = pack_bytes;
     return absl::OkStatus();
   }
   const int id = ins_.scratch();
@@ -260,10 +259,10 @@ absl::Status Decoder::Packing(int64_t elements) {
     return Bad("scratch ", buffers_.Describe(id), " is also the instruction's ",
                id == s_->out ? "output" : "input");
   }
-  if (buffers_.bytes(id) < s_->pack_bytes) {
+  if (buffers_.bytes(id) < pack_bytes) {
     return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ",
                OpName(), " packs ", elements, " elements of ", DTypeName(s_->dtype), " (",
-               s_->pack_bytes, " bytes) there");
+               pack_bytes, " bytes) there");
   }
   s_->scratch = id;
   return absl::OkStatus();

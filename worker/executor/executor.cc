@@ -69,7 +69,10 @@ class ProgramExecutor final : public Executor {
   char* arena_ = nullptr;
   char* own_scratch_ = nullptr;
   int64_t own_scratch_bytes_ = 0;
-  std::vector<char> host_staging_;  // data loads, in the buffer's dtype, for device buffers
+  // Data loads, in the buffer's dtype, for device buffers: Step::staging_bytes, the most any
+  // load needs (allocated once, at Initialize, when the kernels are not host-accessible).
+  std::vector<char> host_staging_;
+  int64_t staging_bytes_ = 0;
   // Trace only: one template per span of the step, and the last step's spans with their times.
   std::vector<v1::TraceSpan> span_templates_;
   std::vector<v1::TraceSpan> spans_;
@@ -147,6 +150,7 @@ absl::Status ProgramExecutor::Check() {
     steps_[i].index = i;
     RETURN_IF_ERROR(Annotate(DecodeInstruction(ctx, &steps_[i]), Context(steps_[i])));
     own_scratch_bytes_ = std::max(own_scratch_bytes_, steps_[i].own_scratch_bytes);
+    staging_bytes_ = std::max(staging_bytes_, steps_[i].staging_bytes);
   }
   if (program_.trace()) span_templates_ = BuildSpanTemplates(program_, &steps_);
   return absl::OkStatus();
@@ -175,6 +179,7 @@ absl::Status ProgramExecutor::Initialize() {
           absl::StrCat("allocating ", own_scratch_bytes_, " bytes of collective scratch"));
     }
   }
+  if (!kernels_->host_accessible()) host_staging_.resize(static_cast<size_t>(staging_bytes_));
   for (const v1::CommGroup& group : program_.groups()) {
     absl::StatusOr<std::unique_ptr<Communicator>> comm = factory_->Create(group);
     if (!comm.ok()) {
@@ -196,7 +201,7 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   }
   spans_.clear();
   kernels_->ResetPeakMemoryStats();
-  const RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, &host_staging_};
+  const RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, host_staging_.data()};
   if (program_.trace()) {
     RETURN_IF_ERROR(RunTraced(
         steps_, span_templates_, *kernels_, step,

@@ -899,12 +899,18 @@ TEST(ExecutorTest, TraceHasOneSpanPerWorkItemAndPerTransfer) {
   }
 }
 
+// Expects Create to fail with INVALID_ARGUMENT whose message holds every one of `texts`.
+void ExpectRejected(const v1::Program& p, CommunicatorFactory* factory,
+                    const std::vector<std::string>& texts) {
+  absl::Status s = Executor::Create(p, factory).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  for (const std::string& t : texts) EXPECT_NE(s.message().find(t), std::string::npos) << s;
+}
+
 TEST(ExecutorTest, CreateRejectsBadPointToPointAndAccumulate) {
   LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(2, absl::Seconds(1)), 0);
   auto expect_error = [&](const v1::Program& p, const std::string& text) {
-    absl::Status s = Executor::Create(p, &factory).status();
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-    EXPECT_NE(s.message().find(text), std::string::npos) << s;
+    ExpectRejected(p, &factory, {text});
   };
   auto first = [](v1::Program& p, Instruction::Op op) {
     for (Instruction& ins : *p.mutable_instructions()) {
@@ -944,19 +950,17 @@ double Bf16Round(float x) {
   return std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8);
 }
 
+// Element `element` of the global tensor `tensor` initialized U(-bound, bound) (Philox, keyed
+// by the tensor's name).
+float GlobalUniform(const std::string& tensor, int64_t element, float bound) {
+  return PhiloxUniform(20240607, Fnv1a64(tensor), element, bound);
+}
+
 // Philox values of the global tensor `name` [n], as Uniform(name, ..., bound) initializes it.
 std::vector<float> UniformValues(const std::string& name, int64_t n, float bound) {
   std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = PhiloxUniform(20240607, Fnv1a64(name), i, bound);
+  for (int64_t i = 0; i < n; ++i) v[i] = GlobalUniform(name, i, bound);
   return v;
-}
-
-// Expects Create to fail with INVALID_ARGUMENT whose message holds every one of `texts`.
-void ExpectRejected(const v1::Program& p, CommunicatorFactory* factory,
-                    const std::vector<std::string>& texts) {
-  absl::Status s = Executor::Create(p, factory).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
-  for (const std::string& t : texts) EXPECT_NE(s.message().find(t), std::string::npos) << s;
 }
 
 // a, b, c [2,3]: s2 = a + b; t = a (ADD of one input: a copy), then t = t + b + c in place (3
@@ -1414,10 +1418,6 @@ void RegionUniform(ProgramBuilder& b, int id, const std::string& tensor,
                                std::vector<int64_t>(shape.begin(), shape.end()));
   init->set_bound(bound);
   init->set_tensor_key(Fnv1a64(tensor));
-}
-
-float GlobalUniform(const std::string& tensor, int64_t element, float bound) {
-  return PhiloxUniform(20240607, Fnv1a64(tensor), element, bound);
 }
 
 // A parameter buffer `name` [shape], U(-bound, bound).

@@ -1,11 +1,13 @@
 #include "worker/executor/init_io.h"
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/box.h"
 #include "common/dtype.h"
 #include "common/philox.h"
 #include "common/safetensors.h"
@@ -84,28 +86,21 @@ absl::Status RunInit(const v1::Program& program, const Buffers& buffers, Kernels
   const std::vector<int64_t> lengths(init.box().lengths().begin(), init.box().lengths().end());
   std::vector<char> bytes(static_cast<size_t>(buffers.bytes(b)));  // in the buffer's dtype
   if (init.kind() == v1::ParamInit::UNIFORM) {
-    // Element (i_0..i_r) of the box is global element sum_d (offsets[d] + i_d) * stride[d].
+    // Each element of the box draws at its index in the global tensor.
     std::vector<float> host(static_cast<size_t>(n));
-    const int rank = static_cast<int>(global.size());
-    std::vector<int64_t> strides(rank, 1);
-    for (int d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * global[d + 1];
-    std::vector<int64_t> idx(rank, 0);
-    for (int64_t e = 0; e < n; ++e) {
-      int64_t g = 0;
-      for (int d = 0; d < rank; ++d) g += (offsets[d] + idx[d]) * strides[d];
-      host[e] = PhiloxUniform(program.seed(), init.tensor_key(), static_cast<uint64_t>(g),
-                              init.bound());
-      for (int d = rank - 1; d >= 0 && ++idx[d] == lengths[d]; --d) idx[d] = 0;
-    }
+    ForEachBoxRun(global, offsets, lengths, [&](int64_t src, int64_t dst, int64_t count) {
+      for (int64_t j = 0; j < count; ++j) {
+        host[dst + j] = PhiloxUniform(program.seed(), init.tensor_key(),
+                                      static_cast<uint64_t>(src + j), init.bound());
+      }
+    });
     ConvertElements(host.data(), v1::F32, bytes.data(), buffers.dtype(b), n);
   } else {
     const std::string context =
         absl::StrCat("loading ", init.name(), " from ", program.init_from());
-    // Hugging Face's GPT-2 files name their tensors "transformer.<name>".
-    std::string stored_name = init.name();
-    if (file->Find(stored_name) == nullptr) stored_name = absl::StrCat("transformer.", init.name());
-    const SafetensorsFile::Entry* e = file->Find(stored_name);
-    if (e == nullptr) return absl::NotFoundError(absl::StrCat(context, ": no such tensor"));
+    const std::optional<std::string> stored_name = file->ParameterName(init.name());
+    if (!stored_name) return absl::NotFoundError(absl::StrCat(context, ": no such tensor"));
+    const SafetensorsFile::Entry* e = file->Find(*stored_name);
     const std::vector<int64_t> file_shape(init.file_shape().begin(), init.file_shape().end());
     if (e->shape != global && e->shape != file_shape) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -114,7 +109,7 @@ absl::Status RunInit(const v1::Program& program, const Buffers& buffers, Kernels
     }
     // In the buffer's dtype: a float tensor of the other float dtype converts on read. The box
     // is in the model's shape, the file's tensor is seen in it.
-    RETURN_IF_ERROR(Annotate(file->ReadBox(stored_name, offsets, lengths, buffers.dtype(b),
+    RETURN_IF_ERROR(Annotate(file->ReadBox(*stored_name, offsets, lengths, buffers.dtype(b),
                                            bytes.data(), global),
                              context));
   }

@@ -5,14 +5,14 @@
 // registers its ops in one function listed in BuiltinOps(). Adding an op is one decode, one run
 // and one Register line in its family's file.
 //
-// E.g. (ops/elementwise.cc)
-//   absl::Status RunSilu(const Step& s, const RunContext& c) {
-//     c.kernels.Silu(c.f32(s.in[0]), c.f32(s.out), s.numel);
+// E.g. (ops/data.cc)
+//   absl::Status DecodeScale(Decoder& d, Step* s) { return d.Elementwise(1); }
+//   absl::Status RunScale(const Step& s, const RunContext& c) {
+//     c.kernels.Scale(c.f32(s.in[0]), c.f32(s.out), s.numel, s.scale);
 //     return absl::OkStatus();
 //   }
-//   absl::Status DecodeUnary(Decoder& d, Step* s) { return d.Elementwise(1); }
-//   RETURN_IF_ERROR(registry->Register(Instruction::SILU, {ElementTypes::F32(), DecodeUnary,
-//                                                          RunSilu}));
+//   RETURN_IF_ERROR(registry->Register(Instruction::SCALE, {ElementTypes::F32(), DecodeScale,
+//                                                           RunScale}));
 #ifndef WEFT_WORKER_EXECUTOR_OP_REGISTRY_H_
 #define WEFT_WORKER_EXECUTOR_OP_REGISTRY_H_
 
@@ -61,8 +61,8 @@ struct RunContext {
   const Buffers& buffers;  // placed
   int64_t step;            // the training step being run, from 1
   const std::vector<std::unique_ptr<Communicator>>& comms;  // by group index (Step::comm)
-  char* own_scratch;  // the executor's own scratch (Step::own_scratch_bytes), or null
-  std::vector<char>* host_staging;  // data loads into buffers the host cannot write
+  char* own_scratch;   // the executor's own scratch (Step::own_scratch_bytes), or null
+  char* host_staging;  // data loads into buffers the host cannot write (Step::staging_bytes)
 
   float* f32(int id) const { return buffers.f32(id); }
   void* data(int id) const { return buffers.data(id); }

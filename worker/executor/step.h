@@ -67,15 +67,17 @@ struct Step {
   std::vector<int64_t> recv_counts, concat_offsets, concat_lengths;
   int64_t c_outer = 1, c_len = 0, c_inner = 1;
   // Packing of ALL_GATHER / REDUCE_SCATTER along an inner axis and of ALL_TO_ALL ([send |
-  // receive]): pack_bytes in the planned scratch buffer `scratch` (Instruction.scratch), or, when
-  // the program gives none (scratch -1), at the start of the executor's own scratch.
-  int64_t pack_bytes = 0;
+  // receive]): in the planned scratch buffer `scratch` (Instruction.scratch), or, when the
+  // program gives none (scratch -1), at the start of the executor's own scratch.
   int scratch = -1;
   // REDUCE_SCATTER avg of a bf16 tensor: the float32 copy of this member's piece that is divided
   // by the group's size, at this offset of the executor's own scratch (-1: none).
   int64_t avg_f32_offset = -1;
   // Bytes of the executor's own scratch the step needs (its packing and float32 copy).
   int64_t own_scratch_bytes = 0;
+  // LOAD_INPUT / LOAD_LABEL: the output's bytes, staged on the host when the kernels' memory is
+  // not host-accessible (the executor sizes its staging once, for the largest load).
+  int64_t staging_bytes = 0;
   float scale = 1.0f, lr = 0.0f, weight_decay = 0.0f;
   AdamWHyper adamw;
   float eps = 0.0f;    // the norms

@@ -1274,6 +1274,10 @@ EmbeddingGradReference ReferenceEmbeddingGrad(const std::vector<int64_t>& ids,
 struct EmbeddingShape {
   int64_t n, table_rows, dim, row_offset;
 };
+std::ostream& operator<<(std::ostream& os, const EmbeddingShape& s) {
+  return os << "n=" << s.n << " table_rows=" << s.table_rows << " dim=" << s.dim
+            << " row_offset=" << s.row_offset;
+}
 const EmbeddingShape kEmbeddingShapes[] = {
     {1, 1, 1, 0}, {37, 11, 5, 0}, {64, 50, 33, 100}, {200, 7, 129, 7}, {3, 4, 1, 1000},
 };
@@ -1286,9 +1290,7 @@ TEST_P(KernelsConformanceTest, EmbeddingGathersTheShardsRows) {
     // A shard past 2^32, reachable by I64 ids only.
     if (dtype == v1::I64) shapes.push_back({20, 9, 3, int64_t{1} << 33});
     for (const EmbeddingShape& s : shapes) {
-      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " n=" << s.n
-                                        << " table_rows=" << s.table_rows << " dim=" << s.dim
-                                        << " row_offset=" << s.row_offset);
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " " << s);
       const std::vector<int64_t> ids = ShardIds(s.n, s.row_offset, s.table_rows, dtype, rng_);
       const std::vector<float> table = Random(s.table_rows * s.dim);
       float* out = Poisoned(s.n * s.dim);
@@ -1318,9 +1320,7 @@ TEST_P(KernelsConformanceTest, EmbeddingGradSumsRepeatedIds) {
   }
   for (v1::DType dtype : kIdDTypes) {
     for (const EmbeddingShape& s : kEmbeddingShapes) {
-      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " n=" << s.n
-                                        << " table_rows=" << s.table_rows << " dim=" << s.dim
-                                        << " row_offset=" << s.row_offset);
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " " << s);
       const std::vector<int64_t> ids = ShardIds(s.n, s.row_offset, s.table_rows, dtype, rng_);
       const std::vector<float> dy = Random(s.n * s.dim);
       float* grad = Poisoned(s.table_rows * s.dim);
@@ -1348,6 +1348,9 @@ struct NormShape {
   int64_t rows, dim;
   double shift;  // added to every x: a row far from zero
 };
+std::ostream& operator<<(std::ostream& os, const NormShape& s) {
+  return os << "rows=" << s.rows << " dim=" << s.dim << " shift=" << s.shift;
+}
 const NormShape kNormShapes[] = {
     {1, 1, 0}, {1, 7, 0}, {5, 33, 0}, {37, 256, 0}, {3, 1000, 0}, {4, 64, 300},
 };
@@ -1500,8 +1503,7 @@ std::vector<float> NormInput(const std::vector<float>& random, double shift) {
 TEST_P(KernelsConformanceTest, LayerNorm) {
   const float eps = 1e-5f;
   for (const NormShape& s : kNormShapes) {
-    SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
-                                      << " shift=" << s.shift);
+    SCOPED_TRACE(::testing::Message() << s);
     const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
     const std::vector<float> gamma = Random(s.dim), beta = Random(s.dim);
     float* y = Poisoned(s.rows * s.dim);
@@ -1531,8 +1533,7 @@ TEST_P(KernelsConformanceTest, LayerNormGrad) {
   for (const NormShape& s : kNormShapes) {
     for (int outputs = 0; outputs < 4; ++outputs) {
       const bool with_dgamma = (outputs & 1) != 0, with_dbeta = (outputs & 2) != 0;
-      SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
-                                        << " shift=" << s.shift << " dgamma=" << with_dgamma
+      SCOPED_TRACE(::testing::Message() << s << " dgamma=" << with_dgamma
                                         << " dbeta=" << with_dbeta);
       const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
       const std::vector<float> gamma = Random(s.dim), dy = Random(s.rows * s.dim);
@@ -1558,8 +1559,7 @@ TEST_P(KernelsConformanceTest, LayerNormGrad) {
 TEST_P(KernelsConformanceTest, RmsNorm) {
   const float eps = 1e-6f;
   for (const NormShape& s : kNormShapes) {
-    SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
-                                      << " shift=" << s.shift);
+    SCOPED_TRACE(::testing::Message() << s);
     const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
     const std::vector<float> gamma = Random(s.dim);
     float* y = Poisoned(s.rows * s.dim);
@@ -1586,8 +1586,7 @@ TEST_P(KernelsConformanceTest, RmsNormGrad) {
   }
   for (const NormShape& s : kNormShapes) {
     for (bool with_dgamma : {true, false}) {
-      SCOPED_TRACE(::testing::Message() << "rows=" << s.rows << " dim=" << s.dim
-                                        << " shift=" << s.shift << " dgamma=" << with_dgamma);
+      SCOPED_TRACE(::testing::Message() << s << " dgamma=" << with_dgamma);
       const std::vector<float> x = NormInput(Random(s.rows * s.dim), s.shift);
       const std::vector<float> gamma = Random(s.dim), dy = Random(s.rows * s.dim);
       float* dx = Poisoned(s.rows * s.dim);
@@ -2260,6 +2259,9 @@ TEST_P(KernelsConformanceTest, RowMax) {
 struct CrossEntropyShape {
   int64_t rows, cols, col_offset;
 };
+std::ostream& operator<<(std::ostream& os, const CrossEntropyShape& s) {
+  return os << "rows=" << s.rows << " cols=" << s.cols << " col_offset=" << s.col_offset;
+}
 const CrossEntropyShape kCrossEntropyShapes[] = {
     {1, 1, 0}, {5, 33, 0}, {37, 1000, 500}, {3, 7, 5}, {2, 50257, 0},
 };
@@ -2301,8 +2303,7 @@ CrossEntropyPartsReference ReferenceCrossEntropyParts(const std::vector<double>&
 TEST_P(KernelsConformanceTest, CrossEntropyParts) {
   for (v1::DType dtype : kIdDTypes) {
     for (const CrossEntropyShape& s : kCrossEntropyShapes) {
-      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " rows=" << s.rows
-                                        << " cols=" << s.cols << " col_offset=" << s.col_offset);
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " " << s);
       const std::vector<float> logits = Random(s.rows * s.cols);
       const std::vector<float> m = ShardMax(logits, s.rows, s.cols);
       const std::vector<int64_t> targets = ShardIds(s.rows, s.col_offset, s.cols, dtype, rng_);
@@ -2361,8 +2362,7 @@ TEST_P(KernelsConformanceTest, CrossEntropyPartsGrad) {
   }
   for (v1::DType dtype : kIdDTypes) {
     for (const CrossEntropyShape& s : kCrossEntropyShapes) {
-      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " rows=" << s.rows
-                                        << " cols=" << s.cols << " col_offset=" << s.col_offset);
+      SCOPED_TRACE(::testing::Message() << v1::DType_Name(dtype) << " " << s);
       const std::vector<float> logits = Random(s.rows * s.cols);
       const std::vector<float> m = ShardMax(logits, s.rows, s.cols);
       const std::vector<int64_t> targets = ShardIds(s.rows, s.col_offset, s.cols, dtype, rng_);

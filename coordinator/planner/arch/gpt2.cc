@@ -11,17 +11,8 @@
 #include "common/philox.h"
 #include "common/status.h"
 #include "coordinator/planner/arch/transformer.h"
-#include "coordinator/planner/rules/rules.h"
 
 namespace weft::planner {
-namespace {
-
-using Init = Parameter::Init;
-
-// U(-b, b) with standard deviation `std`.
-float UniformBound(double std) { return static_cast<float>(std * std::sqrt(3.0)); }
-
-}  // namespace
 
 absl::Status BuildGpt2(TransformerBuilder& b) {
   const v1::TransformerConfig& c = b.config();
@@ -38,6 +29,7 @@ absl::Status BuildGpt2(TransformerBuilder& b) {
   const float w_bound = UniformBound(0.02);
   const float proj_bound = UniformBound(0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer())));
   const Shape act = {B, T, C};
+  using Init = Parameter::Init;
 
   b.BeginLayer("embed");
   ASSIGN_OR_RETURN(int wte, b.Param("wte.weight", {V, C}, Init::kUniform, w_bound));

@@ -27,14 +27,15 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/checkpoint/index.h"
 #include "weft/v1/job.pb.h"
 
 namespace weft::planner {
 
-// Checkpoint index metadata keys (read by client/ckpt.cc, which cannot include this header).
-inline constexpr char kHfArchKey[] = "arch";
-inline constexpr char kHfConfigKey[] = "hf_config";
-inline constexpr char kHfShapesKey[] = "hf_shapes";
+// Its keys: checkpoint::kHfArchKey, kHfConfigKey, kHfShapesKey (common/checkpoint/index.h).
+using checkpoint::kHfArchKey;
+using checkpoint::kHfConfigKey;
+using checkpoint::kHfShapesKey;
 
 using HfExportMetadata = std::map<std::string, std::string>;
 

@@ -11,7 +11,6 @@
 #include "common/philox.h"
 #include "common/status.h"
 #include "coordinator/planner/arch/transformer.h"
-#include "coordinator/planner/rules/rules.h"
 
 namespace weft::planner {
 
@@ -31,7 +30,7 @@ absl::Status BuildLlama(TransformerBuilder& b) {
         "counts divisible by mp)"));
   }
   const double eps = c.rms_norm_eps(), theta = c.rope_theta();
-  const float bound = static_cast<float>(0.02 * std::sqrt(3.0));
+  const float bound = UniformBound(0.02);
   using Init = Parameter::Init;
   const Shape act = {B, T, C};
 

@@ -1,11 +1,12 @@
 #include "coordinator/planner/arch/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/jobspec/field_path.h"
+#include "common/jobspec/param_pattern.h"
 #include "common/jobspec/placements.h"
 #include "common/philox.h"
 #include "common/status.h"
@@ -15,18 +16,6 @@ namespace weft::planner {
 namespace {
 
 absl::Status Invalid(absl::string_view message) { return absl::InvalidArgumentError(message); }
-
-// Whether a model.placements pattern names `name`: the same dot-separated parts, `*` matching
-// any one part.
-bool Matches(const std::string& pattern, const std::string& name) {
-  const std::vector<absl::string_view> p = absl::StrSplit(pattern, '.');
-  const std::vector<absl::string_view> n = absl::StrSplit(name, '.');
-  if (p.size() != n.size()) return false;
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (p[i] != "*" && p[i] != n[i]) return false;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -130,11 +119,11 @@ absl::StatusOr<DistAttr> TransformerBuilder::PlacementOf(const std::string& name
   }
   std::string matched;
   for (const auto& [pattern, list] : spec_.model().placements()) {
-    if (!Matches(pattern, name)) continue;
-    const std::string field = absl::StrCat("model.placements[\"", pattern, "\"]");
+    if (!MatchesParamPattern(pattern, name)) continue;
+    const std::string field = PatternPath(pattern);
     if (!matched.empty()) {
-      return Invalid(absl::StrCat(field, ": ", name, " is also matched by model.placements[\"",
-                                  matched, "\"]; give each parameter one pattern"));
+      return Invalid(absl::StrCat(field, ": ", name, " is also matched by ",
+                                  PatternPath(matched), "; give each parameter one pattern"));
     }
     matched = pattern;
     RETURN_IF_ERROR(ValidatePlacements(list.placements(), spec_.mesh(), rank, field, name));
@@ -160,8 +149,7 @@ absl::StatusOr<DistAttr> TransformerBuilder::PlacementOf(const std::string& name
   for (int d = 0; d < g_.mesh.ndim(); ++d) {
     const Placement& p = attr.placement(d);
     if (!p.is_shard() || shape[p.axis] >= g_.mesh.dim_size(d)) continue;
-    const std::string by =
-        !matched.empty() ? absl::StrCat("model.placements[\"", matched, "\"]") : megatron_field;
+    const std::string by = !matched.empty() ? PatternPath(matched) : megatron_field;
     return Invalid(absl::StrCat(by, ": ", p.ToString(), " of ", name, " ", ShapeString(shape),
                                 " over mesh dim ", g_.mesh.dim_name(d), " (",
                                 g_.mesh.dim_size(d), " ranks) would leave a shard empty"));
@@ -173,7 +161,7 @@ absl::StatusOr<int> TransformerBuilder::Param(const std::string& name, const Sha
                                               Parameter::Init init, float bound,
                                               const Shape& file_shape) {
   ASSIGN_OR_RETURN(DistAttr dist, PlacementOf(name, shape));
-  for (auto& [pattern, uses] : pattern_uses_) uses += Matches(pattern, name) ? 1 : 0;
+  for (auto& [pattern, uses] : pattern_uses_) uses += MatchesParamPattern(pattern, name) ? 1 : 0;
   Tensor t{name, shape, v1::F32, v1::Buffer::PARAM, layer_};
   t.dist = std::move(dist);
   const int id = g_.AddTensor(std::move(t));
@@ -225,38 +213,37 @@ absl::StatusOr<int> TransformerBuilder::Dropout(int x, double p, const std::stri
              {{"dropout_p", p}, {"dropout_key", static_cast<int64_t>(Fnv1a64(site))}});
 }
 
+absl::StatusOr<DistAttr> TransformerBuilder::BatchAttrWithMp(const Placement& on_mp,
+                                                             int tensor) const {
+  std::vector<Placement> placements = batch_placements_;
+  placements[*mp_dim_] = on_mp;
+  return DistAttr::Create(g_.mesh, placements, static_cast<int>(g_.tensors[tensor].shape.size()));
+}
+
+absl::StatusOr<int> TransformerBuilder::Copy(int x, const std::string& name) {
+  const Tensor& t = g_.tensors[x];
+  return Op1("add", {x}, name, Shape(t.shape), {}, t.dtype);
+}
+
 void TransformerBuilder::ResidualStream(int tensor) {
   if (!mp_dim_) return;
-  Tensor& t = g_.tensors[tensor];
-  std::vector<Placement> placements = batch_placements_;
-  placements[*mp_dim_] = sequence_parallel_ ? Placement::Shard(1) : Placement::Replicate();
-  absl::StatusOr<DistAttr> target =
-      DistAttr::Create(g_.mesh, placements, static_cast<int>(t.shape.size()));
-  if (target.ok()) t.target = *std::move(target);
+  absl::StatusOr<DistAttr> target = BatchAttrWithMp(
+      sequence_parallel_ ? Placement::Shard(1) : Placement::Replicate(), tensor);
+  if (target.ok()) g_.tensors[tensor].target = *std::move(target);
 }
 
 void TransformerBuilder::RowOutput(int y) {
   ResidualStream(y);
   if (!sequence_parallel_ || !mp_dim_) return;
-  std::vector<Placement> placements = batch_placements_;
-  placements[*mp_dim_] = Placement::Replicate();
-  absl::StatusOr<DistAttr> whole = DistAttr::Create(
-      g_.mesh, placements, static_cast<int>(g_.tensors[y].shape.size()));
+  absl::StatusOr<DistAttr> whole = BatchAttrWithMp(Placement::Replicate(), y);
   if (whole.ok()) g_.tensors[y].grad_target = *std::move(whole);
 }
 
 absl::StatusOr<int> TransformerBuilder::ColumnInput(int x) {
   if (!sequence_parallel_ || !mp_dim_) return x;
-  const Tensor& t = g_.tensors[x];
-  const Shape shape = t.shape;
-  const std::string name = absl::StrCat(t.name, ".gathered");
-  const std::optional<DistAttr> split = t.target;
-  ASSIGN_OR_RETURN(const int whole, Op1("add", {x}, name, shape));
-  std::vector<Placement> placements = batch_placements_;
-  placements[*mp_dim_] = Placement::Replicate();
-  ASSIGN_OR_RETURN(DistAttr target,
-                   DistAttr::Create(g_.mesh, placements, static_cast<int>(shape.size())));
-  g_.tensors[whole].target = std::move(target);
+  const std::optional<DistAttr> split = g_.tensors[x].target;
+  ASSIGN_OR_RETURN(const int whole, Copy(x, absl::StrCat(g_.tensors[x].name, ".gathered")));
+  ASSIGN_OR_RETURN(g_.tensors[whole].target, BatchAttrWithMp(Placement::Replicate(), whole));
   g_.tensors[whole].grad_target = split;
   return whole;
 }
@@ -275,11 +262,9 @@ absl::Status TransformerBuilder::CrossEntropy(int logits) {
 
 absl::StatusOr<int> TransformerBuilder::TiedForHead(int param) {
   if (g_.pipeline.dim < 0 || g_.mesh.dim_size(g_.pipeline.dim) == 1) return param;
-  const Tensor& t = g_.tensors[param];
   const std::string layer = layer_;
   layer_ = "embed";
-  absl::StatusOr<int> copy =
-      Op1("add", {param}, absl::StrCat(t.name, "@head"), t.shape, {}, t.dtype);
+  absl::StatusOr<int> copy = Copy(param, absl::StrCat(g_.tensors[param].name, "@head"));
   layer_ = layer;
   return copy;
 }
@@ -290,7 +275,7 @@ absl::Status TransformerBuilder::Finish() {
     std::vector<std::string> names;
     for (const Parameter& p : g_.params) names.push_back(g_.tensors[p.tensor].name);
     if (names.size() > 8) names.resize(8);
-    return Invalid(absl::StrCat("model.placements[\"", pattern, "\"]: matches no parameter of ",
+    return Invalid(absl::StrCat(PatternPath(pattern), ": matches no parameter of ",
                                 spec_.model().arch(), " (parameters: ",
                                 absl::StrJoin(names, ", "), ", ...)"));
   }
@@ -313,6 +298,8 @@ absl::Status TransformerBuilder::Finish() {
   }
   return absl::OkStatus();
 }
+
+float UniformBound(double std) { return static_cast<float>(std * std::sqrt(3.0)); }
 
 absl::StatusOr<Graph> BuildTransformerGraph(const v1::JobSpec& spec) {
   Graph g;

@@ -105,6 +105,10 @@ class TransformerBuilder {
  private:
   absl::Status ReadPlan();
   absl::StatusOr<DistAttr> PlacementOf(const std::string& name, const Shape& shape) const;
+  // The batch's placements with `on_mp` on the mp dim (which must be set), for `tensor`.
+  absl::StatusOr<DistAttr> BatchAttrWithMp(const Placement& on_mp, int tensor) const;
+  // A copy of x named `name` in the current layer: an add of one input.
+  absl::StatusOr<int> Copy(int x, const std::string& name);
 
   const v1::JobSpec& spec_;
   Graph& g_;
@@ -117,6 +121,10 @@ class TransformerBuilder {
   bool sequence_parallel_ = false;
   std::map<std::string, int> pattern_uses_;  // model.placements pattern -> parameters matched
 };
+
+// The bound b of U(-b, b) with standard deviation `std`: Hugging Face initializes with normals,
+// Weft's parameters with uniforms (Parameter::Init).
+float UniformBound(double std);
 
 // The Megatron tensor-parallel plan (megatron_plan.cc): the placement on the mp dim of the
 // parameter `name` of `arch` (Replicate for those it does not split).

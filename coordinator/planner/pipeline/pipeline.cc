@@ -57,13 +57,13 @@ class Planner {
     plan_.op_chunk.assign(n, 0);
     plan_.per_step.assign(n, false);
     plan_.accumulates.assign(n, false);
-    producer_.assign(g_.tensors.size(), -1);
+    plan_.producer.assign(g_.tensors.size(), -1);
     // The batch input's chain (its load and cast) is in chunk 0; the other ops without a layer
     // (the label, the loss and its gradient) are in the last.
     std::set<int> input_chain = {g_.input};
     for (int i = 0; i < n; ++i) {
       const Op& op = g_.ops[i];
-      for (int out : op.outputs) producer_[out] = i;
+      for (int out : op.outputs) plan_.producer[out] = i;
       int chunk;
       if (!op.layer.empty()) {
         chunk = g_.ChunkOf(op.layer);
@@ -91,13 +91,14 @@ class Planner {
         }
       }
       plan_.per_step[i] = op.phase == Phase::kOptimizer || plan_.accumulates[i];
+      if (!plan_.per_step[i]) work_[{chunk, op.phase}].ops.push_back(i);
     }
     // A per-step op reads micro-batch pieces only to sum them (with micro-batches); a per-micro-
     // batch op never reads what a per-step op made.
     for (int i = 0; i < n; ++i) {
       const Op& op = g_.ops[i];
       for (int in : op.inputs) {
-        const int p = producer_[in];
+        const int p = plan_.producer[in];
         if (p < 0) continue;
         if (!plan_.per_step[i] && plan_.per_step[p]) {
           return absl::InvalidArgumentError(absl::StrCat(
@@ -116,6 +117,10 @@ class Planner {
               g_.tensors[in].name, " of chunk ", plan_.op_chunk[p], " on another stage"));
         }
       }
+      if (plan_.accumulates[i]) {
+        const int p = plan_.producer[op.inputs[0]];
+        work_[{plan_.op_chunk[p], g_.ops[p].phase}].accumulates.push_back(i);
+      }
     }
     return absl::OkStatus();
   }
@@ -127,7 +132,7 @@ class Planner {
       const Op& op = g_.ops[i];
       const int to = plan_.op_chunk[i];
       for (int in : op.inputs) {
-        const int p = producer_[in];
+        const int p = plan_.producer[in];
         if (p < 0) {
           if (g_.IsParam(in) && StageOf(g_.ChunkOf(g_.tensors[in].layer)) != StageOf(to)) {
             return absl::InvalidArgumentError(absl::StrCat(
@@ -232,18 +237,17 @@ class Planner {
     auto compute = [&](const WorkItem& w) {
       const Phase phase = w.kind == WorkItem::kForward ? Phase::kForward : Phase::kBackward;
       std::vector<StageItem> items;
-      for (size_t i = 0; i < g_.ops.size(); ++i) {
-        if (plan_.per_step[i] || plan_.op_chunk[i] != w.chunk || g_.ops[i].phase != phase) continue;
-        items.push_back(StageItem{StageItem::kCompute, static_cast<int>(i), w.micro_batch, w.chunk,
-                                  -1, -1, 0, phase});
-      }
-      // Each micro-batch's term is added to its accumulator right after the item that made it.
-      for (size_t i = 0; i < g_.ops.size(); ++i) {
-        if (!plan_.accumulates[i]) continue;
-        const int p = producer_[g_.ops[i].inputs[0]];
-        if (plan_.op_chunk[p] != w.chunk || g_.ops[p].phase != phase) continue;
-        items.push_back(StageItem{StageItem::kAccumulate, static_cast<int>(i), w.micro_batch,
-                                  w.chunk, -1, -1, 0, phase});
+      auto work = work_.find({w.chunk, phase});
+      if (work != work_.end()) {
+        for (int i : work->second.ops) {
+          items.push_back(StageItem{StageItem::kCompute, i, w.micro_batch, w.chunk, -1, -1, 0,
+                                    phase});
+        }
+        // Each micro-batch's term is added to its accumulator right after the item that made it.
+        for (int i : work->second.accumulates) {
+          items.push_back(StageItem{StageItem::kAccumulate, i, w.micro_batch, w.chunk, -1, -1, 0,
+                                    phase});
+        }
       }
       batches->push_back({unit(std::move(items), Instruction::FILL, 0, 0)});
     };
@@ -295,8 +299,14 @@ class Planner {
   PipelinePlan plan_;
   PipelineShape shape_;
   std::unique_ptr<PipelineSchedule> schedule_;
-  std::vector<int> producer_;  // by tensor: the op that makes it, -1 for parameters and states
   std::vector<Edge> edges_;
+  // By (chunk, phase), in graph order: the per-micro-batch ops a work item of that chunk and
+  // phase runs, and the accumulating reshards whose terms those ops make.
+  struct ChunkWork {
+    std::vector<int> ops;
+    std::vector<int> accumulates;
+  };
+  std::map<std::pair<int, Phase>, ChunkWork> work_;
 };
 
 }  // namespace

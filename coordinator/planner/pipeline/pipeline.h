@@ -61,6 +61,7 @@ struct PipelinePlan {
   std::vector<int> op_chunk;                  // by graph op
   std::vector<bool> per_step;                 // by graph op: runs once per step
   std::vector<bool> accumulates;              // by graph op: a reshard that sums micro-batches
+  std::vector<int> producer;  // by tensor: the op that makes it, -1 for parameters and states
   std::vector<std::vector<StageItem>> order;  // by stage
 };
 

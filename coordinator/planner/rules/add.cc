@@ -23,11 +23,7 @@ absl::StatusOr<std::vector<DimStrategy>> AddStrategies(const OpSignature& sig) {
       return absl::InvalidArgumentError("add takes inputs of one shape");
     }
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : AnyPlacement(sig.input_shapes[0].size())) {
-    out.push_back({std::vector<Placement>(sig.input_shapes.size(), p), {p}});
-  }
-  return out;
+  return SamePlacement(AnyPlacement(sig.input_shapes[0].size()), sig.input_shapes.size(), 1);
 }
 
 absl::Status AddVjp(GradBuilder& b) {

@@ -12,7 +12,6 @@
 // attention_grad: (q, k, v, dout) -> (dq, dk, dv), the same splits; dout[P] with the rest R gives
 // (P, P, P): the gradients are linear in dout.
 // VJP: (dq, dk, dv) = attention_grad(q, k, v, dout), the same scale and dropout.
-#include "common/dist_attr.h"
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/rules/rules.h"
@@ -30,36 +29,43 @@ absl::Status CheckShapes(const Shape& q, const Shape& k, const Shape& v) {
 }
 
 // Whether a mesh dim of n members may split the heads. A dim's strategies cannot see the other
-// dims, and a grouped (H > KVH) split that aligns on each dim alone misaligns where two dims nest
-// it (H 4 over KVH 2 on [2, 2]: the second split leaves a rank one q head and no kv head). Equal
-// head counts split alike at any depth; grouped heads stay whole until the rule sees the nesting.
-// Grouped heads (H > KVH) split only into whole groups, evenly at every nesting: the dims before
-// this one split q's and k's heads into q_split and kv_split pieces; with both even, each rank's
-// H / q_split query heads read exactly its KVH / kv_split kv heads, and this dim must split
-// those evenly again.
+// dims' placements, only how far they already split each input (sig.input_splits). Equal head
+// counts split alike at any depth, evenly or not. Grouped heads (H > KVH) split only into whole
+// groups, evenly at every nesting: the dims before this one split q's and k's heads into q_split
+// and kv_split pieces; with both even, each rank's H / q_split query heads read exactly its
+// KVH / kv_split kv heads, and this dim must split those evenly again (H 4 over KVH 2 on [2, 2]
+// would otherwise leave a rank one q head and no kv head).
 bool SplitsHeads(const OpSignature& sig) {
   const int64_t heads = sig.input_shapes[0][2], kv_heads = sig.input_shapes[1][2];
-  const int64_t n = sig.dim_size;
-  if (heads == kv_heads) return HeadsAlign(heads, kv_heads, n);
+  if (heads == kv_heads) return true;
   const int64_t q_split = sig.input_splits.empty() ? 1 : sig.input_splits[0][2];
   const int64_t kv_split = sig.input_splits.empty() ? 1 : sig.input_splits[1][2];
   if (q_split != kv_split || heads % q_split != 0 || kv_heads % kv_split != 0) return false;
-  return (kv_heads / kv_split) % n == 0;
+  return (kv_heads / kv_split) % sig.dim_size == 0;
+}
+
+// attention (q, k, v) -> out and attention_grad (q, k, v, dout) -> (dq, dk, dv) split alike:
+// every tensor by the batch or (SplitsHeads) by the heads; and both are linear in their last
+// input (v; dout), whose Partial with the rest whole makes every output Partial.
+absl::StatusOr<std::vector<DimStrategy>> Strategies(const OpSignature& sig, size_t inputs,
+                                                    size_t outputs) {
+  RETURN_IF_ERROR(CheckShapes(sig.input_shapes[0], sig.input_shapes[1], sig.input_shapes[2]));
+  std::vector<Placement> placements = {Placement::Replicate(), Placement::Shard(0)};
+  if (SplitsHeads(sig)) placements.push_back(Placement::Shard(2));
+  std::vector<DimStrategy> out = SamePlacement(placements, inputs, outputs);
+  for (const Placement& P : LinearPartials()) {
+    std::vector<Placement> in(inputs, Placement::Replicate());
+    in.back() = P;
+    out.push_back({std::move(in), std::vector<Placement>(outputs, P)});
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<DimStrategy>> AttentionStrategies(const OpSignature& sig) {
   if (sig.input_shapes.size() != 3 || sig.output_shapes.size() != 1) {
     return absl::InvalidArgumentError("attention takes q, k, v and gives 1 output");
   }
-  const Shape& q = sig.input_shapes[0];
-  RETURN_IF_ERROR(CheckShapes(q, sig.input_shapes[1], sig.input_shapes[2]));
-  const Placement R = Placement::Replicate(), B = Placement::Shard(0), H = Placement::Shard(2);
-  std::vector<DimStrategy> out = {{{R, R, R}, {R}}, {{B, B, B}, {B}}};
-  if (SplitsHeads(sig)) out.push_back({{H, H, H}, {H}});
-  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    out.push_back({{R, R, Placement::Partial(r)}, {Placement::Partial(r)}});
-  }
-  return out;
+  return Strategies(sig, 3, 1);
 }
 
 absl::StatusOr<std::vector<DimStrategy>> AttentionGradStrategies(const OpSignature& sig) {
@@ -67,18 +73,7 @@ absl::StatusOr<std::vector<DimStrategy>> AttentionGradStrategies(const OpSignatu
       sig.input_shapes[3] != sig.input_shapes[0]) {
     return absl::InvalidArgumentError("attention_grad takes q, k, v, dout and gives dq, dk, dv");
   }
-  const Shape& q = sig.input_shapes[0];
-  RETURN_IF_ERROR(CheckShapes(q, sig.input_shapes[1], sig.input_shapes[2]));
-  const Placement R = Placement::Replicate(), B = Placement::Shard(0), H = Placement::Shard(2);
-  std::vector<DimStrategy> out = {{{R, R, R, R}, {R, R, R}}, {{B, B, B, B}, {B, B, B}}};
-  if (SplitsHeads(sig)) {
-    out.push_back({{H, H, H, H}, {H, H, H}});
-  }
-  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    const Placement P = Placement::Partial(r);
-    out.push_back({{R, R, R, P}, {P, P, P}});
-  }
-  return out;
+  return Strategies(sig, 4, 3);
 }
 
 absl::Status AttentionVjp(GradBuilder& b) {

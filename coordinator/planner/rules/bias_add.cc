@@ -36,9 +36,7 @@ absl::StatusOr<std::vector<DimStrategy>> BiasAddStrategies(const OpSignature& si
     out.push_back({{l, Placement::Shard(j)}, {l}});
   }
   // Both terms Partial: sum_i (x_i + b_i) = x + b (and the same for the mean).
-  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    out.push_back({{Placement::Partial(r), Placement::Partial(r)}, {Placement::Partial(r)}});
-  }
+  for (const Placement& P : LinearPartials()) out.push_back({{P, P}, {P}});
   return out;
 }
 

@@ -18,11 +18,7 @@ absl::StatusOr<std::vector<DimStrategy>> CastStrategies(const OpSignature& sig) 
       sig.input_shapes[0] != sig.output_shapes[0]) {
     return absl::InvalidArgumentError("cast takes 1 input and 1 output of its shape");
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-    out.push_back({{p}, {p}});
-  }
-  return out;
+  return SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), 1, 1);
 }
 
 absl::Status CastVjp(GradBuilder& b) {

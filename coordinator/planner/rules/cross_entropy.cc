@@ -40,8 +40,7 @@ Strategies RowMaxStrategies(const OpSignature& sig) {
   }
   RETURN_IF_ERROR(CheckTokens(sig.input_shapes[0], sig.output_shapes[0]));
   const int r = static_cast<int>(sig.output_shapes[0].size());
-  std::vector<DimStrategy> out = {{{Placement::Replicate()}, {Placement::Replicate()}}};
-  for (int i = 0; i < r; ++i) out.push_back({{Placement::Shard(i)}, {Placement::Shard(i)}});
+  std::vector<DimStrategy> out = SamePlacement(ReplicateOrShardAnyAxis(r), 1, 1);
   out.push_back({{Placement::Shard(r)}, {Placement::Partial(Placement::Reduce::kMax)}});
   return out;
 }
@@ -54,11 +53,7 @@ Strategies CePartsStrategies(const OpSignature& sig) {
   RETURN_IF_ERROR(CheckTokens(sig.input_shapes[0], sig.input_shapes[2]));
   const int r = static_cast<int>(sig.input_shapes[1].size());
   const Placement R = Placement::Replicate(), P = Placement::Partial();
-  std::vector<DimStrategy> out = {{{R, R, R}, {R, R}}};
-  for (int i = 0; i < r; ++i) {
-    const Placement s = Placement::Shard(i);
-    out.push_back({{s, s, s}, {s, s}});
-  }
+  std::vector<DimStrategy> out = SamePlacement(ReplicateOrShardAnyAxis(r), 3, 2);
   out.push_back({{Placement::Shard(r), R, R}, {P, P}});
   return out;
 }
@@ -73,17 +68,10 @@ Strategies CePartsGradStrategies(const OpSignature& sig) {
   }
   const int r = static_cast<int>(sig.input_shapes[1].size());
   const Placement R = Placement::Replicate();
-  std::vector<DimStrategy> out = {{{R, R, R, R, R}, {R}}};
-  for (int i = 0; i < r; ++i) {
-    const Placement s = Placement::Shard(i);
-    out.push_back({{s, s, s, s, s}, {s}});
-  }
+  std::vector<DimStrategy> out = SamePlacement(ReplicateOrShardAnyAxis(r), 5, 1);
   const Placement v = Placement::Shard(r);
   out.push_back({{v, R, R, R, R}, {v}});
-  for (Placement::Reduce red : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    const Placement P = Placement::Partial(red);
-    out.push_back({{R, R, R, P, P}, {P}});
-  }
+  for (const Placement& P : LinearPartials()) out.push_back({{R, R, R, P, P}, {P}});
   return out;
 }
 
@@ -105,11 +93,7 @@ Strategies CeLossGradStrategies(const OpSignature& sig) {
   if (sig.input_shapes.size() != 1 || sig.output_shapes.size() != 2) {
     return absl::InvalidArgumentError("ce_loss_grad takes sumexp and gives 2 outputs");
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-    out.push_back({{p}, {p, p}});
-  }
-  return out;
+  return SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), 1, 2);
 }
 
 absl::Status CePartsVjp(GradBuilder& b) {

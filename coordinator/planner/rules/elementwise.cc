@@ -16,11 +16,7 @@ absl::StatusOr<std::vector<DimStrategy>> UnaryStrategies(const OpSignature& sig)
   if (sig.input_shapes.size() != 1 || sig.output_shapes.size() != 1) {
     return absl::InvalidArgumentError("takes 1 input and 1 output");
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-    out.push_back({{p}, {p}});
-  }
-  return out;
+  return SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), 1, 1);
 }
 
 absl::StatusOr<std::vector<DimStrategy>> GradStrategies(const OpSignature& sig) {
@@ -28,11 +24,7 @@ absl::StatusOr<std::vector<DimStrategy>> GradStrategies(const OpSignature& sig) 
       sig.input_shapes[0] != sig.input_shapes[1]) {
     return absl::InvalidArgumentError("takes 2 inputs of one shape and 1 output");
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-    out.push_back({{p, p}, {p}});
-  }
-  return out;
+  return SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), 2, 1);
 }
 
 VjpFn ActivationVjp(std::string grad_op) {

@@ -30,9 +30,7 @@ absl::StatusOr<std::vector<DimStrategy>> EmbeddingStrategies(const OpSignature& 
   for (int i = 0; i < r; ++i) out.push_back({{Placement::Shard(i), R}, {Placement::Shard(i)}});
   out.push_back({{R, Placement::Shard(0)}, {Placement::Partial()}});
   out.push_back({{R, Placement::Shard(1)}, {Placement::Shard(r)}});
-  for (Placement::Reduce red : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    out.push_back({{R, Placement::Partial(red)}, {Placement::Partial(red)}});
-  }
+  for (const Placement& P : LinearPartials()) out.push_back({{R, P}, {P}});
   return out;
 }
 
@@ -48,9 +46,7 @@ absl::StatusOr<std::vector<DimStrategy>> EmbeddingGradStrategies(const OpSignatu
     out.push_back({{Placement::Shard(i), Placement::Shard(i)}, {Placement::Partial()}});
   }
   out.push_back({{R, Placement::Shard(r)}, {Placement::Shard(1)}});
-  for (Placement::Reduce red : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    out.push_back({{R, Placement::Partial(red)}, {Placement::Partial(red)}});
-  }
+  for (const Placement& P : LinearPartials()) out.push_back({{R, P}, {P}});
   return out;
 }
 

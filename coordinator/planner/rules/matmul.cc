@@ -84,9 +84,9 @@ absl::StatusOr<std::vector<DimStrategy>> MatmulStrategies(const OpSignature& sig
   }
   // Linear in each argument: a Partial operand times a whole one stays Partial, of the same
   // kind (the sum or the mean of the terms).
-  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    out.push_back({{Placement::Partial(r), R}, {Placement::Partial(r)}});
-    out.push_back({{R, Placement::Partial(r)}, {Placement::Partial(r)}});
+  for (const Placement& P : LinearPartials()) {
+    out.push_back({{P, R}, {P}});
+    out.push_back({{R, P}, {P}});
   }
   return out;
 }
@@ -112,10 +112,9 @@ absl::Status MatmulVjp(GradBuilder& b) {
   }
   if (b.needs_grad(1)) {
     // dw = x^T @ dy ([k, n]) or, for w stored [n, k], dy^T @ x; contracted over the m axes.
-    ASSIGN_OR_RETURN(int dw, transpose_b ? b.Emit("matmul", {dy, x}, w,
-                                                  {{"transpose_a", true}, {"contract", m_axes}})
-                                         : b.Emit("matmul", {x, dy}, w,
-                                                  {{"transpose_a", true}, {"contract", m_axes}}));
+    std::vector<int> operands = transpose_b ? std::vector<int>{dy, x} : std::vector<int>{x, dy};
+    ASSIGN_OR_RETURN(int dw, b.Emit("matmul", std::move(operands), w,
+                                    {{"transpose_a", true}, {"contract", m_axes}}));
     b.set_input_grad(1, dw);
   }
   return absl::OkStatus();

@@ -31,11 +31,7 @@ absl::StatusOr<std::vector<DimStrategy>> MseStrategies(const OpSignature& sig) {
 
 absl::StatusOr<std::vector<DimStrategy>> MseGradStrategies(const OpSignature& sig) {
   RETURN_IF_ERROR(CheckPair(sig));
-  std::vector<DimStrategy> out;
-  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-    out.push_back({{p, p}, {p}});
-  }
-  return out;
+  return SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), 2, 1);
 }
 
 absl::Status MseVjp(GradBuilder& b) {

@@ -14,14 +14,12 @@ absl::StatusOr<std::vector<DimStrategy>> MulStrategies(const OpSignature& sig) {
       sig.input_shapes[0] != sig.input_shapes[1]) {
     return absl::InvalidArgumentError("mul takes 2 inputs of one shape and 1 output");
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-    out.push_back({{p, p}, {p}});
-  }
+  std::vector<DimStrategy> out =
+      SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), 2, 1);
   const Placement R = Placement::Replicate();
-  for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
-    out.push_back({{Placement::Partial(r), R}, {Placement::Partial(r)}});
-    out.push_back({{R, Placement::Partial(r)}, {Placement::Partial(r)}});
+  for (const Placement& P : LinearPartials()) {
+    out.push_back({{P, R}, {P}});
+    out.push_back({{R, P}, {P}});
   }
   return out;
 }

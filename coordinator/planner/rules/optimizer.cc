@@ -19,15 +19,13 @@ StrategyFn UpdateStrategies(size_t arity) {
         return absl::InvalidArgumentError("update inputs differ in shape");
       }
     }
-    std::vector<DimStrategy> out;
-    for (const Placement& p : ReplicateOrShardAnyAxis(sig.input_shapes[0].size())) {
-      out.push_back({std::vector<Placement>(arity, p), {}});
-    }
+    std::vector<DimStrategy> out =
+        SamePlacement(ReplicateOrShardAnyAxis(sig.input_shapes[0].size()), arity, 0);
     // A Partial parameter is updated from the whole gradient and whole states; emit gives the
     // update step to the member that holds the value (Partial(sum)) or to all (Partial(avg)).
-    for (Placement::Reduce r : {Placement::Reduce::kSum, Placement::Reduce::kAvg}) {
+    for (const Placement& P : LinearPartials()) {
       std::vector<Placement> in(arity, Placement::Replicate());
-      in[0] = Placement::Partial(r);
+      in[0] = P;
       out.push_back({in, {}});
     }
     return out;

@@ -4,6 +4,8 @@
 //   x[R] -> out[R];  x[S(i)] -> out[S(i)] for i in {0, 1, 2} (not the head dim D);
 //   x[P] -> out[P]
 // VJP: rope -> rope_grad(dy) (the same theta).
+#include <algorithm>
+
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/rules/rules.h"
@@ -16,12 +18,10 @@ absl::StatusOr<std::vector<DimStrategy>> RopeStrategies(const OpSignature& sig) 
       sig.input_shapes[0].size() != 4) {
     return absl::InvalidArgumentError("rope takes x [B, T, H, D]");
   }
-  std::vector<DimStrategy> out;
-  for (const Placement& p : AnyPlacement(4)) {
-    if (p.is_shard() && p.axis == 3) continue;
-    out.push_back({{p}, {p}});
-  }
-  return out;
+  std::vector<Placement> placements = AnyPlacement(4);
+  placements.erase(std::remove(placements.begin(), placements.end(), Placement::Shard(3)),
+                   placements.end());
+  return SamePlacement(placements, 1, 1);
 }
 
 absl::Status RopeVjp(GradBuilder& b) {

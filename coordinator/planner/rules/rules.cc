@@ -13,22 +13,23 @@ std::vector<Placement> ReplicateOrShardAnyAxis(int ndim) {
   return out;
 }
 
+std::vector<Placement> LinearPartials() {
+  return {Placement::Partial(Placement::Reduce::kSum), Placement::Partial(Placement::Reduce::kAvg)};
+}
+
 std::vector<Placement> AnyPlacement(int ndim) {
   std::vector<Placement> out = ReplicateOrShardAnyAxis(ndim);
-  out.push_back(Placement::Partial(Placement::Reduce::kSum));
-  out.push_back(Placement::Partial(Placement::Reduce::kAvg));
+  for (const Placement& p : LinearPartials()) out.push_back(p);
   return out;
 }
 
-bool HeadsAlign(int64_t heads, int64_t kv_heads, int64_t n) {
-  if (kv_heads <= 0 || heads % kv_heads != 0) return false;
-  const int64_t group = heads / kv_heads;
-  for (int64_t i = 0; i < n; ++i) {
-    const auto [q_off, q_len] = ShardRange(heads, n, i);
-    const auto [k_off, k_len] = ShardRange(kv_heads, n, i);
-    if (q_off != k_off * group || q_len != k_len * group) return false;
+std::vector<DimStrategy> SamePlacement(const std::vector<Placement>& placements, size_t inputs,
+                                       size_t outputs) {
+  std::vector<DimStrategy> out;
+  for (const Placement& p : placements) {
+    out.push_back({std::vector<Placement>(inputs, p), std::vector<Placement>(outputs, p)});
   }
-  return true;
+  return out;
 }
 
 const RuleRegistry& BuiltinRules() {

@@ -27,14 +27,18 @@ absl::Status RegisterCrossEntropyRules(RuleRegistry* registry);
 absl::Status RegisterStackRules(RuleRegistry* registry);        // unstack, stack
 
 // Helpers shared by rule files.
-// Whether SplitSizes of `heads` query heads and `kv_heads` kv heads over n members keep every
-// member's query heads on its own kv heads (q head h reads kv head h / (heads / kv_heads)).
-bool HeadsAlign(int64_t heads, int64_t kv_heads, int64_t n);
 // {Replicate(), Shard(0), ..., Shard(ndim-1)}.
 std::vector<Placement> ReplicateOrShardAnyAxis(int ndim);
-// ReplicateOrShardAnyAxis plus Partial(sum) and Partial(avg): where a linear op keeps any
-// placement of its inputs.
+// {Partial(sum), Partial(avg)}: the Partials a linear op carries through (the sum of terms or
+// their mean); Partial(max) is not linear.
+std::vector<Placement> LinearPartials();
+// ReplicateOrShardAnyAxis plus LinearPartials: where a linear op keeps any placement of its
+// inputs.
 std::vector<Placement> AnyPlacement(int ndim);
+// One strategy per placement p: every one of `inputs` inputs and `outputs` outputs in p (ops
+// whose tensors share one shape and split alike: elementwise ops, updates, copies).
+std::vector<DimStrategy> SamePlacement(const std::vector<Placement>& placements, size_t inputs,
+                                       size_t outputs);
 
 }  // namespace weft::planner
 

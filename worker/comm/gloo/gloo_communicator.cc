@@ -190,7 +190,7 @@ absl::Status GlooCommunicator::AllGather(const void* in, void* out,
   RETURN_IF_ERROR(CheckDType(*this, "all_gather", dtype));
   RETURN_IF_ERROR(CheckCounts(*this, "all_gather", counts));
   const int64_t element = DTypeSize(dtype);
-  char* slot = static_cast<char*>(out) + SumCounts(counts.subspan(0, rank_)) * element;
+  void* slot = ElementAt(out, SumCounts(counts.subspan(0, rank_)), dtype);
   // Prime this member's slot ourselves (memmove: `in` may already be that slot), then gather
   // in place.
   if (counts[rank_] > 0 && in != slot) std::memmove(slot, in, counts[rank_] * element);
@@ -235,7 +235,7 @@ absl::Status GlooCommunicator::ReduceScatter(const void* in, void* out,
   }));
   CountSent(AllToAllBytesSent(counts, element, rank_));
   std::vector<const void*> chunks;
-  for (int j = 0; j < size_; ++j) chunks.push_back(received.data() + j * mine * element);
+  for (int j = 0; j < size_; ++j) chunks.push_back(ElementAt(received.data(), j * mine, dtype));
   SumElements(chunks, dtype, mine, /*divisor=*/1, out);
   return absl::OkStatus();
 }

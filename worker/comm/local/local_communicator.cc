@@ -32,13 +32,10 @@ struct Post {
 // A point-to-point message: its bytes and the dtype the sender called it.
 struct Message {
   v1::DType dtype;
-  int64_t count;
   std::vector<char> bytes;
-};
 
-const char* ElementAt(const void* base, int64_t index, v1::DType dtype) {
-  return static_cast<const char*>(base) + index * DTypeSize(dtype);
-}
+  int64_t count() const { return static_cast<int64_t>(bytes.size()) / DTypeSize(dtype); }
+};
 
 }  // namespace
 
@@ -75,8 +72,7 @@ class LocalGroup {
     if (broken_) return Broken("send");
     const char* bytes = static_cast<const char*>(data);
     mailbox_[std::make_tuple(from, to, tag)].push_back(
-        Message{dtype, static_cast<int64_t>(count),
-                std::vector<char>(bytes, bytes + count * DTypeSize(dtype))});
+        Message{dtype, std::vector<char>(bytes, bytes + count * DTypeSize(dtype))});
     return absl::OkStatus();
   }
   absl::Status Recv(int from, int to, uint32_t tag, void* data, size_t count, v1::DType dtype) {
@@ -97,10 +93,10 @@ class LocalGroup {
     std::deque<Message>& queue = mailbox_[key];
     Message msg = std::move(queue.front());
     queue.pop_front();
-    if (msg.dtype != dtype || msg.count != static_cast<int64_t>(count)) {
+    if (msg.dtype != dtype || msg.count() != static_cast<int64_t>(count)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "recv from member ", from, " tag ", tag, " on ", name_, ": expected ", count, " ",
-          DTypeName(dtype), " elements, the sender sent ", msg.count, " ", DTypeName(msg.dtype)));
+          DTypeName(dtype), " elements, the sender sent ", msg.count(), " ", DTypeName(msg.dtype)));
     }
     std::copy(msg.bytes.begin(), msg.bytes.end(), static_cast<char*>(data));
     return absl::OkStatus();
@@ -195,7 +191,8 @@ class LocalCommunicator final : public Communicator {
     scratch_.resize(post.aux * element);
     int64_t offset = 0;
     for (int m = 0; m < size(); ++m) {
-      std::memcpy(scratch_.data() + offset * element, group_->post(m).in, counts[m] * element);
+      std::memcpy(ElementAt(scratch_.data(), offset, dtype), group_->post(m).in,
+                  counts[m] * element);
       offset += counts[m];
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
@@ -250,7 +247,7 @@ class LocalCommunicator final : public Communicator {
       const Post& p = group_->post(m);
       int64_t src = 0;
       for (int j = 0; j < rank_; ++j) src += p.counts[j];
-      std::memcpy(scratch_.data() + dst * element, ElementAt(p.in, src, dtype),
+      std::memcpy(ElementAt(scratch_.data(), dst, dtype), ElementAt(p.in, src, dtype),
                   recv_counts[m] * element);
       dst += recv_counts[m];
     }

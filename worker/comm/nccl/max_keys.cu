@@ -1,24 +1,15 @@
 #include "worker/comm/nccl/max_keys.h"
 
-#include <algorithm>
-
 #include "worker/comm/max_key.h"
+#include "worker/kernels/cuda/grid_stride.h"
 
 namespace weft {
 namespace {
 
-// 256 threads a block over a grid-stride loop, at most 4096 blocks (as worker/kernels/cuda).
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ inline int64_t FirstIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+using cuda::Blocks;
+using cuda::FirstIndex;
+using cuda::GridStride;
+using cuda::kThreads;
 
 // One word in place: the float32 bits in `words` become keys, or keys become bits.
 __global__ void EncodeF32Kernel(uint32_t* words, int64_t n) {

@@ -89,14 +89,6 @@ ncclDataType_t NcclType(v1::DType dtype) {
   }
 }
 
-// The address of element `index` of a device buffer of `dtype` elements.
-void* At(void* base, int64_t index, v1::DType dtype) {
-  return static_cast<char*>(base) + index * DTypeSize(dtype);
-}
-const void* At(const void* base, int64_t index, v1::DType dtype) {
-  return static_cast<const char*>(base) + index * DTypeSize(dtype);
-}
-
 bool AllEqual(absl::Span<const int64_t> counts) {
   return std::all_of(counts.begin(), counts.end(), [&](int64_t c) { return c == counts[0]; });
 }
@@ -254,11 +246,11 @@ class NcclCommunicator final : public Communicator {
     } else {
       const int64_t offset = SumCounts(counts.subspan(0, rank_));
       RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
-        RETURN_IF_ERROR(CopyOnStream(At(out, offset, dtype), in, counts[rank_], dtype));
+        RETURN_IF_ERROR(CopyOnStream(ElementAt(out, offset, dtype), in, counts[rank_], dtype));
         *r = Grouped([&] {
           int64_t at = 0;
           for (int i = 0; i < size_; ++i) {
-            void* piece = At(out, at, dtype);
+            void* piece = ElementAt(out, at, dtype);
             at += counts[i];
             if (counts[i] == 0) continue;  // every member skips it: counts are the same on all
             const ncclResult_t b =
@@ -295,7 +287,7 @@ class NcclCommunicator final : public Communicator {
         *r = Grouped([&] {
           int64_t at = 0;
           for (int i = 0; i < size_; ++i) {
-            const void* piece = At(in, at, dtype);
+            const void* piece = ElementAt(in, at, dtype);
             at += counts[i];
             if (counts[i] == 0) continue;
             void* recv = i == rank_ ? out : nullptr;
@@ -332,13 +324,13 @@ class NcclCommunicator final : public Communicator {
     RETURN_IF_ERROR(Run(kOp, total, dtype, [&](ncclResult_t* r) {
       const int64_t self_from = SumCounts(send_counts.subspan(0, rank_));
       const int64_t self_to = SumCounts(recv_counts.subspan(0, rank_));
-      RETURN_IF_ERROR(CopyOnStream(At(out, self_to, dtype), At(in, self_from, dtype),
-                                   send_counts[rank_], dtype));
+      RETURN_IF_ERROR(CopyOnStream(ElementAt(out, self_to, dtype),
+                                   ElementAt(in, self_from, dtype), send_counts[rank_], dtype));
       *r = Grouped([&] {
         int64_t from = 0, to = 0;
         for (int j = 0; j < size_; ++j) {
-          const void* send = At(in, from, dtype);
-          void* recv = At(out, to, dtype);
+          const void* send = ElementAt(in, from, dtype);
+          void* recv = ElementAt(out, to, dtype);
           from += send_counts[j];
           to += recv_counts[j];
           if (j == rank_) continue;

@@ -1,5 +1,5 @@
 // The collectives on a group's communicator: ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and
-// ALL_TO_ALL, one dtype each. Pieces along a non-leading axis pass a packing (Step::pack_bytes)
+// ALL_TO_ALL, one dtype each. Pieces along a non-leading axis pass a packing (Decoder::Packing)
 // in a planned scratch buffer or the executor's own.
 #include <vector>
 
@@ -12,8 +12,12 @@ namespace {
 
 using v1::Instruction;
 
-int64_t Aligned(int64_t bytes) {
-  return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+// The members' split sizes summed: the length along the axis of the whole tensor.
+int64_t SplitTotal(const Step& s) { return s.member_offsets.back() + s.member_lengths.back(); }
+
+// Elements of each member's piece [outer, len_i, inner] (Step::counts).
+void PieceCounts(Step* s) {
+  for (int64_t len : s->member_lengths) s->counts.push_back(s->outer * len * s->inner);
 }
 
 // The packing: the planned scratch buffer, or the start of the executor's own.
@@ -49,10 +53,10 @@ absl::Status DecodeAllGather(Decoder& d, Step* s) {
     return d.Bad("input ", Dims(d.shape(s->in[0])), " has ", s->axis_len,
                  " along the axis, this member's split size is ", s->member_lengths[s->member]);
   }
-  const int64_t total = s->member_offsets.back() + s->member_lengths.back();
+  const int64_t total = SplitTotal(*s);
   RETURN_IF_ERROR(d.SameButAxis(s->in[0], s->out, total));
   if (s->out == s->in[0]) return d.Bad("output aliases the input");
-  for (int64_t len : s->member_lengths) s->counts.push_back(s->outer * len * s->inner);
+  PieceCounts(s);
   s->axis_len = total;  // Unslice views the output
   // Gathered back to back, then placed along the axis: the whole output passes the packing.
   if (s->outer > 1) RETURN_IF_ERROR(d.Packing(d.numel(s->out)));
@@ -84,14 +88,14 @@ absl::Status DecodeReduceScatter(Decoder& d, Step* s) {
   RETURN_IF_ERROR(d.Group());
   RETURN_IF_ERROR(d.Splits());
   RETURN_IF_ERROR(d.AxisView(s->in[0]));
-  const int64_t total = s->member_offsets.back() + s->member_lengths.back();
+  const int64_t total = SplitTotal(*s);
   if (s->axis_len != total) {
     return d.Bad("input ", Dims(d.shape(s->in[0])), " has ", s->axis_len,
                  " along the axis, split sizes sum to ", total);
   }
   RETURN_IF_ERROR(d.SameButAxis(s->in[0], s->out, s->member_lengths[s->member]));
   if (s->out == s->in[0]) return d.Bad("output aliases the input");
-  for (int64_t len : s->member_lengths) s->counts.push_back(s->outer * len * s->inner);
+  PieceCounts(s);
   s->numel = d.numel(s->out);
   RETURN_IF_ERROR(d.Reduce(/*max_ok=*/false));
   s->scale = 1.0f / static_cast<float>(s->member_lengths.size());
@@ -99,7 +103,7 @@ absl::Status DecodeReduceScatter(Decoder& d, Step* s) {
   if (s->outer > 1) RETURN_IF_ERROR(d.Packing(d.numel(s->in[0])));
   // The communicator only sums; a bf16 average is divided in float32 and rounded once.
   if (s->reduce == ReduceOp::kAvg && s->dtype != v1::F32) {
-    s->avg_f32_offset = Aligned(s->own_scratch_bytes);
+    s->avg_f32_offset = ArenaAligned(s->own_scratch_bytes);
     s->own_scratch_bytes = s->avg_f32_offset + s->numel * DTypeSize(v1::F32);
   }
   return absl::OkStatus();
@@ -155,7 +159,7 @@ absl::Status DecodeAllToAll(Decoder& d, Step* s) {
     return d.Bad("concat_axis ", ins.concat_axis(), " out of range for ", Dims(in));
   }
   if (caxis == axis) return d.Bad("axis and concat_axis are both ", axis);
-  const int64_t total = s->member_offsets.back() + s->member_lengths.back();
+  const int64_t total = SplitTotal(*s);
   if (s->axis_len != total) {
     return d.Bad("input ", Dims(in), " has ", s->axis_len, " along axis ", axis,
                  ", split sizes sum to ", total);
@@ -181,7 +185,8 @@ absl::Status DecodeAllToAll(Decoder& d, Step* s) {
   if (d.shape(s->out) != want) {
     return d.Bad("output is ", Dims(d.shape(s->out)), ", expected ", Dims(want));
   }
-  for (int64_t len : s->member_lengths) s->counts.push_back(s->outer * len * s->inner);
+  PieceCounts(s);
+  s->numel = d.numel(s->in[0]);  // the send half of the packing; the receive half follows it
   s->c_outer = Product(want, 0, caxis);
   s->c_len = concat_total;
   s->c_inner = Product(want, caxis + 1);
@@ -197,7 +202,7 @@ absl::Status RunAllToAll(const Step& s, const RunContext& c) {
   char* out = static_cast<char*>(c.data(s.out));
   const int64_t eb = s.element_bytes;
   char* send = Pack(s, c);
-  char* recv = send + c.buffers.numel(s.in[0]) * eb;
+  char* recv = send + s.numel * eb;
   char* chunk = send;
   for (size_t j = 0; j < s.counts.size(); ++j) {
     k.Slice(a, chunk, s.outer, s.axis_len, s.inner, s.member_offsets[j], s.member_lengths[j], eb);

@@ -20,6 +20,7 @@ absl::Status DecodeLoad(Decoder& d, Step* s) {
   s->source = input ? d.ctx().inputs : d.ctx().labels;
   if (s->source == nullptr) return absl::InternalError("no data source was opened");
   s->box = &ins.box();
+  s->staging_bytes = d.buffers().bytes(s->out);
   RETURN_IF_ERROR(s->source->CheckBox(ins.box()));
   const std::vector<int64_t> lengths(ins.box().lengths().begin(), ins.box().lengths().end());
   if (Product(lengths) != d.numel(s->out)) {
@@ -27,11 +28,8 @@ absl::Status DecodeLoad(Decoder& d, Step* s) {
   }
   // The source delivers its own dtype; a conversion is a CAST after the load.
   if (s->dtype != s->source->dtype()) {
-    const v1::Data& data = d.ctx().program.data();
-    const std::string& file = input ? data.input() : data.label();
     return d.Bad("output (", d.buffers().Describe(s->out), ") is ", DTypeName(s->dtype), " but ",
-                 input ? "data.input" : "data.label", " (",
-                 data.source() == "npy" ? file : std::string("synthetic data"), ") holds ",
+                 input ? "data.input" : "data.label", " (", s->source->origin(), ") holds ",
                  DTypeName(s->source->dtype()));
   }
   return absl::OkStatus();
@@ -40,10 +38,8 @@ absl::Status DecodeLoad(Decoder& d, Step* s) {
 absl::Status RunLoad(const Step& s, const RunContext& c) {
   void* out = c.data(s.out);
   if (c.kernels.host_accessible()) return s.source->ReadBox(c.step, *s.box, s.dtype, out);
-  const int64_t bytes = c.buffers.bytes(s.out);
-  c.host_staging->resize(static_cast<size_t>(bytes));
-  RETURN_IF_ERROR(s.source->ReadBox(c.step, *s.box, s.dtype, c.host_staging->data()));
-  c.kernels.CopyFromHost(c.host_staging->data(), out, bytes);
+  RETURN_IF_ERROR(s.source->ReadBox(c.step, *s.box, s.dtype, c.host_staging));
+  c.kernels.CopyFromHost(c.host_staging, out, s.staging_bytes);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,13 @@ std::vector<int64_t> Axes(const std::vector<int64_t>& v, size_t begin, size_t en
   return std::vector<int64_t>(v.begin() + begin, v.begin() + end);
 }
 
+// `tail` is one or more dims and the trailing dims of `shape`: the bias of ADD_BIAS, BIAS_GRAD.
+bool IsTrailingDims(const std::vector<int64_t>& tail, const std::vector<int64_t>& shape) {
+  return !tail.empty() && tail.size() <= shape.size() &&
+         std::equal(tail.begin(), tail.end(),
+                    shape.end() - static_cast<std::ptrdiff_t>(tail.size()));
+}
+
 // mk, kn -> mn, op() transposing when asked. contract 0: a and b viewed [prod(leading), last]
 // (out [.., n]); contract c >= 1: a viewed [prod(a[:-c]), prod(a[-c:])] (transposed: the first c
 // axes are k), b [prod(b[:c]), prod(b[c:])] (transposed: the last c axes are k), out holding m n
@@ -87,8 +94,7 @@ absl::Status DecodeAddBias(Decoder& d, Step* s) {
   RETURN_IF_ERROR(d.Need(2, 1));
   const auto& a = d.shape(s->in[0]);
   const auto& b = d.shape(s->in[1]);
-  if (b.empty() || b.size() > a.size() ||
-      !std::equal(b.begin(), b.end(), a.end() - static_cast<std::ptrdiff_t>(b.size()))) {
+  if (!IsTrailingDims(b, a)) {
     return d.Bad("bias is ", Dims(b), ", expected the trailing dims of the input ", Dims(a));
   }
   s->cols = d.numel(s->in[1]);
@@ -106,8 +112,7 @@ absl::Status DecodeBiasGrad(Decoder& d, Step* s) {
   RETURN_IF_ERROR(d.Need(1, 1));
   const auto& a = d.shape(s->in[0]);
   const auto& out = d.shape(s->out);
-  if (out.empty() || out.size() > a.size() ||
-      !std::equal(out.begin(), out.end(), a.end() - static_cast<std::ptrdiff_t>(out.size()))) {
+  if (!IsTrailingDims(out, a)) {
     return d.Bad("output is ", Dims(out), ", expected the trailing dims of the input ", Dims(a));
   }
   s->cols = d.numel(s->out);

@@ -1,6 +1,8 @@
 // The normalizations over a row's last dim, x viewed [rows, dim]: LAYER_NORM, RMS_NORM and their
 // gradients (dgamma, dbeta summed over rows). gamma and beta hold dim elements; eps from
 // Instruction.eps. The outputs are written apart from the inputs.
+#include <string>
+
 #include "common/status.h"
 #include "worker/executor/ops/ops.h"
 
@@ -9,13 +11,17 @@ namespace {
 
 using v1::Instruction;
 
+// What a per-column buffer (gamma, beta and their gradients) holds, for messages.
+std::string LastDimOfX(const Decoder& d, const Step& s) {
+  return absl::StrCat("the last dim of x ", Dims(d.shape(s.in[0])));
+}
+
 // x [rows, dim] and the per-column parameters (inputs 1 .. n_params): rows, cols, eps.
 absl::Status RowsAndParams(Decoder& d, Step* s, int n_params) {
   d.RowView(s->in[0], &s->rows, &s->cols);
-  const std::string why = absl::StrCat("the last dim of x ", Dims(d.shape(s->in[0])));
   const char* names[] = {"x", "gamma", "beta"};
   for (int i = 1; i <= n_params; ++i) {
-    RETURN_IF_ERROR(d.Holds(s->in[i], names[i], s->cols, why));
+    RETURN_IF_ERROR(d.Holds(s->in[i], names[i], s->cols, LastDimOfX(d, *s)));
   }
   s->eps = d.ins().eps();
   if (!(s->eps >= 0.0f)) return d.Bad("eps ", s->eps, " is negative");
@@ -42,9 +48,8 @@ absl::Status DecodeLayerNormGrad(Decoder& d, Step* s) {
   RETURN_IF_ERROR(RowsAndParams(d, s, 1));
   RETURN_IF_ERROR(d.SameNumel(s->in[0], s->in[2], "x", "dy"));
   RETURN_IF_ERROR(d.SameNumel(s->in[0], s->outs[0], "x", "dx"));
-  const std::string why = absl::StrCat("the last dim of x ", Dims(d.shape(s->in[0])));
-  RETURN_IF_ERROR(d.Holds(s->outs[1], "dgamma", s->cols, why));
-  RETURN_IF_ERROR(d.Holds(s->outs[2], "dbeta", s->cols, why));
+  RETURN_IF_ERROR(d.Holds(s->outs[1], "dgamma", s->cols, LastDimOfX(d, *s)));
+  RETURN_IF_ERROR(d.Holds(s->outs[2], "dbeta", s->cols, LastDimOfX(d, *s)));
   return d.Apart();
 }
 
@@ -73,8 +78,7 @@ absl::Status DecodeRmsNormGrad(Decoder& d, Step* s) {
   RETURN_IF_ERROR(RowsAndParams(d, s, 1));
   RETURN_IF_ERROR(d.SameNumel(s->in[0], s->in[2], "x", "dy"));
   RETURN_IF_ERROR(d.SameNumel(s->in[0], s->outs[0], "x", "dx"));
-  RETURN_IF_ERROR(d.Holds(s->outs[1], "dgamma", s->cols,
-                          absl::StrCat("the last dim of x ", Dims(d.shape(s->in[0])))));
+  RETURN_IF_ERROR(d.Holds(s->outs[1], "dgamma", s->cols, LastDimOfX(d, *s)));
   return d.Apart();
 }
 

@@ -7,26 +7,13 @@
 
 #include <cub/device/device_radix_sort.cuh>
 
+#include "worker/kernels/cuda/grid_stride.h"
+
 namespace weft::cuda {
 namespace {
 
 constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-
-// Every elementwise kernel runs 256 threads a block over a grid-stride loop. The grid is capped so
-// huge tensors reuse threads instead of launching millions of blocks; 4096 blocks of 256 threads
-// is over 1M threads, enough to fill any current GPU.
-constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 4096;
-
-int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
-}
-
-__device__ inline int64_t FirstIndex() {
-  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-__device__ inline int64_t GridStride() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
 
 // The sum of sums[0, kThreads) into sums[0], by a tree in a fixed order (deterministic). Every
 // thread of a block of kThreads threads must call it, after writing its own sums[threadIdx.x].
