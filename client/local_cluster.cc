@@ -47,10 +47,14 @@ int ThreadsPerRank(int cpus, int ranks) {
 std::vector<std::string> ChildEnvironment(const std::vector<std::string>& parent_env,
                                           int threads) {
   std::vector<std::string> env = parent_env;
-  for (const std::string& e : env) {
-    if (absl::StartsWith(e, "OPENBLAS_NUM_THREADS=")) return env;
-  }
-  env.push_back(absl::StrCat("OPENBLAS_NUM_THREADS=", threads));
+  const auto set_unless_given = [&env](const std::string& name, const std::string& value) {
+    for (const std::string& e : env) {
+      if (absl::StartsWith(e, absl::StrCat(name, "="))) return;
+    }
+    env.push_back(absl::StrCat(name, "=", value));
+  };
+  set_unless_given("OPENBLAS_NUM_THREADS", absl::StrCat(threads));
+  set_unless_given("OMP_WAIT_POLICY", "passive");
   return env;
 }
 

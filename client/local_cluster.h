@@ -34,8 +34,9 @@ absl::StatusOr<std::string> FindDaemonBinary(
 // OPENBLAS_NUM_THREADS for each of `ranks` children sharing `cpus` cores: max(1, cpus/ranks).
 int ThreadsPerRank(int cpus, int ranks);
 
-// The children's environment: the parent's, plus OPENBLAS_NUM_THREADS=threads unless the
-// parent already sets it.
+// The children's environment: the parent's, plus OPENBLAS_NUM_THREADS=threads and
+// OMP_WAIT_POLICY=passive (worker/kernels/cpu/loops.h: the CPU kernels' OpenMP threads sleep
+// between loops instead of spinning against OpenBLAS's), each unless the parent already sets it.
 std::vector<std::string> ChildEnvironment(const std::vector<std::string>& parent_env,
                                           int threads);
 

@@ -47,10 +47,11 @@ TEST(LocalClusterTest, BlasThreadsSplitTheCores) {
 
   std::vector<std::string> env = ChildEnvironment({"PATH=/bin", "HOME=/root"}, 3);
   EXPECT_THAT(env, Contains("OPENBLAS_NUM_THREADS=3"));
+  EXPECT_THAT(env, Contains("OMP_WAIT_POLICY=passive"));
   EXPECT_THAT(env, Contains("PATH=/bin"));
-  // A user's own setting is kept.
-  env = ChildEnvironment({"OPENBLAS_NUM_THREADS=8"}, 3);
-  EXPECT_EQ(env, std::vector<std::string>{"OPENBLAS_NUM_THREADS=8"});
+  // A user's own settings are kept.
+  env = ChildEnvironment({"OPENBLAS_NUM_THREADS=8", "OMP_WAIT_POLICY=active"}, 3);
+  EXPECT_EQ(env, (std::vector<std::string>{"OPENBLAS_NUM_THREADS=8", "OMP_WAIT_POLICY=active"}));
 }
 
 // The port file is parsed by common/subprocess (subprocess_test).

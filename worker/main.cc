@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -47,6 +48,14 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_logger_mt("weft-worker");
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %L weft-worker] %v");
   spdlog::set_default_logger(logger);
+
+  // libgomp reads its wait policy when it loads, so only the environment can set it.
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr && absl::GetFlag(FLAGS_device) == "cpu") {
+    spdlog::warn(
+        "OMP_WAIT_POLICY is unset: the CPU kernels' OpenMP threads will spin between loops and "
+        "compete with OpenBLAS's for the cores; set OMP_WAIT_POLICY=passive (weftctl local, the "
+        "systemd unit and the container images do)");
+  }
 
   // Crash tests arm a crash point through the environment; a misspelt one fails here.
   if (const absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {

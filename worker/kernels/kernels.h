@@ -46,6 +46,10 @@ struct KernelOptions {
   // Off by default so results stay comparable with the CPU backend (spec `allow_tf32: true`).
   bool allow_tf32 = false;
   MatmulPrecision precision = MatmulPrecision::kF32;
+  // CPU only: threads for the backend's own loops (elementwise, norms, softmax, cross-entropy;
+  // cpu/loops.h); 0 takes OpenBLAS's count (OPENBLAS_NUM_THREADS, else the cores), so sgemm and
+  // the loops share one setting. Results do not depend on it.
+  int threads = 0;
 };
 
 // Memory the backend holds, in bytes: the blocks Allocate handed out and Free has not taken back,

@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
+#include "worker/kernels/cpu/loops.h"
 #include "worker/kernels/cpu/transformer_ops.h"
 
 namespace weft {
@@ -32,6 +33,168 @@ inline float GeluInnerTanh(float v) {
   const float u = static_cast<float>(kSqrt2OverPi) *
                   (v + static_cast<float>(kGeluTanhCubic) * v * v * v);
   return 1.0f - 2.0f / (std::exp(2.0f * u) + 1.0f);
+}
+
+// The loops of the elementwise and row-wise methods below, over [begin, end) of their elements
+// (or rows, or columns), each compiled as vector clones (loops.h) and run by ParallelFor.
+
+WEFT_CPU_VECTOR_CLONES
+void AddBiasRows(const float* a, const float* bias, float* out, int64_t cols, int64_t begin,
+                 int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* ar = a + r * cols;
+    float* orow = out + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) orow[c] = ar[c] + bias[c];
+  }
+}
+
+// out[c] for c in [begin, end): the column's sum over all rows, in ascending row order.
+WEFT_CPU_VECTOR_CLONES
+void BiasGradColumns(const float* a, float* out, int64_t rows, int64_t cols, int64_t begin,
+                     int64_t end) {
+  for (int64_t c = begin; c < end; ++c) out[c] = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* ar = a + r * cols;
+#pragma omp simd
+    for (int64_t c = begin; c < end; ++c) out[c] += ar[c];
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+void ReluRange(const float* a, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = a[i] > 0.0f ? a[i] : 0.0f;
+}
+
+WEFT_CPU_VECTOR_CLONES
+void ReluGradRange(const float* x, const float* dy, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void GeluRange(const float* x, float* out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const double v = x[i];
+    out[i] = static_cast<float>(v * 0.5 * (1.0 + std::erf(v * kInvSqrt2)));
+  }
+}
+
+void GeluGradRange(const float* x, const float* dy, float* out, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
+    const double v = x[i];
+    const double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
+    const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
+    out[i] = static_cast<float>(dy[i] * (cdf + v * pdf));
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+void MseGradRange(const float* pred, const float* label, float* out, float scale, int64_t begin,
+                  int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = scale * (pred[i] - label[i]);
+}
+
+WEFT_CPU_VECTOR_CLONES
+void ScaleRange(const float* a, float* out, float scale, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = scale * a[i];
+}
+
+WEFT_CPU_VECTOR_CLONES
+void AddRange(const float* a, const float* b, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = a[i] + b[i];
+}
+
+WEFT_CPU_VECTOR_CLONES
+void MulRange(const float* a, const float* b, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) out[i] = a[i] * b[i];
+}
+
+WEFT_CPU_VECTOR_CLONES
+void SgdRange(float* param, const float* grad, float lr, float weight_decay, int64_t begin,
+              int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+}
+
+// AdamW's update with the bias corrections folded into constants (see CpuKernels::AdamW).
+struct AdamWConstants {
+  float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bias2, decay, eps;
+};
+
+WEFT_CPU_VECTOR_CLONES
+void AdamWRange(float* param, const float* grad, float* m, float* v, const AdamWConstants& k,
+                int64_t begin, int64_t end) {
+  const AdamWConstants c = k;
+  // The vectorizer will not reorder the division and sqrt on its own; it may here.
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const float g = grad[i];
+    const float mi = c.b1 * m[i] + c.one_minus_b1 * g;
+    const float vi = c.b2 * v[i] + c.one_minus_b2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * c.decay - c.step_size * mi / (std::sqrt(vi) * c.inv_sqrt_bias2 + c.eps);
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+void GeluTanhRange(const float* x, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const float v = x[i];
+    out[i] = 0.5f * v * (1.0f + GeluInnerTanh(v));
+  }
+}
+
+// d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+WEFT_CPU_VECTOR_CLONES
+void GeluTanhGradRange(const float* x, const float* dy, float* out, int64_t begin, int64_t end) {
+  constexpr float kDu = static_cast<float>(kSqrt2OverPi);
+  constexpr float kCubic3 = static_cast<float>(3.0 * kGeluTanhCubic);
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const float v = x[i];
+    const float t = GeluInnerTanh(v);
+    const float du = kDu * (1.0f + kCubic3 * v * v);
+    out[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+void SiluRange(const float* x, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const double v = x[i];
+    out[i] = static_cast<float>(v / (1.0 + std::exp(-v)));
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+void SiluGradRange(const float* x, const float* dy, float* out, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const double v = x[i];
+    const double s = 1.0 / (1.0 + std::exp(-v));
+    out[i] = static_cast<float>(dy[i] * s * (1.0 + v * (1.0 - s)));
+  }
+}
+
+// -inf for a row of no columns. A row holding a NaN may give NaN or its largest number (the
+// cross-entropy that follows exponentiates the NaN either way).
+WEFT_CPU_VECTOR_CLONES
+void RowMaxRows(const float* logits, float* out, int64_t cols, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* row = logits + r * cols;
+    float max = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : max)
+    for (int64_t c = 0; c < cols; ++c) max = max < row[c] ? row[c] : max;
+    out[r] = max;
+  }
 }
 
 // dst[i] = src[i] rounded to bfloat16 (round to nearest even), kept in a float. NaN stays NaN: its
@@ -60,7 +223,8 @@ void RoundToBf16(const float* src, float* dst, int64_t n) {
 // counted in memory_stats the same way. Attention runs in float32 whatever the precision.
 class CpuKernels final : public Kernels {
  public:
-  explicit CpuKernels(MatmulPrecision precision) : precision_(precision) {}
+  CpuKernels(MatmulPrecision precision, int threads)
+      : precision_(precision), threads_(std::max(threads, 1)) {}
 
   const char* name() const override { return "cpu"; }
   bool host_accessible() const override { return true; }
@@ -144,43 +308,29 @@ class CpuKernels final : public Kernels {
 
   void AddBias(const float* a, const float* bias, float* out, int64_t rows,
                int64_t cols) override {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* ar = a + r * cols;
-      float* orow = out + r * cols;
-      for (int64_t c = 0; c < cols; ++c) orow[c] = ar[c] + bias[c];
-    }
+    ForRows(rows, cols, [&](int64_t b, int64_t e) { AddBiasRows(a, bias, out, cols, b, e); });
   }
 
+  // Over columns: each thread sums its columns' rows in order.
   void BiasGrad(const float* a, float* out, int64_t rows, int64_t cols) override {
-    for (int64_t c = 0; c < cols; ++c) out[c] = 0.0f;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* ar = a + r * cols;
-      for (int64_t c = 0; c < cols; ++c) out[c] += ar[c];
-    }
+    cpu::ParallelFor(threads_, cols, cpu::RowGrain(rows),
+                     [&](int64_t b, int64_t e) { BiasGradColumns(a, out, rows, cols, b, e); });
   }
 
   void Relu(const float* a, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] > 0.0f ? a[i] : 0.0f;
+    ForElements(n, [&](int64_t b, int64_t e) { ReluRange(a, out, b, e); });
   }
 
   void ReluGrad(const float* x, const float* dy, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+    ForElements(n, [&](int64_t b, int64_t e) { ReluGradRange(x, dy, out, b, e); });
   }
 
   void Gelu(const float* x, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = x[i];
-      out[i] = static_cast<float>(v * 0.5 * (1.0 + std::erf(v * kInvSqrt2)));
-    }
+    ForElements(n, [&](int64_t b, int64_t e) { GeluRange(x, out, b, e); });
   }
 
   void GeluGrad(const float* x, const float* dy, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = x[i];
-      const double cdf = 0.5 * (1.0 + std::erf(v * kInvSqrt2));
-      const double pdf = kInvSqrt2Pi * std::exp(-0.5 * v * v);
-      out[i] = static_cast<float>(dy[i] * (cdf + v * pdf));
-    }
+    ForElements(n, [&](int64_t b, int64_t e) { GeluGradRange(x, dy, out, b, e); });
   }
 
   void MseLoss(const float* pred, const float* label, float* out, int64_t n,
@@ -195,19 +345,19 @@ class CpuKernels final : public Kernels {
 
   void MseGrad(const float* pred, const float* label, float* out, int64_t n,
                float scale) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = scale * (pred[i] - label[i]);
+    ForElements(n, [&](int64_t b, int64_t e) { MseGradRange(pred, label, out, scale, b, e); });
   }
 
   void Scale(const float* a, float* out, int64_t n, float scale) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = scale * a[i];
+    ForElements(n, [&](int64_t b, int64_t e) { ScaleRange(a, out, scale, b, e); });
   }
 
   void Add(const float* a, const float* b, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+    ForElements(n, [&](int64_t lo, int64_t hi) { AddRange(a, b, out, lo, hi); });
   }
 
   void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
-    for (int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+    ForElements(n, [&](int64_t b, int64_t e) { SgdRange(param, grad, lr, weight_decay, b, e); });
   }
 
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
@@ -217,20 +367,16 @@ class CpuKernels final : public Kernels {
     const double bias2 = 1.0 - std::pow(static_cast<double>(b2), step);
     // lr * (m / bias1) / (sqrt(v / bias2) + eps) with the bias corrections folded into two
     // constants, so the loop has one sqrt and one division and vectorizes.
-    const float step_size = static_cast<float>(h.lr / bias1);
-    const float inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
-    const float decay = 1.0f - h.lr * h.weight_decay;
-    const float eps = h.eps, one_minus_b1 = 1.0f - b1, one_minus_b2 = 1.0f - b2;
-    // The vectorizer will not reorder the division and sqrt on its own; it may here.
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = grad[i];
-      const float mi = b1 * m[i] + one_minus_b1 * g;
-      const float vi = b2 * v[i] + one_minus_b2 * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      param[i] = param[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bias2 + eps);
-    }
+    AdamWConstants c;
+    c.b1 = b1;
+    c.b2 = b2;
+    c.one_minus_b1 = 1.0f - b1;
+    c.one_minus_b2 = 1.0f - b2;
+    c.step_size = static_cast<float>(h.lr / bias1);
+    c.inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
+    c.decay = 1.0f - h.lr * h.weight_decay;
+    c.eps = h.eps;
+    ForElements(n, [&](int64_t b, int64_t e) { AdamWRange(param, grad, m, v, c, b, e); });
   }
 
   void Cast(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) override {
@@ -274,63 +420,46 @@ class CpuKernels final : public Kernels {
 
   void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
                  int64_t dim, float eps) override {
-    cpu::LayerNorm(x, gamma, beta, y, rows, dim, eps);
+    cpu::LayerNorm(x, gamma, beta, y, rows, dim, eps, threads_);
   }
 
   void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx,
                      float* dgamma, float* dbeta, int64_t rows, int64_t dim,
                      float eps) override {
-    GrowScratch(f64_scratch_, 2 * dim);
-    cpu::LayerNormGrad(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, f64_scratch_.data());
+    GrowScratch(f64_scratch_, cpu::LayerNormGradScratchSize(rows, dim));
+    cpu::LayerNormGrad(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, f64_scratch_.data(),
+                       threads_);
   }
 
   void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim,
                float eps) override {
-    cpu::RmsNorm(x, gamma, y, rows, dim, eps);
+    cpu::RmsNorm(x, gamma, y, rows, dim, eps, threads_);
   }
 
   void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
                    int64_t rows, int64_t dim, float eps) override {
-    GrowScratch(f64_scratch_, dim);
-    cpu::RmsNormGrad(x, gamma, dy, dx, dgamma, rows, dim, eps, f64_scratch_.data());
+    GrowScratch(f64_scratch_, cpu::RmsNormGradScratchSize(rows, dim));
+    cpu::RmsNormGrad(x, gamma, dy, dx, dgamma, rows, dim, eps, f64_scratch_.data(), threads_);
   }
 
   void GeluTanh(const float* x, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      out[i] = 0.5f * v * (1.0f + GeluInnerTanh(v));
-    }
+    ForElements(n, [&](int64_t b, int64_t e) { GeluTanhRange(x, out, b, e); });
   }
 
-  // d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
   void GeluTanhGrad(const float* x, const float* dy, float* out, int64_t n) override {
-    constexpr float kDu = static_cast<float>(kSqrt2OverPi);
-    constexpr float kCubic3 = static_cast<float>(3.0 * kGeluTanhCubic);
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = x[i];
-      const float t = GeluInnerTanh(v);
-      const float du = kDu * (1.0f + kCubic3 * v * v);
-      out[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-    }
+    ForElements(n, [&](int64_t b, int64_t e) { GeluTanhGradRange(x, dy, out, b, e); });
   }
 
   void Silu(const float* x, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = x[i];
-      out[i] = static_cast<float>(v / (1.0 + std::exp(-v)));
-    }
+    ForElements(n, [&](int64_t b, int64_t e) { SiluRange(x, out, b, e); });
   }
 
   void SiluGrad(const float* x, const float* dy, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) {
-      const double v = x[i];
-      const double s = 1.0 / (1.0 + std::exp(-v));
-      out[i] = static_cast<float>(dy[i] * s * (1.0 + v * (1.0 - s)));
-    }
+    ForElements(n, [&](int64_t b, int64_t e) { SiluGradRange(x, dy, out, b, e); });
   }
 
   void Mul(const float* a, const float* b, float* out, int64_t n) override {
-    for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i];
+    ForElements(n, [&](int64_t lo, int64_t hi) { MulRange(a, b, out, lo, hi); });
   }
 
   void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
@@ -354,24 +483,18 @@ class CpuKernels final : public Kernels {
 
   void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec,
                const GlobalBox& box) override {
-    cpu::Dropout(x, out, n, spec, box);
+    cpu::Dropout(x, out, n, spec, box, threads_);
   }
 
-  // -inf for a row of no columns.
   void RowMax(const float* logits, float* out, int64_t rows, int64_t cols) override {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* row = logits + r * cols;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t c = 0; c < cols; ++c) max = std::max(max, row[c]);
-      out[r] = max;
-    }
+    ForRows(rows, cols, [&](int64_t b, int64_t e) { RowMaxRows(logits, out, cols, b, e); });
   }
 
   void CrossEntropyParts(const float* logits, const float* m, const void* targets,
                          v1::DType targets_dtype, float* sumexp, float* tlogit, int64_t rows,
                          int64_t cols, int64_t col_offset) override {
     cpu::CrossEntropyParts(logits, m, targets, targets_dtype, sumexp, tlogit, rows, cols,
-                           col_offset);
+                           col_offset, threads_);
   }
 
   void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
@@ -379,7 +502,7 @@ class CpuKernels final : public Kernels {
                              const float* d_tlogit, float* dlogits, int64_t rows, int64_t cols,
                              int64_t col_offset) override {
     cpu::CrossEntropyPartsGrad(logits, m, targets, targets_dtype, d_sumexp, d_tlogit, dlogits,
-                               rows, cols, col_offset);
+                               rows, cols, col_offset, threads_);
   }
 
   void CrossEntropyLoss(const float* sumexp, const float* m, const float* tlogit, float* out,
@@ -444,7 +567,18 @@ class CpuKernels final : public Kernels {
     stats_.peak_bytes_in_use = std::max(stats_.peak_bytes_in_use, stats_.bytes_in_use);
   }
 
+  // Runs fn(begin, end) over n elements, or over `rows` rows of `cols`, on threads_ (loops.h).
+  template <typename Fn>
+  void ForElements(int64_t n, const Fn& fn) const {
+    cpu::ParallelFor(threads_, n, cpu::kGrainElements, fn);
+  }
+  template <typename Fn>
+  void ForRows(int64_t rows, int64_t cols, const Fn& fn) const {
+    cpu::ParallelFor(threads_, rows, cpu::RowGrain(cols), fn);
+  }
+
   const MatmulPrecision precision_;
+  const int threads_;
   // kBf16 only: Matmul's operands rounded to bf16. Owned here and grown to the largest operand
   // seen, so steady-state steps do not allocate.
   std::vector<float> a_bf16_;
@@ -464,7 +598,8 @@ class CpuKernels final : public Kernels {
 }  // namespace
 
 std::unique_ptr<Kernels> NewCpuKernels(const KernelOptions& options) {
-  return std::make_unique<CpuKernels>(options.precision);
+  return std::make_unique<CpuKernels>(
+      options.precision, options.threads > 0 ? options.threads : openblas_get_num_threads());
 }
 
 }  // namespace weft

@@ -1,5 +1,6 @@
-// The CPU backend of Kernels: OpenBLAS cblas_sgemm for Matmul, plain loops elsewhere. Buffers are
-// host memory (64-byte aligned), calls are synchronous.
+// The CPU backend of Kernels: OpenBLAS cblas_sgemm for Matmul, loops elsewhere, vectorized for the
+// CPU at hand and split over KernelOptions::threads OpenMP threads (loops.h). Buffers are host
+// memory (64-byte aligned), calls are synchronous.
 //
 // E.g.
 //   std::unique_ptr<Kernels> k = NewCpuKernels();
@@ -14,7 +15,8 @@
 
 namespace weft {
 
-// options.precision is honoured (kBf16 rounds matmul operands); the rest concerns CUDA only.
+// options.precision (kBf16 rounds matmul operands) and options.threads are honoured; the rest
+// concerns CUDA only.
 std::unique_ptr<Kernels> NewCpuKernels(const KernelOptions& options = {});
 
 }  // namespace weft

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/philox.h"
+#include "worker/kernels/cpu/loops.h"
 
 namespace weft::cpu {
 namespace {
@@ -50,11 +51,14 @@ struct RowMoments {
   double mean = 0.0;
   double rstd = 0.0;
 };
-RowMoments Moments(const float* x, int64_t dim, float eps) {
+// Inlined always: a call from a vector clone would otherwise run this baseline-ISA copy.
+__attribute__((always_inline)) inline RowMoments Moments(const float* x, int64_t dim, float eps) {
   double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t c = 0; c < dim; ++c) sum += x[c];
   const double mean = sum / static_cast<double>(dim);
   double squares = 0.0;
+#pragma omp simd reduction(+ : squares)
   for (int64_t c = 0; c < dim; ++c) {
     const double d = x[c] - mean;
     squares += d * d;
@@ -63,24 +67,189 @@ RowMoments Moments(const float* x, int64_t dim, float eps) {
 }
 
 // 1 / sqrt(mean(x^2) + eps) of a row, in double.
-double InverseRms(const float* x, int64_t dim, float eps) {
+__attribute__((always_inline)) inline double InverseRms(const float* x, int64_t dim, float eps) {
   double squares = 0.0;
+#pragma omp simd reduction(+ : squares)
   for (int64_t c = 0; c < dim; ++c) squares += static_cast<double>(x[c]) * x[c];
   return 1.0 / std::sqrt(squares / static_cast<double>(dim) + static_cast<double>(eps));
 }
 
 // s[0, len) replaced by softmax(s), the maximum subtracted, each exp in float32, the sum in
-// double.
+// double. The moments of a LayerNorm row are inlined into clones of their callers; this one is
+// called per row of attention scores, so it is cloned itself.
+WEFT_CPU_VECTOR_CLONES
 void SoftmaxInPlace(float* s, int64_t len) {
   float max = s[0];
-  for (int64_t j = 1; j < len; ++j) max = std::max(max, s[j]);
+#pragma omp simd reduction(max : max)
+  for (int64_t j = 1; j < len; ++j) max = max < s[j] ? s[j] : max;
   double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < len; ++j) {
     s[j] = std::exp(s[j] - max);
     sum += s[j];
   }
   const double inverse = 1.0 / sum;
+#pragma omp simd
   for (int64_t j = 0; j < len; ++j) s[j] = static_cast<float>(s[j] * inverse);
+}
+
+// One row of AttentionGrad's dS (see there): w[j] = pd[j] w[j] - p[j] sum_j(pd w) for j < len,
+// zeros up to cols.
+WEFT_CPU_VECTOR_CLONES
+void ScoreGradRow(const float* p, const float* pd, float* w, int64_t len, int64_t cols) {
+  double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t j = 0; j < len; ++j) dot += static_cast<double>(pd[j]) * w[j];
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) {
+    w[j] = static_cast<float>(static_cast<double>(pd[j]) * w[j] - p[j] * dot);
+  }
+  std::fill(w + len, w + cols, 0.0f);
+}
+
+// LayerNorm over rows [begin, end).
+WEFT_CPU_VECTOR_CLONES
+void LayerNormRows(const float* x, const float* gamma, const float* beta, float* y, int64_t dim,
+                   float eps, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    const RowMoments s = Moments(xr, dim, eps);
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) {
+      yr[c] = static_cast<float>((xr[c] - s.mean) * s.rstd * gamma[c] + beta[c]);
+    }
+  }
+}
+
+// LayerNormGrad's dx over rows [begin, end), each row's mean and rstd kept in moments[2r, 2r+1].
+WEFT_CPU_VECTOR_CLONES
+void LayerNormGradRows(const float* x, const float* gamma, const float* dy, float* dx,
+                       int64_t dim, float eps, double* moments, int64_t begin, int64_t end) {
+  const double inv_dim = 1.0 / static_cast<double>(dim);
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * dim;
+    const float* dyr = dy + r * dim;
+    float* dxr = dx + r * dim;
+    const RowMoments s = Moments(xr, dim, eps);
+    moments[2 * r] = s.mean;
+    moments[2 * r + 1] = s.rstd;
+    double g_sum = 0.0, gx_sum = 0.0;
+#pragma omp simd reduction(+ : g_sum, gx_sum)
+    for (int64_t c = 0; c < dim; ++c) {
+      const double g = static_cast<double>(dyr[c]) * gamma[c];
+      g_sum += g;
+      gx_sum += g * (xr[c] - s.mean) * s.rstd;
+    }
+    const double g_mean = g_sum * inv_dim, gx_mean = gx_sum * inv_dim;
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) {
+      const double d = dyr[c];
+      const double xhat = (xr[c] - s.mean) * s.rstd;
+      dxr[c] = static_cast<float>(s.rstd * (d * gamma[c] - g_mean - xhat * gx_mean));
+    }
+  }
+}
+
+// LayerNormGrad's column sums over columns [begin, end): xhat_sums[c] += dy xhat and dy_sums[c]
+// += dy over every row in ascending order (either may be null: skipped).
+WEFT_CPU_VECTOR_CLONES
+void LayerNormGradColumns(const float* x, const float* dy, const double* moments, int64_t rows,
+                          int64_t dim, double* xhat_sums, double* dy_sums, int64_t begin,
+                          int64_t end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* dyr = dy + r * dim;
+    const double mean = moments[2 * r], rstd = moments[2 * r + 1];
+    if (xhat_sums != nullptr) {
+#pragma omp simd
+      for (int64_t c = begin; c < end; ++c) xhat_sums[c] += dyr[c] * ((xr[c] - mean) * rstd);
+    }
+    if (dy_sums != nullptr) {
+#pragma omp simd
+      for (int64_t c = begin; c < end; ++c) dy_sums[c] += dyr[c];
+    }
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+void RmsNormRows(const float* x, const float* gamma, float* y, int64_t dim, float eps,
+                 int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    const double inv_rms = InverseRms(xr, dim, eps);
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) yr[c] = static_cast<float>(xr[c] * inv_rms * gamma[c]);
+  }
+}
+
+// RmsNormGrad's dx over rows [begin, end), each row's 1 / rms kept in inv_rms[r].
+WEFT_CPU_VECTOR_CLONES
+void RmsNormGradRows(const float* x, const float* gamma, const float* dy, float* dx, int64_t dim,
+                     float eps, double* inv_rms, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * dim;
+    const float* dyr = dy + r * dim;
+    float* dxr = dx + r * dim;
+    const double u = InverseRms(xr, dim, eps);
+    inv_rms[r] = u;
+    double gx_sum = 0.0;
+#pragma omp simd reduction(+ : gx_sum)
+    for (int64_t c = 0; c < dim; ++c) gx_sum += static_cast<double>(dyr[c]) * gamma[c] * xr[c];
+    const double correction = u * u * u * gx_sum / static_cast<double>(dim);
+#pragma omp simd
+    for (int64_t c = 0; c < dim; ++c) {
+      dxr[c] = static_cast<float>(u * dyr[c] * gamma[c] - correction * xr[c]);
+    }
+  }
+}
+
+// RmsNormGrad's column sums over columns [begin, end): sums[c] += dy x / rms, rows ascending.
+WEFT_CPU_VECTOR_CLONES
+void RmsNormGradColumns(const float* x, const float* dy, const double* inv_rms, int64_t rows,
+                        int64_t dim, double* sums, int64_t begin, int64_t end) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    const float* dyr = dy + r * dim;
+    const double u = inv_rms[r];
+#pragma omp simd
+    for (int64_t c = begin; c < end; ++c) sums[c] += static_cast<double>(dyr[c]) * xr[c] * u;
+  }
+}
+
+// CrossEntropyParts over rows [begin, end).
+WEFT_CPU_VECTOR_CLONES
+void CrossEntropyPartsRows(const float* logits, const float* m, const void* targets,
+                           v1::DType targets_dtype, float* sumexp, float* tlogit, int64_t cols,
+                           int64_t col_offset, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* row = logits + r * cols;
+    const float max = m[r];
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - max);
+    sumexp[r] = static_cast<float>(sum);
+    const int64_t col = ShardRow(IdAt(targets, targets_dtype, r), col_offset, cols);
+    tlogit[r] = col < 0 ? 0.0f : row[col];
+  }
+}
+
+// CrossEntropyPartsGrad over rows [begin, end).
+WEFT_CPU_VECTOR_CLONES
+void CrossEntropyPartsGradRows(const float* logits, const float* m, const void* targets,
+                               v1::DType targets_dtype, const float* d_sumexp,
+                               const float* d_tlogit, float* dlogits, int64_t cols,
+                               int64_t col_offset, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* row = logits + r * cols;
+    float* drow = dlogits + r * cols;
+    const float max = m[r], d = d_sumexp[r];
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) drow[c] = d * std::exp(row[c] - max);
+    const int64_t col = ShardRow(IdAt(targets, targets_dtype, r), col_offset, cols);
+    if (col >= 0) drow[col] += d_tlogit[r];
+  }
 }
 
 // One (batch, head) of attention, as the blocks of Attention and AttentionGrad see it: rows of q
@@ -179,83 +348,87 @@ void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy, float*
 }
 
 void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
-               int64_t dim, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    const RowMoments s = Moments(xr, dim, eps);
-    for (int64_t c = 0; c < dim; ++c) {
-      yr[c] = static_cast<float>((xr[c] - s.mean) * s.rstd * gamma[c] + beta[c]);
-    }
-  }
+               int64_t dim, float eps, int threads) {
+  ParallelFor(threads, rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
+    LayerNormRows(x, gamma, beta, y, dim, eps, begin, end);
+  });
 }
+
+int64_t LayerNormGradScratchSize(int64_t rows, int64_t dim) { return 2 * dim + 2 * rows; }
 
 // With xhat = (x - mean) * rstd and g = dy * gamma:
-//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+// by rows; then dgamma and dbeta by columns, from the rows' moments kept in scratch.
 void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
-                   float* dbeta, int64_t rows, int64_t dim, float eps, double* column_sums) {
-  double* xhat_sums = column_sums;
-  double* dy_sums = column_sums + dim;
-  std::fill(column_sums, column_sums + 2 * dim, 0.0);
-  const double inv_dim = 1.0 / static_cast<double>(dim);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
-    const RowMoments s = Moments(xr, dim, eps);
-    double g_sum = 0.0, gx_sum = 0.0;
-    for (int64_t c = 0; c < dim; ++c) {
-      const double g = static_cast<double>(dyr[c]) * gamma[c];
-      g_sum += g;
-      gx_sum += g * (xr[c] - s.mean) * s.rstd;
+                   float* dbeta, int64_t rows, int64_t dim, float eps, double* scratch,
+                   int threads) {
+  double* xhat_sums = scratch;
+  double* dy_sums = scratch + dim;
+  double* moments = scratch + 2 * dim;
+  // dx may alias dy: the column sums read dy, so they run first when it does.
+  const bool sums_first = dx == dy;
+  const auto rows_pass = [&] {
+    ParallelFor(threads, rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
+      LayerNormGradRows(x, gamma, dy, dx, dim, eps, moments, begin, end);
+    });
+  };
+  if (!sums_first) rows_pass();
+  if (dgamma != nullptr || dbeta != nullptr) {
+    if (sums_first) {
+      for (int64_t r = 0; r < rows; ++r) {
+        const RowMoments s = Moments(x + r * dim, dim, eps);
+        moments[2 * r] = s.mean;
+        moments[2 * r + 1] = s.rstd;
+      }
     }
-    const double g_mean = g_sum * inv_dim, gx_mean = gx_sum * inv_dim;
-    for (int64_t c = 0; c < dim; ++c) {
-      const double d = dyr[c];
-      const double xhat = (xr[c] - s.mean) * s.rstd;
-      xhat_sums[c] += d * xhat;
-      dy_sums[c] += d;
-      dxr[c] = static_cast<float>(s.rstd * (d * gamma[c] - g_mean - xhat * gx_mean));
+    std::fill(scratch, scratch + 2 * dim, 0.0);
+    ParallelFor(threads, dim, RowGrain(rows), [&](int64_t begin, int64_t end) {
+      LayerNormGradColumns(x, dy, moments, rows, dim, dgamma != nullptr ? xhat_sums : nullptr,
+                           dbeta != nullptr ? dy_sums : nullptr, begin, end);
+    });
+    if (dgamma != nullptr) {
+      for (int64_t c = 0; c < dim; ++c) dgamma[c] = static_cast<float>(xhat_sums[c]);
+    }
+    if (dbeta != nullptr) {
+      for (int64_t c = 0; c < dim; ++c) dbeta[c] = static_cast<float>(dy_sums[c]);
     }
   }
-  if (dgamma != nullptr) {
-    for (int64_t c = 0; c < dim; ++c) dgamma[c] = static_cast<float>(xhat_sums[c]);
-  }
-  if (dbeta != nullptr) {
-    for (int64_t c = 0; c < dim; ++c) dbeta[c] = static_cast<float>(dy_sums[c]);
-  }
+  if (sums_first) rows_pass();
 }
 
-void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim, float eps) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    const double inv_rms = InverseRms(xr, dim, eps);
-    for (int64_t c = 0; c < dim; ++c) yr[c] = static_cast<float>(xr[c] * inv_rms * gamma[c]);
-  }
+void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim, float eps,
+             int threads) {
+  ParallelFor(threads, rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
+    RmsNormRows(x, gamma, y, dim, eps, begin, end);
+  });
 }
 
-// With u = 1 / rms: dx = u * dy * gamma - u^3 * x * mean(dy * gamma * x).
+int64_t RmsNormGradScratchSize(int64_t rows, int64_t dim) { return dim + rows; }
+
+// With u = 1 / rms: dx = u * dy * gamma - u^3 * x * mean(dy * gamma * x), by rows; then dgamma
+// by columns.
 void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
-                 int64_t rows, int64_t dim, float eps, double* column_sums) {
-  std::fill(column_sums, column_sums + dim, 0.0);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    float* dxr = dx + r * dim;
-    const double u = InverseRms(xr, dim, eps);
-    double gx_sum = 0.0;
-    for (int64_t c = 0; c < dim; ++c) gx_sum += static_cast<double>(dyr[c]) * gamma[c] * xr[c];
-    const double correction = u * u * u * gx_sum / static_cast<double>(dim);
-    for (int64_t c = 0; c < dim; ++c) {
-      const double d = dyr[c];
-      column_sums[c] += d * xr[c] * u;
-      dxr[c] = static_cast<float>(u * d * gamma[c] - correction * xr[c]);
-    }
-  }
+                 int64_t rows, int64_t dim, float eps, double* scratch, int threads) {
+  double* sums = scratch;
+  double* inv_rms = scratch + dim;
+  const bool sums_first = dx == dy;
+  const auto rows_pass = [&] {
+    ParallelFor(threads, rows, RowGrain(dim), [&](int64_t begin, int64_t end) {
+      RmsNormGradRows(x, gamma, dy, dx, dim, eps, inv_rms, begin, end);
+    });
+  };
+  if (!sums_first) rows_pass();
   if (dgamma != nullptr) {
-    for (int64_t c = 0; c < dim; ++c) dgamma[c] = static_cast<float>(column_sums[c]);
+    if (sums_first) {
+      for (int64_t r = 0; r < rows; ++r) inv_rms[r] = InverseRms(x + r * dim, dim, eps);
+    }
+    std::fill(sums, sums + dim, 0.0);
+    ParallelFor(threads, dim, RowGrain(rows), [&](int64_t begin, int64_t end) {
+      RmsNormGradColumns(x, dy, inv_rms, rows, dim, sums, begin, end);
+    });
+    for (int64_t c = 0; c < dim; ++c) dgamma[c] = static_cast<float>(sums[c]);
   }
+  if (sums_first) rows_pass();
 }
 
 void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
@@ -295,47 +468,43 @@ void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
   }
 }
 
-void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec,
-             const GlobalBox& box) {
+void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec, const GlobalBox& box,
+             int threads) {
   const DropoutMask mask(spec);
   if (!mask.active()) {
     if (out != x) std::memmove(out, x, static_cast<size_t>(n) * sizeof(float));
     return;
   }
-  // The box's last axis is contiguous in the global tensor too: one GlobalIndex per run of it.
-  const int64_t run = box.rank > 0 ? box.lengths[box.rank - 1] : 1;
-  for (int64_t start = 0; start < n; start += run) {
-    const int64_t base = box.GlobalIndex(start);
-    const int64_t end = std::min(n, start + run);
-    for (int64_t i = start; i < end; ++i) out[i] = mask.Apply(x[i], base + (i - start));
-  }
+  // The box's last axis is contiguous in the global tensor too: one GlobalIndex per run of it
+  // (or per piece of a run that a thread's range cuts).
+  const int64_t run = std::max<int64_t>(box.rank > 0 ? box.lengths[box.rank - 1] : 1, 1);
+  ParallelFor(threads, n, kGrainElements, [&](int64_t begin, int64_t end) {
+    for (int64_t start = begin; start < end;) {
+      const int64_t stop = std::min(end, (start / run + 1) * run);
+      const int64_t base = box.GlobalIndex(start);
+      for (int64_t i = start; i < stop; ++i) out[i] = mask.Apply(x[i], base + (i - start));
+      start = stop;
+    }
+  });
 }
 
 void CrossEntropyParts(const float* logits, const float* m, const void* targets,
                        v1::DType targets_dtype, float* sumexp, float* tlogit, int64_t rows,
-                       int64_t cols, int64_t col_offset) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits + r * cols;
-    const float max = m[r];
-    double sum = 0.0;
-    for (int64_t c = 0; c < cols; ++c) sum += std::exp(row[c] - max);
-    sumexp[r] = static_cast<float>(sum);
-    const int64_t col = ShardRow(IdAt(targets, targets_dtype, r), col_offset, cols);
-    tlogit[r] = col < 0 ? 0.0f : row[col];
-  }
+                       int64_t cols, int64_t col_offset, int threads) {
+  ParallelFor(threads, rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
+    CrossEntropyPartsRows(logits, m, targets, targets_dtype, sumexp, tlogit, cols, col_offset,
+                          begin, end);
+  });
 }
 
 void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
                            v1::DType targets_dtype, const float* d_sumexp, const float* d_tlogit,
-                           float* dlogits, int64_t rows, int64_t cols, int64_t col_offset) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = logits + r * cols;
-    float* drow = dlogits + r * cols;
-    const float max = m[r], d = d_sumexp[r];
-    for (int64_t c = 0; c < cols; ++c) drow[c] = d * std::exp(row[c] - max);
-    const int64_t col = ShardRow(IdAt(targets, targets_dtype, r), col_offset, cols);
-    if (col >= 0) drow[col] += d_tlogit[r];
-  }
+                           float* dlogits, int64_t rows, int64_t cols, int64_t col_offset,
+                           int threads) {
+  ParallelFor(threads, rows, RowGrain(cols), [&](int64_t begin, int64_t end) {
+    CrossEntropyPartsGradRows(logits, m, targets, targets_dtype, d_sumexp, d_tlogit, dlogits,
+                              cols, col_offset, begin, end);
+  });
 }
 
 int64_t AttentionScratchSize(const AttentionShape& shape, bool grad) {
@@ -394,16 +563,7 @@ void AttentionGrad(const float* q, const float* k, const float* v, const float* 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, d, 1.0f, dout + q_rows, qs,
                     v + head.kv_offset, kvs, 0.0f, w, n);
         for (int64_t r = 0; r < rows; ++r) {
-          const int64_t len = i0 + r + 1;
-          const float* pr = p + r * cols;
-          const float* pdr = p_dropped + r * cols;
-          float* wr = w + r * cols;
-          double dot = 0.0;
-          for (int64_t j = 0; j < len; ++j) dot += static_cast<double>(pdr[j]) * wr[j];
-          for (int64_t j = 0; j < len; ++j) {
-            wr[j] = static_cast<float>(static_cast<double>(pdr[j]) * wr[j] - pr[j] * dot);
-          }
-          std::fill(wr + len, wr + cols, 0.0f);
+          ScoreGradRow(p + r * cols, p_dropped + r * cols, w + r * cols, i0 + r + 1, cols);
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, n, d, m, 1.0f, p_dropped, n,
                     dout + q_rows, qs, 1.0f, dv + head.kv_offset, kvs);

@@ -2,7 +2,8 @@
 // "Transformers" section; the elementwise ones are loops in cpu_kernels.cc). Plain functions on
 // host pointers, so that CpuKernels owns the scratch and counts it in its MemoryStats: a kernel
 // that needs scratch takes it as an argument, sized as its comment says. Reductions add in
-// double in a fixed order, so results do not depend on threads or timing.
+// double in a fixed order, so results do not depend on threads or timing. Kernels taking
+// `threads` split their rows (or columns) over that many OpenMP threads (loops.h).
 //
 // E.g.
 //   std::vector<float> scratch(cpu::AttentionScratchSize(shape, /*grad=*/false));
@@ -29,21 +30,28 @@ void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy, float*
 
 // y = (x - mean) / sqrt(var + eps) * gamma + beta per row, in double. y may alias x.
 void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
-               int64_t dim, float eps);
+               int64_t dim, float eps, int threads);
+
+// The doubles of scratch LayerNormGrad needs: two column sums and two moments per row.
+int64_t LayerNormGradScratchSize(int64_t rows, int64_t dim);
 
 // LayerNorm's VJP: dx, and dgamma[c] = sum_r dy xhat, dbeta[c] = sum_r dy (each skipped when
-// null), summed over rows in ascending order into column_sums (2 * dim doubles of scratch).
-// dx may alias dy.
+// null), each column summed over rows in ascending order in double. dx may alias dy.
 void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
-                   float* dbeta, int64_t rows, int64_t dim, float eps, double* column_sums);
+                   float* dbeta, int64_t rows, int64_t dim, float eps, double* scratch,
+                   int threads);
 
 // y = x / sqrt(mean(x^2) + eps) * gamma per row, in double. y may alias x.
-void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim, float eps);
+void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim, float eps,
+             int threads);
 
-// RmsNorm's VJP: dx, and dgamma[c] = sum_r dy x / rms (skipped when null) summed as
-// LayerNormGrad's into column_sums (dim doubles of scratch). dx may alias dy.
+// The doubles of scratch RmsNormGrad needs: a column sum and 1 / rms per row.
+int64_t RmsNormGradScratchSize(int64_t rows, int64_t dim);
+
+// RmsNorm's VJP: dx, and dgamma[c] = sum_r dy x / rms (skipped when null), summed as
+// LayerNormGrad's. dx may alias dy.
 void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
-                 int64_t rows, int64_t dim, float eps, double* column_sums);
+                 int64_t rows, int64_t dim, float eps, double* scratch, int threads);
 
 // Rotary embedding (kernels.h's Rope): inv_freq = 1 / powf(theta, (float)(2i) / (float)D),
 // angle = (float)p * inv_freq, c = cosf(angle), s = sinf(angle), the rotation itself in float32,
@@ -55,19 +63,21 @@ void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
 
 // out[i] = x[i] * (1 / (1 - p)) when DropoutSpec keeps global element box.GlobalIndex(i), else 0;
 // a copy when p == 0. out may alias x.
-void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec, const GlobalBox& box);
+void Dropout(const float* x, float* out, int64_t n, const DropoutSpec& spec, const GlobalBox& box,
+             int threads);
 
 // sumexp[r] = sum_c exp(logits[r, c] - m[r]) (each exp in float32, the sum in double); tlogit[r]
 // = logits[r, targets[r] - col_offset] when that column is in [0, cols), else 0.
 void CrossEntropyParts(const float* logits, const float* m, const void* targets,
                        v1::DType targets_dtype, float* sumexp, float* tlogit, int64_t rows,
-                       int64_t cols, int64_t col_offset);
+                       int64_t cols, int64_t col_offset, int threads);
 
 // dlogits[r, c] = d_sumexp[r] * exp(logits[r, c] - m[r]), plus d_tlogit[r] at the target's
 // column when it is in this shard.
 void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targets,
                            v1::DType targets_dtype, const float* d_sumexp, const float* d_tlogit,
-                           float* dlogits, int64_t rows, int64_t cols, int64_t col_offset);
+                           float* dlogits, int64_t rows, int64_t cols, int64_t col_offset,
+                           int threads);
 
 // Query rows per block of Attention and AttentionGrad.
 inline constexpr int64_t kAttentionBlock = 64;
