@@ -33,15 +33,27 @@ std::string FormatChromeTrace(const v1::JobTrace& trace) {
                       {"pid", rank.rank()},
                       {"tid", 0},
                       {"args", {{"sort_index", rank.rank()}}}});
+    bool collective_lane = false;
     for (const v1::TraceSpan& span : rank.spans()) {
+      collective_lane = collective_lane || span.lane() == 1;
       events.push_back({{"name", span.name()},
                         {"cat", span.category()},
                         {"ph", "X"},
                         {"ts", span.start_us() - origin},
                         {"dur", span.duration_us()},
                         {"pid", rank.rank()},
-                        {"tid", 0},
+                        {"tid", span.lane()},
                         {"args", {{"micro_batch", span.micro_batch()}, {"chunk", span.chunk()}}}});
+    }
+    // Name the threads only when collectives ran on their own: a rank's one row otherwise.
+    if (collective_lane) {
+      for (int lane : {0, 1}) {
+        events.push_back({{"name", "thread_name"},
+                          {"ph", "M"},
+                          {"pid", rank.rank()},
+                          {"tid", lane},
+                          {"args", {{"name", lane == 0 ? "executor" : "collectives"}}}});
+      }
     }
   }
   nlohmann::json doc = {{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};

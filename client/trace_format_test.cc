@@ -1,6 +1,7 @@
 #include "client/trace_format.h"
 
 #include <set>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -82,6 +83,36 @@ TEST(TraceFormatTest, OneProcessPerRankAndSpansRelativeToTheEarliest) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// A collective that ran on the communicators' thread (lane 1) goes on thread 1 of its rank, and
+// the rank's two threads are named; a rank without such spans keeps one unnamed row.
+TEST(TraceFormatTest, CollectivesOnTheirOwnLane) {
+  v1::JobTrace trace = TwoRanks();
+  v1::TraceSpan* async = trace.mutable_ranks(0)->add_spans();
+  async->set_name("all_reduce fc0.weight@grad");
+  async->set_category("collective");
+  async->set_start_us(1700000000000000 + 50);
+  async->set_duration_us(30);
+  async->set_micro_batch(-1);
+  async->set_chunk(-1);
+  async->set_lane(1);
+  const nlohmann::json doc = nlohmann::json::parse(FormatChromeTrace(trace));
+  std::set<std::pair<int, int>> threads;
+  bool found = false;
+  for (const nlohmann::json& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      threads.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+      EXPECT_EQ(e["args"]["name"], e["tid"] == 0 ? "executor" : "collectives");
+    }
+    if (e["ph"] == "X" && e["name"] == "all_reduce fc0.weight@grad") {
+      found = true;
+      EXPECT_EQ(e["tid"], 1);
+      EXPECT_EQ(e["pid"], 0);
+    }
+  }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(threads, (std::set<std::pair<int, int>>{{0, 0}, {0, 1}}));
 }
 
 TEST(TraceFormatTest, EmptyTraceIsAValidDocument) {

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -71,8 +72,10 @@ TEST_F(WeftctlTraceTest, LocalTraceIsAChromeTraceOfRealTime) {
 
   const nlohmann::json doc = nlohmann::json::parse(ReadAll(trace_path));
   std::map<int, std::string> process_names;
-  std::map<int, int64_t> busy_us, spans;
+  std::map<std::pair<int, int>, int64_t> busy_us;  // by (rank, thread)
+  std::map<int, int64_t> spans;
   std::set<std::string> categories;
+  std::set<std::pair<int, int>> collective_threads;
   int64_t first = -1, last = 0;
   for (const nlohmann::json& e : doc["traceEvents"]) {
     const int pid = e["pid"].get<int>();
@@ -88,9 +91,11 @@ TEST_F(WeftctlTraceTest, LocalTraceIsAChromeTraceOfRealTime) {
     EXPECT_GE(ts, 0) << e;
     if (first < 0 || ts < first) first = ts;
     last = std::max(last, ts + dur);
-    busy_us[pid] += dur;
+    const int tid = e["tid"].get<int>();
+    busy_us[{pid, tid}] += dur;
     ++spans[pid];
     categories.insert(e["cat"].get<std::string>());
+    if (e["cat"] == "collective") collective_threads.insert({pid, tid});
   }
   ASSERT_EQ(process_names.size(), 2u);
   EXPECT_THAT(process_names[0], HasSubstr("rank 0"));
@@ -99,11 +104,17 @@ TEST_F(WeftctlTraceTest, LocalTraceIsAChromeTraceOfRealTime) {
   for (int r = 0; r < 2; ++r) {
     // 3 steps, each at least its compute and its gradient all-reduces.
     EXPECT_GE(spans[r], 3 * 2) << "rank " << r;
-    // Real time: the slices of a rank never add up to more than the whole trace.
-    EXPECT_GT(busy_us[r], 0);
-    EXPECT_LE(busy_us[r], last - first + 1) << "rank " << r;
+    // Real time: the slices of each of a rank's threads never add up to more than the whole
+    // trace.
+    EXPECT_GT((busy_us[{r, 0}]), 0);
+    for (int thread : {0, 1}) {
+      EXPECT_LE((busy_us[{r, thread}]), last - first + 1) << "rank " << r << " thread " << thread;
+    }
   }
   EXPECT_TRUE(categories.count("collective")) << "the data-parallel gradients are all-reduced";
+  // By default a gradient's all-reduce runs on the communicators' thread (1) while the backward
+  // goes on; the loss's, which the next instruction reads, on the executor's (0).
+  EXPECT_EQ(collective_threads, (std::set<std::pair<int, int>>{{0, 0}, {0, 1}, {1, 0}, {1, 1}}));
 }
 
 TEST_F(WeftctlTraceTest, TraceOfAFinishedJobIsFetchableWhileTheCoordinatorRuns) {

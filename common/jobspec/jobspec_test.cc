@@ -85,7 +85,18 @@ TEST_F(SpecTest, AppliesDefaults) {
   EXPECT_EQ(spec->device(), "cpu");
   EXPECT_EQ(spec->precision(), "f32");
   EXPECT_FALSE(spec->allow_tf32());
+  EXPECT_FALSE(spec->blocking_collectives());  // overlap: true by default
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
+
+  absl::StatusOr<v1::JobSpec> blocking =
+      ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "overlap: false\n"), dir_);
+  ASSERT_TRUE(blocking.ok()) << blocking.status();
+  EXPECT_TRUE(blocking->blocking_collectives());
+  EXPECT_THAT(std::string(ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "overlap: sometimes\n"),
+                                           dir_)
+                              .status()
+                              .message()),
+              HasSubstr("overlap"));
 
   absl::StatusOr<v1::JobSpec> gpu = ParseJobSpecYaml(
       absl::StrCat(kSyntheticSpec, "device: cuda\nprecision: bf16\nallow_tf32: true\n"), dir_);

@@ -695,7 +695,8 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
                    MapReader::Read(root, "job spec",
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
-                                    "trace", "checkpoint", "precision", "allow_tf32"}));
+                                    "trace", "checkpoint", "precision", "allow_tf32",
+                                    "overlap"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -729,6 +730,10 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   if (m.Has("trace")) {
     ASSIGN_OR_RETURN(bool trace, ReadBool(m.Get("trace"), "trace"));
     spec->set_trace(trace);
+  }
+  if (m.Has("overlap")) {
+    ASSIGN_OR_RETURN(bool overlap, ReadBool(m.Get("overlap"), "overlap"));
+    spec->set_blocking_collectives(!overlap);
   }
   if (m.Has("precision")) {
     ASSIGN_OR_RETURN(*spec->mutable_precision(), ReadString(m.Get("precision"), "precision"));

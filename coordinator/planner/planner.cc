@@ -26,6 +26,7 @@ v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, in
   p.set_precision(spec.precision());
   p.set_allow_tf32(spec.allow_tf32());
   p.set_trace(spec.trace());
+  p.set_blocking_collectives(spec.blocking_collectives());
   p.set_checkpoint_dir(spec.checkpoint().dir());
   p.set_checkpoint_every(spec.checkpoint().every());
   return p;

@@ -303,9 +303,10 @@ TEST(PlannerTest, DataParallelOnFourOneAllReducePerWeightGradientAndTheLoss) {
                          .Spec();
   for (const v1::Program& p : MustPlan(spec)) {
     const auto AR = v1::Instruction::ALL_REDUCE;
+    // Each gradient's all-reduce starts as the backward completes it: fc1's first.
     EXPECT_EQ(Colls(p), (std::vector<Coll>{{AR, "dp", "loss"},
-                                           {AR, "dp", "fc0.weight@grad"},
-                                           {AR, "dp", "fc1.weight@grad"}}));
+                                           {AR, "dp", "fc1.weight@grad"},
+                                           {AR, "dp", "fc0.weight@grad"}}));
     for (const v1::Instruction* c : Collectives(p)) {
       EXPECT_EQ(Ranks(p, *c), (std::vector<int>{0, 1, 2, 3}));
     }
@@ -388,12 +389,14 @@ TEST(PlannerTest, DpTwoByMpTwoWithTheSeedPlacements) {
   for (const v1::Program& p : programs) {
     SCOPED_TRACE(p.rank());
     const auto AR = v1::Instruction::ALL_REDUCE;
+    // The gradients' all-reduces in the order the backward completes them.
     EXPECT_EQ(Colls(p), (std::vector<Coll>{{AR, "mp", "fc1.xw"},
                                            {AR, "dp", "loss"},
-                                           {AR, "dp", "fc0.weight@grad"},
-                                           {AR, "dp", "fc0.bias@grad"},
+                                           {AR, "dp", "fc1.bias@grad"},
                                            {AR, "dp", "fc1.weight@grad"},
-                                           {AR, "dp", "fc1.bias@grad"}}));
+                                           {AR, "dp", "fc0.bias@grad"},
+                                           {AR, "dp", "fc0.weight@grad"}}));
+
     const int row = p.rank() / 2, col = p.rank() % 2;
     for (const v1::Instruction* c : Collectives(p)) {
       const v1::CommGroup* g = FindGroup(p, c->group());

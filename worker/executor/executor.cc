@@ -6,11 +6,13 @@
 #include <map>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/program.h"
 #include "common/status.h"
 #include "worker/data/batch_source.h"
+#include "worker/executor/async_collectives.h"
 #include "worker/executor/buffers.h"
 #include "worker/executor/init_io.h"
 #include "worker/executor/op_registry.h"
@@ -30,6 +32,7 @@ class ProgramExecutor final : public Executor {
       : program_(program), factory_(factory), kernels_(std::move(kernels)) {}
 
   ~ProgramExecutor() override {
+    async_.reset();  // its collectives touch the arena
     kernels_->Free(arena_);
     kernels_->Free(own_scratch_);
   }
@@ -49,8 +52,20 @@ class ProgramExecutor final : public Executor {
   }
 
  private:
-  // Checks for cancellation, then runs `s`; errors name the step and the instruction.
+  // Checks for cancellation, waits for the started collectives `s` needs (WaitBefore), then
+  // runs `s` (Execute); errors name the step and the instruction.
   absl::Status RunInstruction(const Step& s, const RunContext& ctx);
+  // Asynchronous collectives only: whether `s` must wait for started ones, and that wait.
+  bool MustWait(const Step& s) const;
+  absl::Status WaitBefore(const Step& s);
+  // Starts `s` on its communicator's thread when it is an asynchronous collective, else runs it.
+  absl::Status Execute(const Step& s, const RunContext& ctx);
+  // The memory `s` touches: its inputs, outputs and scratch, and the executor's own scratch
+  // when it uses it.
+  std::vector<ByteRange> RangesOf(const Step& s) const;
+  // A step's communicator when it runs on the executor's thread and needs one (SEND, RECV,
+  // blocking collectives), else -1.
+  int SynchronousComm(const Step& s) const;
   std::string Context(const Step& s) const;
 
   const v1::Program program_;
@@ -79,6 +94,16 @@ class ProgramExecutor final : public Executor {
   int64_t last_step_peak_bytes_ = 0;
   bool initialized_ = false;
   std::atomic<bool> cancelled_{false};
+  // Collectives on their communicators' threads (CPU kernels, unless the program asks for
+  // blocking ones); created at Initialize. ranges_[i]: the memory step i touches.
+  const bool async_collectives_ =
+      !program_.blocking_collectives() && std::string(kernels_->name()) == "cpu";
+  std::unique_ptr<AsyncCollectives> async_;
+  std::vector<std::vector<ByteRange>> ranges_;
+  // By step: a collective started on its communicator's thread. One whose result the next
+  // instruction needs runs on the executor's thread: nothing could overlap it.
+  std::vector<bool> starts_async_;
+  std::vector<std::string> collective_labels_;  // by step, for the trace
 };
 
 std::string ProgramExecutor::Context(const Step& s) const {
@@ -152,7 +177,7 @@ absl::Status ProgramExecutor::Check() {
     own_scratch_bytes_ = std::max(own_scratch_bytes_, steps_[i].own_scratch_bytes);
     staging_bytes_ = std::max(staging_bytes_, steps_[i].staging_bytes);
   }
-  if (program_.trace()) span_templates_ = BuildSpanTemplates(program_, &steps_);
+
   return absl::OkStatus();
 }
 
@@ -190,7 +215,80 @@ absl::Status ProgramExecutor::Initialize() {
   }
   RETURN_IF_ERROR(LoadInitialValues(program_, buffers_, *kernels_));
   RETURN_IF_ERROR(kernels_->Synchronize());
+  if (async_collectives_ && !comms_.empty()) {
+    async_ = std::make_unique<AsyncCollectives>(static_cast<int>(comms_.size()));
+    for (const Step& s : steps_) {
+      ranges_.push_back(RangesOf(s));
+      collective_labels_.push_back(
+          IsCollective(s.op)
+              ? absl::StrCat(absl::AsciiStrToLower(Instruction::Op_Name(s.op)), " ",
+                             program_.buffers(s.in[0]).name())
+              : std::string());
+    }
+    starts_async_.assign(steps_.size(), false);
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      if (!IsCollective(steps_[i].op)) continue;
+      bool needed_next = false;
+      if (i + 1 < steps_.size()) {
+        const Step& next = steps_[i + 1];
+        needed_next = IsCommunication(next.op) && !IsCollective(next.op) &&
+                      next.comm == steps_[i].comm;
+        for (const ByteRange& mine : ranges_[i]) {
+          for (const ByteRange& theirs : ranges_[i + 1]) {
+            needed_next = needed_next || mine.Overlaps(theirs);
+          }
+        }
+      }
+      starts_async_[i] = !needed_next;
+    }
+  }
+  if (program_.trace()) {
+    span_templates_ =
+        BuildSpanTemplates(program_, &steps_, async_ != nullptr ? &starts_async_ : nullptr);
+  }
   initialized_ = true;
+  return absl::OkStatus();
+}
+
+std::vector<ByteRange> ProgramExecutor::RangesOf(const Step& s) const {
+  std::vector<ByteRange> ranges;
+  auto add = [&](int id) {
+    const char* p = static_cast<const char*>(buffers_.data(id));
+    ranges.push_back({p, p + buffers_.bytes(id)});
+  };
+  for (int id : s.in) add(id);
+  for (int id : s.outs) add(id);
+  if (s.scratch >= 0) add(s.scratch);
+  if (s.own_scratch_bytes > 0) ranges.push_back({own_scratch_, own_scratch_ + own_scratch_bytes_});
+  return ranges;
+}
+
+int ProgramExecutor::SynchronousComm(const Step& s) const {
+  if (!IsCommunication(s.op) || starts_async_[s.index]) return -1;
+  return s.comm;
+}
+
+bool ProgramExecutor::MustWait(const Step& s) const {
+  return async_ != nullptr && async_->WouldBlock(ranges_[s.index], SynchronousComm(s));
+}
+
+absl::Status ProgramExecutor::WaitBefore(const Step& s) {
+  if (async_ == nullptr) return absl::OkStatus();
+  return async_->WaitFor(ranges_[s.index], SynchronousComm(s));
+}
+
+absl::Status ProgramExecutor::Execute(const Step& s, const RunContext& ctx) {
+  if (async_ == nullptr || !starts_async_[s.index]) {
+    absl::Status status = s.run(s, ctx);
+    if (!status.ok()) return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
+    return absl::OkStatus();
+  }
+  async_->Start(s.comm, ranges_[s.index], collective_labels_[s.index],
+                [this, &s, ctx]() -> absl::Status {
+                  absl::Status status = s.run(s, ctx);
+                  if (status.ok()) return status;
+                  return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
+                });
   return absl::OkStatus();
 }
 
@@ -202,13 +300,40 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   spans_.clear();
   kernels_->ResetPeakMemoryStats();
   const RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, host_staging_.data()};
+  absl::Status status;
   if (program_.trace()) {
-    RETURN_IF_ERROR(RunTraced(
-        steps_, span_templates_, *kernels_, step,
-        [&](const Step& s) { return RunInstruction(s, ctx); }, &spans_));
+    TracedRun how;
+    how.run = [&](const Step& s) { return RunInstruction(s, ctx); };
+    if (async_ != nullptr) {
+      how.must_wait = [&](const Step& s) { return MustWait(s); };
+      how.wait = [&](const Step& s) { return WaitBefore(s); };
+    }
+    status = RunTraced(steps_, span_templates_, *kernels_, step, how, &spans_);
   } else {
-    for (const Step& s : steps_) RETURN_IF_ERROR(RunInstruction(s, ctx));
+    for (const Step& s : steps_) {
+      status = RunInstruction(s, ctx);
+      if (!status.ok()) break;
+    }
   }
+  // Every started collective finishes within the step, whatever happened (they touch the arena).
+  if (async_ != nullptr) {
+    const absl::Status collectives = async_->WaitAll();
+    if (status.ok()) status = collectives;
+    if (program_.trace()) {
+      for (const CollectiveTiming& t : async_->TakeTimings()) {
+        v1::TraceSpan span;
+        span.set_name(t.label);
+        span.set_category("collective");
+        span.set_start_us(t.start_us);
+        span.set_duration_us(std::max<int64_t>(t.end_us - t.start_us, 1));
+        span.set_micro_batch(-1);
+        span.set_chunk(-1);
+        span.set_lane(1);
+        spans_.push_back(std::move(span));
+      }
+    }
+  }
+  RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));
   last_step_peak_bytes_ = kernels_->memory_stats().peak_bytes_in_use;
   float loss = 0.0f;
@@ -221,9 +346,8 @@ absl::Status ProgramExecutor::RunInstruction(const Step& s, const RunContext& ct
     return absl::CancelledError(
         absl::StrCat("step ", ctx.step, " cancelled before instruction ", s.index));
   }
-  absl::Status status = s.run(s, ctx);
-  if (!status.ok()) return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
-  return absl::OkStatus();
+  RETURN_IF_ERROR(WaitBefore(s));
+  return Execute(s, ctx);
 }
 
 absl::StatusOr<std::vector<float>> ProgramExecutor::ReadBuffer(const std::string& name) const {

@@ -2,7 +2,9 @@
 // init list once (the buffers a Program.load_checkpoint covers are read from it instead) and the
 // instruction list once per step, and knows nothing of parallelism beyond the collectives and
 // point-to-point transfers the instructions name. With Program.trace it also
-// records the step's timeline (TakeSpans).
+// records the step's timeline (TakeSpans). On CPU kernels, unless Program.blocking_collectives,
+// a collective runs on its communicator's thread while the instructions after it that do not
+// touch its memory go on (async_collectives.h); every one has finished when RunStep returns.
 //
 // Memory: every buffer lives in one arena allocated at Initialize (Program.arena_bytes, buffers
 // at their Buffer.offset; back to back when arena_bytes is 0), plus, only when some collective
@@ -14,7 +16,8 @@
 // The implementation, one concern a file: executor.cc (Create, Initialize, RunStep), buffers.h
 // (the arena and its checks), step.h (decoded instructions), op_registry.h (the handler of each
 // op: its element types, decode and run; the handlers in ops/, a file per family), init_io.h
-// (ParamInit and checkpoints), trace.h (the timeline).
+// (ParamInit and checkpoints), trace.h (the timeline), async_collectives.h (collectives on their
+// communicators' threads).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(auto exec, Executor::Create(program, &comm_factory));
@@ -77,7 +80,9 @@ class Executor {
   // (wall clock, Unix microseconds); empty otherwise. Moves them out: a second call returns none.
   // One span per maximal run of consecutive compute instructions with the same phase,
   // micro-batch and chunk ("F mb3 c0", "B mb3 c0", "optimizer", "load mb3"), and one per SEND,
-  // RECV and collective ("send fc3.out to r2", "all_reduce fc0.weight@grad").
+  // RECV and collective ("send fc3.out to r2", "all_reduce fc0.weight@grad"). A collective that
+  // ran on its communicator's thread (async_collectives.h) has lane 1, after the executor's
+  // spans; "wait" spans are where the executor waited for one.
   virtual std::vector<v1::TraceSpan> TakeSpans() { return {}; }
   // Read access to a buffer by global name, for tests: its elements converted to float32 from
   // the buffer's dtype (bf16 exactly, integers rounded to nearest). In a planned arena a buffer

@@ -1193,6 +1193,142 @@ TEST(ExecutorTest, TypedCollectivesBetweenTwoRanks) {
                                "avg of buffer 10 'xb' i32[2,6]: a mean of integers"});
 }
 
+// ---- Asynchronous collectives ----
+
+// Rank 0 all-reduces a on group 0, then sends b to rank 1 on group 1; rank 1 receives b first,
+// then joins the all-reduce. A blocking all-reduce on rank 0 waits for rank 1, which waits for
+// b: a deadlock. A collective on its communicator's thread lets rank 0 go on to the SEND, and its
+// MSE_LOSS, which reads a, waits for the all-reduce. loss = 0.5 * sum((a0 + a1 - b)^2).
+v1::Program CrossedProgram(int rank, bool blocking, bool trace) {
+  ProgramBuilder b(rank, 2);
+  b.program().set_blocking_collectives(blocking);
+  b.program().set_trace(trace);
+  b.Group(0, {0, 1}, "dp");
+  b.Group(1, {0, 1}, "pp");
+  const int a = b.Buffer("a", {6}, v1::Buffer::PARAM);
+  const int v = b.Buffer("b", {6}, v1::Buffer::PARAM);
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.Uniform(a, {6}, 1.0f)->set_tensor_key(Fnv1a64(rank == 0 ? "a on rank 0" : "a on rank 1"));
+  if (rank == 0) {
+    b.Uniform(v, {6}, 2.0f);
+  } else {
+    b.Init(v, v1::ParamInit::ZEROS, {6});
+  }
+  auto all_reduce = [&] { b.Op(Instruction::ALL_REDUCE, {a}, {a}, "a")->set_group(0); };
+  auto transfer = [&] {
+    Instruction* ins = rank == 0 ? b.Op(Instruction::SEND, {v}, {}) : b.Op(Instruction::RECV, {}, {v});
+    ins->set_group(1);
+    ins->set_peer(1 - rank);
+    ins->set_tag(7);
+  };
+  if (rank == 0) {
+    all_reduce();
+    transfer();
+  } else {
+    transfer();
+    all_reduce();
+  }
+  b.Op(Instruction::MSE_LOSS, {a, v}, {loss})->set_scale(0.5f);
+  return b.program();
+}
+
+TEST(ExecutorTest, CollectivesRunWhileTheExecutorGoesOn) {
+  // The reference: each rank's initial a and rank 0's b, read off 1-rank executors of the same
+  // inits (no instructions run before Initialize's values are read).
+  std::vector<std::vector<float>> a0(2);
+  std::vector<float> b0;
+  for (int r = 0; r < 2; ++r) {
+    v1::Program p = CrossedProgram(r, false, false);
+    p.clear_instructions();
+    p.clear_groups();
+    p.set_world_size(1);
+    p.set_rank(0);
+    auto exec = Executor::Create(p, nullptr);
+    ASSERT_TRUE(exec.ok()) << exec.status();
+    ASSERT_TRUE((*exec)->Initialize().ok());
+    a0[r] = *(*exec)->ReadBuffer("a");
+    if (r == 0) b0 = *(*exec)->ReadBuffer("b");
+  }
+  double want = 0.0;
+  for (int i = 0; i < 6; ++i) {
+    const double d = static_cast<double>(a0[0][i]) + a0[1][i] - b0[i];
+    want += 0.5 * d * d;
+  }
+
+  std::vector<std::vector<float>> losses;
+  std::vector<std::unique_ptr<Executor>> execs;
+  RunAll({CrossedProgram(0, false, true), CrossedProgram(1, false, true)}, 2, &losses, &execs);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(losses[r].size(), 2u) << "rank " << r;
+    EXPECT_NEAR(losses[r][0], want, 1e-5 * want) << "rank " << r;
+    ASSERT_NE(execs[r], nullptr);
+    EXPECT_EQ(*execs[r]->ReadBuffer("b"), b0) << "rank " << r;
+    // Rank 0's all-reduce ran on the communicators' thread (a span on lane 1); rank 1's, whose
+    // result the next instruction reads, on the executor's (lane 0).
+    std::vector<int> collectives_on_lane(2, 0);
+    for (const v1::TraceSpan& span : execs[r]->TakeSpans()) {
+      if (span.category() != "collective") continue;
+      EXPECT_EQ(span.name(), "all_reduce a");
+      ++collectives_on_lane[span.lane()];
+    }
+    EXPECT_EQ(collectives_on_lane, (r == 0 ? std::vector<int>{0, 1} : std::vector<int>{1, 0}))
+        << "rank " << r;
+  }
+
+  // The same programs with blocking collectives deadlock, which the local world's timeout ends:
+  // the difference is the asynchronous run.
+  auto world = std::make_shared<LocalWorld>(2, absl::Seconds(1));
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicatorFactory factory(world, r);
+      auto exec = Executor::Create(CrossedProgram(r, true, false), &factory);
+      ASSERT_TRUE(exec.ok()) << exec.status();
+      ASSERT_TRUE((*exec)->Initialize().ok());
+      status[r] = (*exec)->RunStep(1).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(status[0].ok() && status[1].ok());
+}
+
+// A collective that fails on its thread fails the step, naming the instruction; the executor
+// waits for every started collective before returning.
+TEST(ExecutorTest, AnAsynchronousCollectiveErrorFailsTheStep) {
+  // Rank 1 computes its loss and never joins the all-reduce: rank 0's times out on its thread.
+  auto only = [](v1::Program p, Instruction::Op keep_a, Instruction::Op keep_b) {
+    v1::Program q = p;
+    q.clear_instructions();
+    for (const Instruction& ins : p.instructions()) {
+      if (ins.op() == keep_a || ins.op() == keep_b) *q.add_instructions() = ins;
+    }
+    return q;
+  };
+  const v1::Program programs[2] = {
+      only(CrossedProgram(0, false, false), Instruction::ALL_REDUCE, Instruction::MSE_LOSS),
+      only(CrossedProgram(1, false, false), Instruction::MSE_LOSS, Instruction::MSE_LOSS)};
+  auto world = std::make_shared<LocalWorld>(2, absl::Milliseconds(300));
+  std::vector<absl::Status> status(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicatorFactory factory(world, r);
+      auto exec = Executor::Create(programs[r], &factory);
+      ASSERT_TRUE(exec.ok()) << exec.status();
+      ASSERT_TRUE((*exec)->Initialize().ok());
+      status[r] = (*exec)->RunStep(1).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(status[1].ok()) << status[1];
+  ASSERT_FALSE(status[0].ok());
+  EXPECT_NE(std::string(status[0].message()).find("step 1, instruction 0 (ALL_REDUCE 'a')"),
+            std::string::npos)
+      << status[0];
+}
+
 // ---- The arena ----
 
 // x [2,3] @ w0 [3,4] -> h, relu -> r, @ w1 [4,2] -> y, MSE against t [2,2] -> loss. The

@@ -88,10 +88,22 @@ class StepClock {
 }  // namespace
 
 std::vector<v1::TraceSpan> BuildSpanTemplates(const v1::Program& program,
-                                              std::vector<Step>* steps) {
+                                              std::vector<Step>* steps,
+                                              const std::vector<bool>* async_steps) {
   std::vector<v1::TraceSpan> templates;
+  bool after_communication = false;  // the last span is a SEND, RECV or blocking collective's
   for (Step& s : *steps) {
     const Instruction& ins = program.instructions(s.index);
+    const bool async = async_steps != nullptr && (*async_steps)[s.index];
+    if (async) {
+      // The executor only starts it: its time is the work around it (the first step's own).
+      if (templates.empty()) {
+        templates.push_back(ComputeSpan(ins));
+        after_communication = false;
+      }
+      s.span = static_cast<int>(templates.size()) - 1;
+      continue;
+    }
     if (IsCommunication(s.op)) {
       v1::TraceSpan span = SpanOf(ins);
       const v1::CommGroup& group = program.groups(s.comm);
@@ -109,12 +121,14 @@ std::vector<v1::TraceSpan> BuildSpanTemplates(const v1::Program& program,
                                    program.buffers(s.in[0]).name()));
       }
       templates.push_back(std::move(span));
+      after_communication = true;
     } else {
       v1::TraceSpan span = ComputeSpan(ins);
       // Consecutive compute instructions of the same work item share one span.
-      const bool extend = s.index > 0 && !IsCommunication((*steps)[s.index - 1].op) &&
-                          SameSpan(templates.back(), span);
+      const bool extend =
+          !templates.empty() && !after_communication && SameSpan(templates.back(), span);
       if (!extend) templates.push_back(std::move(span));
+      after_communication = false;
     }
     s.span = static_cast<int>(templates.size()) - 1;
   }
@@ -123,8 +137,7 @@ std::vector<v1::TraceSpan> BuildSpanTemplates(const v1::Program& program,
 
 absl::Status RunTraced(const std::vector<Step>& steps,
                        const std::vector<v1::TraceSpan>& templates, Kernels& kernels, int64_t step,
-                       const std::function<absl::Status(const Step&)>& run,
-                       std::vector<v1::TraceSpan>* out) {
+                       const TracedRun& how, std::vector<v1::TraceSpan>* out) {
   // One clock read per span boundary. A span lasts at least 1 us so that every slice shows; a
   // boundary moves by at most that much per shorter span before it.
   const StepClock clock;
@@ -139,13 +152,25 @@ absl::Status RunTraced(const std::vector<Step>& steps,
   };
   int current = -1;
   for (const Step& s : steps) {
+    if (how.must_wait && how.must_wait(s)) {
+      // The wait ends the span it interrupts; the step's span starts again after it.
+      if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
+      v1::TraceSpan wait = templates[s.span];
+      wait.set_name(absl::StrCat("wait for collectives (", wait.name(), ")"));
+      wait.set_category("wait");
+      wait.set_start_us(boundary_us);
+      spans.push_back(std::move(wait));
+      RETURN_IF_ERROR(how.wait(s));
+      RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
+      current = -1;
+    }
     if (s.span != current) {
       if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
       current = s.span;
       spans.push_back(templates[current]);
       spans.back().set_start_us(boundary_us);
     }
-    RETURN_IF_ERROR(run(s));
+    RETURN_IF_ERROR(how.run(s));
   }
   if (current >= 0) RETURN_IF_ERROR(Annotate(close(), absl::StrCat("step ", step)));
   *out = std::move(spans);

@@ -101,8 +101,18 @@ TEST(PipelinePlanTest, ProgramsFollowTheScheduleAndTransfersMatch) {
           EXPECT_EQ(ins.phase(), v1::Instruction::OPTIMIZER);
         }
       }
-      // The loss is summed over the pipeline dim last.
-      const v1::Instruction& last = p.instructions(p.instructions_size() - 1);
+      // The loss is summed over the pipeline dim, the last communication of the step (started
+      // as soon as the last micro-batch's loss is in: before the optimizer's updates).
+      int last_communication = -1;
+      for (int i = 0; i < p.instructions_size(); ++i) {
+        const v1::Instruction::Op op = p.instructions(i).op();
+        if (op == v1::Instruction::SEND || op == v1::Instruction::RECV ||
+            op == v1::Instruction::ALL_REDUCE) {
+          last_communication = i;
+        }
+      }
+      ASSERT_GE(last_communication, 0);
+      const v1::Instruction& last = p.instructions(last_communication);
       EXPECT_EQ(last.op(), v1::Instruction::ALL_REDUCE);
       EXPECT_EQ(last.outputs(0), p.loss_buffer());
     }

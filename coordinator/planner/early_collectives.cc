@@ -1,0 +1,77 @@
+#include "coordinator/planner/early_collectives.h"
+
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace weft::planner {
+namespace {
+
+using v1::Instruction;
+
+bool IsCollective(Instruction::Op op) {
+  return op == Instruction::ALL_REDUCE || op == Instruction::ALL_GATHER ||
+         op == Instruction::REDUCE_SCATTER || op == Instruction::ALL_TO_ALL;
+}
+
+// The buffers an instruction writes (its outputs and scratch) and the ones it reads.
+struct Access {
+  std::set<int> reads, writes;
+};
+
+Access AccessOf(const Instruction& ins) {
+  Access a;
+  a.reads.insert(ins.inputs().begin(), ins.inputs().end());
+  a.writes.insert(ins.outputs().begin(), ins.outputs().end());
+  if (ins.has_scratch()) a.writes.insert(ins.scratch());
+  return a;
+}
+
+bool Intersects(const std::set<int>& a, const std::set<int>& b) {
+  for (int x : a) {
+    if (b.count(x) > 0) return true;
+  }
+  return false;
+}
+
+// True when the collective `c` must stay after instruction `other`: other writes what c reads,
+// or touches what c writes, or is a SEND, a RECV or a collective on another group.
+bool MustFollow(const Instruction& c_ins, const Access& c, const Instruction& other_ins,
+                const Access& other) {
+  if (other_ins.op() == Instruction::SEND || other_ins.op() == Instruction::RECV) return true;
+  if (IsCollective(other_ins.op()) && other_ins.group() != c_ins.group()) return true;
+  return Intersects(other.writes, c.reads) || Intersects(other.writes, c.writes) ||
+         Intersects(other.reads, c.writes);
+}
+
+}  // namespace
+
+int StartCollectivesEarly(v1::Program* program) {
+  auto* instructions = program->mutable_instructions();
+  std::vector<Instruction> order(instructions->begin(), instructions->end());
+  std::vector<Access> access;
+  access.reserve(order.size());
+  for (const Instruction& ins : order) access.push_back(AccessOf(ins));
+  int moved = 0;
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (!IsCollective(order[i].op())) continue;
+    size_t to = i;
+    while (to > 0 && !MustFollow(order[i], access[i], order[to - 1], access[to - 1])) --to;
+    if (to == i) continue;
+    // Rotate [to, i] right by one: the collective lands at `to`.
+    Instruction collective = std::move(order[i]);
+    Access collective_access = std::move(access[i]);
+    for (size_t j = i; j > to; --j) {
+      order[j] = std::move(order[j - 1]);
+      access[j] = std::move(access[j - 1]);
+    }
+    order[to] = std::move(collective);
+    access[to] = std::move(collective_access);
+    ++moved;
+  }
+  instructions->Clear();
+  for (Instruction& ins : order) *instructions->Add() = std::move(ins);
+  return moved;
+}
+
+}  // namespace weft::planner

@@ -1,0 +1,107 @@
+// Collectives that run on a thread of their communicator while the executor's thread goes on
+// with the instructions after them (CPU workers; the planner starts each collective as early as
+// its data allows, coordinator/planner/early_collectives.h). The executor waits for a started
+// collective only where an instruction touches its memory (any byte of the collective's inputs,
+// outputs or scratch, read or written), where another instruction needs its communicator
+// synchronously (SEND, RECV), and at the end of the step. Each communicator runs its collectives
+// one at a time in the order they were started, which is program order, so every group sees the
+// order a synchronous run gives; the executor only ever waits later than a synchronous run would
+// have, so no new deadlock can arise.
+//
+// E.g.
+//   AsyncCollectives async(/*communicators=*/2);
+//   async.Start(/*comm=*/0, {{buf, buf + bytes}}, "all_reduce x@grad", [&] { return Run(s); });
+//   RETURN_IF_ERROR(async.WaitFor({{other, other + n}}, /*comm=*/-1));  // no-op: disjoint
+//   RETURN_IF_ERROR(async.WaitAll());
+#ifndef WEFT_WORKER_EXECUTOR_ASYNC_COLLECTIVES_H_
+#define WEFT_WORKER_EXECUTOR_ASYNC_COLLECTIVES_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+
+namespace weft {
+
+// Bytes [begin, end) of host memory.
+struct ByteRange {
+  const char* begin = nullptr;
+  const char* end = nullptr;
+  bool Overlaps(const ByteRange& o) const { return begin < o.end && o.begin < end; }
+};
+
+// A started collective's run on its thread (wall clock, Unix microseconds), for the trace.
+struct CollectiveTiming {
+  std::string label;  // as given to Start
+  int64_t start_us = 0;
+  int64_t end_us = 0;
+};
+
+class AsyncCollectives {
+ public:
+  // One thread per communicator index in [0, communicators), started with its first collective.
+  explicit AsyncCollectives(int communicators);
+  // Waits for every started collective, then stops the threads.
+  ~AsyncCollectives();
+  AsyncCollectives(const AsyncCollectives&) = delete;
+  AsyncCollectives& operator=(const AsyncCollectives&) = delete;
+
+  // Queues `run` on communicator `comm`'s thread; it touches `ranges`. Its error, if any, is
+  // returned (prefixed by `label`) by the wait that covers it.
+  void Start(int comm, std::vector<ByteRange> ranges, std::string label,
+             std::function<absl::Status()> run);
+
+  // True when some started collective that WaitFor(ranges, comm) would wait for has not
+  // finished yet, i.e. that call would block.
+  bool WouldBlock(absl::Span<const ByteRange> ranges, int comm) const;
+
+  // Waits for every started collective that touches any of `ranges` or runs on `comm` (-1: none
+  // by communicator), in start order; returns the first error among them.
+  absl::Status WaitFor(absl::Span<const ByteRange> ranges, int comm);
+
+  // Waits for every started collective; returns the first error among them.
+  absl::Status WaitAll();
+
+  // The timings of the collectives finished since the last call, in start order.
+  std::vector<CollectiveTiming> TakeTimings();
+
+ private:
+  struct Pending {
+    int comm = 0;
+    std::vector<ByteRange> ranges;
+    std::function<absl::Status()> run;
+    CollectiveTiming timing;
+    bool done = false;  // guarded by mu_
+    absl::Status status;
+  };
+  struct Lane {
+    std::deque<std::shared_ptr<Pending>> queue;  // guarded by mu_
+    std::thread thread;  // started and joined by the owner's thread only
+  };
+
+  void Serve(int comm);
+  bool Covers(const Pending& p, absl::Span<const ByteRange> ranges, int comm) const;
+  // Waits for `p`, removes it from in_flight_, records its timing; its status.
+  absl::Status Finish(const std::shared_ptr<Pending>& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  absl::CondVar work_;      // a lane's queue grew, or stopping_
+  absl::CondVar finished_;  // a Pending became done
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  // Started and not yet waited for, in start order (only the executor's thread changes it).
+  std::deque<std::shared_ptr<Pending>> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::vector<CollectiveTiming> timings_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace weft
+
+#endif  // WEFT_WORKER_EXECUTOR_ASYNC_COLLECTIVES_H_
