@@ -196,6 +196,11 @@ const std::vector<Case>& Cases() {
       {"pp2_mp2_sp", "{shape: [2, 2], dim_names: [pp, mp]}", 4, "",
        "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\n"
        "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n"},
+      // ZeRO: states (level 1) and gradients (level 2) sharded along dp.
+      {"dp2_mp2_zero1", "{shape: [2, 2], dim_names: [dp, mp]}", 4, ", placements: {dp: Shard(0)}",
+       "parallelize: {mp: {dim: mp, plan: megatron}}\nsharding: {dim: dp, level: 1}\n"},
+      {"dp2_pp2_zero2", "{shape: [2, 2], dim_names: [dp, pp]}", 4, ", placements: {dp: Shard(0)}",
+       "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\nsharding: {dim: dp, level: 2}\n"},
   };
   return *cases;
 }

@@ -88,6 +88,25 @@ TEST_F(SpecTest, AppliesDefaults) {
   EXPECT_FALSE(spec->blocking_collectives());  // overlap: true by default
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 
+  // sharding: a mesh dim and level 1 or 2; anything else names what is wrong.
+  absl::StatusOr<v1::JobSpec> zero =
+      ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "sharding: {dim: dp, level: 2}\n"), dir_);
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->sharding().dim(), "dp");
+  EXPECT_EQ(zero->sharding().level(), 2);
+  EXPECT_TRUE(ValidateJobSpec(*zero).ok()) << ValidateJobSpec(*zero);
+  for (const auto& [yaml, error] : std::vector<std::pair<std::string, std::string>>{
+           {"sharding: {dim: dp, level: 0}\n", "sharding.level"},
+           {"sharding: {dim: dp}\n", "level"},
+           {"sharding: {dim: dp, level: 1, stage: 3}\n", "stage"},
+           {"sharding: {dim: dp, level: 3}\n", "level: 3"},
+           {"sharding: {dim: dp, level: 4}\n", "must be 1 or 2, got 4"},
+           {"sharding: {dim: zz, level: 1}\n", "\"zz\" is not a dim of the mesh"}}) {
+    absl::StatusOr<v1::JobSpec> bad = ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, yaml), dir_);
+    const absl::Status status = bad.ok() ? ValidateJobSpec(*bad) : bad.status();
+    EXPECT_THAT(std::string(status.message()), HasSubstr(error)) << yaml;
+  }
+
   absl::StatusOr<v1::JobSpec> blocking =
       ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "overlap: false\n"), dir_);
   ASSERT_TRUE(blocking.ok()) << blocking.status();

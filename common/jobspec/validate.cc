@@ -470,6 +470,38 @@ absl::Status ValidateInitFromExists(const JobSpec& spec) {
 
 }  // namespace
 
+// sharding: a mesh dim other than the pipeline's, level 1 or 2.
+absl::Status ValidateSharding(const JobSpec& spec) {
+  const v1::Sharding& sharding = spec.sharding();
+  if (sharding.dim().empty()) {
+    if (sharding.level() != 0) {
+      return absl::InvalidArgumentError(
+          "sharding.dim: is required: name the data-parallel mesh dim to shard along");
+    }
+    return absl::OkStatus();
+  }
+  const auto& names = spec.mesh().dim_names();
+  if (std::find(names.begin(), names.end(), sharding.dim()) == names.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("sharding.dim: \"", sharding.dim(),
+                                                   "\" is not a dim of the mesh"));
+  }
+  if (sharding.dim() == spec.pipeline().dim()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharding.dim: ", sharding.dim(),
+        " is the pipeline dim (pipeline.dim); shard along a data-parallel dim"));
+  }
+  if (sharding.level() == 3) {
+    return absl::InvalidArgumentError(
+        "sharding.level: 3 (parameters sharded and gathered before each use) is not implemented "
+        "yet; levels 1 (optimizer states) and 2 (states and gradients) are");
+  }
+  if (sharding.level() != 1 && sharding.level() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sharding.level: must be 1 or 2, got ", sharding.level()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobSpec(const JobSpec& submitted) {
   // A spec that came over gRPC may leave the documented defaults implicit.
   JobSpec spec = submitted;
@@ -483,6 +515,7 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   RETURN_IF_ERROR(ValidateData(spec, &sample_shape, &label_shape));
   RETURN_IF_ERROR(ValidateBatchPlacements(spec, sample_shape, label_shape));
   RETURN_IF_ERROR(ValidatePipeline(spec, sample_shape));
+  RETURN_IF_ERROR(ValidateSharding(spec));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   if (spec.train().steps() <= 0) {
     return absl::InvalidArgumentError(

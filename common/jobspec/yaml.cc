@@ -687,6 +687,21 @@ absl::Status ParsePipeline(const YAML::Node& node, const std::string& path,
   return absl::OkStatus();
 }
 
+absl::Status ParseSharding(const YAML::Node& node, const std::string& path,
+                           v1::Sharding* sharding) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"dim", "level"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "dim"));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "level"));
+  ASSIGN_OR_RETURN(*sharding->mutable_dim(), ReadString(m.Get("dim"), Join(path, "dim")));
+  ASSIGN_OR_RETURN(int32_t level, ReadInt<int32_t>(m.Get("level"), Join(path, "level")));
+  // Checked here: proto3 cannot tell a written 0 from an absent level.
+  if (level < 1) {
+    return Invalid(Join(path, "level"), m.Get("level"), absl::StrCat("must be 1 or 2, got ", level));
+  }
+  sharding->set_level(level);
+  return absl::OkStatus();
+}
+
 absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobSpec* spec) {
   if (!root.IsDefined() || root.IsNull()) {
     return absl::InvalidArgumentError("job spec is empty");
@@ -696,7 +711,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
                                     "trace", "checkpoint", "precision", "allow_tf32",
-                                    "overlap"}));
+                                    "overlap", "sharding"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -730,6 +745,9 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   if (m.Has("trace")) {
     ASSIGN_OR_RETURN(bool trace, ReadBool(m.Get("trace"), "trace"));
     spec->set_trace(trace);
+  }
+  if (m.Has("sharding")) {
+    RETURN_IF_ERROR(ParseSharding(m.Get("sharding"), "sharding", spec->mutable_sharding()));
   }
   if (m.Has("overlap")) {
     ASSIGN_OR_RETURN(bool overlap, ReadBool(m.Get("overlap"), "overlap"));

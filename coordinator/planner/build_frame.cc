@@ -48,6 +48,22 @@ absl::Status ReadPipeline(const v1::JobSpec& spec, Graph* g) {
   return absl::OkStatus();
 }
 
+absl::Status ReadSharding(const v1::JobSpec& spec, Graph* g) {
+  const v1::Sharding& s = spec.sharding();
+  if (s.dim().empty()) return absl::OkStatus();
+  std::optional<int> dim = g->mesh.FindDim(s.dim());
+  if (!dim) {
+    return Invalid(absl::StrCat("sharding.dim \"", s.dim(), "\" is not a dim of the mesh ",
+                                g->mesh.ToString()));
+  }
+  if (s.level() != 1 && s.level() != 2) {
+    return Invalid(absl::StrCat("sharding.level: must be 1 or 2, got ", s.level()));
+  }
+  g->sharding.dim = *dim;
+  g->sharding.level = s.level();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
@@ -59,6 +75,7 @@ absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
     batch_placements->push_back(placement);
   }
   RETURN_IF_ERROR(ReadOptimizer(spec, g));
+  RETURN_IF_ERROR(ReadSharding(spec, g));
   return ReadPipeline(spec, g);
 }
 

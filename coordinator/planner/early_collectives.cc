@@ -24,6 +24,8 @@ Access AccessOf(const Instruction& ins) {
   a.reads.insert(ins.inputs().begin(), ins.inputs().end());
   a.writes.insert(ins.outputs().begin(), ins.outputs().end());
   if (ins.has_scratch()) a.writes.insert(ins.scratch());
+  // The updates (SGD, ADAMW) have no outputs: they write their inputs in place.
+  if (ins.outputs_size() == 0) a.writes.insert(ins.inputs().begin(), ins.inputs().end());
   return a;
 }
 

@@ -59,6 +59,18 @@ TEST(EarlyCollectivesTest, MovesUpToItsDependencies) {
                                       "db", "ln grad"}));
 }
 
+// An update writes its inputs in place (it has no outputs): the gather of the updated shard stays
+// after it.
+TEST(EarlyCollectivesTest, NeverPassesAnUpdateOfItsInput) {
+  Program p;
+  p.Op(Instruction::SLICE, {0}, {1}, "shard of the parameter")
+      .Op(Instruction::ADAMW, {1, 2, 3, 4}, {}, "update the shard")
+      .Op(Instruction::ALL_GATHER, {1}, {0}, "gather it back");
+  EXPECT_EQ(StartCollectivesEarly(&p.proto()), 0);
+  EXPECT_EQ(Order(p.proto()), (std::vector<std::string>{"shard of the parameter",
+                                                        "update the shard", "gather it back"}));
+}
+
 TEST(EarlyCollectivesTest, KeepsTheOrderOfTransfersAndOfOtherGroups) {
   Program p;
   p.Op(Instruction::MATMUL, {0, 1}, {2}, "a")

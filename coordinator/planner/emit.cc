@@ -397,6 +397,18 @@ class RankEmitter {
     }
     const std::vector<ReshardStep>& steps = p_.lowered.steps[item.op];
     const auto out_key = std::make_pair(out_id, InstanceIndex(out_id, item.micro_batch));
+    // A reshard written into another tensor (ZeRO's gathered parameter): its last step writes
+    // that tensor's buffer.
+    auto into = g_.reshard_into.find(out_id);
+    if (into != g_.reshard_into.end()) {
+      ASSIGN_OR_RETURN(const int target, Instance(into->second, item.micro_batch));
+      if (steps.empty() && cur != target) {
+        return absl::InternalError(absl::StrCat("emit: ", t.name, " is written back in place but ",
+                                                "its shard is another buffer"));
+      }
+      buffers_[out_key] = target;
+      if (steps.empty()) return absl::OkStatus();
+    }
     if (steps.empty()) {
       buffers_[out_key] = cur;  // nothing moves: the output is the input's buffer
       return absl::OkStatus();

@@ -134,6 +134,13 @@ struct PipelineConfig {
   int virtual_stages = 1;
 };
 
+// ZeRO (JobSpec.sharding): optimizer states (level 1) and gradients (level 2) sharded along mesh
+// dim `dim` (-1: none).
+struct ShardingConfig {
+  int dim = -1;
+  int level = 0;
+};
+
 struct Graph {
   Mesh mesh;
   std::vector<Tensor> tensors;
@@ -143,9 +150,13 @@ struct Graph {
   int loss = -1;  // the loss op's output; after propagate, the replicated loss
   std::vector<Parameter> params;  // in layer order
   std::map<int, int> grad_of;     // param (or requested) tensor id -> gradient id (autodiff)
+  // A reshard whose output is written into another tensor's buffer: ZeRO's all-gathered update
+  // of a parameter, written back into the parameter. Output tensor id -> the tensor it writes.
+  std::map<int, int> reshard_into;
   std::vector<Layer> layers;      // spec order
   OptimizerConfig optimizer;
   PipelineConfig pipeline;
+  ShardingConfig sharding;
   // The reshards in the graph, by the tensor they read: the tensor each one makes, with the
   // phase and layer of its op. A reshard of the same tensor to the same placements for another
   // op of that phase and layer reads it rather than moving the bytes again (propagate.h).
