@@ -107,7 +107,7 @@ for pid in {e["pid"] for e in events}:
 ranks = len({e["pid"] for e in events})
 ob, oo = block - one, ovl - one
 hidden = "%.0f%%" % (100 * (1 - oo / ob)) if ob > 0 else "-"
-sys.stdout.write(sys.argv[4] % (
+sys.stdout.write(sys.argv[4].replace("\\n", "\n") % (
     sys.argv[3], "%.3f" % one, "%.3f" % block, "%.3f" % ovl, "%+.3f" % ob, "%+.3f" % oo, hidden,
     "%.0f%%" % (100 * busy / total) if total else "-",
     "%.1f" % (waits / ranks / int(sys.argv[5]))))
