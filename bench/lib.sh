@@ -21,6 +21,18 @@ bench_header() {
   echo "date: $(date -u +%Y-%m-%d)   commit: $(git rev-parse --short HEAD)$dirty${1:+ $1}"
 }
 
+# write_gpt_tokens FILE: an llm.c token file, 256 int32 header [20240520, 1, ntokens, 0...] then
+# 8 * 256 * 64 + 1 uint16 ids uniform in [0, 8192) (numpy's default_rng(0)): the GPT-2 benches' data.
+write_gpt_tokens() {
+  /usr/bin/python3 -c "
+import numpy as np
+n = 8 * 256 * 64 + 1
+h = np.zeros(256, np.int32); h[:3] = [20240520, 1, n]
+t = np.random.default_rng(0).integers(0, 8192, n, dtype=np.uint16)
+with open('$1', 'wb') as f:
+    f.write(h.tobytes()); f.write(t.tobytes())"
+}
+
 # write_random_npy DIR ROWS COLS: DIR/inputs.npy and DIR/labels.npy, ROWS x COLS float32 uniform
 # in [-1, 1) (numpy's default_rng(0)), the npy data of the bench specs.
 write_random_npy() {

@@ -30,13 +30,7 @@ echo "OPENBLAS_CORETYPE: ${OPENBLAS_CORETYPE:-unset (OpenBLAS detects the core)}
 echo
 
 write_random_npy "$tmp" 2048 1024
-/usr/bin/python3 -c "
-import numpy as np
-n = 8 * 256 * 64 + 1
-h = np.zeros(256, np.int32); h[:3] = [20240520, 1, n]
-t = np.random.default_rng(0).integers(0, 8192, n, dtype=np.uint16)
-with open('$tmp/tokens.bin', 'wb') as f:
-    f.write(h.tobytes()); f.write(t.tobytes())"
+write_gpt_tokens "$tmp/tokens.bin"
 
 # spec MODEL NAME RANKS GLOBAL_BATCH OVERLAP
 spec() {

@@ -102,6 +102,27 @@ std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks, int 
   return losses;
 }
 
+int64_t LocalPeakBytes(const std::string& spec_path) {
+  CommandResult r = RunCommand(
+      {BinaryPath("client/weftctl"), "local", "--json", "--coordinator_bin",
+       BinaryPath("coordinator/weft-coordinator"), "--worker_bin", BinaryPath("worker/weft-worker"),
+       spec_path},
+      240);
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  int64_t peak = 0;
+  int steps = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json event = nlohmann::json::parse(line);
+    if (event["type"] != "step") continue;
+    ++steps;
+    EXPECT_TRUE(event.contains("peak_bytes")) << line;
+    if (event.contains("peak_bytes")) peak = std::max(peak, event["peak_bytes"].get<int64_t>());
+  }
+  EXPECT_GT(steps, 0) << r.out;
+  return peak;
+}
+
 std::vector<double> RunClusterLosses(const DaemonCluster& cluster, const std::string& spec_path,
                                      int steps) {
   const JobOutcome outcome = cluster.RunSpecFile(spec_path);  // fails the test unless SUCCEEDED

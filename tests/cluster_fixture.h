@@ -48,6 +48,11 @@ const std::map<std::string, std::string>& ColRowOverMp();
 std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks,
                                    int steps = MlpJob::kSteps);
 
+// Runs `weftctl local --json SPEC` through the real binaries and returns the largest "peak_bytes"
+// of its step events (each the most any rank's allocator held during that step); fails the
+// calling test unless the job succeeded and every step reported one.
+int64_t LocalPeakBytes(const std::string& spec_path);
+
 // Runs the spec file on a running cluster (submitted as weftctl does, watched to its end) and
 // returns the per-step losses; fails the calling test unless the job SUCCEEDED with every step
 // reported. For suites that share one cluster between their cases.

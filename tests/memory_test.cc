@@ -11,6 +11,7 @@
 #include <string>
 
 #include "nlohmann/json.hpp"
+#include "tests/cluster_fixture.h"
 #include "tests/process.h"
 
 namespace weft::testing {
@@ -37,32 +38,11 @@ int64_t PlannedPeak(const std::string& spec) {
   return peak;
 }
 
-// The largest peak_bytes of the job's steps; every step must report one.
-int64_t MeasuredPeak(const std::string& spec) {
-  CommandResult r = RunCommand(
-      {BinaryPath("client/weftctl"), "local", "--json", "--coordinator_bin",
-       BinaryPath("coordinator/weft-coordinator"), "--worker_bin", BinaryPath("worker/weft-worker"),
-       spec},
-      240);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  int64_t peak = 0;
-  int steps = 0;
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json event = nlohmann::json::parse(line);
-    if (event["type"] != "step") continue;
-    ++steps;
-    EXPECT_TRUE(event.contains("peak_bytes")) << line;
-    if (event.contains("peak_bytes")) peak = std::max(peak, event["peak_bytes"].get<int64_t>());
-  }
-  EXPECT_GT(steps, 0) << r.out;
-  return peak;
-}
 
 TEST_P(MemoryTest, MeasuredPeakIsThePlannedOne) {
   const std::string spec = BinaryPath(GetParam().spec);
   const int64_t planned = PlannedPeak(spec);
-  const int64_t measured = MeasuredPeak(spec);
+  const int64_t measured = LocalPeakBytes(spec);
   std::printf("[memory] %-16s planned %lld B, measured %lld B (%+.2f%%)\n",
               GetParam().name.c_str(), static_cast<long long>(planned),
               static_cast<long long>(measured),

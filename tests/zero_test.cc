@@ -10,7 +10,6 @@
 
 #include <filesystem>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,22 +50,6 @@ nlohmann::json PlannedMemory(const std::string& spec) {
   return nlohmann::json::parse(r.out)["ranks"][0]["memory"];
 }
 
-// The largest peak_bytes of `weftctl local --json` step events (the most any rank held).
-int64_t MeasuredPeak(const std::string& spec) {
-  CommandResult r = RunCommand(
-      {BinaryPath("client/weftctl"), "local", "--json", "--coordinator_bin",
-       BinaryPath("coordinator/weft-coordinator"), "--worker_bin", BinaryPath("worker/weft-worker"),
-       spec},
-      240);
-  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  int64_t peak = 0;
-  std::istringstream lines(r.out);
-  for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json event = nlohmann::json::parse(line);
-    if (event["type"] == "step") peak = std::max(peak, event["peak_bytes"].get<int64_t>());
-  }
-  return peak;
-}
 
 TEST_F(ZeroTest, EveryLevelOnFourRanksGivesThePlainDataParallelLosses) {
   const MlpJob job = MlpJob::Create();
@@ -96,7 +79,7 @@ TEST_F(ZeroTest, StatesAreAQuarterPerRankPlannedAndMeasured) {
     const std::string spec =
         job.WriteSpec("mem" + std::to_string(level) + ".yaml", Spec(job, kDp4, level, 2));
     planned[level] = PlannedMemory(spec);
-    measured[level] = MeasuredPeak(spec);
+    measured[level] = LocalPeakBytes(spec);
     // The workers hold what the plan says (the arena is the plan's peak; scratch aside).
     const int64_t peak = planned[level]["peak_bytes"].get<int64_t>();
     EXPECT_LE(std::abs(measured[level] - peak), peak / 20)
