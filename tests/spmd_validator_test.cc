@@ -1122,8 +1122,14 @@ std::vector<RankOutput> RunAllRanks(const std::vector<v1::Program>& programs,
   std::vector<std::unique_ptr<Executor>> execs;
   for (int r = 0; r < world; ++r) {
     factories.push_back(std::make_unique<LocalCommunicatorFactory>(local_world, r));
+    // The programs as planned (collectives started early), run with blocking collectives: the
+    // rules and reshards are what this checks, over tens of thousands of short programs, for
+    // which a communication thread per executor would double the suite's time. The asynchronous
+    // runtime has its own tests (executor_test) and runs in every integration test.
+    v1::Program program = programs[r];
+    program.set_blocking_collectives(true);
     absl::StatusOr<std::unique_ptr<Executor>> exec =
-        Executor::Create(programs[r], factories[r].get());
+        Executor::Create(program, factories[r].get());
     if (!exec.ok()) {
       out[r].status = exec.status();
       return out;
