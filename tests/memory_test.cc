@@ -1,5 +1,6 @@
 // The memory the plan predicts is the memory the workers use: for a plain data-parallel job, a
-// tensor-parallel one, a pipelined one and a residual dp x mp one (the examples), the largest
+// tensor-parallel one, a pipelined one, a residual dp x mp one and a ZeRO level 2 one (the
+// examples), the largest
 // memory.peak_bytes over the ranks of `weftctl plan --json` and the largest "peak_bytes" of
 // `weftctl local --json`'s step events (each the most any rank's allocator held during that
 // step) agree within 5%. Both figures are printed; bench/RESULTS.md records them.
@@ -57,7 +58,8 @@ INSTANTIATE_TEST_SUITE_P(Examples, MemoryTest,
                          ::testing::Values(Example{"data_parallel", "examples/quickstart.yaml"},
                                            Example{"tensor_parallel", "examples/tensor_parallel.yaml"},
                                            Example{"pipeline", "examples/pipeline.yaml"},
-                                           Example{"residual", "examples/residual.yaml"}),
+                                           Example{"residual", "examples/residual.yaml"},
+                                           Example{"zero", "examples/zero.yaml"}),
                          [](const ::testing::TestParamInfo<Example>& info) {
                            return info.param.name;
                          });
