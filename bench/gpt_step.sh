@@ -37,18 +37,8 @@ echo
 write_gpt_tokens "$tmp/tokens.bin"
 
 spec() {  # name mesh-line data-extra [parallelize-line]
-  cat > "$tmp/$1.yaml" <<EOF
-name: gpt_step_$1
-mesh: $2
-model:
-  arch: gpt2
-  config: {vocab_size: 8192, n_positions: 256, n_embd: 512, n_layer: 4, n_head: 8,
-           layer_norm_epsilon: 1.0e-5, embd_pdrop: 0.0, attn_pdrop: 0.0, resid_pdrop: 0.0}
-data: {source: tokens, path: $tmp/tokens.bin, seq_len: 256, batch_size: 8$3}
-optimizer: {type: adamw, lr: 1.0e-4, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}
-train: {steps: $((warmup + steps)), seed: 1234}
-${4:-}
-EOF
+  { gpt2_bench_spec "gpt_step_$1" "$2" "$tmp/tokens.bin" 8 $((warmup + steps)) "$3"
+    echo "${4:-}"; } > "$tmp/$1.yaml"
 }
 spec 1rank "{shape: [1], dim_names: [dp]}" ""
 spec dp2 "{shape: [2], dim_names: [dp]}" ", placements: {dp: Shard(0)}"

@@ -33,6 +33,23 @@ with open('$1', 'wb') as f:
     f.write(h.tobytes()); f.write(t.tobytes())"
 }
 
+# gpt2_bench_spec NAME MESH TOKENS BATCH STEPS [DATA_EXTRA]: the YAML of the GPT-2 benches' job
+# (n_embd 512, 8 heads, 4 layers, vocab 8192, T 256, dropout 0, AdamW lr 1e-4) on stdout; MESH a
+# flow mapping, DATA_EXTRA appended inside `data` (e.g. ", placements: {dp: Shard(0)}").
+gpt2_bench_spec() {
+  cat <<EOF
+name: $1
+mesh: $2
+model:
+  arch: gpt2
+  config: {vocab_size: 8192, n_positions: 256, n_embd: 512, n_layer: 4, n_head: 8,
+           layer_norm_epsilon: 1.0e-5, embd_pdrop: 0.0, attn_pdrop: 0.0, resid_pdrop: 0.0}
+data: {source: tokens, path: $3, seq_len: 256, batch_size: $4${6:-}}
+optimizer: {type: adamw, lr: 1.0e-4, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}
+train: {steps: $5, seed: 1234}
+EOF
+}
+
 # write_random_npy DIR ROWS COLS: DIR/inputs.npy and DIR/labels.npy, ROWS x COLS float32 uniform
 # in [-1, 1) (numpy's default_rng(0)), the npy data of the bench specs.
 write_random_npy() {

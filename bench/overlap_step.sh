@@ -41,17 +41,8 @@ spec() {
         -e "s/steps: 35/steps: $steps/" -e "s|input: inputs.npy|input: $tmp/inputs.npy|" \
         -e "s|label: labels.npy|label: $tmp/labels.npy|" bench/mlp_step.yaml > "$file"
   else
-    cat > "$file" <<EOF
-name: overlap_gpt2
-mesh: {shape: [$3], dim_names: [dp]}
-model:
-  arch: gpt2
-  config: {vocab_size: 8192, n_positions: 256, n_embd: 512, n_layer: 4, n_head: 8,
-           layer_norm_epsilon: 1.0e-5, embd_pdrop: 0.0, attn_pdrop: 0.0, resid_pdrop: 0.0}
-data: {source: tokens, path: $tmp/tokens.bin, seq_len: 256, batch_size: $4$placements}
-optimizer: {type: adamw, lr: 1.0e-4, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}
-train: {steps: $steps, seed: 1234}
-EOF
+    gpt2_bench_spec overlap_gpt2 "{shape: [$3], dim_names: [dp]}" "$tmp/tokens.bin" "$4" \
+      "$steps" "$placements" > "$file"
   fi
   echo "overlap: $5" >> "$file"
   echo "$file"

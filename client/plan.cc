@@ -54,7 +54,7 @@ nlohmann::json InstructionsJson(const v1::Program& program) {
                            {"op", v1::Instruction::Op_Name(ins.op())},
                            {"inputs", std::move(inputs)},
                            {"outputs", std::move(outputs)}};
-    if (planner::IsCollective(ins.op())) item["group"] = ins.group();
+    if (IsCollective(ins.op())) item["group"] = ins.group();
     if (!ins.comment().empty()) item["comment"] = ins.comment();
     instructions.push_back(std::move(item));
   }

@@ -60,6 +60,29 @@ int64_t BufferBytes(const v1::Buffer& buffer) {
   return DTypeSize(buffer.dtype()) * BufferElements(buffer);
 }
 
+bool IsCollective(v1::Instruction::Op op) {
+  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
+         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
+}
+
+BufferAccess InstructionAccess(const v1::Instruction& ins) {
+  BufferAccess a;
+  a.reads.assign(ins.inputs().begin(), ins.inputs().end());
+  a.writes.assign(ins.outputs().begin(), ins.outputs().end());
+  if (ins.op() == v1::Instruction::ACCUMULATE) {
+    a.reads.insert(a.reads.end(), ins.outputs().begin(), ins.outputs().end());
+  }
+  auto updates = [&](std::initializer_list<int> positions) {
+    for (int i : positions) {
+      if (i < ins.inputs_size()) a.writes.push_back(ins.inputs(i));
+    }
+  };
+  if (ins.op() == v1::Instruction::SGD) updates({0});
+  if (ins.op() == v1::Instruction::ADAMW) updates({0, 2, 3});
+  if (ins.has_scratch()) a.writes.push_back(ins.scratch());
+  return a;
+}
+
 std::vector<BufferLife> BufferLives(const v1::Program& program) {
   const int n = program.buffers_size();
   std::vector<BufferLife> lives(n);
@@ -71,17 +94,11 @@ std::vector<BufferLife> BufferLives(const v1::Program& program) {
     if (read && !written[b]) lives[b].carried = true;
   };
   for (int i = 0; i < program.instructions_size(); ++i) {
-    const v1::Instruction& ins = program.instructions(i);
-    for (int b : ins.inputs()) touch(b, i, true);
-    // ACCUMULATE adds into its output; every other op writes its outputs whole.
-    const bool reads_output = ins.op() == v1::Instruction::ACCUMULATE;
-    for (int b : ins.outputs()) touch(b, i, reads_output);
-    for (int b : ins.outputs()) {
+    const BufferAccess access = InstructionAccess(program.instructions(i));
+    for (int b : access.reads) touch(b, i, true);
+    for (int b : access.writes) touch(b, i, false);
+    for (int b : access.writes) {
       if (b >= 0 && b < n) written[b] = true;
-    }
-    if (ins.has_scratch()) {
-      touch(ins.scratch(), i, false);
-      if (ins.scratch() >= 0 && ins.scratch() < n) written[ins.scratch()] = true;
     }
   }
   for (int b = 0; b < n; ++b) {

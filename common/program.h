@@ -24,6 +24,20 @@ absl::Status ResolveGroupRanks(v1::Program* program);
 // its mesh dims. Empty for a group ResolveGroupRanks would reject.
 std::vector<int> GroupMembers(const v1::Program& program, const v1::CommGroup& group);
 
+// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL: the collectives over a group (SEND and
+// RECV are point-to-point).
+bool IsCollective(v1::Instruction::Op op);
+
+// The buffers an instruction reads and the ones it writes (a buffer may be in both): its inputs
+// are read, its outputs and scratch written; ACCUMULATE also reads its output; the updates write
+// inputs in place, SGD its parameter (input 0) and ADAMW its parameter and states (inputs 0, 2
+// and 3). Ids as the instruction gives them, unchecked.
+struct BufferAccess {
+  std::vector<int> reads;
+  std::vector<int> writes;
+};
+BufferAccess InstructionAccess(const v1::Instruction& ins);
+
 // Elements of a buffer (the product of its local shape; 1 for a scalar) and its bytes (times its
 // dtype's size).
 int64_t BufferElements(const v1::Buffer& buffer);

@@ -102,6 +102,13 @@ std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks, int 
   return losses;
 }
 
+nlohmann::json PlanJson(const std::string& spec_path) {
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", "--json", spec_path}, 120);
+  EXPECT_EQ(r.exit_code, 0) << spec_path << ": " << r.err;
+  if (r.exit_code != 0) return nlohmann::json::object();
+  return nlohmann::json::parse(r.out);
+}
+
 int64_t LocalPeakBytes(const std::string& spec_path) {
   CommandResult r = RunCommand(
       {BinaryPath("client/weftctl"), "local", "--json", "--coordinator_bin",

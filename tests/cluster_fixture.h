@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "tests/daemon_cluster.h"
 #include "tests/mlp_reference.h"
 #include "tests/process.h"
@@ -47,6 +48,9 @@ const std::map<std::string, std::string>& ColRowOverMp();
 // losses; fails the calling test unless the job SUCCEEDED with every step reported.
 std::vector<double> RunLocalLosses(const std::string& spec_path, int ranks,
                                    int steps = MlpJob::kSteps);
+
+// `weftctl plan --json SPEC`'s document; an empty object (and a failed test) when it fails.
+nlohmann::json PlanJson(const std::string& spec_path);
 
 // Runs `weftctl local --json SPEC` through the real binaries and returns the largest "peak_bytes"
 // of its step events (each the most any rank's allocator held during that step); fails the

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -19,7 +20,10 @@ std::chrono::system_clock::time_point In(int seconds) {
 JobOutcome JobOutcome::Of(const std::vector<v1::JobEvent>& events) {
   JobOutcome r;
   for (const v1::JobEvent& e : events) {
-    if (e.has_step()) r.losses[e.step().step()] = e.step().loss();
+    if (e.has_step()) {
+      r.losses[e.step().step()] = e.step().loss();
+      r.peak_bytes = std::max(r.peak_bytes, e.step().peak_bytes());
+    }
     if (e.has_saved()) r.saves.push_back(e.saved());
     if (e.event_case() == v1::JobEvent::kState) {
       r.state = e.state();

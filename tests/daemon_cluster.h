@@ -37,6 +37,7 @@ struct DaemonClusterOptions {
 // What a job's events said.
 struct JobOutcome {
   std::map<int64_t, double> losses;  // by step
+  int64_t peak_bytes = 0;             // the largest of the steps' (the most any rank held)
   std::vector<v1::CheckpointSaved> saves;
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // the last state event's
   std::string message;

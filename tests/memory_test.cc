@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <string>
 
 #include "nlohmann/json.hpp"
@@ -28,17 +27,13 @@ void PrintTo(const Example& e, std::ostream* os) { *os << e.name; }
 class MemoryTest : public ::testing::TestWithParam<Example> {};
 
 int64_t PlannedPeak(const std::string& spec) {
-  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", "--json", spec}, 120);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
   int64_t peak = 0;
-  if (r.exit_code != 0) return peak;
-  const nlohmann::json doc = nlohmann::json::parse(r.out);
-  for (const nlohmann::json& rank : doc["ranks"]) {
+  const nlohmann::json plan = PlanJson(spec);
+  for (const nlohmann::json& rank : plan["ranks"]) {
     peak = std::max(peak, rank["memory"]["peak_bytes"].get<int64_t>());
   }
   return peak;
 }
-
 
 TEST_P(MemoryTest, MeasuredPeakIsThePlannedOne) {
   const std::string spec = BinaryPath(GetParam().spec);

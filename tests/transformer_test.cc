@@ -415,24 +415,19 @@ TEST(TransformerPlanTest, ImpossibleSplitsNameTheKey) {
 // sequence parallelism each all-reduce becomes its all-gather / reduce-scatter pair, and the
 // parameters of the sequence-split regions (norms, row-parallel biases, the positions'
 // embedding) all-reduce their gradients.
-// The collectives as the plan orders them with `overlap: false` (where each stands in the graph,
-// the gradients' at the optimizer phase) must be `want`; the default plan, which starts each as
-// early as its data allows (planner/early_collectives.h), must have the same ones, reordered.
-void ExpectCollectives(const std::string& spec, const std::string& blocking_spec,
-                       const std::vector<std::string>& want);
-
 std::vector<std::string> PlannedCollectives(const std::string& spec) {
-  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "plan", "--json", spec}, 120);
-  EXPECT_EQ(r.exit_code, 0) << r.err;
   std::vector<std::string> out;
-  if (r.exit_code != 0) return out;
-  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  const nlohmann::json doc = PlanJson(spec);
+  if (!doc.contains("ranks")) return out;
   for (const nlohmann::json& c : doc["ranks"][0]["collectives"]) {
     out.push_back(c["op"].get<std::string>() + " " + c["tensor"].get<std::string>());
   }
   return out;
 }
 
+// The collectives as the plan orders them with `overlap: false` (where each stands in the graph,
+// the gradients' at the optimizer phase) must be `want`; the default plan, which starts each as
+// early as its data allows (planner/early_collectives.h), must have the same ones, reordered.
 void ExpectCollectives(const std::string& spec, const std::string& blocking_spec,
                        const std::vector<std::string>& want) {
   EXPECT_EQ(PlannedCollectives(blocking_spec), want);

@@ -468,8 +468,6 @@ absl::Status ValidateInitFromExists(const JobSpec& spec) {
   return AsInvalid(SafetensorsFile::Open(spec.init_from()).status(), "init_from");
 }
 
-}  // namespace
-
 // sharding: a mesh dim other than the pipeline's, level 1 or 2.
 absl::Status ValidateSharding(const JobSpec& spec) {
   const v1::Sharding& sharding = spec.sharding();
@@ -501,6 +499,8 @@ absl::Status ValidateSharding(const JobSpec& spec) {
   }
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& submitted) {
   // A spec that came over gRPC may leave the documented defaults implicit.

@@ -694,11 +694,7 @@ absl::Status ParseSharding(const YAML::Node& node, const std::string& path,
   RETURN_IF_ERROR(RequireKey(m, node, path, "level"));
   ASSIGN_OR_RETURN(*sharding->mutable_dim(), ReadString(m.Get("dim"), Join(path, "dim")));
   ASSIGN_OR_RETURN(int32_t level, ReadInt<int32_t>(m.Get("level"), Join(path, "level")));
-  // Checked here: proto3 cannot tell a written 0 from an absent level.
-  if (level < 1) {
-    return Invalid(Join(path, "level"), m.Get("level"), absl::StrCat("must be 1 or 2, got ", level));
-  }
-  sharding->set_level(level);
+  sharding->set_level(level);  // ValidateJobSpec checks it (with the dim given, 0 is an error)
   return absl::OkStatus();
 }
 

@@ -56,10 +56,7 @@ absl::Status ReadSharding(const v1::JobSpec& spec, Graph* g) {
     return Invalid(absl::StrCat("sharding.dim \"", s.dim(), "\" is not a dim of the mesh ",
                                 g->mesh.ToString()));
   }
-  if (s.level() != 1 && s.level() != 2) {
-    return Invalid(absl::StrCat("sharding.level: must be 1 or 2, got ", s.level()));
-  }
-  g->sharding.dim = *dim;
+  g->sharding.dim = *dim;  // the level was checked with the spec (ValidateJobSpec)
   g->sharding.level = s.level();
   return absl::OkStatus();
 }

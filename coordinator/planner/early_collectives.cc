@@ -4,29 +4,22 @@
 #include <utility>
 #include <vector>
 
+#include "common/program.h"
+
 namespace weft::planner {
 namespace {
 
 using v1::Instruction;
 
-bool IsCollective(Instruction::Op op) {
-  return op == Instruction::ALL_REDUCE || op == Instruction::ALL_GATHER ||
-         op == Instruction::REDUCE_SCATTER || op == Instruction::ALL_TO_ALL;
-}
-
-// The buffers an instruction writes (its outputs and scratch) and the ones it reads.
+// The buffers an instruction reads and writes (common/program.h), as sets.
 struct Access {
   std::set<int> reads, writes;
 };
 
 Access AccessOf(const Instruction& ins) {
-  Access a;
-  a.reads.insert(ins.inputs().begin(), ins.inputs().end());
-  a.writes.insert(ins.outputs().begin(), ins.outputs().end());
-  if (ins.has_scratch()) a.writes.insert(ins.scratch());
-  // The updates (SGD, ADAMW) have no outputs: they write their inputs in place.
-  if (ins.outputs_size() == 0) a.writes.insert(ins.inputs().begin(), ins.inputs().end());
-  return a;
+  const BufferAccess a = InstructionAccess(ins);
+  return {std::set<int>(a.reads.begin(), a.reads.end()),
+          std::set<int>(a.writes.begin(), a.writes.end())};
 }
 
 bool Intersects(const std::set<int>& a, const std::set<int>& b) {

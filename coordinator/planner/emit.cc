@@ -401,13 +401,9 @@ class RankEmitter {
     // that tensor's buffer.
     auto into = g_.reshard_into.find(out_id);
     if (into != g_.reshard_into.end()) {
-      ASSIGN_OR_RETURN(const int target, Instance(into->second, item.micro_batch));
-      if (steps.empty() && cur != target) {
-        return absl::InternalError(absl::StrCat("emit: ", t.name, " is written back in place but ",
-                                                "its shard is another buffer"));
-      }
-      buffers_[out_key] = target;
-      if (steps.empty()) return absl::OkStatus();
+      // A shard is gathered from at least two ranks (optimizer.cc's ZeroPlacement).
+      if (steps.empty()) return absl::InternalError(absl::StrCat("emit: ", t.name, " moves nowhere"));
+      ASSIGN_OR_RETURN(buffers_[out_key], Instance(into->second, item.micro_batch));
     }
     if (steps.empty()) {
       buffers_[out_key] = cur;  // nothing moves: the output is the input's buffer
@@ -422,7 +418,8 @@ class RankEmitter {
       if (s + 1 == steps.size()) {
         ASSIGN_OR_RETURN(next, Instance(out_id, item.micro_batch));
       } else {
-        next = NewBuffer(t.name, step.after.LocalShape(shape, rank_), t.role, t.dtype);
+        next = NewBuffer(t.name, step.after.LocalShape(shape, rank_), g_.tensors[out_id].role,
+                         t.dtype);
       }
       Instruction* ins = Add(item, op.phase);
       ins->set_op(step.kind);

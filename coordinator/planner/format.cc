@@ -26,11 +26,6 @@ std::string Bytes(int64_t n) {
 
 }  // namespace
 
-bool IsCollective(v1::Instruction::Op op) {
-  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
-         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
-}
-
 const v1::CommGroup* FindGroup(const v1::Program& program, int group_id) {
   for (const v1::CommGroup& g : program.groups()) {
     if (g.id() == group_id) return &g;

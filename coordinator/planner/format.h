@@ -20,10 +20,6 @@ std::string FormatProgram(const v1::Program& program);
 // The group of `program` with id `group_id`, or null when it has none.
 const v1::CommGroup* FindGroup(const v1::Program& program, int group_id);
 
-// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL: the ops that run on a whole group
-// (SEND and RECV are point-to-point).
-bool IsCollective(v1::Instruction::Op op);
-
 // Bytes this rank sends for one collective instruction (ring all-reduce 2(K-1)/K * n,
 // all-gather and reduce-scatter (K-1)/K of the full tensor, all-to-all every piece of the
 // local tensor but this member's own); 0 for local instructions.

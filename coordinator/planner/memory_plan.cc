@@ -6,10 +6,6 @@
 #include "common/program.h"
 
 namespace weft::planner {
-namespace {
-
-
-}  // namespace
 
 void MemoryPlanner::Plan(v1::Program* program) {
   const int n = program->buffers_size();

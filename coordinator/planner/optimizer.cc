@@ -16,8 +16,9 @@ namespace {
 // gather back is then one step), and every piece of a is at least one element long. nullopt: the
 // parameter stays whole on every rank (e.g. a bias shorter than the dim is wide).
 std::optional<DistAttr> ZeroPlacement(const DistAttr& whole, const Shape& shape, int dim) {
-  if (!whole.placement(dim).is_replicate()) return std::nullopt;
   const Mesh& mesh = whole.mesh();
+  // Over one rank there is nothing to shard.
+  if (mesh.dim_size(dim) == 1 || !whole.placement(dim).is_replicate()) return std::nullopt;
   for (int a = 0; a < static_cast<int>(shape.size()); ++a) {
     int64_t length = shape[a];  // the shortest piece of axis a before the sharding dim splits it
     bool split_later = false;
@@ -56,6 +57,7 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
                      (g.sharding.level == 1 && !OptimizerStateNames(config.type).empty());
   for (int p : params) {
     const Tensor& param = g.tensors[p];
+    const std::string layer = param.layer;  // `param` dangles once reshards add tensors
     DistAttr attr = *param.dist;
     for (int d = 0; d < attr.mesh().ndim(); ++d) {
       if (attr.placement(d).is_partial()) attr = attr.With(d, replicate);
@@ -64,18 +66,15 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
     // A parameter that is Partial somewhere keeps its special update (emit): not sharded.
     zero.push_back(shard && attr == *param.dist ? ZeroPlacement(attr, param.shape, g.sharding.dim)
                                                  : std::nullopt);
+    // Whole (all-reduced), then (level 1) this rank's shard of it; or (level 2) reduce-scattered
+    // straight to the shard.
     int grad = g.grad_of.at(p);
-    if (zero.back() && g.sharding.level >= 2) {
-      // Level 2: reduce-scattered straight to the shard.
-      ASSIGN_OR_RETURN(grad, AppendReshard(&g, grad, *zero.back(), replicate, Phase::kOptimizer,
-                                           param.layer));
-    } else {
-      ASSIGN_OR_RETURN(grad, AppendReshard(&g, grad, attr, replicate, Phase::kOptimizer,
-                                           g.tensors[p].layer));
-      if (zero.back()) {  // level 1: all-reduced whole, then this rank's shard kept
-        ASSIGN_OR_RETURN(grad, AppendReshard(&g, grad, *zero.back(), replicate, Phase::kOptimizer,
-                                             g.tensors[p].layer));
-      }
+    if (!zero.back() || g.sharding.level < 2) {
+      ASSIGN_OR_RETURN(grad, AppendReshard(&g, grad, attr, replicate, Phase::kOptimizer, layer));
+    }
+    if (zero.back()) {
+      ASSIGN_OR_RETURN(grad,
+                       AppendReshard(&g, grad, *zero.back(), replicate, Phase::kOptimizer, layer));
     }
     grads.push_back(grad);
   }
@@ -86,7 +85,6 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
     if (zero[i]) {
       ASSIGN_OR_RETURN(target, AppendReshard(&g, p, *zero[i], replicate, Phase::kOptimizer,
                                              g.tensors[p].layer));
-      g.tensors[target].role = v1::Buffer::ACTIVATION;
     }
     Op op{config.type, {target, grads[i]}, {}, g.tensors[p].layer, Phase::kOptimizer, attrs};
     op.comment = absl::StrCat(config.type, " ", g.tensors[p].name);

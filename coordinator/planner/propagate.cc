@@ -30,6 +30,11 @@ absl::StatusOr<int> AppendReshard(Graph* g, int id, const DistAttr& target, cons
   }
   t.dist = target;
   t.micro = micro;
+  // A parameter's or state's resharded copy is remade from it whenever it is read: a transient
+  // value, not a second parameter to initialize, carry across steps or checkpoint.
+  if (t.role == v1::Buffer::PARAM || t.role == v1::Buffer::OPTIMIZER_STATE) {
+    t.role = v1::Buffer::ACTIVATION;
+  }
   const int out = g->AddTensor(std::move(t));
   g->resharded[id].push_back({out, phase, layer});
   Op op{"reshard", {id}, {out}, std::move(layer), phase};

@@ -2,10 +2,8 @@
 
 #include <utility>
 
-#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/status.h"
 
 namespace weft {
 namespace {
@@ -14,7 +12,8 @@ int64_t NowUs() { return absl::ToUnixMicros(absl::Now()); }
 
 }  // namespace
 
-AsyncCollectives::AsyncCollectives(int communicators) {
+AsyncCollectives::AsyncCollectives(int communicators, bool record_timings)
+    : record_timings_(record_timings) {
   // Every lane exists before any thread reads lanes_; a lane's thread starts with its first
   // collective (Start).
   for (int c = 0; c < communicators; ++c) lanes_.push_back(std::make_unique<Lane>());
@@ -43,10 +42,11 @@ void AsyncCollectives::Serve(int comm) {
       p = lane.queue.front();
       lane.queue.pop_front();
     }
-    p->timing.start_us = NowUs();
+    const int64_t start_us = record_timings_ ? NowUs() : 0;
     absl::Status status = p->run();
-    const int64_t end_us = NowUs();
+    const int64_t end_us = record_timings_ ? NowUs() : 0;
     absl::MutexLock lock(&mu_);
+    p->timing.start_us = start_us;
     p->timing.end_us = end_us;
     p->status = std::move(status);
     p->done = true;
@@ -54,13 +54,13 @@ void AsyncCollectives::Serve(int comm) {
   }
 }
 
-void AsyncCollectives::Start(int comm, std::vector<ByteRange> ranges, std::string label,
+void AsyncCollectives::Start(int comm, absl::Span<const ByteRange> ranges, int step_index,
                              std::function<absl::Status()> run) {
   auto p = std::make_shared<Pending>();
   p->comm = comm;
-  p->ranges = std::move(ranges);
+  p->ranges = ranges;
   p->run = std::move(run);
-  p->timing.label = std::move(label);
+  p->timing.step_index = step_index;
   // Only the executor's thread calls Start, so only it starts threads.
   if (!lanes_[comm]->thread.joinable()) {
     lanes_[comm]->thread = std::thread([this, comm] { Serve(comm); });
@@ -90,41 +90,33 @@ bool AsyncCollectives::WouldBlock(absl::Span<const ByteRange> ranges, int comm) 
   return false;
 }
 
-absl::Status AsyncCollectives::Finish(const std::shared_ptr<Pending>& p) {
-  const Pending* raw = p.get();
-  while (!raw->done) finished_.Wait(&mu_);
-  for (auto it = in_flight_.begin(); it != in_flight_.end(); ++it) {
-    if (it->get() == raw) {
-      in_flight_.erase(it);
-      break;
+template <typename CoversFn>
+absl::Status AsyncCollectives::WaitWhere(const CoversFn& covers) {
+  absl::Status first;
+  // Only this (the executor's) thread changes in_flight_, so it stays put while waiting.
+  for (size_t i = 0; i < in_flight_.size();) {
+    const std::shared_ptr<Pending>& p = in_flight_[i];
+    if (!covers(*p)) {
+      ++i;
+      continue;
     }
+    while (!p->done) finished_.Wait(&mu_);
+    if (record_timings_) timings_.push_back(p->timing);
+    if (first.ok()) first = p->status;
+    in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
   }
-  timings_.push_back(p->timing);
-  return Annotate(p->status, p->timing.label);
+  return first;
 }
 
 absl::Status AsyncCollectives::WaitFor(absl::Span<const ByteRange> ranges, int comm) {
   absl::MutexLock lock(&mu_);
-  absl::Status first;
-  // Copies: Finish erases from in_flight_.
-  const std::deque<std::shared_ptr<Pending>> started = in_flight_;
-  for (const auto& p : started) {
-    if (!Covers(*p, ranges, comm)) continue;
-    absl::Status s = Finish(p);
-    if (first.ok()) first = std::move(s);
-  }
-  return first;
+  if (in_flight_.empty()) return absl::OkStatus();
+  return WaitWhere([&](const Pending& p) { return Covers(p, ranges, comm); });
 }
 
 absl::Status AsyncCollectives::WaitAll() {
   absl::MutexLock lock(&mu_);
-  absl::Status first;
-  const std::deque<std::shared_ptr<Pending>> started = in_flight_;
-  for (const auto& p : started) {
-    absl::Status s = Finish(p);
-    if (first.ok()) first = std::move(s);
-  }
-  return first;
+  return WaitWhere([](const Pending&) { return true; });
 }
 
 std::vector<CollectiveTiming> AsyncCollectives::TakeTimings() {

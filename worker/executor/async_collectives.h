@@ -9,8 +9,8 @@
 // have, so no new deadlock can arise.
 //
 // E.g.
-//   AsyncCollectives async(/*communicators=*/2);
-//   async.Start(/*comm=*/0, {{buf, buf + bytes}}, "all_reduce x@grad", [&] { return Run(s); });
+//   AsyncCollectives async(/*communicators=*/2, /*record_timings=*/false);
+//   async.Start(/*comm=*/0, ranges_of_step_7, /*step_index=*/7, [&] { return Run(s); });
 //   RETURN_IF_ERROR(async.WaitFor({{other, other + n}}, /*comm=*/-1));  // no-op: disjoint
 //   RETURN_IF_ERROR(async.WaitAll());
 #ifndef WEFT_WORKER_EXECUTOR_ASYNC_COLLECTIVES_H_
@@ -40,7 +40,7 @@ struct ByteRange {
 
 // A started collective's run on its thread (wall clock, Unix microseconds), for the trace.
 struct CollectiveTiming {
-  std::string label;  // as given to Start
+  int step_index = -1;  // as given to Start
   int64_t start_us = 0;
   int64_t end_us = 0;
 };
@@ -48,15 +48,17 @@ struct CollectiveTiming {
 class AsyncCollectives {
  public:
   // One thread per communicator index in [0, communicators), started with its first collective.
-  explicit AsyncCollectives(int communicators);
+  // record_timings: keep each collective's CollectiveTiming for TakeTimings (the trace).
+  AsyncCollectives(int communicators, bool record_timings);
   // Waits for every started collective, then stops the threads.
   ~AsyncCollectives();
   AsyncCollectives(const AsyncCollectives&) = delete;
   AsyncCollectives& operator=(const AsyncCollectives&) = delete;
 
-  // Queues `run` on communicator `comm`'s thread; it touches `ranges`. Its error, if any, is
-  // returned (prefixed by `label`) by the wait that covers it.
-  void Start(int comm, std::vector<ByteRange> ranges, std::string label,
+  // Queues `run` on communicator `comm`'s thread; it touches `ranges`, which must outlive it (the
+  // executor's per-step ranges, fixed at Initialize). Its error, if any, is returned by the wait
+  // that covers it; `run` names the instruction in it.
+  void Start(int comm, absl::Span<const ByteRange> ranges, int step_index,
              std::function<absl::Status()> run);
 
   // True when some started collective that WaitFor(ranges, comm) would wait for has not
@@ -70,13 +72,13 @@ class AsyncCollectives {
   // Waits for every started collective; returns the first error among them.
   absl::Status WaitAll();
 
-  // The timings of the collectives finished since the last call, in start order.
+  // With record_timings, the timings of the collectives waited for since the last call, in the
+  // order they were waited for; empty otherwise.
   std::vector<CollectiveTiming> TakeTimings();
-
  private:
   struct Pending {
     int comm = 0;
-    std::vector<ByteRange> ranges;
+    absl::Span<const ByteRange> ranges;
     std::function<absl::Status()> run;
     CollectiveTiming timing;
     bool done = false;  // guarded by mu_
@@ -89,9 +91,12 @@ class AsyncCollectives {
 
   void Serve(int comm);
   bool Covers(const Pending& p, absl::Span<const ByteRange> ranges, int comm) const;
-  // Waits for `p`, removes it from in_flight_, records its timing; its status.
-  absl::Status Finish(const std::shared_ptr<Pending>& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for every collective in flight that `covers`, in start order, removing each from
+  // in_flight_ and recording its timing; the first error among them.
+  template <typename CoversFn>
+  absl::Status WaitWhere(const CoversFn& covers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const bool record_timings_;
   mutable absl::Mutex mu_;
   absl::CondVar work_;      // a lane's queue grew, or stopping_
   absl::CondVar finished_;  // a Pending became done

@@ -331,10 +331,6 @@ bool IsCommunication(Instruction::Op op) {
   return h != nullptr && h->communicates;
 }
 
-bool IsCollective(Instruction::Op op) {
-  return IsCommunication(op) && op != Instruction::SEND && op != Instruction::RECV;
-}
-
 absl::Status DecodeInstruction(const DecodeContext& ctx, Step* step) {
   const Instruction& ins = ctx.program.instructions(step->index);
   step->op = ins.op();

@@ -6,7 +6,6 @@
 #include <map>
 #include <utility>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/program.h"
@@ -60,12 +59,14 @@ class ProgramExecutor final : public Executor {
   absl::Status WaitBefore(const Step& s);
   // Starts `s` on its communicator's thread when it is an asynchronous collective, else runs it.
   absl::Status Execute(const Step& s, const RunContext& ctx);
+  // Runs `s` here; errors name the step and the instruction.
+  absl::Status Run(const Step& s, const RunContext& ctx) const;
   // The memory `s` touches: its inputs, outputs and scratch, and the executor's own scratch
   // when it uses it.
   std::vector<ByteRange> RangesOf(const Step& s) const;
-  // A step's communicator when it runs on the executor's thread and needs one (SEND, RECV,
-  // blocking collectives), else -1.
-  int SynchronousComm(const Step& s) const;
+  // Decides, per step, which collectives start on their communicators' threads (starts_async_)
+  // and which communicator each step needs to itself (sync_comm_).
+  void PlanAsyncCollectives();
   std::string Context(const Step& s) const;
 
   const v1::Program program_;
@@ -103,7 +104,9 @@ class ProgramExecutor final : public Executor {
   // By step: a collective started on its communicator's thread. One whose result the next
   // instruction needs runs on the executor's thread: nothing could overlap it.
   std::vector<bool> starts_async_;
-  std::vector<std::string> collective_labels_;  // by step, for the trace
+  // By step: the communicator a step run on the executor's thread uses (SEND, RECV, collectives
+  // not started asynchronously), whose started collectives it waits for first; else -1.
+  std::vector<int> sync_comm_;
 };
 
 std::string ProgramExecutor::Context(const Step& s) const {
@@ -216,31 +219,8 @@ absl::Status ProgramExecutor::Initialize() {
   RETURN_IF_ERROR(LoadInitialValues(program_, buffers_, *kernels_));
   RETURN_IF_ERROR(kernels_->Synchronize());
   if (async_collectives_ && !comms_.empty()) {
-    async_ = std::make_unique<AsyncCollectives>(static_cast<int>(comms_.size()));
-    for (const Step& s : steps_) {
-      ranges_.push_back(RangesOf(s));
-      collective_labels_.push_back(
-          IsCollective(s.op)
-              ? absl::StrCat(absl::AsciiStrToLower(Instruction::Op_Name(s.op)), " ",
-                             program_.buffers(s.in[0]).name())
-              : std::string());
-    }
-    starts_async_.assign(steps_.size(), false);
-    for (size_t i = 0; i < steps_.size(); ++i) {
-      if (!IsCollective(steps_[i].op)) continue;
-      bool needed_next = false;
-      if (i + 1 < steps_.size()) {
-        const Step& next = steps_[i + 1];
-        needed_next = IsCommunication(next.op) && !IsCollective(next.op) &&
-                      next.comm == steps_[i].comm;
-        for (const ByteRange& mine : ranges_[i]) {
-          for (const ByteRange& theirs : ranges_[i + 1]) {
-            needed_next = needed_next || mine.Overlaps(theirs);
-          }
-        }
-      }
-      starts_async_[i] = !needed_next;
-    }
+    async_ = std::make_unique<AsyncCollectives>(static_cast<int>(comms_.size()), program_.trace());
+    PlanAsyncCollectives();
   }
   if (program_.trace()) {
     span_templates_ =
@@ -248,6 +228,28 @@ absl::Status ProgramExecutor::Initialize() {
   }
   initialized_ = true;
   return absl::OkStatus();
+}
+
+void ProgramExecutor::PlanAsyncCollectives() {
+  for (const Step& s : steps_) ranges_.push_back(RangesOf(s));
+  starts_async_.assign(steps_.size(), false);
+  sync_comm_.assign(steps_.size(), -1);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    const Step& s = steps_[i];
+    if (!IsCommunication(s.op)) continue;
+    bool needed_next = !IsCollective(s.op);  // SEND and RECV run here
+    if (!needed_next && i + 1 < steps_.size()) {
+      const Step& next = steps_[i + 1];
+      needed_next = IsCommunication(next.op) && !IsCollective(next.op) && next.comm == s.comm;
+      for (const ByteRange& mine : ranges_[i]) {
+        for (const ByteRange& theirs : ranges_[i + 1]) {
+          needed_next = needed_next || mine.Overlaps(theirs);
+        }
+      }
+    }
+    starts_async_[i] = !needed_next;
+    if (needed_next) sync_comm_[i] = s.comm;
+  }
 }
 
 std::vector<ByteRange> ProgramExecutor::RangesOf(const Step& s) const {
@@ -263,32 +265,24 @@ std::vector<ByteRange> ProgramExecutor::RangesOf(const Step& s) const {
   return ranges;
 }
 
-int ProgramExecutor::SynchronousComm(const Step& s) const {
-  if (!IsCommunication(s.op) || starts_async_[s.index]) return -1;
-  return s.comm;
-}
-
 bool ProgramExecutor::MustWait(const Step& s) const {
-  return async_ != nullptr && async_->WouldBlock(ranges_[s.index], SynchronousComm(s));
+  return async_ != nullptr && async_->WouldBlock(ranges_[s.index], sync_comm_[s.index]);
 }
 
 absl::Status ProgramExecutor::WaitBefore(const Step& s) {
   if (async_ == nullptr) return absl::OkStatus();
-  return async_->WaitFor(ranges_[s.index], SynchronousComm(s));
+  return async_->WaitFor(ranges_[s.index], sync_comm_[s.index]);
+}
+
+absl::Status ProgramExecutor::Run(const Step& s, const RunContext& ctx) const {
+  absl::Status status = s.run(s, ctx);
+  if (!status.ok()) return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
+  return absl::OkStatus();
 }
 
 absl::Status ProgramExecutor::Execute(const Step& s, const RunContext& ctx) {
-  if (async_ == nullptr || !starts_async_[s.index]) {
-    absl::Status status = s.run(s, ctx);
-    if (!status.ok()) return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
-    return absl::OkStatus();
-  }
-  async_->Start(s.comm, ranges_[s.index], collective_labels_[s.index],
-                [this, &s, ctx]() -> absl::Status {
-                  absl::Status status = s.run(s, ctx);
-                  if (status.ok()) return status;
-                  return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
-                });
+  if (async_ == nullptr || !starts_async_[s.index]) return Run(s, ctx);
+  async_->Start(s.comm, ranges_[s.index], s.index, [this, &s, ctx] { return Run(s, ctx); });
   return absl::OkStatus();
 }
 
@@ -319,19 +313,7 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   if (async_ != nullptr) {
     const absl::Status collectives = async_->WaitAll();
     if (status.ok()) status = collectives;
-    if (program_.trace()) {
-      for (const CollectiveTiming& t : async_->TakeTimings()) {
-        v1::TraceSpan span;
-        span.set_name(t.label);
-        span.set_category("collective");
-        span.set_start_us(t.start_us);
-        span.set_duration_us(std::max<int64_t>(t.end_us - t.start_us, 1));
-        span.set_micro_batch(-1);
-        span.set_chunk(-1);
-        span.set_lane(1);
-        spans_.push_back(std::move(span));
-      }
-    }
+    if (program_.trace()) AppendCollectiveSpans(program_, steps_, async_->TakeTimings(), &spans_);
   }
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));

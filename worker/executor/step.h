@@ -117,9 +117,6 @@ absl::Status DecodeInstruction(const DecodeContext& ctx, Step* step);
 // SEND, RECV and the collectives: instructions that wait for other ranks.
 bool IsCommunication(v1::Instruction::Op op);
 
-// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL.
-bool IsCollective(v1::Instruction::Op op);
-
 }  // namespace weft
 
 #endif  // WEFT_WORKER_EXECUTOR_STEP_H_

@@ -87,6 +87,27 @@ class StepClock {
 
 }  // namespace
 
+std::string CollectiveSpanName(const v1::Program& program, const Step& s) {
+  return absl::StrCat(absl::AsciiStrToLower(Instruction::Op_Name(s.op)), " ",
+                      program.buffers(s.in[0]).name());
+}
+
+void AppendCollectiveSpans(const v1::Program& program, const std::vector<Step>& steps,
+                           const std::vector<CollectiveTiming>& timings,
+                           std::vector<v1::TraceSpan>* spans) {
+  for (const CollectiveTiming& t : timings) {
+    v1::TraceSpan span;
+    span.set_name(CollectiveSpanName(program, steps[t.step_index]));
+    span.set_category("collective");
+    span.set_start_us(t.start_us);
+    span.set_duration_us(std::max<int64_t>(t.end_us - t.start_us, 1));
+    span.set_micro_batch(-1);
+    span.set_chunk(-1);
+    span.set_lane(1);
+    spans->push_back(std::move(span));
+  }
+}
+
 std::vector<v1::TraceSpan> BuildSpanTemplates(const v1::Program& program,
                                               std::vector<Step>* steps,
                                               const std::vector<bool>* async_steps) {
@@ -117,8 +138,7 @@ std::vector<v1::TraceSpan> BuildSpanTemplates(const v1::Program& program,
                                    group.ranks(s.peer)));
       } else {
         span.set_category("collective");
-        span.set_name(absl::StrCat(absl::AsciiStrToLower(Instruction::Op_Name(s.op)), " ",
-                                   program.buffers(s.in[0]).name()));
+        span.set_name(CollectiveSpanName(program, s));
       }
       templates.push_back(std::move(span));
       after_communication = true;

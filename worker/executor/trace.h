@@ -14,15 +14,25 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "weft/v1/program.pb.h"
 #include "weft/v1/service.pb.h"
+#include "worker/executor/async_collectives.h"
 #include "worker/executor/step.h"
 #include "worker/kernels/kernels.h"
 
 namespace weft {
+
+// A collective's span name: "all_reduce fc0.weight@grad" (the op, lower case, and its input).
+std::string CollectiveSpanName(const v1::Program& program, const Step& s);
+
+// The spans of collectives that ran on their communicators' threads (lane 1), appended to *spans.
+void AppendCollectiveSpans(const v1::Program& program, const std::vector<Step>& steps,
+                           const std::vector<CollectiveTiming>& timings,
+                           std::vector<v1::TraceSpan>* spans);
 
 // One template per span of the step, in order (name, category, micro-batch, chunk); sets each
 // step's span index into them. A step marked in `async_steps` (by index; null: none) is a

@@ -217,8 +217,8 @@ void RoundToBf16(const float* src, float* dst, int64_t n) {
 // Matmul in MatmulPrecision::kBf16 rounds both operands to bf16 into scratch copies owned by the
 // object and runs cblas_sgemm on them. A product of two bf16 values has at most 16 significant
 // bits, so it is exact in float32 and only the float32 accumulation rounds: the result is cuBLAS's
-// bf16 GEMM (float32 compute) up to summation order. The scratch makes Matmul non-reentrant, as
-// every method already is (one caller at a time). kF32 calls cblas_sgemm on the operands as given.
+// bf16 GEMM (float32 compute) up to summation order. The scratch makes Matmul non-reentrant (see
+// mu_ below for which methods may run together). kF32 calls cblas_sgemm on the operands as given.
 // The transformer kernels that need scratch (transformer_ops.h) get it from the object likewise,
 // counted in memory_stats the same way. Attention runs in float32 whatever the precision.
 class CpuKernels final : public Kernels {
@@ -588,8 +588,11 @@ class CpuKernels final : public Kernels {
   std::vector<double> f64_scratch_;
   std::vector<int64_t> i64_scratch_;
 
-  // Guards the memory accounting only: Allocate and Free may be called from several threads
-  // (Kernels methods otherwise have one caller at a time).
+  // Guards the memory accounting only: Allocate and Free may be called from several threads.
+  // Otherwise the methods that use the scratch below (Matmul in bf16, the norms' gradients,
+  // Rope, Attention, EmbeddingGrad) have one caller at a time; the data-movement methods
+  // collectives call from their communicators' threads (Copy, Slice, Unslice, Scale, Cast, Fill)
+  // touch no state and may run beside them (worker/executor/async_collectives.h).
   mutable absl::Mutex mu_;
   std::unordered_map<void*, int64_t> block_sizes_ ABSL_GUARDED_BY(mu_);  // Allocate's, by address
   MemoryStats stats_ ABSL_GUARDED_BY(mu_);
