@@ -5,8 +5,10 @@
 // of the 4 blocks), dp = 2 x mp = 2 and pp = 2 x mp = 2 with sequence parallelism. Per-step
 // losses agree within 1e-5 of the 1-rank run and 1e-4 of the independent float64 reference
 // (tests/transformer_reference), and so do the final parameters, read from each run's last
-// checkpoint. With gpt2's dropout on, 1 rank, dp = 2 and mp = 2 agree too: the masks depend on
-// the global element, not on who computes it.
+// checkpoint. ZeRO at every level (3: on dp x mp, and on dp x pp under full recompute) and
+// selective recompute under sequence parallelism agree the same way. With gpt2's dropout on,
+// 1 rank, dp = 2 and mp = 2 agree too: the masks depend on the global element, not on who
+// computes it; and recompute (full, selective) gives the same losses bit for bit in less memory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -112,14 +114,16 @@ struct TransformerJob {
     return job;
   }
 
-  // The spec of case `name` on `mesh`; `data_extra` goes into data's mapping, `extra` at the top.
+  // The spec of case `name` on `mesh`; `data_extra` goes into data's mapping, `model_extra` into
+  // model's, `extra` at the top.
   std::string WriteSpec(const std::string& name, const std::string& mesh,
                         const std::string& data_extra = "", const std::string& extra = "",
-                        const std::string& init_from = "init.safetensors") const {
+                        const std::string& init_from = "init.safetensors",
+                        const std::string& model_extra = "") const {
     std::ostringstream s;
     s << "name: " << arch << "-" << name << "\n"
       << "mesh: " << mesh << "\n"
-      << "model: {arch: " << arch << ", config: " << config_yaml << "}\n"
+      << "model: {arch: " << arch << ", config: " << config_yaml << model_extra << "}\n"
       << "data: {source: tokens, path: train.bin, seq_len: " << kSeq
       << ", batch_size: " << kBatch << data_extra << "}\n"
       << "optimizer: {type: adamw, lr: 0.01, betas: [0.9, 0.999], eps: 1.0e-8, "
@@ -176,6 +180,7 @@ struct Case {
   int ranks;
   std::string data_extra;
   std::string extra;
+  std::string model_extra = "";
 };
 
 const std::vector<Case>& Cases() {
@@ -201,6 +206,18 @@ const std::vector<Case>& Cases() {
        "parallelize: {mp: {dim: mp, plan: megatron}}\nsharding: {dim: dp, level: 1}\n"},
       {"dp2_pp2_zero2", "{shape: [2, 2], dim_names: [dp, pp]}", 4, ", placements: {dp: Shard(0)}",
        "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\nsharding: {dim: dp, level: 2}\n"},
+      // ZeRO-3 (parameters sharded too, gathered per layer and pass) with Megatron's TP; with a
+      // pipeline and micro-batches, under full recompute of every block.
+      {"dp2_mp2_zero3", "{shape: [2, 2], dim_names: [dp, mp]}", 4, ", placements: {dp: Shard(0)}",
+       "parallelize: {mp: {dim: mp, plan: megatron}}\nsharding: {dim: dp, level: 3}\n"},
+      {"dp2_pp2_zero3_recompute", "{shape: [2, 2], dim_names: [dp, pp]}", 4,
+       ", placements: {dp: Shard(0)}",
+       "pipeline: {dim: pp, schedule: 1F1B, micro_batches: 2}\nsharding: {dim: dp, level: 3}\n",
+       ", recompute: full"},
+      // Selective recompute under sequence parallelism.
+      {"mp2_sp_selective", "{shape: [2], dim_names: [mp]}", 2, "",
+       "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n",
+       ", recompute: selective"},
   };
   return *cases;
 }
@@ -281,7 +298,9 @@ TEST_P(TransformerTest, EveryParallelismMatchesOneRank) {
   for (const Case& c : Cases()) {
     SCOPED_TRACE(GetParam() + " " + c.name);
     const std::vector<double> losses = RunClusterLosses(
-        *cluster_, b.job->WriteSpec(c.name, c.mesh, c.data_extra, c.extra), kSteps);
+        *cluster_,
+        b.job->WriteSpec(c.name, c.mesh, c.data_extra, c.extra, "init.safetensors", c.model_extra),
+        kSteps);
     ExpectLossesMatch(losses, b.one, b.reference, kSteps, c.name);
     ExpectParamsNear(b.job->FinalParams(c.name), b.reference_params, c.name);
   }
@@ -335,6 +354,45 @@ TEST_F(TransformerDropoutTest, MasksDoNotDependOnTheMesh) {
     const std::vector<double> losses = RunClusterLosses(
         *cluster_, job.WriteSpec(c.name, c.mesh, c.data_extra, c.extra), kSteps);
     ExpectLossesMatch(losses, one, reference, kSteps, c.name);
+  }
+}
+
+// Activation recompute with gpt2's dropouts on (p = 0.1), on 1 rank and on mp = 2 with Megatron's
+// sequence parallelism: full and selective recompute give the losses of the same mesh without
+// recompute bit for bit (a recomputed dropout draws the same mask), and plan less activation
+// memory at the peak, which the workers hold (within 5%).
+TEST_F(TransformerDropoutTest, RecomputeKeepsTheLossesBitForBitInLessMemory) {
+  const TransformerJob job = TransformerJob::Create("gpt2", /*dropout=*/0.1);
+  const std::vector<std::pair<std::string, std::pair<std::string, std::string>>> meshes = {
+      {"one", {"{shape: [1], dim_names: [dp]}", ""}},
+      {"mp2_sp", {"{shape: [2], dim_names: [mp]}",
+                  "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n"}}};
+  for (const auto& [mesh_name, mesh] : meshes) {
+    std::map<std::string, JobOutcome> runs;
+    std::map<std::string, nlohmann::json> planned;
+    for (const std::string mode : {"", "full", "selective"}) {
+      const std::string name = "rc_" + mesh_name + (mode.empty() ? "" : "_" + mode);
+      const std::string spec =
+          job.WriteSpec(name, mesh.first, "", mesh.second, "init.safetensors",
+                        mode.empty() ? "" : ", recompute: " + mode);
+      planned[mode] = PlanJson(spec)["ranks"][0]["memory"];
+      runs[mode] = cluster_->RunSpecFile(spec);
+      ASSERT_EQ(runs[mode].state, v1::SUCCEEDED) << name << ": " << runs[mode].message;
+      ASSERT_EQ(runs[mode].losses.size(), static_cast<size_t>(kSteps)) << name;
+      const int64_t peak = planned[mode]["peak_bytes"].get<int64_t>();
+      EXPECT_LE(std::abs(runs[mode].peak_bytes - peak), peak / 20)
+          << name << ": measured " << runs[mode].peak_bytes << ", planned " << peak;
+    }
+    for (const std::string mode : {"full", "selective"}) {
+      SCOPED_TRACE(mesh_name + " " + mode);
+      EXPECT_EQ(runs[mode].LossList(), runs[""].LossList());  // bit for bit
+      EXPECT_LT(planned[mode]["peak_activation_bytes"].get<int64_t>(),
+                planned[""]["peak_activation_bytes"].get<int64_t>());
+      EXPECT_LT(runs[mode].peak_bytes, runs[""].peak_bytes);
+    }
+    // Full recompute keeps less than selective, which keeps the matmul outputs.
+    EXPECT_LT(planned["full"]["peak_activation_bytes"].get<int64_t>(),
+              planned["selective"]["peak_activation_bytes"].get<int64_t>());
   }
 }
 

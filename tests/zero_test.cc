@@ -1,10 +1,12 @@
-// ZeRO as placements (`sharding: {dim: dp, level: 1|2}`) on real daemons, with the shared MLP job
-// (fc0 8->16 with bias, gelu, fc1 16->16, relu, fc2 16->4 with bias; AdamW with weight decay):
+// ZeRO as placements (`sharding: {dim: dp, level: 1|2|3}`) on real daemons, with the shared MLP
+// job (fc0 8->16 with bias, gelu, fc1 16->16, relu, fc2 16->4 with bias; AdamW with weight decay):
 //  - on dp = 4 every level gives the plain data-parallel losses (within 1e-5 of the 1-rank run
 //    and 1e-4 of the float64 reference); the optimizer states per rank are a quarter of plain DP's,
-//    the workers hold what the plan says (within 5%), and level 2 plans less than level 1;
-//  - a checkpoint saved at level 1 on dp = 4 resumes at level 2 on dp = 2 and without sharding on
-//    one rank, continuing the uninterrupted run's losses.
+//    at level 3 the parameters too; the workers hold what the plan says (within 5%), and each
+//    level plans less than the one before;
+//  - a checkpoint saved at level 1 on dp = 4 resumes at level 3 on dp = 2, one saved at level 3
+//    resumes at level 2 on dp = 2 and without sharding on one rank, all continuing the
+//    uninterrupted run's losses.
 // The transformer models under ZeRO (dp x mp, dp x pp) are in transformer_test's cases.
 #include <gtest/gtest.h>
 
@@ -49,7 +51,7 @@ TEST_F(ZeroTest, EveryLevelOnFourRanksGivesThePlainDataParallelLosses) {
   const std::vector<double> plain =
       RunClusterLosses(*cluster_, job.WriteSpec("plain.yaml", Spec(job, kDp4, 0)));
   ExpectLossesMatch(plain, one, reference, MlpJob::kSteps, "dp4");
-  for (int level : {1, 2}) {
+  for (int level : {1, 2, 3}) {
     const std::string name = "level" + std::to_string(level);
     const std::vector<double> losses =
         RunClusterLosses(*cluster_, job.WriteSpec(name + ".yaml", Spec(job, kDp4, level)));
@@ -65,7 +67,7 @@ TEST_F(ZeroTest, StatesAreAQuarterPerRankPlannedAndMeasured) {
   const MlpJob job = MlpJob::Create();
   std::map<int, nlohmann::json> planned;
   std::map<int, int64_t> measured;
-  for (int level : {0, 1, 2}) {
+  for (int level : {0, 1, 2, 3}) {
     const std::string spec =
         job.WriteSpec("mem" + std::to_string(level) + ".yaml", Spec(job, kDp4, level, 2));
     planned[level] = PlanJson(spec)["ranks"][0]["memory"];
@@ -79,12 +81,17 @@ TEST_F(ZeroTest, StatesAreAQuarterPerRankPlannedAndMeasured) {
   const int64_t states = planned[0]["optimizer_state_bytes"].get<int64_t>();
   EXPECT_EQ(planned[1]["optimizer_state_bytes"].get<int64_t>() * 4, states);
   EXPECT_EQ(planned[2]["optimizer_state_bytes"].get<int64_t>() * 4, states);
+  EXPECT_EQ(planned[3]["optimizer_state_bytes"].get<int64_t>() * 4, states);
   EXPECT_EQ(planned[1]["param_bytes"], planned[0]["param_bytes"]);  // parameters stay whole
+  EXPECT_EQ(planned[2]["param_bytes"], planned[0]["param_bytes"]);
+  EXPECT_EQ(planned[3]["param_bytes"].get<int64_t>() * 4, planned[0]["param_bytes"].get<int64_t>());
   // Level 2 keeps a quarter of each reduced gradient, level 1 the whole and a quarter.
   EXPECT_LT(planned[2]["grad_bytes"].get<int64_t>(), planned[1]["grad_bytes"].get<int64_t>());
   EXPECT_LT(planned[1]["peak_bytes"].get<int64_t>(), planned[0]["peak_bytes"].get<int64_t>());
   EXPECT_LE(planned[2]["peak_bytes"].get<int64_t>(), planned[1]["peak_bytes"].get<int64_t>());
+  EXPECT_LT(planned[3]["peak_bytes"].get<int64_t>(), planned[2]["peak_bytes"].get<int64_t>());
   EXPECT_LT(measured[1], measured[0]);
+  EXPECT_LT(measured[3], measured[2]);
 }
 
 TEST_F(ZeroTest, ACheckpointResumesAtAnotherLevelOnAnotherMesh) {
@@ -92,19 +99,27 @@ TEST_F(ZeroTest, ACheckpointResumesAtAnotherLevelOnAnotherMesh) {
   const std::vector<double> straight =
       RunClusterLosses(*cluster_, job.WriteSpec("straight.yaml", Spec(job, kDp4, 0, 4)), 4);
   ASSERT_EQ(straight.size(), 4u);
-  JobOutcome first = RunJob(
-      job.WriteSpec("first.yaml", Spec(job, kDp4, 1, 2, "{dir: saved, every: 2}")));
-  ASSERT_EQ(first.saves.size(), 1u) << first.message;
-  std::filesystem::copy(job.dir + "/saved", job.dir + "/for_dp2",
-                        std::filesystem::copy_options::recursive);
-  std::filesystem::copy(job.dir + "/saved", job.dir + "/for_one",
-                        std::filesystem::copy_options::recursive);
-  JobOutcome dp2 = RunJob(job.WriteSpec(
-      "dp2.yaml", Spec(job, "{shape: [2], dim_names: [dp]}", 2, 4, "{dir: for_dp2}", true)));
+  const std::string dp2_mesh = "{shape: [2], dim_names: [dp]}";
+  for (int level : {1, 3}) {
+    const std::string saved = "saved" + std::to_string(level);
+    JobOutcome first = RunJob(job.WriteSpec(
+        saved + ".yaml", Spec(job, kDp4, level, 2, "{dir: " + saved + ", every: 2}")));
+    ASSERT_EQ(first.saves.size(), 1u) << first.message;
+  }
+  for (const char* copy : {"for_dp2_level2", "for_one"}) {
+    std::filesystem::copy(job.dir + "/saved3", job.dir + "/" + copy,
+                          std::filesystem::copy_options::recursive);
+  }
+  JobOutcome level3 = RunJob(
+      job.WriteSpec("dp2_level3.yaml", Spec(job, dp2_mesh, 3, 4, "{dir: saved1}", true)));
+  JobOutcome level2 = RunJob(job.WriteSpec(
+      "dp2_level2.yaml", Spec(job, dp2_mesh, 2, 4, "{dir: for_dp2_level2}", true)));
   JobOutcome one =
       RunJob(job.WriteSpec("resume_one.yaml", Spec(job, "{shape: [1]}", 0, 4, "{dir: for_one}", true)));
-  for (const auto& [what, r] : {std::pair<const char*, JobOutcome*>{"level 2 on dp2", &dp2},
-                                {"no sharding on 1 rank", &one}}) {
+  for (const auto& [what, r] :
+       {std::pair<const char*, JobOutcome*>{"level 1 on dp4 -> level 3 on dp2", &level3},
+        {"level 3 on dp4 -> level 2 on dp2", &level2},
+        {"level 3 on dp4 -> no sharding on 1 rank", &one}}) {
     ASSERT_EQ(r->losses.size(), 2u) << what << ": " << r->message;
     for (int64_t s : {3, 4}) {
       EXPECT_LE(RelDiff(r->losses.at(s), straight[s - 1]), 1e-5)

@@ -2,6 +2,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/jobspec/defaults.h"
@@ -88,7 +89,7 @@ TEST_F(SpecTest, AppliesDefaults) {
   EXPECT_FALSE(spec->blocking_collectives());  // overlap: true by default
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 
-  // sharding: a mesh dim and level 1 or 2; anything else names what is wrong.
+  // sharding: a mesh dim and level 1, 2 or 3; anything else names what is wrong.
   absl::StatusOr<v1::JobSpec> zero =
       ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "sharding: {dim: dp, level: 2}\n"), dir_);
   ASSERT_TRUE(zero.ok()) << zero.status();
@@ -99,13 +100,42 @@ TEST_F(SpecTest, AppliesDefaults) {
            {"sharding: {dim: dp, level: 0}\n", "sharding.level"},
            {"sharding: {dim: dp}\n", "level"},
            {"sharding: {dim: dp, level: 1, stage: 3}\n", "stage"},
-           {"sharding: {dim: dp, level: 3}\n", "level: 3"},
-           {"sharding: {dim: dp, level: 4}\n", "must be 1 or 2, got 4"},
+           {"sharding: {dim: dp, level: 4}\n", "or 3 (and parameters), got 4"},
            {"sharding: {dim: zz, level: 1}\n", "\"zz\" is not a dim of the mesh"}}) {
     absl::StatusOr<v1::JobSpec> bad = ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, yaml), dir_);
     const absl::Status status = bad.ok() ? ValidateJobSpec(*bad) : bad.status();
     EXPECT_THAT(std::string(status.message()), HasSubstr(error)) << yaml;
   }
+
+  absl::StatusOr<v1::JobSpec> zero3 =
+      ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "sharding: {dim: dp, level: 3}\n"), dir_);
+  ASSERT_TRUE(zero3.ok()) << zero3.status();
+  EXPECT_TRUE(ValidateJobSpec(*zero3).ok()) << ValidateJobSpec(*zero3);
+
+  // recompute: model.recompute full | selective, and a layer's own recompute: true | false.
+  std::string recompute_yaml = kSyntheticSpec;
+  recompute_yaml.replace(recompute_yaml.find("  layers:"), 0, "  recompute: selective\n");
+  recompute_yaml.replace(recompute_yaml.find("type: gelu}"), 11, "type: gelu, recompute: false}");
+  absl::StatusOr<v1::JobSpec> recompute = ParseJobSpecYaml(recompute_yaml, dir_);
+  ASSERT_TRUE(recompute.ok()) << recompute.status();
+  EXPECT_EQ(recompute->model().recompute(), "selective");
+  EXPECT_FALSE(recompute->model().layers(0).has_recompute());
+  ASSERT_TRUE(recompute->model().layers(1).has_recompute());
+  EXPECT_FALSE(recompute->model().layers(1).recompute());
+  EXPECT_TRUE(ValidateJobSpec(*recompute).ok()) << ValidateJobSpec(*recompute);
+  for (const auto& [from, to, error] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"  layers:", "  recompute: some\n  layers:", "model.recompute: must be full or selective, got \"some\""},
+           {"type: gelu}", "type: gelu, recompute: maybe}", "model.layers[1] (act0).recompute"}}) {
+    std::string yaml = kSyntheticSpec;
+    yaml.replace(yaml.find(from), from.size(), to);
+    absl::StatusOr<v1::JobSpec> bad = ParseJobSpecYaml(yaml, dir_);
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(error)) << yaml;
+  }
+  v1::JobSpec grpc_recompute = *recompute;
+  grpc_recompute.mutable_model()->set_recompute("most");
+  EXPECT_THAT(std::string(ValidateJobSpec(grpc_recompute).message()),
+              HasSubstr("model.recompute: must be full or selective, got \"most\""));
 
   absl::StatusOr<v1::JobSpec> blocking =
       ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "overlap: false\n"), dir_);

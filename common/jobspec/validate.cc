@@ -468,7 +468,7 @@ absl::Status ValidateInitFromExists(const JobSpec& spec) {
   return AsInvalid(SafetensorsFile::Open(spec.init_from()).status(), "init_from");
 }
 
-// sharding: a mesh dim other than the pipeline's, level 1 or 2.
+// sharding: a mesh dim other than the pipeline's, level 1, 2 or 3.
 absl::Status ValidateSharding(const JobSpec& spec) {
   const v1::Sharding& sharding = spec.sharding();
   if (sharding.dim().empty()) {
@@ -488,14 +488,20 @@ absl::Status ValidateSharding(const JobSpec& spec) {
         "sharding.dim: ", sharding.dim(),
         " is the pipeline dim (pipeline.dim); shard along a data-parallel dim"));
   }
-  if (sharding.level() == 3) {
-    return absl::InvalidArgumentError(
-        "sharding.level: 3 (parameters sharded and gathered before each use) is not implemented "
-        "yet; levels 1 (optimizer states) and 2 (states and gradients) are");
+  if (sharding.level() < 1 || sharding.level() > 3) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sharding.level: must be 1 (optimizer states), 2 (and gradients) or 3 (and parameters), "
+        "got ", sharding.level()));
   }
-  if (sharding.level() != 1 && sharding.level() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sharding.level: must be 1 or 2, got ", sharding.level()));
+  return absl::OkStatus();
+}
+
+// model.recompute: none, full or selective (a gRPC spec skips the YAML reader's check).
+absl::Status ValidateRecompute(const v1::Model& model) {
+  const std::string& mode = model.recompute();
+  if (!mode.empty() && mode != "full" && mode != "selective") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model.recompute: must be full or selective, got \"", mode, "\""));
   }
   return absl::OkStatus();
 }
@@ -516,6 +522,7 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   RETURN_IF_ERROR(ValidateBatchPlacements(spec, sample_shape, label_shape));
   RETURN_IF_ERROR(ValidatePipeline(spec, sample_shape));
   RETURN_IF_ERROR(ValidateSharding(spec));
+  RETURN_IF_ERROR(ValidateRecompute(spec.model()));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   if (spec.train().steps() <= 0) {
     return absl::InvalidArgumentError(

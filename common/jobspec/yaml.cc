@@ -253,7 +253,7 @@ absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(node, path,
                                    {"name", "type", "in_features", "out_features", "bias",
-                                    "placements", "stage", "inputs"}));
+                                    "placements", "stage", "inputs", "recompute"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "name"));
   RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
   ASSIGN_OR_RETURN(*layer->mutable_name(), ReadString(m.Get("name"), Join(path, "name")));
@@ -283,6 +283,10 @@ absl::Status ParseLayer(const YAML::Node& node, const std::string& index_path,
       for (int dim : unnamed) implicit->insert({layer->name(), param, dim});
       (*layer->mutable_placements())[param] = std::move(list);
     }
+  }
+  if (m.Has("recompute")) {
+    ASSIGN_OR_RETURN(bool v, ReadBool(m.Get("recompute"), Join(path, "recompute")));
+    layer->set_recompute(v);
   }
   if (m.Has("stage")) {
     ASSIGN_OR_RETURN(int32_t v, ReadInt<int32_t>(m.Get("stage"), Join(path, "stage")));
@@ -445,7 +449,15 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v
                         const std::string& base_dir, v1::Model* model, ImplicitDims* implicit) {
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(node, path, {"layers", "loss", "arch", "config", "config_file",
-                                                "placements"}));
+                                                "placements", "recompute"}));
+  if (m.Has("recompute")) {
+    const std::string rpath = Join(path, "recompute");
+    ASSIGN_OR_RETURN(*model->mutable_recompute(), ReadString(m.Get("recompute"), rpath));
+    if (model->recompute() != "full" && model->recompute() != "selective") {
+      return Invalid(rpath, m.Get("recompute"),
+                     absl::StrCat("must be full or selective, got \"", model->recompute(), "\""));
+    }
+  }
   if (m.Has("arch")) return ParseTransformer(m, node, path, mesh, base_dir, model);
   for (const std::string key : {"config", "config_file", "placements"}) {
     if (m.Has(key)) {

@@ -1,5 +1,7 @@
 #include "coordinator/planner/autodiff.h"
 
+#include <set>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "coordinator/planner/op_table.h"
@@ -18,6 +20,99 @@ std::string GradName(const Graph& g, int of, const std::map<int, int>& readers,
   return absl::StrCat(g.tensors[of].name, "@grad");
 }
 
+// The forward values a backward op reads, kept or recomputed (autodiff.h). One per autodiff run:
+// a value recomputed for one backward op is read by the later ones too.
+class Rematerializer {
+ public:
+  Rematerializer(Graph* g, size_t num_forward) : g_(*g) {
+    for (size_t i = 0; i < num_forward; ++i) {
+      for (int out : g_.ops[i].outputs) producer_[out] = static_cast<int>(i);
+    }
+    // A value read by a forward op outside the region that made it is the region's output:
+    // kept.
+    for (size_t i = 0; i < num_forward; ++i) {
+      const Op& op = g_.ops[i];
+      for (int in : op.inputs) {
+        auto p = producer_.find(in);
+        if (p != producer_.end() && !SameRegion(g_.ops[p->second].layer, op.layer)) {
+          output_.insert(in);
+        }
+      }
+    }
+  }
+
+  // Forward tensor t as a backward op reads it.
+  absl::StatusOr<int> Read(int t) {
+    auto done = copies_.find(t);
+    if (done != copies_.end()) return done->second;
+    auto p = producer_.find(t);
+    if (p == producer_.end()) return t;  // a parameter or anything not made by a forward op
+    const Op made = g_.ops[p->second];  // a copy: recomputing appends to g_.ops
+    if (IsGather(made)) {
+      // A ZeRO-3 parameter: gathered again for this layer's backward pass.
+      const DistAttr whole = *g_.tensors[t].dist;
+      const Placement micro = g_.tensors[t].micro;
+      ASSIGN_OR_RETURN(const int copy, AppendReshard(&g_, made.inputs[0], whole, micro,
+                                                     Phase::kBackward, made.layer));
+      g_.tensors[copy].recomputes = t;
+      copies_[t] = copy;
+      return copy;
+    }
+    if (Kept(t, made)) return t;
+    // Run the op again on what it read (kept or recomputed in turn), into copies of its outputs.
+    Op again = made;
+    again.phase = Phase::kBackward;
+    again.comment = absl::StrCat("recompute ", made.layer, " ", made.type, " -> ",
+                                 g_.tensors[made.outputs[0]].name);
+    for (int& in : again.inputs) {
+      ASSIGN_OR_RETURN(in, Read(in));
+    }
+    for (int& out : again.outputs) {
+      Tensor copy = g_.tensors[out];
+      copy.recomputes = out;
+      copy.target.reset();
+      copy.grad_target.reset();
+      const int id = g_.AddTensor(std::move(copy));
+      copies_[out] = id;
+      out = id;
+    }
+    RETURN_IF_ERROR(g_.AddOp(std::move(again)));
+    return copies_.at(t);
+  }
+
+ private:
+  // A ZeRO-3 parameter's gather (propagate.cc): a reshard of a parameter in Graph::gathered.
+  bool IsGather(const Op& op) const {
+    return op.type == "reshard" && g_.gathered.count(op.inputs[0]) > 0;
+  }
+
+  // Whether layers a and b are one recompute region (a layer without recompute is its own).
+  bool SameRegion(const std::string& a, const std::string& b) const {
+    if (a == b) return true;
+    const Layer* la = g_.FindLayer(a);
+    const Layer* lb = g_.FindLayer(b);
+    return la != nullptr && lb != nullptr && la->recompute_region >= 0 &&
+           la->recompute_region == lb->recompute_region;
+  }
+
+  bool Kept(int t, const Op& made) const {
+    const Layer* layer = g_.FindLayer(made.layer);
+    const Recompute mode = layer != nullptr ? layer->recompute : Recompute::kNone;
+    if (mode == Recompute::kNone || output_.count(t) > 0) return true;
+    const OpDef* def = FindOpDef(made.type);
+    if (def != nullptr && def->kind == OpKind::kLoad) return true;  // the step's batch
+    if (mode == Recompute::kSelective) {
+      return made.type == "matmul" || made.type == "attention" || made.type == "reshard";
+    }
+    return false;
+  }
+
+  Graph& g_;
+  std::map<int, int> producer_;  // forward tensor -> the forward op that made it
+  std::set<int> output_;         // forward tensors read by a forward op of another region
+  std::map<int, int> copies_;    // forward tensor -> its copy in the backward pass
+};
+
 }  // namespace
 
 absl::StatusOr<int> GradBuilder::Emit(const std::string& type, std::vector<int> inputs, int of,
@@ -34,7 +129,9 @@ absl::StatusOr<std::vector<int>> GradBuilder::EmitMulti(const std::string& type,
   for (int id : of) {
     const Tensor& src = g_->tensors[id];
     Tensor t;
-    t.name = GradName(*g_, id, *readers_, op_.layer.empty() ? op_.type : op_.layer);
+    // The gradient of a recomputed copy is the gradient of the forward tensor.
+    const int named = src.recomputes >= 0 ? src.recomputes : id;
+    t.name = GradName(*g_, named, *readers_, op_.layer.empty() ? op_.type : op_.layer);
     t.shape = src.shape;
     t.dtype = src.dtype;
     t.role = v1::Buffer::GRAD;
@@ -72,6 +169,7 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
   }
   if (loss_op < 0) return absl::InvalidArgumentError("autodiff: the graph has no loss op");
 
+  Rematerializer remat(&g, num_forward);
   std::map<int, int> grads;  // forward tensor -> its gradient tensor (so far)
   // Adds a term to the gradient of x: the first term is the gradient, later ones are summed.
   auto accumulate = [&](int x, int term) -> absl::Status {
@@ -129,7 +227,8 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
         return absl::InvalidArgumentError(absl::StrCat("autodiff: no VJP rule for ", OpLabel(op),
                                                        " with inputs ", DescribeInputs(g, op)));
       }
-      GradBuilder builder(registry, &g, op, out_grads, in_needs, &readers);
+      GradBuilder builder(registry, &g, op, out_grads, in_needs, &readers,
+                          [&remat](int t) { return remat.Read(t); });
       RETURN_IF_ERROR(Annotate(rule->vjp(builder), absl::StrCat("autodiff of ", OpLabel(op))));
       in_grads = builder.input_grads();
     }

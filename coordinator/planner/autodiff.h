@@ -6,12 +6,23 @@
 // and dy Shard(0), dW = x^T @ dy contracts the sharded axis and comes out Partial(sum), and the
 // optimizer's reshard of it to the parameter's placement is the all-reduce.
 //
+// Activation recompute (Layer::recompute, recompute regions in graph.h): a VJP reads the forward
+// values it needs through GradBuilder::input/output. In a region with recompute, a value the
+// region made inside (not read by a forward op outside it) is not kept: the forward ops that made
+// it run again at that point of the backward pass, on the kept values, with the same attributes
+// (dropout's mask is the same bits) and the same placements, into copies of the tensors
+// (Tensor::recomputes). `full`
+// recomputes every such value; `selective` keeps the outputs of matmuls, attention and reshards
+// (collectives) and recomputes the rest. A ZeRO-3 parameter's gathered copy is never kept: the
+// backward pass gathers it again (zero.h).
+//
 // E.g.
 //   ASSIGN_OR_RETURN(g, Autodiff(BuiltinRules(), std::move(g)));
 //   int dw = g.grad_of.at(weight_id);  // "fc0.weight@grad", placed
 #ifndef WEFT_COORDINATOR_PLANNER_AUTODIFF_H_
 #define WEFT_COORDINATOR_PLANNER_AUTODIFF_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,16 +41,27 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g);
 // gradients; it emits backward ops and records the gradient of each input that needs one.
 class GradBuilder {
  public:
+  // How a backward op reads a forward tensor: the tensor's id, or its recomputed copy's.
+  using Reader = std::function<absl::StatusOr<int>(int forward_tensor)>;
+
   GradBuilder(const RuleRegistry& registry, Graph* g, const Op& op, std::vector<int> out_grads,
-              std::vector<bool> needs_grad, const std::map<int, int>* readers)
+              std::vector<bool> needs_grad, const std::map<int, int>* readers, Reader read)
       : registry_(registry), g_(g), op_(op), out_grads_(std::move(out_grads)),
-        needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1), readers_(readers) {}
+        needs_grad_(std::move(needs_grad)), in_grads_(op.inputs.size(), -1), readers_(readers),
+        read_(std::move(read)) {}
 
   // Marks an input the op's outputs depend on, but whose gradient term is zero by construction
   // (the cross-entropy's row maximum cancels out of the loss): no term is added for it.
   static constexpr int kNoGradient = -2;
 
+  // The forward op as the forward pass ran it: its tensors name the gradients (Emit's `of`).
   const Op& op() const { return op_; }
+  // The value of the forward op's input i (output i) for a backward op to read: the forward
+  // tensor, or, when its layer frees it after the forward pass (recompute, a ZeRO-3 parameter's
+  // gathered copy), its copy recomputed here, in the backward pass. Recomputes on first use only,
+  // so a VJP that does not read a value costs nothing.
+  absl::StatusOr<int> input(int i) { return read_(op_.inputs[i]); }
+  absl::StatusOr<int> output(int i) { return read_(op_.outputs[i]); }
   const Graph& graph() const { return *g_; }
   // Gradient tensor id of op().outputs[i]; -1 for the loss (whose gradient is 1), or when no
   // consumer of that output needed a gradient.
@@ -66,6 +88,7 @@ class GradBuilder {
   std::vector<bool> needs_grad_;
   std::vector<int> in_grads_;
   const std::map<int, int>* readers_;  // forward tensor -> how many op inputs read it
+  Reader read_;
 };
 
 }  // namespace weft::planner

@@ -177,7 +177,7 @@ class LayerBuilder {
       out = Value{y, in[0]->width_from, false};
     }
     outputs_.emplace(layer.name(), out);
-    g_.layers.push_back(Layer{layer.name(), 0});
+    g_.layers.push_back(Layer{layer.name(), 0, LayerRecompute(model_, layer)});
     chunk_inputs_.push_back(LayerForChunks{path, layer.name(), param_count_,
                                            layer.has_stage() ? std::optional<int>(layer.stage())
                                                              : std::nullopt});
@@ -317,10 +317,21 @@ class LayerBuilder {
   }
 
   absl::Status AssignChunks() {
-    if (g_.pipeline.dim < 0) return absl::OkStatus();
-    ASSIGN_OR_RETURN(std::vector<int> chunks,
-                     ChunkLayers(spec_.pipeline(), g_.mesh.dim_size(g_.pipeline.dim), chunk_inputs_));
-    for (size_t i = 0; i < chunks.size(); ++i) g_.layers[i].chunk = chunks[i];
+    if (g_.pipeline.dim >= 0) {
+      ASSIGN_OR_RETURN(std::vector<int> chunks, ChunkLayers(spec_.pipeline(),
+                                                            g_.mesh.dim_size(g_.pipeline.dim),
+                                                            chunk_inputs_));
+      for (size_t i = 0; i < chunks.size(); ++i) g_.layers[i].chunk = chunks[i];
+    }
+    // Consecutive layers recomputed alike in one chunk are one recompute region (graph.h).
+    for (size_t i = 0; i < g_.layers.size(); ++i) {
+      Layer& l = g_.layers[i];
+      if (l.recompute == Recompute::kNone) continue;
+      const Layer* before = i > 0 ? &g_.layers[i - 1] : nullptr;
+      const bool joins = before != nullptr && before->recompute == l.recompute &&
+                         before->chunk == l.chunk;
+      l.recompute_region = joins ? before->recompute_region : static_cast<int>(i);
+    }
     return absl::OkStatus();
   }
 

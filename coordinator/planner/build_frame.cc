@@ -76,6 +76,19 @@ absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
   return ReadPipeline(spec, g);
 }
 
+Recompute ModelRecompute(const v1::Model& model) {
+  if (model.recompute() == "full") return Recompute::kFull;
+  if (model.recompute() == "selective") return Recompute::kSelective;
+  return Recompute::kNone;
+}
+
+Recompute LayerRecompute(const v1::Model& model, const v1::Layer& layer) {
+  const Recompute mode = ModelRecompute(model);
+  if (!layer.has_recompute()) return mode;
+  if (!layer.recompute()) return Recompute::kNone;
+  return mode == Recompute::kNone ? Recompute::kFull : mode;
+}
+
 absl::StatusOr<int> AddLoadedBatch(Graph* g, const std::string& name, const Shape& shape,
                                    v1::DType dtype,
                                    const std::vector<Placement>& batch_placements,

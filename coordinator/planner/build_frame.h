@@ -26,6 +26,11 @@ absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
 
 // A batch tensor of the step, [B, ...], loaded by `load_op` in `dtype` and placed by
 // batch_placements (split into the micro-batches along axis 0 when there are several).
+// The recompute mode of model.recompute ("", full, selective; ValidateJobSpec checked it), and of
+// a layers model's layer with its own `recompute` (true: the model's mode, full when none).
+Recompute ModelRecompute(const v1::Model& model);
+Recompute LayerRecompute(const v1::Model& model, const v1::Layer& layer);
+
 absl::StatusOr<int> AddLoadedBatch(Graph* g, const std::string& name, const Shape& shape,
                                    v1::DType dtype,
                                    const std::vector<Placement>& batch_placements,

@@ -28,6 +28,13 @@ class Program {
     ins->set_comment(comment);
     return *this;
   }
+  // Declares buffer id (the next one) with `role`.
+  Program& Buffer(v1::Buffer::Role role) {
+    v1::Buffer* b = p_.add_buffers();
+    b->set_id(p_.buffers_size() - 1);
+    b->set_role(role);
+    return *this;
+  }
   Program& Scratch(int buffer) {
     p_.mutable_instructions(p_.instructions_size() - 1)->set_scratch(buffer);
     return *this;
@@ -117,6 +124,27 @@ TEST(EarlyCollectivesTest, NeverPassesAnInstructionTouchingItsOutputOrScratch) {
             (std::vector<std::string>{"x", "writes into what the gather writes next", "reads it",
                                       "gather x", "unrelated", "writes the scratch",
                                       "scatter x", "unrelated 2"}));
+}
+
+// Gathers of parameters (ZeRO-3) read nothing the step writes: each starts one gather ahead, after
+// the first reader of the previous gather's result, not all at the top.
+TEST(EarlyCollectivesTest, ParameterGathersStartOneGatherAhead) {
+  Program p;
+  for (int i = 0; i < 3; ++i) p.Buffer(v1::Buffer::PARAM);  // b0..b2: the shards
+  for (int i = 3; i < 12; ++i) p.Buffer(v1::Buffer::ACTIVATION);
+  p.Op(Instruction::LOAD_INPUT, {}, {3}, "load")
+      .Op(Instruction::ALL_GATHER, {0}, {4}, "gather w0")
+      .Op(Instruction::MATMUL, {3, 4}, {5}, "layer 0")
+      .Op(Instruction::RELU, {5}, {6}, "layer 0 relu")
+      .Op(Instruction::ALL_GATHER, {1}, {7}, "gather w1")
+      .Op(Instruction::MATMUL, {6, 7}, {8}, "layer 1")
+      .Op(Instruction::RELU, {8}, {9}, "layer 1 relu")
+      .Op(Instruction::ALL_GATHER, {2}, {10}, "gather w2")
+      .Op(Instruction::MATMUL, {9, 10}, {11}, "layer 2");
+  EXPECT_EQ(StartCollectivesEarly(&p.proto()), 3);
+  EXPECT_EQ(Order(p.proto()),
+            (std::vector<std::string>{"gather w0", "load", "layer 0", "gather w1", "layer 0 relu",
+                                      "layer 1", "gather w2", "layer 1 relu", "layer 2"}));
 }
 
 // fc0 -> relu -> fc1 on dp=2: the gradients' all-reduces.

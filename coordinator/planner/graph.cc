@@ -119,6 +119,13 @@ int Graph::ChunkOf(const std::string& layer) const {
   return -1;
 }
 
+const Layer* Graph::FindLayer(const std::string& name) const {
+  for (const Layer& l : layers) {
+    if (l.name == name) return &l;
+  }
+  return nullptr;
+}
+
 std::string OpLabel(const Op& op) {
   return op.layer.empty() ? "op " + op.type : "op " + op.type + " (layer " + op.layer + ")";
 }

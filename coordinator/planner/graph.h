@@ -57,6 +57,10 @@ struct Tensor {
   // parallel layer under sequence parallelism is whole in the forward pass, its gradient
   // reduce-scattered along the sequence (Megatron's all-gather and its conjugate).
   std::optional<DistAttr> grad_target;
+  // A copy made in the backward pass of a forward tensor freed after the forward pass (activation
+  // recompute, ZeRO-3's parameter gathered again): the forward tensor it recomputes, whose name it
+  // has and whose gradient its gradient is. -1: none.
+  int recomputes = -1;
 };
 
 // Named op attributes. The op table declares each op's attributes with their type and default.
@@ -112,10 +116,19 @@ struct Parameter {
   Shape file_shape;
 };
 
-// A spec layer as the pipeline pass sees it: which chunk it is in.
+// Activation recompute of a layer (JobSpec model.recompute, Layer.recompute; autodiff.h).
+enum class Recompute { kNone, kFull, kSelective };
+
+// A spec layer as the pipeline pass sees it: which chunk it is in; as autodiff sees it: whether
+// what its region makes inside is kept for the backward pass or recomputed there. A region is the
+// layers recomputed as one (the same `recompute_region`): a transformer block; a run of
+// consecutive layers of a layers model with the same mode in one pipeline chunk. What a region
+// makes and only it reads is recomputed; what another layer reads is kept.
 struct Layer {
   std::string name;
   int chunk = 0;
+  Recompute recompute = Recompute::kNone;
+  int recompute_region = -1;  // with recompute: the index of the region's first layer
 };
 
 struct OptimizerConfig {
@@ -134,8 +147,8 @@ struct PipelineConfig {
   int virtual_stages = 1;
 };
 
-// ZeRO (JobSpec.sharding): optimizer states (level 1) and gradients (level 2) sharded along mesh
-// dim `dim` (-1: none).
+// ZeRO (JobSpec.sharding): optimizer states (level 1), gradients (level 2) and parameters (level
+// 3) sharded along mesh dim `dim` (-1: none).
 struct ShardingConfig {
   int dim = -1;
   int level = 0;
@@ -153,6 +166,9 @@ struct Graph {
   // A reshard whose output is written into another tensor's buffer: ZeRO's all-gathered update
   // of a parameter, written back into the parameter. Output tensor id -> the tensor it writes.
   std::map<int, int> reshard_into;
+  // ZeRO-3 (zero.h): a parameter stored as its shard, by tensor id -> the placement its readers
+  // get it in, all-gathered before each use (its placement without ZeRO).
+  std::map<int, DistAttr> gathered;
   std::vector<Layer> layers;      // spec order
   OptimizerConfig optimizer;
   PipelineConfig pipeline;
@@ -186,6 +202,8 @@ struct Graph {
   bool IsParam(int id) const { return FindParam(id) != nullptr; }
   // The chunk of a spec layer by name; -1 when no layer has that name.
   int ChunkOf(const std::string& layer) const;
+  // The spec layer by name; null for "" and unknown names.
+  const Layer* FindLayer(const std::string& name) const;
 };
 
 // "op matmul (layer fc0)": for error messages.

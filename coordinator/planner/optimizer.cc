@@ -6,34 +6,10 @@
 #include "common/jobspec/starting_state.h"
 #include "common/status.h"
 #include "coordinator/planner/propagate.h"
+#include "coordinator/planner/zero.h"
 
 namespace weft::planner {
 
-namespace {
-
-// The placement of a parameter's ZeRO shard: `whole` with Shard(a) on the sharding dim, for the
-// first axis a the dim may split: `whole` is Replicate there, no later mesh dim splits a (the
-// gather back is then one step), and every piece of a is at least one element long. nullopt: the
-// parameter stays whole on every rank (e.g. a bias shorter than the dim is wide).
-std::optional<DistAttr> ZeroPlacement(const DistAttr& whole, const Shape& shape, int dim) {
-  const Mesh& mesh = whole.mesh();
-  // Over one rank there is nothing to shard.
-  if (mesh.dim_size(dim) == 1 || !whole.placement(dim).is_replicate()) return std::nullopt;
-  for (int a = 0; a < static_cast<int>(shape.size()); ++a) {
-    int64_t length = shape[a];  // the shortest piece of axis a before the sharding dim splits it
-    bool split_later = false;
-    for (int d = 0; d < mesh.ndim(); ++d) {
-      const Placement& p = whole.placement(d);
-      if (!p.is_shard() || p.axis != a) continue;
-      if (d < dim) length /= mesh.dim_size(d);
-      if (d > dim) split_later = true;
-    }
-    if (!split_later && length >= mesh.dim_size(dim)) return whole.With(dim, Placement::Shard(a));
-  }
-  return std::nullopt;
-}
-
-}  // namespace
 
 absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   const OptimizerConfig& config = g.optimizer;
@@ -52,24 +28,32 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   std::vector<DistAttr> whole;
   std::vector<std::optional<DistAttr>> zero;
   const Placement replicate = Placement::Replicate();
+  const int level = g.sharding.level;
   // Level 1 shards the states: with none (sgd) it would only add the gather of the parameters.
-  const bool shard = g.sharding.level >= 2 ||
-                     (g.sharding.level == 1 && !OptimizerStateNames(config.type).empty());
+  const bool shard = level >= 2 || (level == 1 && !OptimizerStateNames(config.type).empty());
   for (int p : params) {
     const Tensor& param = g.tensors[p];
     const std::string layer = param.layer;  // `param` dangles once reshards add tensors
-    DistAttr attr = *param.dist;
+    // Level 3 stores the parameter as its shard (zero.h); its readers get it whole.
+    auto gathered = g.gathered.find(p);
+    const DistAttr used = gathered != g.gathered.end() ? gathered->second : *param.dist;
+    DistAttr attr = used;
     for (int d = 0; d < attr.mesh().ndim(); ++d) {
       if (attr.placement(d).is_partial()) attr = attr.With(d, replicate);
     }
     whole.push_back(attr);
-    // A parameter that is Partial somewhere keeps its special update (emit): not sharded.
-    zero.push_back(shard && attr == *param.dist ? ZeroPlacement(attr, param.shape, g.sharding.dim)
-                                                 : std::nullopt);
-    // Whole (all-reduced), then (level 1) this rank's shard of it; or (level 2) reduce-scattered
-    // straight to the shard.
+    if (level >= 3) {
+      zero.push_back(gathered != g.gathered.end() ? std::optional<DistAttr>(*param.dist)
+                                                  : std::nullopt);
+    } else {
+      // A parameter that is Partial somewhere keeps its special update (emit): not sharded.
+      zero.push_back(shard && attr == used ? ZeroPlacement(attr, param.shape, g.sharding.dim)
+                                           : std::nullopt);
+    }
+    // Whole (all-reduced), then (level 1) this rank's shard of it; or (levels 2 and 3)
+    // reduce-scattered straight to the shard.
     int grad = g.grad_of.at(p);
-    if (!zero.back() || g.sharding.level < 2) {
+    if (!zero.back() || level < 2) {
       ASSIGN_OR_RETURN(grad, AppendReshard(&g, grad, attr, replicate, Phase::kOptimizer, layer));
     }
     if (zero.back()) {
@@ -80,9 +64,10 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const int p = params[i];
-    // Under ZeRO the update runs on this rank's shard of the parameter, a transient copy.
+    // Under ZeRO levels 1 and 2 the update runs on this rank's shard of the parameter, a
+    // transient copy; at level 3 the parameter is that shard.
     int target = p;
-    if (zero[i]) {
+    if (zero[i] && level < 3) {
       ASSIGN_OR_RETURN(target, AppendReshard(&g, p, *zero[i], replicate, Phase::kOptimizer,
                                              g.tensors[p].layer));
     }
@@ -102,7 +87,7 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
       return absl::InternalError(absl::StrCat("optimizer for ", g.tensors[p].name,
                                               ": the update would need a reshard of its inputs"));
     }
-    if (zero[i]) {
+    if (zero[i] && level < 3) {
       // The updated shards, all-gathered back into the parameter.
       ASSIGN_OR_RETURN(const int gathered,
                        AppendReshard(&g, target, whole[i], replicate, Phase::kOptimizer,

@@ -7,12 +7,14 @@
 // holding the value: for Partial(sum) p_i = p_i * (1 - lr*wd) - (member 0 ? step : 0), for
 // Partial(avg) every member takes the step. All gradient reshards come before all updates.
 //
-// ZeRO (Graph::sharding, level 1 or 2 along a mesh dim): a parameter's states are placed like its
+// ZeRO (Graph::sharding, level 1, 2 or 3 along a mesh dim): a parameter's states are placed like its
 // shard, the parameter with Shard(a) on that dim for its first axis the dim can split (see
 // ZeroPlacement; a parameter with none stays whole). Level 1 all-reduces the gradient and keeps
 // this rank's shard of it (a slice), level 2 reduce-scatters it to the shard; the update runs on a
 // transient slice of the parameter, which an all-gather then writes back into the parameter
-// (Graph::reshard_into). Level 1 with sgd, which has no states, shards nothing.
+// (Graph::reshard_into). Level 1 with sgd, which has no states, shards nothing. Level 3: the
+// parameter is already its shard (zero.h, Graph::gathered), its gradient is reduce-scattered to
+// it and the update runs on it in place; nothing is gathered back.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(g, AppendOptimizer(BuiltinRules(), std::move(g)));

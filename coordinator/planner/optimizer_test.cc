@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/build.h"
 #include "coordinator/planner/propagate.h"
@@ -95,6 +100,56 @@ TEST(OptimizerTest, PartialParameterIsUpdatedFromTheWholeGradient) {
     }
   }
   EXPECT_EQ(updates, 1);
+}
+
+
+// ZeRO-3 on dp=2: each parameter is its shard (half of its first axis); every forward layer reads
+// it through a gather in its own layer, a backward VJP that reads it through a gather of the
+// backward pass; the gradient is reduce-scattered to the shard and the update runs on the
+// parameter itself, with no gather back.
+TEST(OptimizerTest, ZeroLevelThreeGathersParametersPerLayerAndPass) {
+  v1::JobSpec spec = SpecBuilder({2}, {"dp"})
+                         .Batch(8, {6}, {2})
+                         .Linear("fc0", 6, 8)
+                         .Act("act0", "relu")
+                         .Linear("fc1", 8, 2)
+                         .AdamW()
+                         .Spec();
+  spec.mutable_sharding()->set_dim("dp");
+  spec.mutable_sharding()->set_level(3);
+  absl::StatusOr<Graph> g = WithOptimizer(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  const DistAttr whole = DistAttr::Replicated(testing::MakeMesh({2}, {"dp"}));
+  const DistAttr shard = whole.With(0, testing::S(0));
+  ASSERT_EQ(g->gathered.size(), 4u);
+  for (int p : g->ParamIds()) {
+    const Tensor& t = g->tensors[p];
+    EXPECT_EQ(*t.dist, shard) << t.name;
+    EXPECT_EQ(g->gathered.at(p), whole) << t.name;
+  }
+  std::map<std::string, int> gathers;  // "<phase> <param>" -> count
+  for (const Op& op : g->ops) {
+    if (op.type == "reshard" && g->IsParam(op.inputs[0])) {
+      const Tensor& out = g->tensors[op.outputs[0]];
+      EXPECT_EQ(*out.dist, whole);
+      EXPECT_EQ(out.role, v1::Buffer::ACTIVATION);
+      EXPECT_EQ(op.layer, g->tensors[op.inputs[0]].layer);
+      ++gathers[absl::StrCat(op.phase == Phase::kForward ? "forward " : "backward ",
+                             g->tensors[op.inputs[0]].name)];
+    }
+    if (op.type == "adamw") {
+      EXPECT_TRUE(g->IsParam(op.inputs[0])) << "the update runs on the parameter itself";
+      EXPECT_EQ(*g->tensors[op.inputs[1]].dist, *g->tensors[op.inputs[0]].dist);
+    }
+  }
+  // fc0's input gradient is not needed, so its weight is not gathered for the backward pass;
+  // biases are read by no VJP.
+  EXPECT_EQ(gathers, (std::map<std::string, int>{{"forward fc0.weight", 1},
+                                                 {"forward fc0.bias", 1},
+                                                 {"forward fc1.weight", 1},
+                                                 {"forward fc1.bias", 1},
+                                                 {"backward fc1.weight", 1}}));
+  EXPECT_TRUE(g->reshard_into.empty());
 }
 
 }  // namespace

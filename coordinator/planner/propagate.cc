@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "coordinator/planner/op_table.h"
+#include "coordinator/planner/zero.h"
 
 namespace weft::planner {
 
@@ -64,6 +65,13 @@ absl::Status PlaceOps(const RuleRegistry& registry, Graph* g) {
     for (int& in : op.inputs) {
       auto it = at_target.find(in);
       if (it != at_target.end()) in = it->second;
+      // A ZeRO-3 parameter is read whole: gathered for this layer (once for all its readers).
+      auto gathered = g->gathered.find(in);
+      if (gathered != g->gathered.end()) {
+        const DistAttr whole = gathered->second;
+        ASSIGN_OR_RETURN(in, AppendReshard(g, in, whole, Placement::Replicate(), op.phase,
+                                           op.layer));
+      }
     }
     const std::vector<int> outputs = op.outputs;
     const Phase phase = op.phase;
@@ -86,6 +94,7 @@ absl::Status PlaceOps(const RuleRegistry& registry, Graph* g) {
 }
 
 absl::StatusOr<Graph> Propagate(const RuleRegistry& registry, Graph g) {
+  RETURN_IF_ERROR(ShardParameters(&g));
   RETURN_IF_ERROR(PlaceOps(registry, &g));
   ASSIGN_OR_RETURN(g.loss, AppendReshard(&g, g.loss, DistAttr::Replicated(g.mesh),
                                          Placement::Replicate(), Phase::kForward, ""));

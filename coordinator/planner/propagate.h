@@ -3,7 +3,9 @@
 // Partial included: a Partial(sum) tensor's global value is the sum of the pieces (emit puts the
 // value on member 0 of each Partial(sum) dim and zeros elsewhere), a Partial(avg) tensor's the
 // mean (every member holds the value). Every other op runs through its SPMD rule, and where the
-// rule needs an input placed otherwise a `reshard` op is inserted. Finally the loss is resharded
+// rule needs an input placed otherwise a `reshard` op is inserted. Under ZeRO-3 the parameters are
+// first placed as their shards (zero.h) and every layer that reads one reads it all-gathered to
+// its placement before ZeRO, then placed by the rules as usual. Finally the loss is resharded
 // to Replicate (its sum over ranks and micro-batches is the global mean).
 //
 // E.g.

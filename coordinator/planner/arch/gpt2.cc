@@ -43,7 +43,7 @@ absl::Status BuildGpt2(TransformerBuilder& b) {
 
   for (int64_t i = 0; i < c.n_layer(); ++i) {
     const std::string h = absl::StrCat("h.", i);
-    b.BeginLayer(h);
+    b.BeginBlock(h);
     auto name = [&](const std::string& part) { return absl::StrCat(h, ".", part); };
     ASSIGN_OR_RETURN(int ln1_w, b.Param(name("ln_1.weight"), {C}, Init::kOnes));
     ASSIGN_OR_RETURN(int ln1_b, b.Param(name("ln_1.bias"), {C}, Init::kZeros));

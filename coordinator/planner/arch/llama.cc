@@ -41,7 +41,7 @@ absl::Status BuildLlama(TransformerBuilder& b) {
 
   for (int64_t i = 0; i < c.num_hidden_layers(); ++i) {
     const std::string l = absl::StrCat("model.layers.", i);
-    b.BeginLayer(l);
+    b.BeginBlock(l);
     auto name = [&](const std::string& part) { return absl::StrCat(l, ".", part); };
     ASSIGN_OR_RETURN(int in_norm, b.Param(name("input_layernorm.weight"), {C}, Init::kOnes));
     ASSIGN_OR_RETURN(int wq, b.Param(name("self_attn.q_proj.weight"), {H, D, C}, Init::kUniform,

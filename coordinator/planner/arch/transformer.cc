@@ -103,6 +103,15 @@ void TransformerBuilder::BeginLayer(const std::string& name) {
   g_.layers.push_back(Layer{name, 0});
 }
 
+void TransformerBuilder::BeginBlock(const std::string& name) {
+  BeginLayer(name);
+  Layer& block = g_.layers.back();
+  block.recompute = ModelRecompute(spec_.model());
+  if (block.recompute != Recompute::kNone) {
+    block.recompute_region = static_cast<int>(g_.layers.size()) - 1;
+  }
+}
+
 absl::StatusOr<int> TransformerBuilder::Positions() {
   return AddLoadedBatch(&g_, "positions", {batch_, seq_}, v1::I32, batch_placements_, "positions",
                         layer_);

@@ -54,8 +54,9 @@ class TransformerBuilder {
   int64_t mp_size() const;
 
   // Every op and parameter added next belongs to this layer (a pipeline unit): "embed", a
-  // block's name, "head".
+  // block's name, "head". A block is recomputed as model.recompute says; the others never are.
   void BeginLayer(const std::string& name);
+  void BeginBlock(const std::string& name);
 
   // The position ids [B, T] of the batch (t plus the piece's offset along T), in this layer.
   absl::StatusOr<int> Positions();

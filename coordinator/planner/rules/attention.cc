@@ -78,10 +78,13 @@ absl::StatusOr<std::vector<DimStrategy>> AttentionGradStrategies(const OpSignatu
 
 absl::Status AttentionVjp(GradBuilder& b) {
   const Op& op = b.op();
-  std::vector<int> in = op.inputs;  // q, k, v
+  std::vector<int> read;  // q, k, v
+  for (int i = 0; i < 3; ++i) {
+    ASSIGN_OR_RETURN(read.emplace_back(), b.input(i));
+  }
   ASSIGN_OR_RETURN(std::vector<int> grads,
-                   b.EmitMulti("attention_grad", {in[0], in[1], in[2], b.out_grad(0)}, in,
-                               op.attrs));
+                   b.EmitMulti("attention_grad", {read[0], read[1], read[2], b.out_grad(0)},
+                               op.inputs, op.attrs));
   for (int i = 0; i < 3; ++i) {
     if (b.needs_grad(i)) b.set_input_grad(i, grads[i]);
   }

@@ -98,16 +98,18 @@ Strategies CeLossGradStrategies(const OpSignature& sig) {
 
 absl::Status CePartsVjp(GradBuilder& b) {
   const Op& op = b.op();
-  const int logits = op.inputs[0], m = op.inputs[1], targets = op.inputs[2];
+  const int logits = op.inputs[0];
   if (b.needs_grad(1)) b.set_no_gradient(1);  // the shift cancels out of the loss
   if (b.needs_grad(2)) b.set_no_gradient(2);  // integer ids
   if (!b.needs_grad(0)) return absl::OkStatus();
   if (b.out_grad(0) < 0 || b.out_grad(1) < 0) {
     return absl::InternalError("ce_parts: both sumexp and tlogit need their gradients");
   }
+  ASSIGN_OR_RETURN(const int x, b.input(0));
+  ASSIGN_OR_RETURN(const int m, b.input(1));
+  ASSIGN_OR_RETURN(const int targets, b.input(2));
   ASSIGN_OR_RETURN(int dlogits, b.Emit("ce_parts_grad",
-                                       {logits, m, targets, b.out_grad(0), b.out_grad(1)},
-                                       logits));
+                                       {x, m, targets, b.out_grad(0), b.out_grad(1)}, logits));
   b.set_input_grad(0, dlogits);
   return absl::OkStatus();
 }
@@ -116,8 +118,9 @@ absl::Status CeLossVjp(GradBuilder& b) {
   const Op& op = b.op();
   const int sumexp = op.inputs[0], tlogit = op.inputs[2];
   if (b.needs_grad(1)) b.set_no_gradient(1);
+  ASSIGN_OR_RETURN(const int read, b.input(0));
   ASSIGN_OR_RETURN(std::vector<int> grads,
-                   b.EmitMulti("ce_loss_grad", {sumexp}, {sumexp, tlogit},
+                   b.EmitMulti("ce_loss_grad", {read}, {sumexp, tlogit},
                                {{"scale", op.attrs.Float("scale")}}));
   if (b.needs_grad(0)) b.set_input_grad(0, grads[0]);
   if (b.needs_grad(2)) b.set_input_grad(2, grads[1]);

@@ -29,8 +29,8 @@ absl::StatusOr<std::vector<DimStrategy>> GradStrategies(const OpSignature& sig) 
 
 VjpFn ActivationVjp(std::string grad_op) {
   return [grad_op](GradBuilder& b) -> absl::Status {
-    const int x = b.op().inputs[0];
-    ASSIGN_OR_RETURN(int dx, b.Emit(grad_op, {x, b.out_grad(0)}, x));
+    ASSIGN_OR_RETURN(const int x, b.input(0));
+    ASSIGN_OR_RETURN(int dx, b.Emit(grad_op, {x, b.out_grad(0)}, b.op().inputs[0]));
     b.set_input_grad(0, dx);
     return absl::OkStatus();
   };

@@ -51,10 +51,11 @@ absl::StatusOr<std::vector<DimStrategy>> EmbeddingGradStrategies(const OpSignatu
 }
 
 absl::Status EmbeddingVjp(GradBuilder& b) {
-  const int ids = b.op().inputs[0], table = b.op().inputs[1];
+  const int table = b.op().inputs[1];
   if (b.needs_grad(0)) b.set_no_gradient(0);  // integer ids
   if (b.needs_grad(1)) {
-    ASSIGN_OR_RETURN(int dtable, b.Emit("embedding_grad", {ids, b.out_grad(0)}, table));
+    ASSIGN_OR_RETURN(const int read, b.input(0));
+    ASSIGN_OR_RETURN(int dtable, b.Emit("embedding_grad", {read, b.out_grad(0)}, table));
     b.set_input_grad(1, dtable);
   }
   return absl::OkStatus();

@@ -107,12 +107,15 @@ absl::Status MatmulVjp(GradBuilder& b) {
     // dx [m, k] = dy [m, n] contracted over n with w.
     Attrs attrs{{"contract", n_axes}};
     if (!transpose_b) attrs.Set("transpose_b", true);
-    ASSIGN_OR_RETURN(int dx, b.Emit("matmul", {dy, w}, x, std::move(attrs)));
+    ASSIGN_OR_RETURN(const int read_w, b.input(1));
+    ASSIGN_OR_RETURN(int dx, b.Emit("matmul", {dy, read_w}, x, std::move(attrs)));
     b.set_input_grad(0, dx);
   }
   if (b.needs_grad(1)) {
     // dw = x^T @ dy ([k, n]) or, for w stored [n, k], dy^T @ x; contracted over the m axes.
-    std::vector<int> operands = transpose_b ? std::vector<int>{dy, x} : std::vector<int>{x, dy};
+    ASSIGN_OR_RETURN(const int read_x, b.input(0));
+    std::vector<int> operands =
+        transpose_b ? std::vector<int>{dy, read_x} : std::vector<int>{read_x, dy};
     ASSIGN_OR_RETURN(int dw, b.Emit("matmul", std::move(operands), w,
                                     {{"transpose_a", true}, {"contract", m_axes}}));
     b.set_input_grad(1, dw);

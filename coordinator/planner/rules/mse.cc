@@ -35,11 +35,13 @@ absl::StatusOr<std::vector<DimStrategy>> MseGradStrategies(const OpSignature& si
 }
 
 absl::Status MseVjp(GradBuilder& b) {
-  const int pred = b.op().inputs[0], label = b.op().inputs[1];
+  const int pred = b.op().inputs[0];
   if (b.needs_grad(1)) return absl::UnimplementedError("gradient of the label");
   // d/dpred of scale * sum((pred - label)^2); scale is 1/N of the whole batch, which a
   // pipeline micro-batch's prediction is only a part of.
-  ASSIGN_OR_RETURN(int dpred, b.Emit("mse_grad", {pred, label}, pred,
+  ASSIGN_OR_RETURN(const int p, b.input(0));
+  ASSIGN_OR_RETURN(const int l, b.input(1));
+  ASSIGN_OR_RETURN(int dpred, b.Emit("mse_grad", {p, l}, pred,
                                       {{"scale", 2.0 * b.op().attrs.Float("scale")}}));
   b.set_input_grad(0, dpred);
   return absl::OkStatus();

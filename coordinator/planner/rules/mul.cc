@@ -27,11 +27,13 @@ absl::StatusOr<std::vector<DimStrategy>> MulStrategies(const OpSignature& sig) {
 absl::Status MulVjp(GradBuilder& b) {
   const int a = b.op().inputs[0], c = b.op().inputs[1], dy = b.out_grad(0);
   if (b.needs_grad(0)) {
-    ASSIGN_OR_RETURN(int da, b.Emit("mul", {dy, c}, a));
+    ASSIGN_OR_RETURN(const int read_c, b.input(1));
+    ASSIGN_OR_RETURN(int da, b.Emit("mul", {dy, read_c}, a));
     b.set_input_grad(0, da);
   }
   if (b.needs_grad(1)) {
-    ASSIGN_OR_RETURN(int dc, b.Emit("mul", {dy, a}, c));
+    ASSIGN_OR_RETURN(const int read_a, b.input(0));
+    ASSIGN_OR_RETURN(int dc, b.Emit("mul", {dy, read_a}, c));
     b.set_input_grad(1, dc);
   }
   return absl::OkStatus();

@@ -78,8 +78,10 @@ VjpFn NormVjp(std::string grad_op) {
   return [grad_op](GradBuilder& b) -> absl::Status {
     const Op& op = b.op();
     const std::vector<int>& in = op.inputs;  // x, gamma[, beta]
+    ASSIGN_OR_RETURN(const int x, b.input(0));
+    ASSIGN_OR_RETURN(const int gamma, b.input(1));
     ASSIGN_OR_RETURN(std::vector<int> grads,
-                     b.EmitMulti(grad_op, {in[0], in[1], b.out_grad(0)}, in,
+                     b.EmitMulti(grad_op, {x, gamma, b.out_grad(0)}, in,
                                  {{"eps", op.attrs.Float("eps")}}));
     for (size_t i = 0; i < in.size(); ++i) {
       if (b.needs_grad(static_cast<int>(i))) b.set_input_grad(static_cast<int>(i), grads[i]);
