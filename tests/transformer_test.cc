@@ -547,12 +547,12 @@ TEST(MegatronPlanTest, GroupedQueryTensorParallelCollectivesAreMegatrons) {
 
 TEST(MegatronPlanTest, SequenceParallelCollectivesAreMegatrons) {
   const TransformerJob job = TransformerJob::Create("gpt2");
-  const std::string spec = job.WriteSpec(
-      "plan_sp", "{shape: [2], dim_names: [mp]}", "",
-      "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n");
-  const std::string blocking = job.WriteSpec(
-      "plan_sp_blocking", "{shape: [2], dim_names: [mp]}", "",
-      "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\noverlap: false\n");
+  // One all-reduce per parameter gradient (bucket_mb: 0), as the rules derive them.
+  const std::string sp = "parallelize: {mp: {dim: mp, plan: megatron, sequence_parallel: true}}\n";
+  const std::string spec =
+      job.WriteSpec("plan_sp", "{shape: [2], dim_names: [mp]}", "", sp + "bucket_mb: 0\n");
+  const std::string blocking = job.WriteSpec("plan_sp_blocking", "{shape: [2], dim_names: [mp]}",
+                                             "", sp + "bucket_mb: 0\noverlap: false\n");
   std::vector<std::string> want = {"REDUCE_SCATTER wte.out"};
   for (int i = 0; i < kLayers; ++i) {
     const std::string h = "h." + std::to_string(i);
@@ -585,6 +585,24 @@ TEST(MegatronPlanTest, SequenceParallelCollectivesAreMegatrons) {
   want.push_back("ALL_REDUCE ln_f.weight@grad");
   want.push_back("ALL_REDUCE ln_f.bias@grad");
   ExpectCollectives(spec, blocking, want);
+
+  // With the default buckets (25 MiB) these 27 small gradients are one all-reduce; the
+  // activations' collectives stay as they are.
+  const std::string bucketed = job.WriteSpec("plan_sp_bucketed", "{shape: [2], dim_names: [mp]}",
+                                             "", sp + "overlap: false\n");
+  std::vector<std::string> activations;
+  for (const std::string& c : want) {
+    const bool gradient = c.find(".weight@grad") != std::string::npos ||
+                          c.find(".bias@grad") != std::string::npos;
+    if (c.rfind("ALL_REDUCE ", 0) != 0 || !gradient) {
+      activations.push_back(c);
+    }
+  }
+  ASSERT_EQ(activations.size() + 27, want.size());
+  const std::vector<std::string> got = PlannedCollectives(bucketed);
+  ASSERT_EQ(got.size(), activations.size() + 1);
+  EXPECT_EQ(std::vector<std::string>(got.begin(), got.end() - 1), activations);
+  EXPECT_EQ(got.back().rfind("ALL_REDUCE ", 0), 0u) << got.back();
 }
 
 }  // namespace

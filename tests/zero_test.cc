@@ -63,6 +63,36 @@ TEST_F(ZeroTest, EveryLevelOnFourRanksGivesThePlainDataParallelLosses) {
   }
 }
 
+// Gradient buckets (bucket_mb, default 25 MiB: this MLP's five gradients in one all-reduce) give
+// the losses of one all-reduce per gradient (bucket_mb: 0) and of two buckets (a cap of 524
+// bytes: fc2's and fc1's gradients, 1296 bytes, then fc0's, 576), within round-off of the order
+// of the 4-rank sums.
+TEST_F(ZeroTest, GradientBucketsGiveTheLossesOfOneAllReducePerGradient) {
+  const MlpJob job = MlpJob::Create();
+  const std::vector<double> reference = job.ReferenceLosses();
+  const std::vector<double> one =
+      RunClusterLosses(*cluster_, job.WriteSpec("b_one.yaml", Spec(job, "{shape: [1]}", 0)));
+  std::map<std::string, std::vector<double>> losses;
+  for (const std::string mb : {"", "0", "0.0005"}) {
+    const std::string yaml = Spec(job, kDp4, 0) + (mb.empty() ? "" : "bucket_mb: " + mb + "\n");
+    const std::string spec = job.WriteSpec("bucket" + mb + ".yaml", yaml);
+    int buckets = 0;
+    const nlohmann::json plan = PlanJson(spec);  // kept: the loop reads into it
+    for (const nlohmann::json& c : plan["ranks"][0]["collectives"]) {
+      buckets += c["op"] == "ALL_REDUCE" && c["tensor"] != "loss";
+    }
+    EXPECT_EQ(buckets, mb.empty() ? 1 : mb == "0" ? 5 : 2) << "bucket_mb " << mb;
+    losses[mb] = RunClusterLosses(*cluster_, spec);
+    ExpectLossesMatch(losses[mb], one, reference, MlpJob::kSteps, "bucket_mb " + mb);
+  }
+  for (const std::string mb : {"0", "0.0005"}) {
+    ASSERT_EQ(losses[mb].size(), losses[""].size());
+    for (size_t s = 0; s < losses[""].size(); ++s) {
+      EXPECT_LE(RelDiff(losses[mb][s], losses[""][s]), 1e-6) << "bucket_mb " << mb;
+    }
+  }
+}
+
 TEST_F(ZeroTest, StatesAreAQuarterPerRankPlannedAndMeasured) {
   const MlpJob job = MlpJob::Create();
   std::map<int, nlohmann::json> planned;

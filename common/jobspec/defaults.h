@@ -16,6 +16,7 @@ namespace weft {
 // checkpoint.every and checkpoint.keep when the spec gives a checkpoint.dir without them.
 inline constexpr int64_t kDefaultCheckpointEvery = 100;
 inline constexpr int32_t kDefaultCheckpointKeep = 3;
+inline constexpr double kDefaultBucketMb = 25;  // DDP's bucket_cap_mb
 
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
 // linear bias true; loss mse (cross_entropy for a transformer, model.arch); gpt2 n_inner

@@ -523,6 +523,11 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   RETURN_IF_ERROR(ValidatePipeline(spec, sample_shape));
   RETURN_IF_ERROR(ValidateSharding(spec));
   RETURN_IF_ERROR(ValidateRecompute(spec.model()));
+  if (!std::isfinite(spec.bucket_mb()) || spec.bucket_mb() < 0 || spec.bucket_mb() > 1 << 20) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bucket_mb: must be a number of MiB from 0 (one all-reduce per gradient) to 1048576, "
+        "got ", spec.bucket_mb()));
+  }
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   if (spec.train().steps() <= 0) {
     return absl::InvalidArgumentError(

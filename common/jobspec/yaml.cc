@@ -719,7 +719,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
                                     "trace", "checkpoint", "precision", "allow_tf32",
-                                    "overlap", "sharding"}));
+                                    "overlap", "sharding", "bucket_mb"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -756,6 +756,10 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   }
   if (m.Has("sharding")) {
     RETURN_IF_ERROR(ParseSharding(m.Get("sharding"), "sharding", spec->mutable_sharding()));
+  }
+  if (m.Has("bucket_mb")) {
+    ASSIGN_OR_RETURN(double bucket_mb, ReadDouble(m.Get("bucket_mb"), "bucket_mb"));
+    spec->set_bucket_mb(bucket_mb);  // ValidateJobSpec checks it
   }
   if (m.Has("overlap")) {
     ASSIGN_OR_RETURN(bool overlap, ReadBool(m.Get("overlap"), "overlap"));

@@ -8,6 +8,7 @@
 #include "absl/strings/string_view.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "coordinator/planner/buckets.h"
 #include "coordinator/planner/early_collectives.h"
 #include "coordinator/planner/op_table.h"
 #include "google/protobuf/descriptor.h"
@@ -507,6 +508,7 @@ absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::P
   RankEmitter emitter(planned, rank, &program);
   RETURN_IF_ERROR(Annotate(emitter.Emit(), absl::StrCat("emitting rank ", rank)));
   if (!program.blocking_collectives()) StartCollectivesEarly(&program);
+  FuseGradientAllReduces(&program, planned.graph.bucket_bytes);
   memory->Plan(&program);
   return program;
 }

@@ -47,8 +47,12 @@ int64_t CollectiveBytes(const v1::Program& p, const v1::Instruction& ins,
   const int64_t in = BufferBytes(p.buffers(ins.inputs(0)));
   const int64_t out = BufferBytes(p.buffers(ins.outputs(0)));
   switch (ins.op()) {
-    case v1::Instruction::ALL_REDUCE:
-      return 2 * (k - 1) * in / k;
+    case v1::Instruction::ALL_REDUCE: {
+      // A bucket reduces all its inputs at once.
+      int64_t all = 0;
+      for (int id : ins.inputs()) all += BufferBytes(p.buffers(id));
+      return 2 * (k - 1) * all / k;
+    }
     case v1::Instruction::ALL_GATHER:
       return out * (k - 1) / k;
     case v1::Instruction::REDUCE_SCATTER:

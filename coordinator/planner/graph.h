@@ -173,6 +173,9 @@ struct Graph {
   OptimizerConfig optimizer;
   PipelineConfig pipeline;
   ShardingConfig sharding;
+  // Parameter gradients are all-reduced in buckets of up to this many bytes (buckets.h); 0: one
+  // all-reduce each.
+  int64_t bucket_bytes = 0;
   // The reshards in the graph, by the tensor they read: the tensor each one makes, with the
   // phase and layer of its op. A reshard of the same tensor to the same placements for another
   // op of that phase and layer reads it rather than moving the bytes again (propagate.h).

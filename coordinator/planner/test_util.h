@@ -44,6 +44,12 @@ class SpecBuilder {
     spec_.mutable_train()->set_seed(7);
     spec_.mutable_data()->set_source("synthetic");
     spec_.set_device("cpu");
+    // One all-reduce per gradient, as the rules derive them; Buckets() fuses them (buckets.h).
+    spec_.set_bucket_mb(0);
+  }
+  SpecBuilder& Buckets(double mb) {
+    spec_.set_bucket_mb(mb);
+    return *this;
   }
   SpecBuilder& Batch(int64_t batch, std::vector<int64_t> sample, std::vector<int64_t> label) {
     spec_.mutable_data()->set_batch_size(batch);

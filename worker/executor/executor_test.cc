@@ -134,7 +134,9 @@ void ExpectAllClose(const std::vector<float>& got, const std::vector<double>& wa
 constexpr int64_t kB = 8, kF = 3, kH = 4, kO = 2, kSamples = 12;
 constexpr float kLr = 0.1f, kWd = 0.01f;
 
-v1::Program DataParallelProgram(int rank, int world) {
+// bucketed: the two weight gradients are all-reduced as one bucket (a packed ALL_REDUCE of two
+// pairs through a scratch buffer) once both are complete.
+v1::Program DataParallelProgram(int rank, int world, bool bucketed = false) {
   const int64_t bl = kB / world;
   ProgramBuilder b(rank, world);
   v1::Data* data = b.program().mutable_data();
@@ -182,11 +184,19 @@ v1::Program DataParallelProgram(int rank, int world) {
   all_reduce(loss, v1::Placement::SUM, "loss: Partial(sum) -> Replicate");
   b.Op(Instruction::MSE_GRAD, {pred, y}, {dpred})->set_scale(2.0f / (kB * kO));
   b.Op(Instruction::MATMUL, {a, dpred}, {dw1}, "fc1 dw = x^T @ dy")->set_transpose_a(true);
-  all_reduce(dw1, v1::Placement::SUM, "fc1.weight@grad");
+  if (!bucketed) all_reduce(dw1, v1::Placement::SUM, "fc1.weight@grad");
   b.Op(Instruction::MATMUL, {dpred, w1}, {da}, "fc1 dx = dy @ w^T")->set_transpose_b(true);
   b.Op(Instruction::RELU_GRAD, {h, da}, {dh});
   b.Op(Instruction::MATMUL, {x, dh}, {dw0}, "fc0 dw")->set_transpose_a(true);
-  all_reduce(dw0, v1::Placement::SUM, "fc0.weight@grad");
+  if (!bucketed) {
+    all_reduce(dw0, v1::Placement::SUM, "fc0.weight@grad");
+  } else if (dp) {
+    const int pack = b.Buffer("bucket0.scratch", {kH * kO + kF * kH}, v1::Buffer::SCRATCH);
+    Instruction* ins = b.Op(Instruction::ALL_REDUCE, {dw1, dw0}, {dw1, dw0}, "bucket");
+    ins->set_group(0);
+    ins->set_reduce(v1::Placement::SUM);
+    ins->set_scratch(pack);
+  }
   b.Op(Instruction::BIAS_GRAD, {dh}, {db0});
   // Exercise SCALE and AVG: world * local sum, averaged over the group = the global sum.
   b.Op(Instruction::SCALE, {db0}, {db0})->set_scale(static_cast<float>(world));
@@ -288,6 +298,51 @@ TEST(ExecutorTest, DataParallelMatchesSingleRankAndFloat64Reference) {
                      "rank " + std::to_string(r) + " " + name);
     }
   }
+}
+
+void ExpectRejected(const v1::Program& p, CommunicatorFactory* factory,
+                    const std::vector<std::string>& texts);
+
+// A bucket of two gradients reduced in one packed call gives what two calls give, bit for bit
+// (two ranks: each sum is one addition either way).
+TEST(ExecutorTest, ABucketOfGradientsReducesLikeItsMembers) {
+  const int kSteps = 3;
+  std::vector<std::vector<float>> separate_losses, bucket_losses;
+  std::vector<std::unique_ptr<Executor>> separate, bucket;
+  RunAll({DataParallelProgram(0, 2), DataParallelProgram(1, 2)}, kSteps, &separate_losses,
+         &separate);
+  RunAll({DataParallelProgram(0, 2, true), DataParallelProgram(1, 2, true)}, kSteps,
+         &bucket_losses, &bucket);
+  ASSERT_EQ(bucket_losses[0].size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(bucket_losses[0], separate_losses[0]);
+  EXPECT_NE(bucket_losses[0][0], bucket_losses[0][2]);
+  for (const std::string name : {"fc0.weight", "fc1.weight", "fc0.bias"}) {
+    for (int r = 0; r < 2; ++r) {
+      auto a = separate[r]->ReadBuffer(name);
+      auto b = bucket[r]->ReadBuffer(name);
+      ASSERT_TRUE(a.ok() && b.ok()) << name;
+      EXPECT_EQ(*a, *b) << "rank " << r << " " << name;
+    }
+  }
+  // A bucket's pairs check like single all-reduces: each output is its input's size, no output
+  // is written twice.
+  LocalCommunicatorFactory factory(std::make_shared<LocalWorld>(2, absl::Seconds(1)), 0);
+  v1::Program swapped = DataParallelProgram(0, 2, true);
+  v1::Program twice = swapped;
+  for (v1::Program* p : {&swapped, &twice}) {
+    for (Instruction& ins : *p->mutable_instructions()) {
+      if (ins.comment() != "bucket") continue;
+      if (p == &swapped) {
+        ins.set_outputs(1, ins.outputs(0));
+      } else {
+        ins.set_inputs(1, ins.inputs(0));
+        ins.set_outputs(1, ins.outputs(0));
+      }
+    }
+  }
+  ExpectRejected(swapped, &factory,
+                 {"(ALL_REDUCE 'bucket')", "input 1 (buffer", "is [3,4] but output 1"});
+  ExpectRejected(twice, &factory, {"(ALL_REDUCE 'bucket')", "outputs 0 and 1 are both"});
 }
 
 // ---- Model parallel: one linear layer, weight columns sharded unevenly; npy data and
@@ -2345,8 +2400,8 @@ TEST(ExecutorOpsTest, AttentionMatchesFloat64WithGroupedHeadsAndDropout) {
                  nullptr, {"outputs 1 and 2 are both buffer 5 'out1' f32[2,3,2,2]"});
   ExpectRejected(OneOp(Instruction::ATTENTION, {qs, kvs, kvs}, {qs},
                        [](Instruction* ins) { ins->set_scratch(0); }),
-                 nullptr, {"has scratch buffer 0; only ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL "
-                           "pack through one"});
+                 nullptr, {"has scratch buffer 0; only ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER "
+                           "and ALL_TO_ALL pack through one"});
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // in a planned scratch buffer or the executor's own.
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 #include "common/dtype.h"
 #include "common/status.h"
 #include "worker/executor/ops/ops.h"
@@ -25,22 +27,62 @@ char* Pack(const Step& s, const RunContext& c) {
   return s.scratch >= 0 ? static_cast<char*>(c.data(s.scratch)) : c.own_scratch;
 }
 
-// out = the group's sum, average or max of a (out may alias a).
+// out = the group's sum, average or max of a (out may alias a). A gradient bucket
+// (coordinator/planner/buckets.h) has several pairs in_i -> out_i, of one dtype: packed back to
+// back into the scratch buffer, reduced with one call, unpacked (counts: each pair's elements).
 absl::Status DecodeAllReduce(Decoder& d, Step* s) {
-  RETURN_IF_ERROR(d.Need(1, 1));
+  const int pairs = d.ins().inputs_size();
+  if (pairs < 1 || d.ins().outputs_size() != pairs) {
+    return d.Bad("expects as many outputs as inputs (one or more), got ", pairs, " inputs and ",
+                 d.ins().outputs_size(), " outputs");
+  }
+  RETURN_IF_ERROR(d.Need(pairs, pairs));
   RETURN_IF_ERROR(d.Group());
-  s->numel = d.numel(s->in[0]);
   RETURN_IF_ERROR(d.Reduce(/*max_ok=*/true));
-  return d.SameNumel(s->in[0], s->out, "input", "output");
+  s->numel = 0;
+  for (int i = 0; i < pairs; ++i) {
+    RETURN_IF_ERROR(d.SameNumel(s->in[i], s->outs[i], absl::StrCat("input ", i),
+                                absl::StrCat("output ", i)));
+    s->counts.push_back(d.numel(s->in[i]));
+    s->numel += s->counts.back();
+  }
+  if (pairs == 1) return absl::OkStatus();
+  // Every input is packed before any output is written: an output may be any input, but not
+  // another output.
+  for (int i = 0; i < pairs; ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (s->outs[i] == s->outs[j]) {
+        return d.Bad("outputs ", j, " and ", i, " are both ", d.Named("output", s->outs[i]));
+      }
+    }
+  }
+  return d.Packing(s->numel);
 }
 
 // Collectives read and write memory directly: pending kernels (the slices and copies below
 // included) must be done before each communicator call, one Synchronize right before it.
 absl::Status RunAllReduce(const Step& s, const RunContext& c) {
-  void* out = c.data(s.out);
-  c.kernels.Copy(c.data(s.in[0]), out, s.numel * s.element_bytes);
+  Communicator& comm = *c.comms[s.comm];
+  if (s.in.size() == 1) {
+    void* out = c.data(s.out);
+    c.kernels.Copy(c.data(s.in[0]), out, s.numel * s.element_bytes);
+    RETURN_IF_ERROR(c.kernels.Synchronize());
+    return comm.AllReduce(out, static_cast<size_t>(s.numel), s.dtype, s.reduce);
+  }
+  char* pack = Pack(s, c);
+  char* at = pack;
+  for (size_t i = 0; i < s.in.size(); ++i) {
+    c.kernels.Copy(c.data(s.in[i]), at, s.counts[i] * s.element_bytes);
+    at += s.counts[i] * s.element_bytes;
+  }
   RETURN_IF_ERROR(c.kernels.Synchronize());
-  return c.comms[s.comm]->AllReduce(out, static_cast<size_t>(s.numel), s.dtype, s.reduce);
+  RETURN_IF_ERROR(comm.AllReduce(pack, static_cast<size_t>(s.numel), s.dtype, s.reduce));
+  at = pack;
+  for (size_t i = 0; i < s.outs.size(); ++i) {
+    c.kernels.Copy(at, c.data(s.outs[i]), s.counts[i] * s.element_bytes);
+    at += s.counts[i] * s.element_bytes;
+  }
+  return absl::OkStatus();
 }
 
 // out = the members' pieces concatenated along axis (split_sizes: each member's length).
@@ -230,7 +272,7 @@ OpHandler Collective(DecodeFn decode, RunFn run, bool packs) {
 
 absl::Status RegisterCollectiveOps(OpRegistry* registry) {
   RETURN_IF_ERROR(registry->Register(Instruction::ALL_REDUCE,
-                                     Collective(DecodeAllReduce, RunAllReduce, false)));
+                                     Collective(DecodeAllReduce, RunAllReduce, true)));
   RETURN_IF_ERROR(registry->Register(Instruction::ALL_GATHER,
                                      Collective(DecodeAllGather, RunAllGather, true)));
   RETURN_IF_ERROR(registry->Register(Instruction::REDUCE_SCATTER,
