@@ -123,20 +123,22 @@ TEST_F(SpecTest, AppliesDefaults) {
   ASSERT_TRUE(recompute->model().layers(1).has_recompute());
   EXPECT_FALSE(recompute->model().layers(1).recompute());
   EXPECT_TRUE(ValidateJobSpec(*recompute).ok()) << ValidateJobSpec(*recompute);
-  for (const auto& [from, to, error] : std::vector<std::tuple<std::string, std::string, std::string>>{
-           {"  layers:", "  recompute: some\n  layers:", "model.recompute: must be full or selective, got \"some\""},
-           {"type: gelu}", "type: gelu, recompute: maybe}", "model.layers[1] (act0).recompute"}}) {
+  // A bad mode, a layer's non-boolean recompute, a negative bucket size are refused, naming the field (the mode by
+  // ValidateJobSpec, which checks gRPC specs too).
+  for (const auto& [from, to, error] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"  layers:", "  recompute: some\n  layers:",
+            "model.recompute: must be full or selective, got \"some\""},
+           {"type: gelu}", "type: gelu, recompute: maybe}", "model.layers[1] (act0).recompute"},
+           {"train: {steps: 3}", "train: {steps: 3}\nbucket_mb: -1",
+            "bucket_mb: must be a number of MiB"}}) {
     std::string yaml = kSyntheticSpec;
     yaml.replace(yaml.find(from), from.size(), to);
     absl::StatusOr<v1::JobSpec> bad = ParseJobSpecYaml(yaml, dir_);
-    ASSERT_FALSE(bad.ok()) << yaml;
-    EXPECT_THAT(std::string(bad.status().message()), HasSubstr(error)) << yaml;
+    const absl::Status status = bad.ok() ? ValidateJobSpec(*bad) : bad.status();
+    EXPECT_THAT(std::string(status.message()), HasSubstr(error)) << yaml;
   }
-  v1::JobSpec grpc_recompute = *recompute;
-  grpc_recompute.mutable_model()->set_recompute("most");
-  EXPECT_THAT(std::string(ValidateJobSpec(grpc_recompute).message()),
-              HasSubstr("model.recompute: must be full or selective, got \"most\""));
-
+  EXPECT_EQ(recompute->bucket_mb(), 25);  // DDP's default, applied with the spec's defaults
   absl::StatusOr<v1::JobSpec> blocking =
       ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "overlap: false\n"), dir_);
   ASSERT_TRUE(blocking.ok()) << blocking.status();

@@ -450,13 +450,9 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(node, path, {"layers", "loss", "arch", "config", "config_file",
                                                 "placements", "recompute"}));
-  if (m.Has("recompute")) {
-    const std::string rpath = Join(path, "recompute");
-    ASSIGN_OR_RETURN(*model->mutable_recompute(), ReadString(m.Get("recompute"), rpath));
-    if (model->recompute() != "full" && model->recompute() != "selective") {
-      return Invalid(rpath, m.Get("recompute"),
-                     absl::StrCat("must be full or selective, got \"", model->recompute(), "\""));
-    }
+  if (m.Has("recompute")) {  // ValidateJobSpec checks the mode
+    ASSIGN_OR_RETURN(*model->mutable_recompute(),
+                     ReadString(m.Get("recompute"), Join(path, "recompute")));
   }
   if (m.Has("arch")) return ParseTransformer(m, node, path, mesh, base_dir, model);
   for (const std::string key : {"config", "config_file", "placements"}) {

@@ -28,15 +28,12 @@ class Rematerializer {
     for (size_t i = 0; i < num_forward; ++i) {
       for (int out : g_.ops[i].outputs) producer_[out] = static_cast<int>(i);
     }
-    // A value read by a forward op outside the region that made it is the region's output:
-    // kept.
+    // A value another layer's forward op reads is the making layer's output: kept.
     for (size_t i = 0; i < num_forward; ++i) {
       const Op& op = g_.ops[i];
       for (int in : op.inputs) {
         auto p = producer_.find(in);
-        if (p != producer_.end() && !SameRegion(g_.ops[p->second].layer, op.layer)) {
-          output_.insert(in);
-        }
+        if (p != producer_.end() && g_.ops[p->second].layer != op.layer) output_.insert(in);
       }
     }
   }
@@ -58,7 +55,7 @@ class Rematerializer {
       copies_[t] = copy;
       return copy;
     }
-    if (Kept(t, made)) return t;
+    if (!FromGather(made) && Kept(t, made)) return t;
     // Run the op again on what it read (kept or recomputed in turn), into copies of its outputs.
     Op again = made;
     again.phase = Phase::kBackward;
@@ -86,13 +83,13 @@ class Rematerializer {
     return op.type == "reshard" && g_.gathered.count(op.inputs[0]) > 0;
   }
 
-  // Whether layers a and b are one recompute region (a layer without recompute is its own).
-  bool SameRegion(const std::string& a, const std::string& b) const {
-    if (a == b) return true;
-    const Layer* la = g_.FindLayer(a);
-    const Layer* lb = g_.FindLayer(b);
-    return la != nullptr && lb != nullptr && la->recompute_region >= 0 &&
-           la->recompute_region == lb->recompute_region;
+  // A reshard of a gathered parameter's value (a placement a rule needs after the gather): never
+  // kept either, or the whole parameter would live from the forward pass to the backward one.
+  bool FromGather(const Op& op) const {
+    if (op.type != "reshard") return false;
+    if (IsGather(op)) return true;
+    auto p = producer_.find(op.inputs[0]);
+    return p != producer_.end() && FromGather(g_.ops[p->second]);
   }
 
   bool Kept(int t, const Op& made) const {
@@ -109,7 +106,7 @@ class Rematerializer {
 
   Graph& g_;
   std::map<int, int> producer_;  // forward tensor -> the forward op that made it
-  std::set<int> output_;         // forward tensors read by a forward op of another region
+  std::set<int> output_;         // forward tensors read by another layer's forward op
   std::map<int, int> copies_;    // forward tensor -> its copy in the backward pass
 };
 

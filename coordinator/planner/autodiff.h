@@ -6,15 +6,14 @@
 // and dy Shard(0), dW = x^T @ dy contracts the sharded axis and comes out Partial(sum), and the
 // optimizer's reshard of it to the parameter's placement is the all-reduce.
 //
-// Activation recompute (Layer::recompute, recompute regions in graph.h): a VJP reads the forward
-// values it needs through GradBuilder::input/output. In a region with recompute, a value the
-// region made inside (not read by a forward op outside it) is not kept: the forward ops that made
-// it run again at that point of the backward pass, on the kept values, with the same attributes
-// (dropout's mask is the same bits) and the same placements, into copies of the tensors
-// (Tensor::recomputes). `full`
+// Activation recompute (Layer::recompute): a VJP reads the forward values it needs through
+// GradBuilder::input/output. In a layer with recompute, a value the layer made inside (not read
+// by another layer's forward op) is not kept: the forward ops that made it run again at that
+// point of the backward pass, on the kept values, with the same attributes (dropout's mask is the
+// same bits) and the same placements, into copies of the tensors (Tensor::recomputes). `full`
 // recomputes every such value; `selective` keeps the outputs of matmuls, attention and reshards
-// (collectives) and recomputes the rest. A ZeRO-3 parameter's gathered copy is never kept: the
-// backward pass gathers it again (zero.h).
+// (collectives) and recomputes the rest. A ZeRO-3 parameter's gathered copy (and any reshard of
+// it) is never kept: the backward pass gathers it again (zero.h).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(g, Autodiff(BuiltinRules(), std::move(g)));

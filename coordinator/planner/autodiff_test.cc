@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/jobspec/parallelize.h"
 #include "coordinator/planner/build.h"
 #include "coordinator/planner/propagate.h"
 #include "coordinator/planner/test_util.h"
@@ -100,14 +101,6 @@ TEST(AutodiffTest, ColumnParallelWeightGradientIsSharded) {
 }
 
 
-// fc0 -> gelu -> fc1 under model.recompute `mode`, fc0 excluded when `keep_fc0`.
-v1::JobSpec RecomputedMlp(const std::string& mode, bool keep_fc0 = false) {
-  v1::JobSpec spec = Mlp({1}, {"dp"});
-  spec.mutable_model()->set_recompute(mode);
-  if (keep_fc0) spec.mutable_model()->mutable_layers(0)->set_recompute(false);
-  return spec;
-}
-
 // The names of the tensors recomputed in the backward pass; fails the test when a backward op
 // reads the forward tensor a copy recomputes.
 std::set<std::string> Recomputed(const Graph& g) {
@@ -136,57 +129,84 @@ std::set<std::string> Recomputed(const Graph& g) {
   return names;
 }
 
-// The three layers are one region: what the loss reads (fc1's output) and the batch are kept.
-// Full recompute remakes fc0's matmul, its bias add and the gelu for the backward pass; selective
-// keeps the matmul's output; with fc0 outside the region, its output is the region's input: kept.
-TEST(AutodiffTest, RecomputeRemakesWhatARegionMadeInsideForItsBackward) {
-  struct Want {
-    std::string mode;
-    bool keep_fc0;
-    std::set<std::string> recomputed;
-  };
-  for (const Want& want : std::vector<Want>{
-           {"", false, {}},
-           {"full", false, {"fc0.xw", "fc0.out", "act0.out"}},
-           {"selective", false, {"fc0.out", "act0.out"}},
-           {"full", true, {"act0.out"}}}) {
-    SCOPED_TRACE(want.mode + (want.keep_fc0 ? " without fc0" : ""));
-    absl::StatusOr<Graph> g = Differentiated(RecomputedMlp(want.mode, want.keep_fc0));
+// gpt2's blocks under full and selective recompute: what a block makes inside and a gradient reads
+// is recomputed, its output (the residual stream the next block reads) is kept, and embed and head
+// are never recomputed. Selective keeps the matmul and attention outputs. The gradients are named
+// as without recompute.
+TEST(AutodiffTest, RecomputeRemakesWhatABlockMadeInsideForItsBackward) {
+  std::map<std::string, std::set<std::string>> got;
+  for (const std::string mode : {"", "full", "selective"}) {
+    v1::JobSpec spec = testing::Gpt2Spec();
+    spec.mutable_model()->set_recompute(mode);
+    absl::StatusOr<Graph> g = Differentiated(spec);
     ASSERT_TRUE(g.ok()) << g.status();
-    EXPECT_EQ(Recomputed(*g), want.recomputed);
-    // The gradients are named as without recompute.
+    got[mode] = Recomputed(*g);
     for (int p : g->ParamIds()) {
       EXPECT_EQ(g->tensors[g->grad_of.at(p)].name, g->tensors[p].name + "@grad");
     }
   }
+  EXPECT_TRUE(got[""].empty());
+  for (const std::string mode : {"full", "selective"}) {
+    SCOPED_TRACE(mode);
+    for (const std::string& name : got[mode]) {
+      EXPECT_EQ(name.rfind("h.", 0), 0u) << name << " is not in a block";
+      EXPECT_EQ(name.find(".mlp.residual"), std::string::npos) << "a block's output: kept";
+    }
+    for (const char* h : {"h.0", "h.1"}) {
+      // The norms' outputs feed matmuls whose weight gradients read them; the MLP's activation
+      // feeds c_proj's.
+      for (const char* part : {".ln_1.out", ".ln_2.out", ".mlp.act"}) {
+        EXPECT_EQ(got[mode].count(std::string(h) + part), 1u) << h << part;
+      }
+    }
+  }
+  // Both remake q, k and v (a bias add and a split after the matmul); selective keeps the
+  // attention's output, which c_proj's weight gradient reads, full remakes it.
+  EXPECT_EQ(got["full"].count("h.0.attn.q"), 1u);
+  EXPECT_EQ(got["selective"].count("h.0.attn.q"), 1u);
+  EXPECT_EQ(got["full"].count("h.0.attn.out"), 1u);
+  EXPECT_EQ(got["selective"].count("h.0.attn.out"), 0u);
+  EXPECT_GT(got["full"].size(), got["selective"].size());
 }
 
-// A value no gradient reads is never recomputed. On mp=2 with fc0 column- and fc1 row-parallel,
-// fc1's Partial output is all-reduced inside the region; the loss reads the result (kept) and no
-// gradient reads the Partial value, so no collective runs again.
-TEST(AutodiffTest, RecomputeRemakesOnlyWhatAGradientReads) {
-  v1::JobSpec spec = SpecBuilder({2}, {"mp"})
-                         .Batch(16, {6}, {2})
-                         .Linear("fc0", 6, 8, /*bias=*/false)
-                         .Place("weight", {S(1)})
-                         .Act("act0", "relu")
-                         .Linear("fc1", 8, 2, /*bias=*/false)
-                         .Place("weight", {S(0)})
-                         .Spec();
+// A layers model's layers are one op or two (linear: matmul, then bias), and the next layer reads
+// each one's output: with per-layer recompute nothing a gradient reads is made inside a layer.
+TEST(AutodiffTest, ALayersModelHasNothingToRecompute) {
+  v1::JobSpec spec = Mlp({1}, {"dp"});
   spec.mutable_model()->set_recompute("full");
   absl::StatusOr<Graph> g = Differentiated(spec);
   ASSERT_TRUE(g.ok()) << g.status();
-  // relu_grad reads fc0.out, the matmul VJPs read the batch (kept) and act0.out; the all-reduce
-  // of fc1's Partial output is not remade.
-  EXPECT_EQ(Recomputed(*g), (std::set<std::string>{"fc0.out", "act0.out"}));
-  int reshards = 0;
+  EXPECT_TRUE(Recomputed(*g).empty());
+}
+
+// A value no gradient reads is never recomputed, a collective included. gpt2 on mp=2 with
+// Megatron's plan, full recompute: each block all-reduces its attention's and its MLP's
+// row-parallel output. ln_2's gradient reads its input, the residual sum of the attention's
+// reduced output, so that all-reduce runs again; the MLP's reduced output only feeds dropout and
+// the residual add, whose gradients read nothing, so it does not.
+TEST(AutodiffTest, RecomputeRemakesOnlyWhatAGradientReads) {
+  v1::JobSpec spec = testing::Gpt2Spec();
+  spec.mutable_mesh()->set_shape(0, 2);
+  spec.mutable_mesh()->set_dim_names(0, "mp");
+  v1::ParallelizeConfig& mp = (*spec.mutable_parallelize())["mp"];
+  mp.set_dim("mp");
+  mp.set_preset("megatron");
+  ASSERT_TRUE(ApplyParallelize(&spec).ok());
+  spec.mutable_model()->set_recompute("full");
+  absl::StatusOr<Graph> g = Differentiated(spec);
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::set<std::string> collectives;  // the tensors recomputed reshards make
   for (const Op& op : g->ops) {
-    if (op.phase == Phase::kBackward && op.type == "reshard" &&
-        g->tensors[op.outputs[0]].recomputes >= 0) {
-      ++reshards;
+    if (op.type == "reshard" && g->tensors[op.outputs[0]].recomputes >= 0) {
+      collectives.insert(g->tensors[op.outputs[0]].name);
     }
   }
-  EXPECT_EQ(reshards, 0);
+  for (const char* h : {"h.0", "h.1"}) {
+    EXPECT_EQ(collectives.count(std::string(h) + ".attn.c_proj.xw"), 1u) << h;
+    for (const std::string& name : collectives) {
+      EXPECT_EQ(name.find(".mlp."), std::string::npos) << name;
+    }
+  }
 }
 
 }  // namespace

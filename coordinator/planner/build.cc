@@ -317,21 +317,10 @@ class LayerBuilder {
   }
 
   absl::Status AssignChunks() {
-    if (g_.pipeline.dim >= 0) {
-      ASSIGN_OR_RETURN(std::vector<int> chunks, ChunkLayers(spec_.pipeline(),
-                                                            g_.mesh.dim_size(g_.pipeline.dim),
-                                                            chunk_inputs_));
-      for (size_t i = 0; i < chunks.size(); ++i) g_.layers[i].chunk = chunks[i];
-    }
-    // Consecutive layers recomputed alike in one chunk are one recompute region (graph.h).
-    for (size_t i = 0; i < g_.layers.size(); ++i) {
-      Layer& l = g_.layers[i];
-      if (l.recompute == Recompute::kNone) continue;
-      const Layer* before = i > 0 ? &g_.layers[i - 1] : nullptr;
-      const bool joins = before != nullptr && before->recompute == l.recompute &&
-                         before->chunk == l.chunk;
-      l.recompute_region = joins ? before->recompute_region : static_cast<int>(i);
-    }
+    if (g_.pipeline.dim < 0) return absl::OkStatus();
+    ASSIGN_OR_RETURN(std::vector<int> chunks,
+                     ChunkLayers(spec_.pipeline(), g_.mesh.dim_size(g_.pipeline.dim), chunk_inputs_));
+    for (size_t i = 0; i < chunks.size(); ++i) g_.layers[i].chunk = chunks[i];
     return absl::OkStatus();
   }
 

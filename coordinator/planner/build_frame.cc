@@ -73,8 +73,7 @@ absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
   }
   RETURN_IF_ERROR(ReadOptimizer(spec, g));
   RETURN_IF_ERROR(ReadSharding(spec, g));
-  const double bucket_mb = spec.has_bucket_mb() ? spec.bucket_mb() : kDefaultBucketMb;
-  g->bucket_bytes = static_cast<int64_t>(bucket_mb * (1 << 20));
+  g->bucket_bytes = static_cast<int64_t>(spec.bucket_mb() * (1 << 20));  // defaulted with the spec
   return ReadPipeline(spec, g);
 }
 

@@ -19,18 +19,18 @@
 
 namespace weft::planner {
 
-// Sets g's mesh, optimizer and pipeline (its dim, schedule, micro-batches; not the layers'
-// chunks) from spec, and *batch_placements to the batch's placement on each mesh dim.
+// Sets g's mesh, optimizer, sharding, gradient buckets and pipeline (its dim, schedule,
+// micro-batches; not the layers' chunks) from spec, and *batch_placements to the batch's placement on each mesh dim.
 absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
                           std::vector<Placement>* batch_placements);
 
-// A batch tensor of the step, [B, ...], loaded by `load_op` in `dtype` and placed by
-// batch_placements (split into the micro-batches along axis 0 when there are several).
 // The recompute mode of model.recompute ("", full, selective; ValidateJobSpec checked it), and of
 // a layers model's layer with its own `recompute` (true: the model's mode, full when none).
 Recompute ModelRecompute(const v1::Model& model);
 Recompute LayerRecompute(const v1::Model& model, const v1::Layer& layer);
 
+// A batch tensor of the step, [B, ...], loaded by `load_op` in `dtype` and placed by
+// batch_placements (split into the micro-batches along axis 0 when there are several).
 absl::StatusOr<int> AddLoadedBatch(Graph* g, const std::string& name, const Shape& shape,
                                    v1::DType dtype,
                                    const std::vector<Placement>& batch_placements,

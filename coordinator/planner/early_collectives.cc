@@ -59,18 +59,23 @@ int StartCollectivesEarly(v1::Program* program) {
   std::vector<Access> access;
   access.reserve(order.size());
   for (const Instruction& ins : order) access.push_back(AccessOf(ins));
-  // A parameter gather starts at most one gather ahead: not before the first reader of the
-  // previous gather's result. Otherwise every gather, reading only parameters, would move to the
-  // top and all the parameters would be whole at once.
+  // A parameter gather starts at most one gather ahead: not before the first computation that
+  // reads the previous gather's result (through any collectives that reshard it further).
+  // Otherwise every gather, reading only parameters, would move to the top and all the
+  // parameters would be whole at once.
   std::vector<bool> gathers(order.size(), false), first_reader(order.size(), false);
   for (size_t i = 0; i < order.size(); ++i) {
     if (!IsCollective(order[i].op()) || !GathersParameter(*program, access[i])) continue;
     gathers[i] = true;
+    std::set<int> value = access[i].writes;
     for (size_t j = i + 1; j < order.size(); ++j) {
-      if (Intersects(access[j].reads, access[i].writes)) {
-        first_reader[j] = true;
-        break;
+      if (!Intersects(access[j].reads, value)) continue;
+      if (IsCollective(order[j].op())) {
+        value.insert(access[j].writes.begin(), access[j].writes.end());
+        continue;
       }
+      first_reader[j] = true;
+      break;
     }
   }
   int moved = 0;

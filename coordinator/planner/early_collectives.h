@@ -13,9 +13,9 @@
 // so they reorder them alike and still agree on the order. Relative to other groups and to
 // point-to-point transfers the order is kept. A collective that reads a parameter (a ZeRO-3
 // gather, zero.h) reads nothing this step writes before it, so it would move to the top; it
-// starts at most one gather ahead instead, after the first reader of the previous gather's result
-// (FSDP's prefetch: the next layer's parameters arrive while this one computes). Runs on a rank's emitted program before its memory
-// plan, which then sees the new lifetimes.
+// starts at most one gather ahead instead, after the first computation reading the previous
+// gather's result (FSDP's prefetch: the next layer's parameters arrive while this one computes).
+// Runs on a rank's emitted program before its memory plan, which then sees the new lifetimes.
 //
 // E.g. (backward of a column-parallel c_fc under Megatron TP)
 //   before: MATMUL -> ln_2.out@grad, MATMUL -> c_fc.weight@grad, ALL_REDUCE ln_2.out@grad, ...

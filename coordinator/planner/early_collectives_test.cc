@@ -147,6 +147,26 @@ TEST(EarlyCollectivesTest, ParameterGathersStartOneGatherAhead) {
                                       "layer 1", "gather w2", "layer 1 relu", "layer 2"}));
 }
 
+// A gather whose result another collective reshards before any computation reads it: the next
+// gather waits for that computation, not for the second collective.
+TEST(EarlyCollectivesTest, TheNextGatherWaitsForAComputationThroughReshards) {
+  Program p;
+  for (int i = 0; i < 2; ++i) p.Buffer(v1::Buffer::PARAM);
+  for (int i = 2; i < 9; ++i) p.Buffer(v1::Buffer::ACTIVATION);
+  p.Op(Instruction::LOAD_INPUT, {}, {2}, "load")
+      .Op(Instruction::MATMUL, {2, 2}, {8}, "unrelated")
+      .Op(Instruction::ALL_GATHER, {0}, {3}, "gather w0")
+      .Op(Instruction::ALL_TO_ALL, {3}, {4}, "reshard w0")
+      .Op(Instruction::MATMUL, {2, 4}, {5}, "layer 0")
+      .Op(Instruction::RELU, {5}, {6}, "layer 0 relu")
+      .Op(Instruction::ALL_GATHER, {1}, {7}, "gather w1")
+      .Op(Instruction::MATMUL, {6, 7}, {5}, "layer 1");
+  StartCollectivesEarly(&p.proto());
+  EXPECT_EQ(Order(p.proto()),
+            (std::vector<std::string>{"gather w0", "reshard w0", "load", "unrelated", "layer 0",
+                                      "gather w1", "layer 0 relu", "layer 1"}));
+}
+
 // fc0 -> relu -> fc1 on dp=2: the gradients' all-reduces.
 v1::JobSpec DataParallelMlp() {
   return testing::SpecBuilder({2}, {"dp"})

@@ -402,7 +402,7 @@ class RankEmitter {
     // that tensor's buffer.
     auto into = g_.reshard_into.find(out_id);
     if (into != g_.reshard_into.end()) {
-      // A shard is gathered from at least two ranks (optimizer.cc's ZeroPlacement).
+      // A shard is gathered from at least two ranks (zero.h's ZeroPlacement).
       if (steps.empty()) return absl::InternalError(absl::StrCat("emit: ", t.name, " moves nowhere"));
       ASSIGN_OR_RETURN(buffers_[out_key], Instance(into->second, item.micro_batch));
     }

@@ -120,15 +120,12 @@ struct Parameter {
 enum class Recompute { kNone, kFull, kSelective };
 
 // A spec layer as the pipeline pass sees it: which chunk it is in; as autodiff sees it: whether
-// what its region makes inside is kept for the backward pass or recomputed there. A region is the
-// layers recomputed as one (the same `recompute_region`): a transformer block; a run of
-// consecutive layers of a layers model with the same mode in one pipeline chunk. What a region
-// makes and only it reads is recomputed; what another layer reads is kept.
+// what it makes inside is kept for the backward pass or recomputed there (what another layer
+// reads, its output, is always kept).
 struct Layer {
   std::string name;
   int chunk = 0;
   Recompute recompute = Recompute::kNone;
-  int recompute_region = -1;  // with recompute: the index of the region's first layer
 };
 
 struct OptimizerConfig {

@@ -10,7 +10,6 @@
 
 namespace weft::planner {
 
-
 absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   const OptimizerConfig& config = g.optimizer;
   if (config.type != "sgd" && config.type != "adamw") {

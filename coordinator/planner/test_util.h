@@ -98,6 +98,47 @@ class SpecBuilder {
   v1::JobSpec spec_;
 };
 
+// A spec of `arch` over 1 rank reading tokens (seq_len 8, batch 2) from a file that need not
+// exist: the planner reads only its shapes.
+inline v1::JobSpec TokenSpec(const std::string& arch) {
+  v1::JobSpec spec;
+  spec.set_name("tiny");
+  spec.set_device("cpu");
+  spec.mutable_mesh()->add_shape(1);
+  spec.mutable_mesh()->add_dim_names("dp");
+  spec.mutable_model()->set_arch(arch);
+  spec.mutable_optimizer()->set_type("adamw");
+  spec.mutable_optimizer()->set_lr(1e-3);
+  spec.mutable_train()->set_steps(2);
+  spec.mutable_train()->set_seed(1);
+  v1::Data* data = spec.mutable_data();
+  data->set_source("tokens");
+  data->set_path("/nonexistent/train.bin");
+  data->set_seq_len(8);
+  data->set_batch_size(2);
+  data->add_sample_shape(8);
+  data->add_label_shape(8);
+  data->set_num_samples(16);
+  data->set_input_dtype(v1::I32);
+  data->set_label_dtype(v1::I32);
+  ApplyJobSpecDefaults(&spec);
+  return spec;
+}
+
+// gpt2 with 2 blocks of width 8 (2 heads, MLP 32) over a vocabulary of 16.
+inline v1::JobSpec Gpt2Spec() {
+  v1::JobSpec spec = TokenSpec("gpt2");
+  v1::TransformerConfig* c = spec.mutable_model()->mutable_config();
+  c->set_vocab_size(16);
+  c->set_n_positions(8);
+  c->set_n_embd(8);
+  c->set_n_layer(2);
+  c->set_n_head(2);
+  c->set_n_inner(32);
+  c->set_layer_norm_epsilon(1e-5);
+  return spec;
+}
+
 // The plan of spec with its defaults applied (no files are read).
 inline absl::StatusOr<std::vector<v1::Program>> PlanPrograms(v1::JobSpec spec, int attempt = 0) {
   ApplyJobSpecDefaults(&spec);

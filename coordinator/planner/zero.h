@@ -6,7 +6,7 @@
 // Graph::gathered the placement it had, where propagate all-gathers it for every layer that reads
 // it (once per layer and pass); autodiff gathers it again in the backward pass rather than keeping
 // the forward pass's copy; the gradient is reduce-scattered to the shard and the update runs on it
-// in place. The gathered copies are activations, freed after their last reader, and the worker
+// in place. The gathered copies are activations, freed after their last reader, and the planner
 // starts each gather at most one gather ahead of its use (early_collectives.h).
 //
 // E.g.

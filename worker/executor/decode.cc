@@ -255,9 +255,12 @@ absl::Status Decoder::Packing(int64_t elements) {
     return absl::OkStatus();
   }
   const int id = ins_.scratch();
-  if (id == s_->in[0] || id == s_->out) {
-    return Bad("scratch ", buffers_.Describe(id), " is also the instruction's ",
-               id == s_->out ? "output" : "input");
+  for (const std::vector<int>* operands : {&s_->in, &s_->outs}) {
+    for (size_t i = 0; i < operands->size(); ++i) {
+      if ((*operands)[i] != id) continue;
+      return Bad("scratch ", buffers_.Describe(id), " is also the instruction's ",
+                 operands == &s_->outs ? "output " : "input ", i);
+    }
   }
   if (buffers_.bytes(id) < pack_bytes) {
     return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ",

@@ -343,6 +343,18 @@ TEST(ExecutorTest, ABucketOfGradientsReducesLikeItsMembers) {
   ExpectRejected(swapped, &factory,
                  {"(ALL_REDUCE 'bucket')", "input 1 (buffer", "is [3,4] but output 1"});
   ExpectRejected(twice, &factory, {"(ALL_REDUCE 'bucket')", "outputs 0 and 1 are both"});
+  // The packing may not land on a member; a single pair packs nothing.
+  v1::Program onto_member = DataParallelProgram(0, 2, true);
+  v1::Program single = DataParallelProgram(0, 2);
+  for (Instruction& ins : *onto_member.mutable_instructions()) {
+    if (ins.comment() == "bucket") ins.set_scratch(ins.inputs(1));
+  }
+  for (Instruction& ins : *single.mutable_instructions()) {
+    if (ins.comment() == "fc1.weight@grad") ins.set_scratch(ins.inputs(0));
+  }
+  ExpectRejected(onto_member, &factory,
+                 {"(ALL_REDUCE 'bucket')", "is also the instruction's input 1"});
+  ExpectRejected(single, &factory, {"a single all-reduce packs nothing"});
 }
 
 // ---- Model parallel: one linear layer, weight columns sharded unevenly; npy data and

@@ -105,11 +105,7 @@ void TransformerBuilder::BeginLayer(const std::string& name) {
 
 void TransformerBuilder::BeginBlock(const std::string& name) {
   BeginLayer(name);
-  Layer& block = g_.layers.back();
-  block.recompute = ModelRecompute(spec_.model());
-  if (block.recompute != Recompute::kNone) {
-    block.recompute_region = static_cast<int>(g_.layers.size()) - 1;
-  }
+  g_.layers.back().recompute = ModelRecompute(spec_.model());
 }
 
 absl::StatusOr<int> TransformerBuilder::Positions() {

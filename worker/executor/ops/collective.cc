@@ -46,7 +46,10 @@ absl::Status DecodeAllReduce(Decoder& d, Step* s) {
     s->counts.push_back(d.numel(s->in[i]));
     s->numel += s->counts.back();
   }
-  if (pairs == 1) return absl::OkStatus();
+  if (pairs == 1) {
+    if (d.ins().has_scratch()) return d.Bad("a single all-reduce packs nothing: no scratch");
+    return absl::OkStatus();
+  }
   // Every input is packed before any output is written: an output may be any input, but not
   // another output.
   for (int i = 0; i < pairs; ++i) {
