@@ -36,6 +36,14 @@ class Rematerializer {
         if (p != producer_.end() && g_.ops[p->second].layer != op.layer) output_.insert(in);
       }
     }
+    // Without a pipeline the last layer to gather a ZeRO-3 parameter is the first to run
+    // backward, right after the loss: its gathered copies are kept, not gathered again (FSDP's
+    // root). With one, a stage's forward and backward of a micro-batch lie far apart.
+    if (g_.pipeline.dim < 0 && g_.micro_batches() == 1) {
+      for (size_t i = 0; i < num_forward; ++i) {
+        if (IsGather(g_.ops[i])) kept_gathers_ = g_.ops[i].layer;
+      }
+    }
   }
 
   // Forward tensor t as a backward op reads it.
@@ -45,7 +53,7 @@ class Rematerializer {
     auto p = producer_.find(t);
     if (p == producer_.end()) return t;  // a parameter or anything not made by a forward op
     const Op made = g_.ops[p->second];  // a copy: recomputing appends to g_.ops
-    if (IsGather(made)) {
+    if (IsGather(made) && made.layer != kept_gathers_) {
       // A ZeRO-3 parameter: gathered again for this layer's backward pass.
       const DistAttr whole = *g_.tensors[t].dist;
       const Placement micro = g_.tensors[t].micro;
@@ -55,7 +63,7 @@ class Rematerializer {
       copies_[t] = copy;
       return copy;
     }
-    if (!FromGather(made) && Kept(t, made)) return t;
+    if (!(FromGather(made) && made.layer != kept_gathers_) && Kept(t, made)) return t;
     // Run the op again on what it read (kept or recomputed in turn), into copies of its outputs.
     Op again = made;
     again.phase = Phase::kBackward;
@@ -108,6 +116,7 @@ class Rematerializer {
   std::map<int, int> producer_;  // forward tensor -> the forward op that made it
   std::set<int> output_;         // forward tensors read by another layer's forward op
   std::map<int, int> copies_;    // forward tensor -> its copy in the backward pass
+  std::string kept_gathers_;     // the layer whose ZeRO-3 gathers are kept ("": none)
 };
 
 }  // namespace

@@ -13,7 +13,8 @@
 // same bits) and the same placements, into copies of the tensors (Tensor::recomputes). `full`
 // recomputes every such value; `selective` keeps the outputs of matmuls, attention and reshards
 // (collectives) and recomputes the rest. A ZeRO-3 parameter's gathered copy (and any reshard of
-// it) is never kept: the backward pass gathers it again (zero.h).
+// it) is not kept: the backward pass gathers it again (zero.h), except in the last layer to gather
+// one when there is no pipeline, whose backward follows its forward at once (FSDP's root).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(g, Autodiff(BuiltinRules(), std::move(g)));

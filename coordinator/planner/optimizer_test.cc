@@ -105,14 +105,17 @@ TEST(OptimizerTest, PartialParameterIsUpdatedFromTheWholeGradient) {
 
 // ZeRO-3 on dp=2: each parameter is its shard (half of its first axis); every forward layer reads
 // it through a gather in its own layer, a backward VJP that reads it through a gather of the
-// backward pass; the gradient is reduce-scattered to the shard and the update runs on the
-// parameter itself, with no gather back.
+// backward pass, except in the last layer, whose backward follows at once and keeps its gathered
+// copy; the gradient is reduce-scattered to the shard and the update runs on the parameter
+// itself, with no gather back.
 TEST(OptimizerTest, ZeroLevelThreeGathersParametersPerLayerAndPass) {
   v1::JobSpec spec = SpecBuilder({2}, {"dp"})
                          .Batch(8, {6}, {2})
                          .Linear("fc0", 6, 8)
                          .Act("act0", "relu")
-                         .Linear("fc1", 8, 2)
+                         .Linear("fc1", 8, 4)
+                         .Act("act1", "relu")
+                         .Linear("fc2", 4, 2)
                          .AdamW()
                          .Spec();
   spec.mutable_sharding()->set_dim("dp");
@@ -121,7 +124,7 @@ TEST(OptimizerTest, ZeroLevelThreeGathersParametersPerLayerAndPass) {
   ASSERT_TRUE(g.ok()) << g.status();
   const DistAttr whole = DistAttr::Replicated(testing::MakeMesh({2}, {"dp"}));
   const DistAttr shard = whole.With(0, testing::S(0));
-  ASSERT_EQ(g->gathered.size(), 4u);
+  ASSERT_EQ(g->gathered.size(), 6u);
   for (int p : g->ParamIds()) {
     const Tensor& t = g->tensors[p];
     EXPECT_EQ(*t.dist, shard) << t.name;
@@ -143,11 +146,13 @@ TEST(OptimizerTest, ZeroLevelThreeGathersParametersPerLayerAndPass) {
     }
   }
   // fc0's input gradient is not needed, so its weight is not gathered for the backward pass;
-  // biases are read by no VJP.
+  // biases are read by no VJP; fc2 keeps its forward copy.
   EXPECT_EQ(gathers, (std::map<std::string, int>{{"forward fc0.weight", 1},
                                                  {"forward fc0.bias", 1},
                                                  {"forward fc1.weight", 1},
                                                  {"forward fc1.bias", 1},
+                                                 {"forward fc2.weight", 1},
+                                                 {"forward fc2.bias", 1},
                                                  {"backward fc1.weight", 1}}));
   EXPECT_TRUE(g->reshard_into.empty());
 }
