@@ -10,6 +10,16 @@ t = t[5:]
 print("%.4f %.4f" % (statistics.median(t), min(t)) if t else "- -")'
 }
 
+# median_seconds WARMUP: stdin `weftctl local --json` lines; prints the median step_seconds of the
+# steps after the first WARMUP, or "-" when there are none.
+median_seconds() {
+  python3 -c '
+import json, statistics, sys
+t = [json.loads(l)["step_seconds"] for l in sys.stdin if l.startswith("{\"type\":\"step\"")]
+t = t[int(sys.argv[1]):]
+print("%.4f" % statistics.median(t) if t else "-")' "$1"
+}
+
 # Prints the machine (CPU model, cores) and the date and commit a run measures; the commit is
 # marked +dirty when the tree differs from it outside bench/ and *.md (what the binaries are built
 # from). $1, if given, is appended to the commit line, e.g. "(binaries not rebuilt)".

@@ -81,10 +81,7 @@ for round in $(seq "$rounds"); do
   line=""
   for row in dp full selective; do
     file=$(spec gpt2 "$row" "$steps" 1)
-    t=$(bazel-bin/client/weftctl local --ranks 1 --json "$file" 2>/dev/null | python3 -c '
-import json, statistics, sys
-t = [json.loads(l)["step_seconds"] for l in sys.stdin if l.startswith("{\"type\":\"step\"")][3:]
-print("%.4f" % statistics.median(t) if t else "-")')
+    t=$(bazel-bin/client/weftctl local --ranks 1 --json "$file" 2>/dev/null | median_seconds 3)
     line="$line $t"
   done
   echo "$line" >> "$tmp/rounds"

@@ -49,12 +49,7 @@ spec() {
 }
 
 # The median step of a `weftctl local --json` run (steps after the third).
-median() {
-  python3 -c '
-import json, statistics, sys
-t = [json.loads(l)["step_seconds"] for l in sys.stdin if l.startswith("{\"type\":\"step\"")][3:]
-print("%.4f" % statistics.median(t) if t else "-")'
-}
+median() { median_seconds 3; }
 
 fmt='%-5s %11s %11s %11s %10s %10s %7s %10s %9s\n'
 printf "$fmt" model "1 rank s" "dp2 block s" "dp2 ovl s" "ovh block" "ovh ovl" hidden \

@@ -58,9 +58,12 @@ class Buffers {
   char* arena_ = nullptr;
 };
 
-
 // "[2,4]".
 std::string Dims(const std::vector<int64_t>& v);
+
+// Axis `axis` of a tensor of `rank` axes counted from the front (negative: from the end); the
+// caller checks the result is in [0, rank).
+inline int NormalizeAxis(int axis, int rank) { return axis < 0 ? axis + rank : axis; }
 
 // The product of v[begin, end).
 int64_t Product(const std::vector<int64_t>& v, size_t begin = 0, size_t end = SIZE_MAX);

@@ -186,7 +186,7 @@ absl::Status Decoder::Apart() const {
 
 absl::Status Decoder::AxisView(int id) {
   const auto& sh = shape(id);
-  const int axis = ins_.axis() < 0 ? ins_.axis() + static_cast<int>(sh.size()) : ins_.axis();
+  const int axis = NormalizeAxis(ins_.axis(), static_cast<int>(sh.size()));
   if (axis < 0 || axis >= static_cast<int>(sh.size())) {
     return Bad("axis ", ins_.axis(), " out of range for ", Dims(sh));
   }
@@ -198,7 +198,7 @@ absl::Status Decoder::AxisView(int id) {
 
 absl::Status Decoder::SameButAxis(int a, int out, int64_t len) const {
   std::vector<int64_t> want = shape(a);
-  const int axis = ins_.axis() < 0 ? ins_.axis() + static_cast<int>(want.size()) : ins_.axis();
+  const int axis = NormalizeAxis(ins_.axis(), static_cast<int>(want.size()));
   want[axis] = len;
   if (shape(out) != want) return Bad("output is ", Dims(shape(out)), ", expected ", Dims(want));
   return absl::OkStatus();

@@ -198,8 +198,8 @@ absl::Status DecodeAllToAll(Decoder& d, Step* s) {
   if (s->out == s->in[0]) return d.Bad("output aliases the input");
   const std::vector<int64_t>& in = d.shape(s->in[0]);
   const int rank = static_cast<int>(in.size());
-  const int axis = ins.axis() < 0 ? ins.axis() + rank : ins.axis();
-  const int caxis = ins.concat_axis() < 0 ? ins.concat_axis() + rank : ins.concat_axis();
+  const int axis = NormalizeAxis(ins.axis(), rank);
+  const int caxis = NormalizeAxis(ins.concat_axis(), rank);
   if (caxis < 0 || caxis >= rank) {
     return d.Bad("concat_axis ", ins.concat_axis(), " out of range for ", Dims(in));
   }

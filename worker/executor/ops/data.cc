@@ -106,7 +106,7 @@ absl::Status RunSlice(const Step& s, const RunContext& c) {
 
 // The shape of `stacked` without `axis`: what each piece of a STACK or UNSTACK holds.
 std::vector<int64_t> Unstacked(std::vector<int64_t> stacked, int axis) {
-  stacked.erase(stacked.begin() + (axis < 0 ? axis + static_cast<int>(stacked.size()) : axis));
+  stacked.erase(stacked.begin() + NormalizeAxis(axis, static_cast<int>(stacked.size())));
   return stacked;
 }
 
