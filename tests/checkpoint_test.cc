@@ -55,24 +55,6 @@ class CheckpointTest : public SharedClusterSuite<::testing::Test, 4> {
   static JobOutcome RunJob(const std::string& spec_path) { return cluster_->RunSpecFile(spec_path); }
 };
 
-// The MLP job with its train block and a checkpoint block.
-std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
-                    const std::string& checkpoint, bool resume,
-                    const std::map<std::string, std::string>& layer_extra = {},
-                    const std::string& init_from = "") {
-  std::string yaml = job.SpecYaml(mesh, checkpoint.empty() ? "" : "checkpoint: " + checkpoint + "\n",
-                                  layer_extra);
-  const std::string train = "train: {steps: 5, seed: 7}";
-  yaml.replace(yaml.find(train), train.size(),
-               "train: {steps: " + std::to_string(steps) + ", seed: 7" +
-                   (resume ? ", resume: true" : "") + "}");
-  if (!init_from.empty()) {
-    const std::string init = "init_from: init.safetensors";
-    yaml.replace(yaml.find(init), init.size(), "init_from: " + init_from);
-  }
-  return yaml;
-}
-
 // Every tensor of two checkpoints, read whole, is identical bit for bit.
 void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir) {
   auto a = checkpoint::CheckpointReader::Open(a_dir);

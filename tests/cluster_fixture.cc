@@ -160,6 +160,40 @@ void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<doub
   }
 }
 
+void ExpectLossesNear(const std::vector<double>& got, const std::vector<double>& want,
+                      double tolerance, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t s = 0; s < want.size(); ++s) {
+    EXPECT_LE(RelDiff(got[s], want[s]), tolerance)
+        << what << " step " << s + 1 << ": " << got[s] << " vs " << want[s];
+  }
+}
+
+std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
+                    const std::string& checkpoint, bool resume,
+                    const std::map<std::string, std::string>& layer_extra,
+                    const std::string& init_from) {
+  std::string yaml =
+      job.SpecYaml(mesh, checkpoint.empty() ? "" : "checkpoint: " + checkpoint + "\n", layer_extra);
+  const std::string train = "train: {steps: 5, seed: 7}";
+  yaml.replace(yaml.find(train), train.size(),
+               "train: {steps: " + std::to_string(steps) + ", seed: 7" +
+                   (resume ? ", resume: true" : "") + "}");
+  if (!init_from.empty()) {
+    const std::string init = "init_from: init.safetensors";
+    yaml.replace(yaml.find(init), init.size(), "init_from: " + init_from);
+  }
+  return yaml;
+}
+
+bool WriteReadmeTokens(const std::string& dir) {
+  CommandResult r = RunCommand({BinaryPath("client/weftctl"), "data", "tokenize", "--bytes",
+                                BinaryPath("README.md"), dir + "/readme.bin"},
+                               60);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return r.exit_code == 0;
+}
+
 std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state) {
   std::vector<double> losses;
   std::istringstream in(json_lines);

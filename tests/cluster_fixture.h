@@ -71,6 +71,21 @@ double RelDiff(double a, double b);
 void ExpectLossesMatch(const std::vector<double>& losses, const std::vector<double>& one,
                        const std::vector<double>& reference, int steps, const std::string& what);
 
+// got's per-step losses within `tolerance` (relative) of want's, the same number of them.
+void ExpectLossesNear(const std::vector<double>& got, const std::vector<double>& want,
+                      double tolerance, const std::string& what);
+
+// The MLP job's spec on `mesh` with `steps` steps, a checkpoint block (`checkpoint`, a flow
+// mapping; empty: none), train.resume, extra per-layer keys and init_from (empty: the job's file).
+std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
+                    const std::string& checkpoint, bool resume,
+                    const std::map<std::string, std::string>& layer_extra = {},
+                    const std::string& init_from = "");
+
+// This repository's README tokenized byte by byte (`weftctl data tokenize --bytes`) into
+// dir/readme.bin, which examples/gpt2_*.yaml read; fails the calling test unless it worked.
+bool WriteReadmeTokens(const std::string& dir);
+
 // Losses parsed from `weftctl local --json` output; fails the calling test on a malformed line
 // and sets *final_state to the last state event.
 std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state);

@@ -43,10 +43,7 @@ TEST_P(MemoryTest, MeasuredPeakIsThePlannedOne) {
   std::string spec = BinaryPath(GetParam().spec);
   if (GetParam().readme_tokens) {
     const std::string dir = MakeTempDir("memory-" + GetParam().name);
-    CommandResult r = RunCommand({BinaryPath("client/weftctl"), "data", "tokenize", "--bytes",
-                                  BinaryPath("README.md"), dir + "/readme.bin"},
-                                 60);
-    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_TRUE(WriteReadmeTokens(dir));
     const std::string copy = dir + "/" + std::filesystem::path(spec).filename().string();
     std::filesystem::copy_file(spec, copy);
     spec = copy;

@@ -53,22 +53,17 @@ class Rematerializer {
     auto p = producer_.find(t);
     if (p == producer_.end()) return t;  // a parameter or anything not made by a forward op
     const Op made = g_.ops[p->second];  // a copy: recomputing appends to g_.ops
-    if (IsGather(made) && made.layer != kept_gathers_) {
-      // A ZeRO-3 parameter: gathered again for this layer's backward pass.
-      const DistAttr whole = *g_.tensors[t].dist;
-      const Placement micro = g_.tensors[t].micro;
-      ASSIGN_OR_RETURN(const int copy, AppendReshard(&g_, made.inputs[0], whole, micro,
-                                                     Phase::kBackward, made.layer));
-      g_.tensors[copy].recomputes = t;
-      copies_[t] = copy;
-      return copy;
-    }
-    if (!(FromGather(made) && made.layer != kept_gathers_) && Kept(t, made)) return t;
+    // A ZeRO-3 parameter's gathered value (and any reshard of it) is gathered again rather than
+    // kept, except in the layer whose gathers are kept.
+    const bool regather = FromGather(made) && made.layer != kept_gathers_;
+    if (!regather && Kept(t, made)) return t;
     // Run the op again on what it read (kept or recomputed in turn), into copies of its outputs.
     Op again = made;
     again.phase = Phase::kBackward;
-    again.comment = absl::StrCat("recompute ", made.layer, " ", made.type, " -> ",
-                                 g_.tensors[made.outputs[0]].name);
+    again.comment = absl::StrCat("recompute ", made.comment.empty()
+                                                   ? absl::StrCat(made.layer, " ", made.type, " -> ",
+                                                                  g_.tensors[made.outputs[0]].name)
+                                                   : made.comment);
     for (int& in : again.inputs) {
       ASSIGN_OR_RETURN(in, Read(in));
     }

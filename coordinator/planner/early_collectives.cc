@@ -1,5 +1,6 @@
 #include "coordinator/planner/early_collectives.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 #include <vector>
@@ -54,58 +55,53 @@ bool GathersParameter(const v1::Program& program, const Access& access) {
 }  // namespace
 
 int StartCollectivesEarly(v1::Program* program) {
-  auto* instructions = program->mutable_instructions();
-  std::vector<Instruction> order(instructions->begin(), instructions->end());
-  std::vector<Access> access;
-  access.reserve(order.size());
-  for (const Instruction& ins : order) access.push_back(AccessOf(ins));
+  // An instruction with what it touches and its part in the prefetch limit below.
+  struct Entry {
+    Instruction ins;
+    Access access;
+    bool gathers = false;       // a collective that gathers a parameter
+    bool first_reader = false;  // the first computation reading a gather's value
+  };
+  std::vector<Entry> order;
+  order.reserve(program->instructions_size());
+  for (const Instruction& ins : program->instructions()) order.push_back({ins, AccessOf(ins)});
   // A parameter gather starts at most one gather ahead: not before the first computation that
   // reads the previous gather's result (through any collectives that reshard it further).
   // Otherwise every gather, reading only parameters, would move to the top and all the
   // parameters would be whole at once.
-  std::vector<bool> gathers(order.size(), false), first_reader(order.size(), false);
   for (size_t i = 0; i < order.size(); ++i) {
-    if (!IsCollective(order[i].op()) || !GathersParameter(*program, access[i])) continue;
-    gathers[i] = true;
-    std::set<int> value = access[i].writes;
+    if (!IsCollective(order[i].ins.op()) || !GathersParameter(*program, order[i].access)) continue;
+    order[i].gathers = true;
+    std::set<int> value = order[i].access.writes;
     for (size_t j = i + 1; j < order.size(); ++j) {
-      if (!Intersects(access[j].reads, value)) continue;
-      if (IsCollective(order[j].op())) {
-        value.insert(access[j].writes.begin(), access[j].writes.end());
+      if (!Intersects(order[j].access.reads, value)) continue;
+      if (IsCollective(order[j].ins.op())) {
+        value.insert(order[j].access.writes.begin(), order[j].access.writes.end());
         continue;
       }
-      first_reader[j] = true;
+      order[j].first_reader = true;
       break;
     }
   }
   int moved = 0;
   for (size_t i = 0; i < order.size(); ++i) {
-    if (!IsCollective(order[i].op())) continue;
+    const Entry& c = order[i];
+    if (!IsCollective(c.ins.op())) continue;
     size_t to = i;
-    while (to > 0 && !MustFollow(order[i], access[i], order[to - 1], access[to - 1]) &&
-           !(gathers[i] && first_reader[to - 1])) {
+    while (to > 0 && !MustFollow(c.ins, c.access, order[to - 1].ins, order[to - 1].access) &&
+           !(c.gathers && order[to - 1].first_reader)) {
       --to;
     }
     if (to == i) continue;
-    // Rotate [to, i] right by one: the collective lands at `to`.
-    Instruction collective = std::move(order[i]);
-    Access collective_access = std::move(access[i]);
-    const bool collective_gathers = gathers[i];
-    const bool collective_first = first_reader[i];
-    for (size_t j = i; j > to; --j) {
-      order[j] = std::move(order[j - 1]);
-      access[j] = std::move(access[j - 1]);
-      gathers[j] = gathers[j - 1];
-      first_reader[j] = first_reader[j - 1];
-    }
-    order[to] = std::move(collective);
-    access[to] = std::move(collective_access);
-    gathers[to] = collective_gathers;
-    first_reader[to] = collective_first;
+    // The collective lands at `to`, the instructions in between move down by one.
+    std::rotate(order.begin() + static_cast<std::ptrdiff_t>(to),
+                order.begin() + static_cast<std::ptrdiff_t>(i),
+                order.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     ++moved;
   }
+  auto* instructions = program->mutable_instructions();
   instructions->Clear();
-  for (Instruction& ins : order) *instructions->Add() = std::move(ins);
+  for (Entry& e : order) *instructions->Add() = std::move(e.ins);
   return moved;
 }
 

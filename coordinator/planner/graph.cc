@@ -113,10 +113,8 @@ const Parameter* Graph::FindParam(int id) const {
 }
 
 int Graph::ChunkOf(const std::string& layer) const {
-  for (const Layer& l : layers) {
-    if (l.name == layer) return l.chunk;
-  }
-  return -1;
+  const Layer* l = FindLayer(layer);
+  return l != nullptr ? l->chunk : -1;
 }
 
 const Layer* Graph::FindLayer(const std::string& name) const {

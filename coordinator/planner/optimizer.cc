@@ -21,39 +21,23 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   }
   // The gradient and the states of a parameter are placed like it, except that they are whole
   // where it is Partial: the update needs the gradient of the global value. Under ZeRO they are
-  // placed like its shard instead.
+  // placed like its shard instead (zero.h).
   const std::vector<int> params = g.ParamIds();
   std::vector<int> grads;
   std::vector<DistAttr> whole;
   std::vector<std::optional<DistAttr>> zero;
   const Placement replicate = Placement::Replicate();
   const int level = g.sharding.level;
-  // Level 1 shards the states: with none (sgd) it would only add the gather of the parameters.
-  const bool shard = level >= 2 || (level == 1 && !OptimizerStateNames(config.type).empty());
   for (int p : params) {
-    const Tensor& param = g.tensors[p];
-    const std::string layer = param.layer;  // `param` dangles once reshards add tensors
-    // Level 3 stores the parameter as its shard (zero.h); its readers get it whole.
-    auto gathered = g.gathered.find(p);
-    const DistAttr used = gathered != g.gathered.end() ? gathered->second : *param.dist;
-    DistAttr attr = used;
-    for (int d = 0; d < attr.mesh().ndim(); ++d) {
-      if (attr.placement(d).is_partial()) attr = attr.With(d, replicate);
-    }
-    whole.push_back(attr);
-    if (level >= 3) {
-      zero.push_back(gathered != g.gathered.end() ? std::optional<DistAttr>(*param.dist)
-                                                  : std::nullopt);
-    } else {
-      // A parameter that is Partial somewhere keeps its special update (emit): not sharded.
-      zero.push_back(shard && attr == used ? ZeroPlacement(attr, param.shape, g.sharding.dim)
-                                           : std::nullopt);
-    }
+    const std::string layer = g.tensors[p].layer;  // a copy: reshards add tensors
+    whole.push_back(WholeOf(g, p));
+    zero.push_back(ZeroShardOf(g, p));
     // Whole (all-reduced), then (level 1) this rank's shard of it; or (levels 2 and 3)
     // reduce-scattered straight to the shard.
     int grad = g.grad_of.at(p);
     if (!zero.back() || level < 2) {
-      ASSIGN_OR_RETURN(grad, AppendReshard(&g, grad, attr, replicate, Phase::kOptimizer, layer));
+      ASSIGN_OR_RETURN(grad,
+                       AppendReshard(&g, grad, whole.back(), replicate, Phase::kOptimizer, layer));
     }
     if (zero.back()) {
       ASSIGN_OR_RETURN(grad,

@@ -1,6 +1,7 @@
 #include "coordinator/planner/zero.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/jobspec/starting_state.h"
 
 namespace weft::planner {
 
@@ -22,6 +23,18 @@ std::optional<DistAttr> ZeroPlacement(const DistAttr& whole, const Shape& shape,
   return std::nullopt;
 }
 
+namespace {
+
+// A Partial parameter keeps its special update (optimizer.h): it is never sharded.
+bool PartialAnywhere(const DistAttr& attr) {
+  for (int d = 0; d < attr.mesh().ndim(); ++d) {
+    if (attr.placement(d).is_partial()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 absl::Status ShardParameters(Graph* g) {
   if (g->sharding.level < 3) return absl::OkStatus();
   for (const Parameter& p : g->params) {
@@ -29,16 +42,41 @@ absl::Status ShardParameters(Graph* g) {
     if (!t.dist) {
       return absl::InternalError(absl::StrCat("ZeRO-3: parameter ", t.name, " is not placed"));
     }
-    bool partial = false;
-    for (int d = 0; d < t.dist->mesh().ndim(); ++d) partial |= t.dist->placement(d).is_partial();
-    // A Partial parameter keeps its special update (optimizer.h): it stays whole.
-    if (partial) continue;
+    if (PartialAnywhere(*t.dist)) continue;
     std::optional<DistAttr> shard = ZeroPlacement(*t.dist, t.shape, g->sharding.dim);
     if (!shard) continue;
     g->gathered.emplace(p.tensor, *t.dist);
     t.dist = *shard;
   }
   return absl::OkStatus();
+}
+
+DistAttr WholeOf(const Graph& g, int p) {
+  auto gathered = g.gathered.find(p);
+  DistAttr whole = gathered != g.gathered.end() ? gathered->second : *g.tensors[p].dist;
+  for (int d = 0; d < whole.mesh().ndim(); ++d) {
+    if (whole.placement(d).is_partial()) whole = whole.With(d, Placement::Replicate());
+  }
+  return whole;
+}
+
+std::optional<DistAttr> ZeroShardOf(const Graph& g, int p) {
+  const Tensor& t = g.tensors[p];
+  switch (g.sharding.level) {
+    case 3:
+      if (g.gathered.count(p) == 0) return std::nullopt;
+      return *t.dist;
+    case 2:
+      break;
+    case 1:
+      // Level 1 shards the states: with none (sgd) it would only add the gather of the parameter.
+      if (OptimizerStateNames(g.optimizer.type).empty()) return std::nullopt;
+      break;
+    default:
+      return std::nullopt;
+  }
+  if (PartialAnywhere(*t.dist)) return std::nullopt;
+  return ZeroPlacement(*t.dist, t.shape, g.sharding.dim);
 }
 
 }  // namespace weft::planner

@@ -34,6 +34,15 @@ std::optional<DistAttr> ZeroPlacement(const DistAttr& whole, const Shape& shape,
 // its shard, its placement before in g->gathered. Runs before propagate. Nothing below level 3.
 absl::Status ShardParameters(Graph* g);
 
+// What the optimizer needs of parameter p (optimizer.h). Whole: the placement of the value its
+// update reads, its placement before ZeRO-3 with Partial dims Replicate (the gradient of the
+// global value). Shard: where its states and its reduced gradient live under ZeRO (levels 1 and
+// 2: the slice its update runs on; level 3: the stored shard); nullopt when they are whole (no
+// sharding, level 1 with an optimizer without states, a Partial parameter, one the dim cannot
+// split).
+DistAttr WholeOf(const Graph& g, int p);
+std::optional<DistAttr> ZeroShardOf(const Graph& g, int p);
+
 }  // namespace weft::planner
 
 #endif  // WEFT_COORDINATOR_PLANNER_ZERO_H_

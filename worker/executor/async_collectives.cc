@@ -65,6 +65,7 @@ void AsyncCollectives::Start(int comm, absl::Span<const ByteRange> ranges, int s
   if (!lanes_[comm]->thread.joinable()) {
     lanes_[comm]->thread = std::thread([this, comm] { Serve(comm); });
   }
+  ++in_flight_count_;
   absl::MutexLock lock(&mu_);
   in_flight_.push_back(p);
   lanes_[comm]->queue.push_back(std::move(p));
@@ -83,6 +84,7 @@ bool AsyncCollectives::Covers(const Pending& p, absl::Span<const ByteRange> rang
 }
 
 bool AsyncCollectives::WouldBlock(absl::Span<const ByteRange> ranges, int comm) const {
+  if (in_flight_count_ == 0) return false;
   absl::MutexLock lock(&mu_);
   for (const auto& p : in_flight_) {
     if (!p->done && Covers(*p, ranges, comm)) return true;
@@ -105,12 +107,13 @@ absl::Status AsyncCollectives::WaitWhere(const CoversFn& covers) {
     if (first.ok()) first = p->status;
     in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
   }
+  in_flight_count_ = in_flight_.size();
   return first;
 }
 
 absl::Status AsyncCollectives::WaitFor(absl::Span<const ByteRange> ranges, int comm) {
+  if (in_flight_count_ == 0) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  if (in_flight_.empty()) return absl::OkStatus();
   return WaitWhere([&](const Pending& p) { return Covers(p, ranges, comm); });
 }
 

@@ -66,7 +66,8 @@ class AsyncCollectives {
   bool WouldBlock(absl::Span<const ByteRange> ranges, int comm) const;
 
   // Waits for every started collective that touches any of `ranges` or runs on `comm` (-1: none
-  // by communicator), in start order; returns the first error among them.
+  // by communicator), in start order; returns the first error among them. With none started and
+  // not yet waited for, returns at once without locking (the executor calls it per instruction).
   absl::Status WaitFor(absl::Span<const ByteRange> ranges, int comm);
 
   // Waits for every started collective; returns the first error among them.
@@ -104,6 +105,9 @@ class AsyncCollectives {
   std::vector<std::unique_ptr<Lane>> lanes_;
   // Started and not yet waited for, in start order (only the executor's thread changes it).
   std::deque<std::shared_ptr<Pending>> in_flight_ ABSL_GUARDED_BY(mu_);
+  // in_flight_.size(), read and written by the executor's thread only (Start and the waits), so
+  // it reads it without the lock.
+  size_t in_flight_count_ = 0;
   std::vector<CollectiveTiming> timings_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -180,7 +180,6 @@ absl::Status ProgramExecutor::Check() {
     own_scratch_bytes_ = std::max(own_scratch_bytes_, steps_[i].own_scratch_bytes);
     staging_bytes_ = std::max(staging_bytes_, steps_[i].staging_bytes);
   }
-
   return absl::OkStatus();
 }
 

@@ -121,6 +121,27 @@ void RunAll(const std::vector<v1::Program>& programs, int steps,
   for (auto& t : threads) t.join();
 }
 
+// Runs step 1 of programs[r] on rank r's thread, in a local world that times out after
+// `timeout`; each rank's status.
+std::vector<absl::Status> RunStepStatuses(const std::vector<v1::Program>& programs,
+                                          absl::Duration timeout) {
+  const int n = static_cast<int>(programs.size());
+  auto world = std::make_shared<LocalWorld>(n, timeout);
+  std::vector<absl::Status> status(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      LocalCommunicatorFactory factory(world, r);
+      auto exec = Executor::Create(programs[r], &factory);
+      ASSERT_TRUE(exec.ok()) << exec.status();
+      ASSERT_TRUE((*exec)->Initialize().ok());
+      status[r] = (*exec)->RunStep(1).status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return status;
+}
+
 void ExpectAllClose(const std::vector<float>& got, const std::vector<double>& want, double rtol,
                     double atol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
@@ -1345,19 +1366,8 @@ TEST(ExecutorTest, CollectivesRunWhileTheExecutorGoesOn) {
 
   // The same programs with blocking collectives deadlock, which the local world's timeout ends:
   // the difference is the asynchronous run.
-  auto world = std::make_shared<LocalWorld>(2, absl::Seconds(1));
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      LocalCommunicatorFactory factory(world, r);
-      auto exec = Executor::Create(CrossedProgram(r, true, false), &factory);
-      ASSERT_TRUE(exec.ok()) << exec.status();
-      ASSERT_TRUE((*exec)->Initialize().ok());
-      status[r] = (*exec)->RunStep(1).status();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<absl::Status> status = RunStepStatuses(
+      {CrossedProgram(0, true, false), CrossedProgram(1, true, false)}, absl::Seconds(1));
   EXPECT_FALSE(status[0].ok() && status[1].ok());
 }
 
@@ -1373,22 +1383,10 @@ TEST(ExecutorTest, AnAsynchronousCollectiveErrorFailsTheStep) {
     }
     return q;
   };
-  const v1::Program programs[2] = {
-      only(CrossedProgram(0, false, false), Instruction::ALL_REDUCE, Instruction::MSE_LOSS),
-      only(CrossedProgram(1, false, false), Instruction::MSE_LOSS, Instruction::MSE_LOSS)};
-  auto world = std::make_shared<LocalWorld>(2, absl::Milliseconds(300));
-  std::vector<absl::Status> status(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      LocalCommunicatorFactory factory(world, r);
-      auto exec = Executor::Create(programs[r], &factory);
-      ASSERT_TRUE(exec.ok()) << exec.status();
-      ASSERT_TRUE((*exec)->Initialize().ok());
-      status[r] = (*exec)->RunStep(1).status();
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<absl::Status> status = RunStepStatuses(
+      {only(CrossedProgram(0, false, false), Instruction::ALL_REDUCE, Instruction::MSE_LOSS),
+       only(CrossedProgram(1, false, false), Instruction::MSE_LOSS, Instruction::MSE_LOSS)},
+      absl::Milliseconds(300));
   EXPECT_TRUE(status[1].ok()) << status[1];
   ASSERT_FALSE(status[0].ok());
   EXPECT_NE(std::string(status[0].message()).find("step 1, instruction 0 (ALL_REDUCE 'a')"),
