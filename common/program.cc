@@ -1,5 +1,6 @@
 #include "common/program.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -81,6 +82,86 @@ BufferAccess InstructionAccess(const v1::Instruction& ins) {
   if (ins.op() == v1::Instruction::ADAMW) updates({0, 2, 3});
   if (ins.has_scratch()) a.writes.push_back(ins.scratch());
   return a;
+}
+
+bool ComputesInF32(v1::Instruction::Op op) {
+  switch (op) {
+    case v1::Instruction::MATMUL:
+    case v1::Instruction::ADD_BIAS:
+    case v1::Instruction::BIAS_GRAD:
+    case v1::Instruction::RELU:
+    case v1::Instruction::RELU_GRAD:
+    case v1::Instruction::GELU:
+    case v1::Instruction::GELU_GRAD:
+    case v1::Instruction::GELU_TANH:
+    case v1::Instruction::GELU_TANH_GRAD:
+    case v1::Instruction::SILU:
+    case v1::Instruction::SILU_GRAD:
+    case v1::Instruction::MUL:
+    case v1::Instruction::MSE_LOSS:
+    case v1::Instruction::MSE_GRAD:
+    case v1::Instruction::SGD:
+    case v1::Instruction::ADAMW:
+    case v1::Instruction::SCALE:
+    case v1::Instruction::ACCUMULATE:
+    case v1::Instruction::ADD:
+    case v1::Instruction::EMBEDDING:
+    case v1::Instruction::EMBEDDING_GRAD:
+    case v1::Instruction::LAYER_NORM:
+    case v1::Instruction::LAYER_NORM_GRAD:
+    case v1::Instruction::RMS_NORM:
+    case v1::Instruction::RMS_NORM_GRAD:
+    case v1::Instruction::ROPE:
+    case v1::Instruction::ROPE_GRAD:
+    case v1::Instruction::ATTENTION:
+    case v1::Instruction::ATTENTION_GRAD:
+    case v1::Instruction::DROPOUT:
+    case v1::Instruction::ROW_MAX:
+    case v1::Instruction::CE_PARTS:
+    case v1::Instruction::CE_PARTS_GRAD:
+    case v1::Instruction::CE_LOSS:
+    case v1::Instruction::CE_LOSS_GRAD:
+    case v1::Instruction::POSITIONS:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::vector<WidenedOperand> WidenedOperands(
+    const google::protobuf::RepeatedPtrField<v1::Buffer>& buffers, const v1::Instruction& ins) {
+  std::vector<WidenedOperand> widened;
+  if (!ComputesInF32(ins.op())) return widened;
+  const BufferAccess access = InstructionAccess(ins);
+  auto in = [](const std::vector<int>& ids, int id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+  };
+  auto widen = [&](int id) {
+    if (id < 0 || id >= buffers.size() || buffers.Get(id).dtype() != v1::BF16) return;
+    for (const WidenedOperand& w : widened) {
+      if (w.buffer == id) return;
+    }
+    WidenedOperand w;
+    w.buffer = id;
+    w.offset = ArenaAligned(WidenedBytes(widened));
+    w.elements = BufferElements(buffers.Get(id));
+    w.read = in(access.reads, id);
+    w.written = in(access.writes, id);
+    widened.push_back(w);
+  };
+  for (int id : ins.inputs()) widen(id);
+  for (int id : ins.outputs()) widen(id);
+  return widened;
+}
+
+std::vector<WidenedOperand> WidenedOperands(const v1::Program& program,
+                                            const v1::Instruction& ins) {
+  return WidenedOperands(program.buffers(), ins);
+}
+
+int64_t WidenedBytes(const std::vector<WidenedOperand>& widened) {
+  if (widened.empty()) return 0;
+  return widened.back().offset + widened.back().elements * DTypeSize(v1::F32);
 }
 
 std::vector<BufferLife> BufferLives(const v1::Program& program) {

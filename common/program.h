@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "google/protobuf/repeated_ptr_field.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft {
@@ -37,6 +38,38 @@ struct BufferAccess {
   std::vector<int> writes;
 };
 BufferAccess InstructionAccess(const v1::Instruction& ins);
+
+// The ops that compute in float32 (the worker's ElementTypes::kF32 handlers: MATMUL, the
+// elementwise ops and activations, norms, attention, the cross-entropy pieces, MSE, the updates,
+// EMBEDDING(_GRAD), ROPE, DROPOUT, ...): every operand but their ids is float32 or bf16 storage.
+// Not the data movement (collectives, SEND, RECV, SLICE, STACK, UNSTACK, CAST, FILL, the loads).
+// POSITIONS is one (its rule is kF32 with an ids output) but has no float operand to widen.
+bool ComputesInF32(v1::Instruction::Op op);
+
+// A bf16 operand of an op that computes in float32: the worker runs the op on a float32 copy of
+// it, `offset` bytes into the instruction's widening area (its planned scratch buffer,
+// Instruction.scratch, or the executor's own scratch), converted from the buffer first when the
+// op reads it and rounded back (to nearest even) after it when the op writes it.
+struct WidenedOperand {
+  int buffer = -1;
+  int64_t offset = 0;    // bytes into the widening area, a multiple of kArenaAlignment
+  int64_t elements = 0;  // BufferElements of the buffer
+  bool read = false;     // by InstructionAccess
+  bool written = false;
+};
+
+// The widened operands of `ins` over the program's `buffers` (indexed by id): for an op that
+// ComputesInF32, every distinct BF16 buffer among its inputs then its outputs, in order of first
+// appearance, each laid after the one before at the next ArenaAligned offset (the first at 0).
+// Empty for other ops and when no operand is BF16 (ids are I32 or I64, never widened). Ids out
+// of range are skipped. The planner sizes an instruction's scratch by it, the worker lays the
+// copies out by it.
+std::vector<WidenedOperand> WidenedOperands(
+    const google::protobuf::RepeatedPtrField<v1::Buffer>& buffers, const v1::Instruction& ins);
+std::vector<WidenedOperand> WidenedOperands(const v1::Program& program,
+                                            const v1::Instruction& ins);
+// Bytes the widening area needs: the end of the last copy (offset + 4 * elements); 0 for none.
+int64_t WidenedBytes(const std::vector<WidenedOperand>& widened);
 
 // Elements of a buffer (the product of its local shape; 1 for a scalar) and its bytes (times its
 // dtype's size).

@@ -81,9 +81,10 @@ RefMlp MlpJob::Reference() const {
   return mlp;
 }
 
-std::vector<double> MlpJob::ReferenceLosses(bool bf16_matmul) const {
+std::vector<double> MlpJob::ReferenceLosses(bool bf16_matmul, bool bf16_storage) const {
   RefMlp mlp = Reference();
   mlp.bf16_matmul = bf16_matmul;
+  mlp.bf16_storage = bf16_storage;
   return mlp.Train(inputs, labels, kSamples, kBatch, kSteps, optimizer);
 }
 

@@ -36,8 +36,9 @@ struct MlpJob {
   // The float64 reference of this job's layers, holding its init values.
   RefMlp Reference() const;
   // Per-step losses of the float64 reference; with bf16_matmul, of `precision: bf16` (matmul
-  // operands rounded to bfloat16).
-  std::vector<double> ReferenceLosses(bool bf16_matmul = false) const;
+  // operands rounded to bfloat16); with bf16_storage, of `storage: bf16` (stored values rounded
+  // to bfloat16, RefMlp::bf16_storage).
+  std::vector<double> ReferenceLosses(bool bf16_matmul = false, bool bf16_storage = false) const;
 };
 
 // Megatron column -> row over a 1-d mp mesh, as MlpJob::SpecYaml's layer_extra: fc0

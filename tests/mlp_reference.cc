@@ -54,6 +54,21 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
     }
     return v;
   };
+  // A value as Weft stores it.
+  auto stored = [this](std::vector<double> v) {
+    if (bf16_storage) {
+      for (double& e : v) e = RoundToBf16(e);
+    }
+    return v;
+  };
+  // gin += term, as stored: the term is stored, then the sum.
+  auto add_stored = [&](std::vector<double>* gin, const std::vector<double>& term) {
+    const std::vector<double> t = stored(term);
+    for (size_t e = 0; e < gin->size(); ++e) (*gin)[e] += t[e];
+    *gin = stored(*gin);
+  };
+  // A parameter as the layers read it.
+  auto param = [&](const std::string& name) { return stored(params.at(name)); };
   std::vector<double> losses;
   for (int step = 1; step <= steps; ++step) {
     // Widths: the batch's, then each layer's output.
@@ -77,14 +92,21 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
       const std::vector<double>& a = values[reads[i][0]];
       std::vector<double> o;
       if (l.type == "linear") {
-        const std::vector<double> w = operand(params.at(l.name + ".weight"));
+        const std::vector<double> w = operand(param(l.name + ".weight"));
         const std::vector<double> xa = operand(a);
         o.assign(static_cast<size_t>(batch) * l.out, 0.0);
         for (int b = 0; b < batch; ++b) {
           for (int j = 0; j < l.out; ++j) {
-            double s = l.bias ? params.at(l.name + ".bias")[j] : 0.0;
+            double s = 0.0;
             for (int k = 0; k < l.in; ++k) s += xa[b * l.in + k] * w[k * l.out + j];
             o[b * l.out + j] = s;
+          }
+        }
+        if (l.bias) {
+          o = stored(o);  // the product, stored before the bias is added
+          const std::vector<double> bias = param(l.name + ".bias");
+          for (int b = 0; b < batch; ++b) {
+            for (int j = 0; j < l.out; ++j) o[b * l.out + j] += bias[j];
           }
         }
       } else if (l.type == "add") {
@@ -96,7 +118,7 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
         o = a;
         for (auto& v : o) v = l.type == "relu" ? (v > 0 ? v : 0.0) : Gelu(v);
       }
-      values.push_back(std::move(o));
+      values.push_back(stored(std::move(o)));
     }
     const auto& pred = values.back();
     const double n_total = static_cast<double>(batch) * out_last;
@@ -109,6 +131,7 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
       loss += d * d / n_total;
       grads_of[n][i] = 2.0 * d / n_total;
     }
+    grads_of[n] = stored(grads_of[n]);
     losses.push_back(loss);
     // Backward.
     std::map<std::string, std::vector<double>> grads;
@@ -119,34 +142,36 @@ std::vector<double> RefMlp::Train(const std::vector<double>& inputs,
       const std::vector<double>& act = values[src];
       std::vector<double>& gin = grads_of[src];
       if (l.type == "linear") {
-        const std::vector<double> w = operand(params.at(l.name + ".weight"));
+        const std::vector<double> w = operand(param(l.name + ".weight"));
         const std::vector<double> a = operand(act);
         const std::vector<double> g = operand(grad);
         std::vector<double> gw(static_cast<size_t>(l.in) * l.out, 0.0);
+        std::vector<double> term(gin.size(), 0.0);
         for (int b = 0; b < batch; ++b) {
           for (int k = 0; k < l.in; ++k) {
             for (int j = 0; j < l.out; ++j) {
               gw[k * l.out + j] += a[b * l.in + k] * g[b * l.out + j];
-              gin[b * l.in + k] += g[b * l.out + j] * w[k * l.out + j];
+              term[b * l.in + k] += g[b * l.out + j] * w[k * l.out + j];
             }
           }
         }
-        grads[l.name + ".weight"] = gw;
+        add_stored(&gin, term);
+        grads[l.name + ".weight"] = stored(gw);
         if (l.bias) {
           std::vector<double> gb(l.out, 0.0);
           for (int b = 0; b < batch; ++b) {
             for (int j = 0; j < l.out; ++j) gb[j] += grad[b * l.out + j];
           }
-          grads[l.name + ".bias"] = gb;
+          grads[l.name + ".bias"] = stored(gb);
         }
       } else if (l.type == "add") {
-        for (int r : reads[li]) {
-          for (size_t e = 0; e < grad.size(); ++e) grads_of[r][e] += grad[e];
-        }
+        for (int r : reads[li]) add_stored(&grads_of[r], grad);
       } else {
+        std::vector<double> term(act.size());
         for (size_t i = 0; i < act.size(); ++i) {
-          gin[i] += grad[i] * (l.type == "relu" ? (act[i] > 0 ? 1.0 : 0.0) : GeluGrad(act[i]));
+          term[i] = grad[i] * (l.type == "relu" ? (act[i] > 0 ? 1.0 : 0.0) : GeluGrad(act[i]));
         }
+        add_stored(&gin, term);
       }
     }
     // Update.

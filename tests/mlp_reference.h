@@ -54,6 +54,12 @@ class RefMlp {
   // float32 and then to bfloat16 (nearest even) before the products; everything else stays
   // float64.
   bool bf16_matmul = false;
+  // `storage: bf16`: the values Weft stores in bfloat16 are rounded (float32, then bfloat16) where
+  // it stores them: the parameters as the layers read them (params keeps the float64 master
+  // weights the optimizer updates), every layer's output (a linear layer with a bias: its product
+  // before the bias too), the loss's gradient, and every gradient (each term and each sum of
+  // terms); the batch, the loss and the updates are not.
+  bool bf16_storage = false;
 
   // Trains for `steps` steps and returns the loss of each step, computed before its update.
   // inputs: [num_samples, in of the first layer]; labels: [num_samples, out of the last].

@@ -48,6 +48,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   }
   if (spec->device().empty()) spec->set_device("cpu");
   if (spec->precision().empty()) spec->set_precision("f32");
+  if (spec->storage().empty()) spec->set_storage("f32");
   if (!spec->has_bucket_mb()) spec->set_bucket_mb(kDefaultBucketMb);
   if (!spec->checkpoint().dir().empty()) {
     v1::Checkpoint* checkpoint = spec->mutable_checkpoint();

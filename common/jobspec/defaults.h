@@ -21,10 +21,10 @@ inline constexpr double kDefaultBucketMb = 25;  // DDP's bucket_cap_mb
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
 // linear bias true; loss mse (cross_entropy for a transformer, model.arch); gpt2 n_inner
 // 4 * n_embd; data placements Shard(0) on a dim named dp, Replicate elsewhere;
-// adamw betas [0.9, 0.999]; device cpu; precision f32; checkpoint every 100 and keep 3 when it
-// has a dir; with a pipeline (pipeline.dim set), micro_batches and virtual_stages 1 and, when any
-// layer gives a stage, the stage of every layer that gives none: the previous layer's (the first
-// layer's is 0). Idempotent.
+// adamw betas [0.9, 0.999]; device cpu; precision and storage f32; checkpoint every 100 and keep
+// 3 when it has a dir; with a pipeline (pipeline.dim set), micro_batches and virtual_stages 1
+// and, when any layer gives a stage, the stage of every layer that gives none: the previous
+// layer's (the first layer's is 0). Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // The batch's placements: data.placements, or (none given) Shard(0) on a mesh dim named dp and

@@ -85,6 +85,7 @@ TEST_F(SpecTest, AppliesDefaults) {
   EXPECT_EQ(spec->train().seed(), 0u);
   EXPECT_EQ(spec->device(), "cpu");
   EXPECT_EQ(spec->precision(), "f32");
+  EXPECT_EQ(spec->storage(), "f32");
   EXPECT_FALSE(spec->allow_tf32());
   EXPECT_FALSE(spec->blocking_collectives());  // overlap: true by default
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
@@ -150,10 +151,13 @@ TEST_F(SpecTest, AppliesDefaults) {
               HasSubstr("overlap"));
 
   absl::StatusOr<v1::JobSpec> gpu = ParseJobSpecYaml(
-      absl::StrCat(kSyntheticSpec, "device: cuda\nprecision: bf16\nallow_tf32: true\n"), dir_);
+      absl::StrCat(kSyntheticSpec,
+                   "device: cuda\nprecision: bf16\nstorage: bf16\nallow_tf32: true\n"),
+      dir_);
   ASSERT_TRUE(gpu.ok()) << gpu.status();
   EXPECT_EQ(gpu->device(), "cuda");
   EXPECT_EQ(gpu->precision(), "bf16");
+  EXPECT_EQ(gpu->storage(), "bf16");
   EXPECT_TRUE(gpu->allow_tf32());
   EXPECT_TRUE(ValidateJobSpec(*gpu).ok()) << ValidateJobSpec(*gpu);
   EXPECT_THAT(std::string(ParseJobSpecYaml(absl::StrCat(kSyntheticSpec, "allow_tf32: maybe\n"),

@@ -543,6 +543,10 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
     return absl::InvalidArgumentError(absl::StrCat(
         "precision: unknown precision \"", spec.precision(), "\"; known: f32, bf16"));
   }
+  if (!spec.storage().empty() && spec.storage() != "f32" && spec.storage() != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "storage: unknown storage \"", spec.storage(), "\"; known: f32, bf16"));
+  }
   return absl::OkStatus();
 }
 

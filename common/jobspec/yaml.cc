@@ -714,7 +714,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
                    MapReader::Read(root, "job spec",
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
-                                    "trace", "checkpoint", "precision", "allow_tf32",
+                                    "trace", "checkpoint", "precision", "storage", "allow_tf32",
                                     "overlap", "sharding", "bucket_mb"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
@@ -763,6 +763,9 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   }
   if (m.Has("precision")) {
     ASSIGN_OR_RETURN(*spec->mutable_precision(), ReadString(m.Get("precision"), "precision"));
+  }
+  if (m.Has("storage")) {
+    ASSIGN_OR_RETURN(*spec->mutable_storage(), ReadString(m.Get("storage"), "storage"));
   }
   if (m.Has("allow_tf32")) {
     ASSIGN_OR_RETURN(bool allow_tf32, ReadBool(m.Get("allow_tf32"), "allow_tf32"));

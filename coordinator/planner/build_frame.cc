@@ -74,6 +74,7 @@ absl::Status PrepareGraph(const v1::JobSpec& spec, Graph* g,
   RETURN_IF_ERROR(ReadOptimizer(spec, g));
   RETURN_IF_ERROR(ReadSharding(spec, g));
   g->bucket_bytes = static_cast<int64_t>(spec.bucket_mb() * (1 << 20));  // defaulted with the spec
+  g->storage = spec.storage() == "bf16" ? v1::BF16 : v1::F32;  // checked with the spec
   return ReadPipeline(spec, g);
 }
 

@@ -24,7 +24,9 @@ bool HoldsValue(const DistAttr& attr, int rank) {
   return true;
 }
 
-std::string CheckpointName(const Graph& g, const Tensor& t) {
+std::string CheckpointName(const Graph& g, int id) {
+  const Tensor& t = g.tensors[id];
+  if (const Parameter* p = g.FindParamOfMaster(id)) return g.tensors[p->tensor].name;
   if (t.role != v1::Buffer::OPTIMIZER_STATE) return t.name;
   // The optimizer pass names a state <param>.<state> (fc0.weight.m).
   const size_t dot = t.name.rfind('.');
@@ -45,9 +47,10 @@ absl::StatusOr<CheckpointWriters> CheckpointWriters::Assign(const Graph& g,
   std::vector<Copies> groups;
   for (size_t id = 0; id < g.tensors.size(); ++id) {
     const Tensor& t = g.tensors[id];
-    if (t.role != v1::Buffer::OPTIMIZER_STATE && !(t.role == v1::Buffer::PARAM && g.IsParam(id))) {
-      continue;
-    }
+    const Parameter* param = t.role == v1::Buffer::PARAM ? g.FindParam(id) : nullptr;
+    if (t.role != v1::Buffer::OPTIMIZER_STATE && param == nullptr) continue;
+    // A bf16 parameter is written as its float32 master weight.
+    if (param != nullptr && param->master >= 0) continue;
     const DistAttr& attr = *t.dist;
     // Identical copies: along the dims where the tensor is whole (Replicate, or Partial(avg) of
     // equal pieces) other than the pipeline dim, where only its own stage holds it.
@@ -66,7 +69,7 @@ absl::StatusOr<CheckpointWriters> CheckpointWriters::Assign(const Graph& g,
       if (!first || !HoldsValue(attr, r)) continue;
       const v1::TensorBox box = attr.Box(t.shape, r);
       Copies c;
-      c.name = CheckpointName(g, t);
+      c.name = CheckpointName(g, static_cast<int>(id));
       c.offsets.assign(box.offsets().begin(), box.offsets().end());
       c.lengths.assign(box.lengths().begin(), box.lengths().end());
       c.holders = mesh.GroupRanks(r, dims);

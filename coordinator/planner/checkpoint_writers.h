@@ -27,9 +27,10 @@ int StageOfTensor(const Graph& g, const pipeline::PipelinePlan& plan, const Tens
 // Whether rank holds the value of a tensor placed by attr: a Partial(sum) tensor lives on
 // member 0 of each Partial(sum) dim (zeros elsewhere, so that the pieces sum to it).
 bool HoldsValue(const DistAttr& attr, int rank);
-// The name a parameter or optimizer state has in checkpoints: the parameter's (fc0.weight), or
-// CheckpointStateName for a state (fc0.weight/adamw.m).
-std::string CheckpointName(const Graph& g, const Tensor& t);
+// The name tensor `id`, a parameter or optimizer state, has in checkpoints: the parameter's
+// (fc0.weight, also for its float32 master weight under bf16 storage), or CheckpointStateName
+// for a state (fc0.weight/adamw.m).
+std::string CheckpointName(const Graph& g, int id);
 
 class CheckpointWriters {
  public:

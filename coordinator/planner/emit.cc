@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/philox.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "coordinator/planner/buckets.h"
 #include "coordinator/planner/early_collectives.h"
@@ -155,25 +156,31 @@ class RankEmitter {
     return ins;
   }
 
+  // Parameters and optimizer states. A float32 master weight (bf16 storage) starts as its
+  // parameter does and goes into checkpoints under the parameter's name; the bf16 parameter
+  // loads from there (rounded) but is never written.
   absl::Status AddInits() {
     for (size_t t = 0; t < g_.tensors.size(); ++t) {
       const Tensor& tensor = g_.tensors[t];
-      const Parameter* p = tensor.role == v1::Buffer::PARAM ? g_.FindParam(t) : nullptr;
-      const bool state = tensor.role == v1::Buffer::OPTIMIZER_STATE;
+      const Parameter* master_of = g_.FindParamOfMaster(static_cast<int>(t));
+      const Parameter* p = master_of;
+      if (p == nullptr && tensor.role == v1::Buffer::PARAM) p = g_.FindParam(t);
+      const bool state = tensor.role == v1::Buffer::OPTIMIZER_STATE && master_of == nullptr;
       if (p == nullptr && !state) continue;
       if (StageOfTensor(g_, p_.pipeline, tensor) != stage_) continue;
+      const std::string& name = p != nullptr ? g_.tensors[p->tensor].name : tensor.name;
       ASSIGN_OR_RETURN(const int buffer, Instance(t, -1));
       v1::ParamInit* init = program_.add_init();
       init->set_buffer(buffer);
-      init->set_name(tensor.name);
+      init->set_name(name);
       SetRepeated(init->mutable_global_shape(), tensor.shape);
       *init->mutable_box() = tensor.dist->Box(tensor.shape, rank_);
       const bool holds = HoldsValue(*tensor.dist, rank_);
       if (holds) {
         v1::CheckpointItem* item = program_.add_checkpoint_items();
         item->set_buffer(buffer);
-        item->set_role(tensor.role);
-        item->set_name(CheckpointName(g_, tensor));
+        item->set_role(master_of != nullptr ? v1::Buffer::PARAM : tensor.role);
+        item->set_name(CheckpointName(g_, static_cast<int>(t)));
         SetRepeated(item->mutable_global_shape(), tensor.shape);
         *item->mutable_box() = init->box();
         item->set_write(p_.writers.Writes(static_cast<int>(t), rank_));
@@ -190,7 +197,7 @@ class RankEmitter {
       } else {
         init->set_kind(v1::ParamInit::UNIFORM);
         init->set_bound(p->init_bound);
-        init->set_tensor_key(Fnv1a64(tensor.name));
+        init->set_tensor_key(Fnv1a64(name));
       }
     }
     return absl::OkStatus();
@@ -299,7 +306,10 @@ class RankEmitter {
       ins->add_inputs(b);
     }
     for (int out : op.outputs) {
-      ASSIGN_OR_RETURN(const int b, Instance(out, item.micro_batch));
+      // An output written into another tensor (a bf16 parameter rounded from its master).
+      auto into = g_.writes_into.find(out);
+      ASSIGN_OR_RETURN(const int b, Instance(into != g_.writes_into.end() ? into->second : out,
+                                             item.micro_batch));
       ins->add_outputs(b);
     }
     RETURN_IF_ERROR(SetAttributes(op, ins));
@@ -400,8 +410,8 @@ class RankEmitter {
     const auto out_key = std::make_pair(out_id, InstanceIndex(out_id, item.micro_batch));
     // A reshard written into another tensor (ZeRO's gathered parameter): its last step writes
     // that tensor's buffer.
-    auto into = g_.reshard_into.find(out_id);
-    if (into != g_.reshard_into.end()) {
+    auto into = g_.writes_into.find(out_id);
+    if (into != g_.writes_into.end()) {
       // A shard is gathered from at least two ranks (zero.h's ZeroPlacement).
       if (steps.empty()) return absl::InternalError(absl::StrCat("emit: ", t.name, " moves nowhere"));
       ASSIGN_OR_RETURN(buffers_[out_key], Instance(into->second, item.micro_batch));
@@ -498,6 +508,25 @@ class RankEmitter {
   std::map<int, int> accumulators_;                // accumulating reshard op -> buffer
 };
 
+// Gives each instruction with widened operands (a compute op reading or writing bf16) a planned
+// scratch buffer for their float32 copies, so that the arena holds them and the planned peak is
+// the measured one.
+void AddWideningScratch(v1::Program* program) {
+  for (v1::Instruction& ins : *program->mutable_instructions()) {
+    if (ins.has_scratch()) continue;
+    const std::vector<WidenedOperand> widened = WidenedOperands(*program, ins);
+    const int64_t bytes = WidenedBytes(widened);
+    if (bytes == 0) continue;
+    v1::Buffer* b = program->add_buffers();
+    b->set_id(program->buffers_size() - 1);
+    b->set_name(absl::StrCat(program->buffers(widened.front().buffer).name(), ".widened"));
+    b->add_shape(bytes / static_cast<int64_t>(sizeof(float)));
+    b->set_role(v1::Buffer::SCRATCH);
+    b->set_dtype(v1::F32);
+    ins.set_scratch(b->id());
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
@@ -509,6 +538,7 @@ absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::P
   RETURN_IF_ERROR(Annotate(emitter.Emit(), absl::StrCat("emitting rank ", rank)));
   if (!program.blocking_collectives()) StartCollectivesEarly(&program);
   FuseGradientAllReduces(&program, planned.graph.bucket_bytes);
+  AddWideningScratch(&program);
   memory->Plan(&program);
   return program;
 }

@@ -11,8 +11,10 @@
 // state the rank holds the value of gets a checkpoint item (write: CheckpointWriters).
 // Partial(sum) parameters and batches hold their value on member 0 of each Partial(sum) dim and
 // zeros elsewhere (ZEROS init, SCALE 0 instead of a load); their updates give the step to member
-// 0 and only the weight decay to the others. Last, the memory plan lays the buffers out in one
-// arena by liveness (memory_plan.h).
+// 0 and only the weight decay to the others. A compute instruction with bf16 operands (bf16
+// storage) gets a planned scratch buffer for their float32 copies (common/program.h
+// WidenedOperands). Last, the memory plan lays the buffers out in one arena by liveness
+// (memory_plan.h).
 //
 // E.g.
 //   MemoryPlanner memory;

@@ -112,6 +112,13 @@ const Parameter* Graph::FindParam(int id) const {
   return it == params.end() ? nullptr : &*it;
 }
 
+const Parameter* Graph::FindParamOfMaster(int id) const {
+  if (id < 0) return nullptr;
+  auto it = std::find_if(params.begin(), params.end(),
+                         [&](const Parameter& p) { return p.master == id; });
+  return it == params.end() ? nullptr : &*it;
+}
+
 int Graph::ChunkOf(const std::string& layer) const {
   const Layer* l = FindLayer(layer);
   return l != nullptr ? l->chunk : -1;

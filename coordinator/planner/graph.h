@@ -114,6 +114,9 @@ struct Parameter {
   // Its shape in files when that is not its shape here: Hugging Face's layout of the same
   // row-major elements (gpt2's c_attn weight [C, 3C], here [C, 3, H, D]). Empty: the same.
   Shape file_shape;
+  // Under bf16 storage (Graph::storage): the float32 master weight the optimizer updates (an
+  // optimizer state), which the parameter is rounded from after each update; -1: none.
+  int master = -1;
 };
 
 // Activation recompute of a layer (JobSpec model.recompute, Layer.recompute; autodiff.h).
@@ -160,9 +163,10 @@ struct Graph {
   int loss = -1;  // the loss op's output; after propagate, the replicated loss
   std::vector<Parameter> params;  // in layer order
   std::map<int, int> grad_of;     // param (or requested) tensor id -> gradient id (autodiff)
-  // A reshard whose output is written into another tensor's buffer: ZeRO's all-gathered update
-  // of a parameter, written back into the parameter. Output tensor id -> the tensor it writes.
-  std::map<int, int> reshard_into;
+  // An op output written into another tensor's buffer: ZeRO's all-gathered update of a
+  // parameter written back into the parameter, a bf16 parameter rounded from its master weight.
+  // Output tensor id -> the tensor it writes.
+  std::map<int, int> writes_into;
   // ZeRO-3 (zero.h): a parameter stored as its shard, by tensor id -> the placement its readers
   // get it in, all-gathered before each use (its placement without ZeRO).
   std::map<int, DistAttr> gathered;
@@ -170,6 +174,9 @@ struct Graph {
   OptimizerConfig optimizer;
   PipelineConfig pipeline;
   ShardingConfig sharding;
+  // Where parameters, gradients and activations live (JobSpec.storage, storage.h): F32, or BF16
+  // with float32 master weights.
+  v1::DType storage = v1::F32;
   // Parameter gradients are all-reduced in buckets of up to this many bytes (buckets.h); 0: one
   // all-reduce each.
   int64_t bucket_bytes = 0;
@@ -200,6 +207,8 @@ struct Graph {
   const Parameter* FindParam(int id) const;
   // Whether tensor id is one of the parameters.
   bool IsParam(int id) const { return FindParam(id) != nullptr; }
+  // The parameter whose master weight is tensor id, or null.
+  const Parameter* FindParamOfMaster(int id) const;
   // The chunk of a spec layer by name; -1 when no layer has that name.
   int ChunkOf(const std::string& layer) const;
   // The spec layer by name; null for "" and unknown names.

@@ -6,7 +6,8 @@ namespace {
 using I = v1::Instruction;
 
 std::vector<OpDef> MakeTable() {
-  const std::vector<v1::DType> f32 = {v1::F32};
+  // The compute ops' floats: each float32 or bfloat16 (bf16 storage; the worker widens them).
+  const std::vector<v1::DType> f32 = {v1::F32, v1::BF16};
   const std::vector<AttrDef> update = {{"lr", 0.0}, {"weight_decay", 0.0}};
   std::vector<AttrDef> adamw = update;
   adamw.insert(adamw.end(), {{"beta1", 0.9}, {"beta2", 0.999}, {"eps", 1e-8}});

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
 #include "common/jobspec/starting_state.h"
 #include "common/status.h"
 #include "coordinator/planner/propagate.h"
@@ -47,10 +48,24 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const int p = params[i];
-    // Under ZeRO levels 1 and 2 the update runs on this rank's shard of the parameter, a
-    // transient copy; at level 3 the parameter is that shard.
+    const std::string layer = g.tensors[p].layer;
+    // A bf16 parameter's update runs on its float32 master weight, placed like the states; the
+    // parameter is then rounded from it (below).
+    const bool mastered = g.tensors[p].dtype != v1::F32;
     int target = p;
-    if (zero[i] && level < 3) {
+    if (mastered) {
+      Tensor m = g.tensors[p];
+      absl::StrAppend(&m.name, ".master");
+      m.dtype = v1::F32;
+      m.role = v1::Buffer::OPTIMIZER_STATE;
+      m.dist = zero[i] ? *zero[i] : *g.tensors[p].dist;
+      target = g.AddTensor(std::move(m));
+      for (Parameter& param : g.params) {
+        if (param.tensor == p) param.master = target;
+      }
+    } else if (zero[i] && level < 3) {
+      // Under ZeRO levels 1 and 2 the update runs on this rank's shard of the parameter, a
+      // transient copy; at level 3 the parameter is that shard.
       ASSIGN_OR_RETURN(target, AppendReshard(&g, p, *zero[i], replicate, Phase::kOptimizer,
                                              g.tensors[p].layer));
     }
@@ -59,6 +74,7 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
     for (const std::string& state : OptimizerStateNames(config.type)) {
       Tensor t = g.tensors[p];
       absl::StrAppend(&t.name, ".", state);
+      t.dtype = g.tensors[target].dtype;  // float32 beside a master weight
       t.role = v1::Buffer::OPTIMIZER_STATE;
       t.dist = zero[i] ? *zero[i] : whole[i];
       op.inputs.push_back(g.AddTensor(std::move(t)));
@@ -70,12 +86,26 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
       return absl::InternalError(absl::StrCat("optimizer for ", g.tensors[p].name,
                                               ": the update would need a reshard of its inputs"));
     }
+    int updated = target;  // what goes back into the parameter
+    if (mastered) {
+      // The master rounded to the parameter's dtype: into the parameter, or (ZeRO levels 1 and
+      // 2) into a shard that the all-gather below writes back.
+      Tensor rounded = g.tensors[target];
+      rounded.name = absl::StrCat(g.tensors[p].name, ".rounded");
+      rounded.dtype = g.tensors[p].dtype;
+      rounded.role = v1::Buffer::ACTIVATION;
+      updated = g.AddTensor(std::move(rounded));
+      Op cast{"cast", {target}, {updated}, layer, Phase::kOptimizer};
+      cast.comment = absl::StrCat(g.tensors[p].name, " = ", DTypeName(g.tensors[p].dtype), "(",
+                                  g.tensors[target].name, ")");
+      RETURN_IF_ERROR(AppendPlacedOp(registry, &g, std::move(cast)));
+      if (!zero[i] || level == 3) g.writes_into[updated] = p;
+    }
     if (zero[i] && level < 3) {
       // The updated shards, all-gathered back into the parameter.
       ASSIGN_OR_RETURN(const int gathered,
-                       AppendReshard(&g, target, whole[i], replicate, Phase::kOptimizer,
-                                     g.tensors[p].layer));
-      g.reshard_into[gathered] = p;
+                       AppendReshard(&g, updated, whole[i], replicate, Phase::kOptimizer, layer));
+      g.writes_into[gathered] = p;
     }
   }
   return g;

@@ -12,9 +12,14 @@
 // ZeroPlacement; a parameter with none stays whole). Level 1 all-reduces the gradient and keeps
 // this rank's shard of it (a slice), level 2 reduce-scatters it to the shard; the update runs on a
 // transient slice of the parameter, which an all-gather then writes back into the parameter
-// (Graph::reshard_into). Level 1 with sgd, which has no states, shards nothing. Level 3: the
+// (Graph::writes_into). Level 1 with sgd, which has no states, shards nothing. Level 3: the
 // parameter is already its shard (zero.h, Graph::gathered), its gradient is reduce-scattered to
 // it and the update runs on it in place; nothing is gathered back.
+//
+// bf16 storage (storage.h): the update runs on the parameter's float32 master weight
+// (<param>.master, an optimizer state placed like the states, so ZeRO shards it at every level,
+// sgd's at level 1 too), and a cast rounds it into the parameter: in place, or at levels 1 and 2
+// into a bf16 shard that the all-gather writes back (half the bytes of a float32 gather).
 //
 // E.g.
 //   ASSIGN_OR_RETURN(g, AppendOptimizer(BuiltinRules(), std::move(g)));

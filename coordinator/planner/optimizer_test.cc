@@ -154,7 +154,7 @@ TEST(OptimizerTest, ZeroLevelThreeGathersParametersPerLayerAndPass) {
                                                  {"forward fc2.weight", 1},
                                                  {"forward fc2.bias", 1},
                                                  {"backward fc1.weight", 1}}));
-  EXPECT_TRUE(g->reshard_into.empty());
+  EXPECT_TRUE(g->writes_into.empty());
 }
 
 }  // namespace

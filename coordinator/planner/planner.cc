@@ -10,6 +10,7 @@
 #include "coordinator/planner/pipeline/pipeline.h"
 #include "coordinator/planner/propagate.h"
 #include "coordinator/planner/spmd.h"
+#include "coordinator/planner/storage.h"
 
 namespace weft::planner {
 
@@ -48,6 +49,7 @@ namespace {
 absl::StatusOr<PlannedGraph> RunPasses(const v1::JobSpec& spec) {
   const RuleRegistry& rules = BuiltinRules();
   ASSIGN_OR_RETURN(Graph g, BuildGraph(spec));
+  RETURN_IF_ERROR(ApplyStorage(&g));
   ASSIGN_OR_RETURN(g, Propagate(rules, std::move(g)));
   ASSIGN_OR_RETURN(g, Autodiff(rules, std::move(g)));
   ASSIGN_OR_RETURN(g, AppendOptimizer(rules, std::move(g)));

@@ -133,6 +133,8 @@ TEST_F(SpecTest, ValidationErrorsNameTheField) {
            {{{"device: cpu", "device: tpu"}}, "device: unknown device \"tpu\""},
            {{{"device: cpu", "device: cpu\nprecision: fp8"}},
             "precision: unknown precision \"fp8\"; known: f32, bf16"},
+           {{{"device: cpu", "device: cpu\nstorage: fp16"}},
+            "storage: unknown storage \"fp16\"; known: f32, bf16"},
            {{{"name: tiny", "name: \"\""}}, "name: must not be empty"},
        }) {
     absl::StatusOr<v1::JobSpec> spec = Full(c.replace);

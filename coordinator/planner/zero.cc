@@ -69,8 +69,11 @@ std::optional<DistAttr> ZeroShardOf(const Graph& g, int p) {
     case 2:
       break;
     case 1:
-      // Level 1 shards the states: with none (sgd) it would only add the gather of the parameter.
-      if (OptimizerStateNames(g.optimizer.type).empty()) return std::nullopt;
+      // Level 1 shards the states: with none (sgd without a bf16 parameter's master weight) it
+      // would only add the gather of the parameter.
+      if (OptimizerStateNames(g.optimizer.type).empty() && g.storage == v1::F32) {
+        return std::nullopt;
+      }
       break;
     default:
       return std::nullopt;

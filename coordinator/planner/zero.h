@@ -38,8 +38,8 @@ absl::Status ShardParameters(Graph* g);
 // update reads, its placement before ZeRO-3 with Partial dims Replicate (the gradient of the
 // global value). Shard: where its states and its reduced gradient live under ZeRO (levels 1 and
 // 2: the slice its update runs on; level 3: the stored shard); nullopt when they are whole (no
-// sharding, level 1 with an optimizer without states, a Partial parameter, one the dim cannot
-// split).
+// sharding, level 1 with an optimizer without states and no master weights, a Partial parameter,
+// one the dim cannot split).
 DistAttr WholeOf(const Graph& g, int p);
 std::optional<DistAttr> ZeroShardOf(const Graph& g, int p);
 

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
+#include "common/program.h"
 #include "common/status.h"
 #include "worker/executor/op_registry.h"
 #include "worker/executor/step.h"
@@ -89,8 +90,9 @@ absl::Status Decoder::CheckTypes(const ElementTypes& types) {
           } else {
             s_->ids_dtype = t;
           }
-        } else if (t != v1::F32) {
-          return Bad(Named(p.what, p.id), " is ", DTypeName(t), "; ", op, " computes in f32");
+        } else if (t != v1::F32 && t != v1::BF16) {
+          return Bad(Named(p.what, p.id), " is ", DTypeName(t), "; ", op,
+                     " computes in f32 (bf16 operands are widened)");
         }
       }
       break;
@@ -255,19 +257,43 @@ absl::Status Decoder::Packing(int64_t elements) {
     return absl::OkStatus();
   }
   const int id = ins_.scratch();
-  for (const std::vector<int>* operands : {&s_->in, &s_->outs}) {
-    for (size_t i = 0; i < operands->size(); ++i) {
-      if ((*operands)[i] != id) continue;
-      return Bad("scratch ", buffers_.Describe(id), " is also the instruction's ",
-                 operands == &s_->outs ? "output " : "input ", i);
-    }
-  }
+  RETURN_IF_ERROR(ScratchApart(id));
   if (buffers_.bytes(id) < pack_bytes) {
     return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ",
                OpName(), " packs ", elements, " elements of ", DTypeName(s_->dtype), " (",
                pack_bytes, " bytes) there");
   }
   s_->scratch = id;
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::Widening() {
+  s_->widened = WidenedOperands(ctx_.program, ins_);
+  if (s_->widened.empty()) return absl::OkStatus();
+  const int64_t bytes = WidenedBytes(s_->widened);
+  if (!ins_.has_scratch()) {
+    s_->own_scratch_bytes = bytes;  // the copies start it: no compute op packs
+    return absl::OkStatus();
+  }
+  const int id = ins_.scratch();
+  RETURN_IF_ERROR(ScratchApart(id));
+  if (buffers_.bytes(id) < bytes) {
+    return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ",
+               OpName(), " widens ", s_->widened.size(), " bf16 operand",
+               s_->widened.size() == 1 ? "" : "s", " to float32 (", bytes, " bytes) there");
+  }
+  s_->scratch = id;
+  return absl::OkStatus();
+}
+
+absl::Status Decoder::ScratchApart(int id) const {
+  for (const auto* operands : {&ins_.inputs(), &ins_.outputs()}) {
+    for (int i = 0; i < operands->size(); ++i) {
+      if (operands->Get(i) != id) continue;
+      return Bad("scratch ", buffers_.Describe(id), " is also the instruction's ",
+                 operands == &ins_.outputs() ? "output " : "input ", i);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -345,9 +371,14 @@ absl::Status DecodeInstruction(const DecodeContext& ctx, Step* step) {
   RETURN_IF_ERROR(d.CheckIds());
   RETURN_IF_ERROR(d.CheckTypes(handler->types));
   RETURN_IF_ERROR(handler->decode(d, step));
-  if (ins.has_scratch() && !handler->packs) {
-    return absl::InvalidArgumentError(absl::StrCat("has scratch buffer ", ins.scratch(),
-                                                   "; only ", Packers(), " pack through one"));
+  if (handler->types.rule == ElementTypes::kF32) RETURN_IF_ERROR(d.Widening());
+  if (ins.has_scratch() && !handler->packs && step->widened.empty()) {
+    std::string why = absl::StrCat("has scratch buffer ", ins.scratch(), "; only ", Packers(),
+                                   " pack through one");
+    if (handler->types.rule == ElementTypes::kF32) {
+      absl::StrAppend(&why, ", and ", d.OpName(), " has no bf16 operand to widen there");
+    }
+    return absl::InvalidArgumentError(why);
   }
   step->run = handler->run;
   return absl::OkStatus();

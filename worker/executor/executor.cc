@@ -59,8 +59,12 @@ class ProgramExecutor final : public Executor {
   absl::Status WaitBefore(const Step& s);
   // Starts `s` on its communicator's thread when it is an asynchronous collective, else runs it.
   absl::Status Execute(const Step& s, const RunContext& ctx);
-  // Runs `s` here; errors name the step and the instruction.
+  // Runs `s` here (RunWidened when it has bf16 operands); errors name the step and the
+  // instruction.
   absl::Status Run(const Step& s, const RunContext& ctx) const;
+  // Runs an op that computes in float32 on float32 copies of its bf16 operands (Step::widened):
+  // the read ones converted in before, the written ones rounded back (to nearest even) after.
+  absl::Status RunWidened(const Step& s, const RunContext& ctx) const;
   // The memory `s` touches: its inputs, outputs and scratch, and the executor's own scratch
   // when it uses it.
   std::vector<ByteRange> RangesOf(const Step& s) const;
@@ -274,8 +278,27 @@ absl::Status ProgramExecutor::WaitBefore(const Step& s) {
 }
 
 absl::Status ProgramExecutor::Run(const Step& s, const RunContext& ctx) const {
-  absl::Status status = s.run(s, ctx);
+  absl::Status status = s.widened.empty() ? s.run(s, ctx) : RunWidened(s, ctx);
   if (!status.ok()) return Annotate(status, absl::StrCat("step ", ctx.step, ", ", Context(s)));
+  return absl::OkStatus();
+}
+
+absl::Status ProgramExecutor::RunWidened(const Step& s, const RunContext& ctx) const {
+  char* area = s.scratch >= 0 ? static_cast<char*>(buffers_.data(s.scratch)) : ctx.own_scratch;
+  for (const WidenedOperand& w : s.widened) {
+    if (w.read) {
+      ctx.kernels.Cast(buffers_.data(w.buffer), v1::BF16, area + w.offset, v1::F32, w.elements);
+    }
+  }
+  RunContext widened = ctx;
+  widened.widened = &s.widened;
+  widened.widened_area = area;
+  RETURN_IF_ERROR(s.run(s, widened));
+  for (const WidenedOperand& w : s.widened) {
+    if (w.written) {
+      ctx.kernels.Cast(area + w.offset, v1::F32, buffers_.data(w.buffer), v1::BF16, w.elements);
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -8,8 +8,9 @@
 //
 // Memory: every buffer lives in one arena allocated at Initialize (Program.arena_bytes, buffers
 // at their Buffer.offset; back to back when arena_bytes is 0), plus, only when some collective
-// packs along an inner axis without a planned scratch buffer (Instruction.scratch) or averages
-// bf16 in a reduce-scatter, one block of the executor's own scratch. Nothing else is allocated
+// packs along an inner axis without a planned scratch buffer (Instruction.scratch), averages bf16
+// in a reduce-scatter, or a compute op widens bf16 operands to float32 copies without a planned
+// scratch buffer, one block of the executor's own scratch. Nothing else is allocated
 // through the kernels, so a step's peak (last_step_peak_bytes) is those two blocks plus the
 // backend's own scratch (Kernels MemoryStats).
 //

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/dtype.h"
 #include "common/npy.h"
 #include "common/philox.h"
+#include "common/program.h"
 #include "common/safetensors.h"
 #include "gtest/gtest.h"
 #include "worker/comm/local/local_communicator.h"
@@ -323,6 +325,7 @@ TEST(ExecutorTest, DataParallelMatchesSingleRankAndFloat64Reference) {
 
 void ExpectRejected(const v1::Program& p, CommunicatorFactory* factory,
                     const std::vector<std::string>& texts);
+void ExpectAccepted(const v1::Program& p);
 
 // A bucket of two gradients reduced in one packed call gives what two calls give, bit for bit
 // (two ranks: each sum is one addition either way).
@@ -1111,9 +1114,11 @@ TEST(ExecutorTest, AddSumsOneOrMoreInputsAndMayUpdateInPlace) {
   p.mutable_init(2)->mutable_box()->set_lengths(1, 2);
   ExpectRejected(p, nullptr, {"input 2 (buffer 2 'c' f32[2,2]) is not the shape of input 0"});
   p = AddProgram();
-  p.mutable_buffers(1)->set_dtype(v1::BF16);
-  ExpectRejected(p, nullptr, {"instruction 0 (ADD 'a + b')", "input 1 (buffer 1 'b' bf16[2,3]) "
-                              "is bf16; ADD computes in f32"});
+  p.mutable_buffers(1)->set_dtype(v1::BF16);  // widened
+  ExpectAccepted(p);
+  p.mutable_buffers(1)->set_dtype(v1::I32);
+  ExpectRejected(p, nullptr, {"instruction 0 (ADD 'a + b')", "input 1 (buffer 1 'b' i32[2,3]) "
+                              "is i32; ADD computes in f32 (bf16 operands are widened)"});
 }
 
 // a [3,5] f32 -> h bf16 -> r f32; loss = sum((r - a)^2), the rounding error.
@@ -1556,6 +1561,11 @@ TEST(ExecutorOpsTest, EveryOpHasOneHandler) {
   }
   EXPECT_FALSE(IsCommunication(Instruction::ATTENTION));
   EXPECT_FALSE(IsCommunication(Instruction::UNSTACK));
+  // The planner sizes widening areas by common/program.h's list; the registry must agree.
+  for (Instruction::Op op : BuiltinOps().ops()) {
+    EXPECT_EQ(ComputesInF32(op), BuiltinOps().Find(op)->types.rule == ElementTypes::kF32)
+        << Instruction::Op_Name(op);
+  }
 
   OpRegistry registry;
   const OpHandler mul = *BuiltinOps().Find(Instruction::MUL);
@@ -2160,8 +2170,10 @@ TEST(ExecutorOpsTest, NormsMatchFloat64) {
   ExpectRejected(OneOp(Instruction::RMS_NORM_GRAD, {xs, gs, {{2, 4}}}, {xs, gs}), nullptr,
                  {"instruction 0 (RMS_NORM_GRAD)", "x (buffer 0 'in0') is [2,3,4] but dy "
                   "(buffer 2 'in2') is [2,4]"});
-  ExpectRejected(OneOp(Instruction::RMS_NORM, {xs, gs}, {{{2, 3, 4}, v1::BF16}}), nullptr,
-                 {"output 0 (buffer 2 'out0' bf16[2,3,4]) is bf16; RMS_NORM computes in f32"});
+  ExpectAccepted(OneOp(Instruction::RMS_NORM, {xs, gs}, {{{2, 3, 4}, v1::BF16}}));
+  ExpectRejected(OneOp(Instruction::RMS_NORM, {xs, gs}, {{{2, 3, 4}, v1::I64}}), nullptr,
+                 {"output 0 (buffer 2 'out0' i64[2,3,4]) is i64; RMS_NORM computes in f32 (bf16 "
+                  "operands are widened)"});
 }
 
 TEST(ExecutorOpsTest, ActivationsAndMulMatchFloat64) {
@@ -2206,8 +2218,9 @@ TEST(ExecutorOpsTest, ActivationsAndMulMatchFloat64) {
   ExpectRejected(OneOp(Instruction::SILU, {{{2, 5}}}, {{{2, 4}}}), nullptr,
                  {"instruction 0 (SILU)", "input (buffer 0 'in0') is [2,5] but output (buffer 1 "
                   "'out0') is [2,4]"});
-  ExpectRejected(OneOp(Instruction::GELU_TANH_GRAD, {{{2, 5}, v1::BF16}, {{2, 5}}}, {{{2, 5}}}),
-                 nullptr, {"input 0 (buffer 0 'in0' bf16[2,5]) is bf16; GELU_TANH_GRAD computes "
+  ExpectAccepted(OneOp(Instruction::GELU_TANH_GRAD, {{{2, 5}, v1::BF16}, {{2, 5}}}, {{{2, 5}}}));
+  ExpectRejected(OneOp(Instruction::GELU_TANH_GRAD, {{{2, 5}, v1::I32}, {{2, 5}}}, {{{2, 5}}}),
+                 nullptr, {"input 0 (buffer 0 'in0' i32[2,5]) is i32; GELU_TANH_GRAD computes "
                            "in f32"});
   ExpectRejected(OneOp(Instruction::SILU_GRAD, {{{2, 5}}}, {{{2, 5}}}), nullptr,
                  {"expects 2 inputs and 1 outputs, got 1 and 1"});
@@ -2411,7 +2424,277 @@ TEST(ExecutorOpsTest, AttentionMatchesFloat64WithGroupedHeadsAndDropout) {
   ExpectRejected(OneOp(Instruction::ATTENTION, {qs, kvs, kvs}, {qs},
                        [](Instruction* ins) { ins->set_scratch(0); }),
                  nullptr, {"has scratch buffer 0; only ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER "
-                           "and ALL_TO_ALL pack through one"});
+                           "and ALL_TO_ALL pack through one, and ATTENTION has no bf16 operand "
+                           "to widen there"});
+}
+
+
+// ---- bf16 storage: compute ops on float32 copies of their bf16 operands ----
+
+// Builds a one-rank program whose "stored" float buffers are bf16 (or float32, the reference).
+// Every float input is read FROM_FILE, so that both programs start from the same values.
+class StorageProgram {
+ public:
+  StorageProgram(bool bf16, const std::string& init_from) : b_(0, 1), bf16_(bf16) {
+    b_.program().set_init_from(init_from);
+  }
+  // A buffer stored as bf16 in the bf16 program; with `init`, read from the file.
+  int Stored(const std::string& name, std::vector<int64_t> shape, bool init = true,
+             v1::Buffer::Role role = v1::Buffer::ACTIVATION) {
+    return Add(name, shape, bf16_ ? v1::BF16 : v1::F32, init, role);
+  }
+  // A float32 buffer in both programs.
+  int F32(const std::string& name, std::vector<int64_t> shape, bool init = true,
+          v1::Buffer::Role role = v1::Buffer::ACTIVATION) {
+    return Add(name, shape, v1::F32, init, role);
+  }
+  ProgramBuilder& builder() { return b_; }
+
+ private:
+  int Add(const std::string& name, std::vector<int64_t> shape, v1::DType dtype, bool init,
+          v1::Buffer::Role role) {
+    const int id = b_.Buffer(name, shape, role, dtype);
+    if (init) b_.Init(id, v1::ParamInit::FROM_FILE, shape);
+    return id;
+  }
+
+  ProgramBuilder b_;
+  const bool bf16_;
+};
+
+// Writes the FROM_FILE inputs of `p` into p.init_from(): U(-1, 1) rounded to bf16 (dtype.h),
+// values both storages hold exactly.
+void WriteBf16ExactInputs(const v1::Program& p) {
+  std::vector<std::vector<float>> values;
+  std::vector<SafetensorsFile::TensorToWrite> tensors;
+  for (const v1::ParamInit& init : p.init()) {
+    if (init.kind() != v1::ParamInit::FROM_FILE) continue;
+    const std::vector<int64_t> shape(init.global_shape().begin(), init.global_shape().end());
+    values.push_back(UniformValues(init.name(), Product(shape), 1.0f));
+    for (float& v : values.back()) v = Bf16BitsToFloat(FloatToBf16Bits(v));
+  }
+  size_t i = 0;
+  for (const v1::ParamInit& init : p.init()) {
+    if (init.kind() != v1::ParamInit::FROM_FILE) continue;
+    tensors.push_back({init.name(),
+                       std::vector<int64_t>(init.global_shape().begin(), init.global_shape().end()),
+                       values[i++].data()});
+  }
+  ASSERT_TRUE(SafetensorsFile::Write(p.init_from(), tensors).ok());
+}
+
+// Gives every instruction that widens bf16 operands one planned scratch buffer "widening", as
+// large as the most any of them needs (WidenedBytes); returns that.
+int64_t PlanWidening(v1::Program* p) {
+  int64_t most = 0;
+  for (const Instruction& ins : p->instructions()) {
+    most = std::max(most, WidenedBytes(WidenedOperands(*p, ins)));
+  }
+  v1::Buffer* area = p->add_buffers();
+  area->set_id(p->buffers_size() - 1);
+  area->set_name("widening");
+  area->add_shape(most / 4);
+  area->set_role(v1::Buffer::SCRATCH);
+  for (Instruction& ins : *p->mutable_instructions()) {
+    if (!WidenedOperands(*p, ins).empty()) ins.set_scratch(area->id());
+  }
+  return most;
+}
+
+uint32_t Bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  return u;
+}
+
+// After `steps` steps, every buffer of `storage` (bf16 storage) holds, bit for bit, what the
+// same buffer of `reference` (float32, from the same bf16-exact inputs) holds, rounded to bf16
+// (dtype.h) where `storage` stores bf16. Returns how many elements that rounding changed.
+int ExpectRoundedReference(const v1::Program& storage, const v1::Program& reference, int steps,
+                           const std::string& what) {
+  std::unique_ptr<Executor> got = RunOne(storage, steps), want = RunOne(reference, steps);
+  if (got == nullptr || want == nullptr) {
+    ADD_FAILURE() << what << ": a program failed";
+    return 0;
+  }
+  int rounded = 0;
+  for (const v1::Buffer& b : storage.buffers()) {
+    if (b.role() == v1::Buffer::SCRATCH) continue;
+    const std::vector<float> g = Read(*got, b.name()), w = Read(*want, b.name());
+    EXPECT_EQ(g.size(), w.size()) << what << " " << b.name();
+    for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
+      const float expect = b.dtype() == v1::BF16 ? Bf16BitsToFloat(FloatToBf16Bits(w[i])) : w[i];
+      rounded += expect != w[i];
+      EXPECT_EQ(Bits(g[i]), Bits(expect))
+          << what << ": " << b.name() << "[" << i << "] is " << g[i] << ", expected " << expect;
+    }
+  }
+  return rounded;
+}
+
+// One step of MATMUL (bf16 operands, and bf16 times float32 into float32), ADD in place and ADD
+// of one input, ACCUMULATE, LAYER_NORM_GRAD, GELU, EMBEDDING(_GRAD) with i32 ids, SGD of a bf16
+// parameter and MSE_LOSS; each reads only the inputs (or its own output), so the float32
+// program needs no rounding between instructions.
+v1::Program ComputeOpsProgram(bool bf16) {
+  StorageProgram sp(bf16, TempPath("bf16_storage_ops.safetensors"));
+  ProgramBuilder& b = sp.builder();
+  const int ids = LoadIds(b, "tokens", {2, 3}, v1::I32, {4, 7, 3, 9, 4, 0});
+  const int a = sp.Stored("a", {3, 4});
+  const int w = sp.Stored("w", {4, 5});
+  const int y = sp.Stored("y", {3, 5}, false);
+  const int wf = sp.F32("wf", {4, 5});
+  const int yf = sp.F32("yf", {3, 5}, false);
+  const int t = sp.Stored("t", {2, 3});
+  const int u = sp.F32("u", {2, 3});
+  const int s = sp.Stored("s", {2, 3});
+  const int copy = sp.F32("copy", {2, 3}, false);
+  const int g = sp.Stored("g", {2, 3});
+  const int acc = sp.Stored("acc", {2, 3});
+  const int x = sp.Stored("x", {2, 3, 4});
+  const int gamma = sp.F32("gamma", {4});
+  const int dy = sp.Stored("dy", {2, 3, 4});
+  const int dx = sp.Stored("dx", {2, 3, 4}, false);
+  const int dgamma = sp.F32("dgamma", {4}, false);
+  const int dbeta = sp.Stored("dbeta", {4}, false);
+  const int ga = sp.Stored("gelu", {3, 4}, false);
+  const int table = sp.Stored("wte", {10, 3});
+  const int emb = sp.Stored("emb", {2, 3, 3}, false);
+  const int demb = sp.Stored("emb@grad", {2, 3, 3});
+  const int dtable = sp.Stored("wte@grad", {10, 3}, false);
+  const int param = sp.Stored("p", {2, 3}, true, v1::Buffer::PARAM);
+  const int grad = sp.F32("p@grad", {2, 3});
+  const int loss = sp.F32("loss", {1}, false, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.Op(Instruction::MATMUL, {a, w}, {y}, "a @ w");
+  b.Op(Instruction::MATMUL, {a, wf}, {yf}, "a @ wf");
+  b.Op(Instruction::ADD, {t, u}, {t}, "t += u");
+  b.Op(Instruction::ADD, {s}, {copy}, "copy = s");
+  b.Op(Instruction::ACCUMULATE, {g}, {acc});
+  b.Op(Instruction::LAYER_NORM_GRAD, {x, gamma, dy}, {dx, dgamma, dbeta})->set_eps(1e-5f);
+  b.Op(Instruction::GELU, {a}, {ga});
+  b.Op(Instruction::EMBEDDING, {ids, table}, {emb});
+  b.Op(Instruction::EMBEDDING_GRAD, {ids, demb}, {dtable});
+  Instruction* sgd = b.Op(Instruction::SGD, {param, grad}, {param});
+  sgd->set_lr(0.1f);
+  sgd->set_weight_decay(0.01f);
+  b.Op(Instruction::MSE_LOSS, {u, g}, {loss})->set_scale(0.5f);
+  return b.program();
+}
+
+// Two steps of ADAMW on a float32 parameter and states with a bf16 gradient.
+v1::Program AdamWProgram(bool bf16) {
+  StorageProgram sp(bf16, TempPath("bf16_storage_adamw.safetensors"));
+  const int param = sp.F32("p", {3, 4}, true, v1::Buffer::PARAM);
+  const int grad = sp.Stored("p@grad", {3, 4}, true, v1::Buffer::GRAD);
+  const int m = sp.F32("p/adamw.m", {3, 4}, false, v1::Buffer::OPTIMIZER_STATE);
+  const int v = sp.F32("p/adamw.v", {3, 4}, false, v1::Buffer::OPTIMIZER_STATE);
+  sp.builder().program().set_loss_buffer(sp.F32("loss", {1}, false, v1::Buffer::LOSS));
+  Instruction* adamw = sp.builder().Op(Instruction::ADAMW, {param, grad, m, v}, {param, m, v});
+  adamw->set_lr(0.01f);
+  adamw->set_beta1(0.9f);
+  adamw->set_beta2(0.999f);
+  adamw->set_eps(1e-8f);
+  adamw->set_weight_decay(0.1f);
+  return sp.builder().program();
+}
+
+// Bytes of the back-to-back arena of `p` (no Program.arena_bytes).
+int64_t BackToBackArena(const v1::Program& p) {
+  int64_t bytes = 0;
+  for (const v1::Buffer& b : p.buffers()) bytes += ArenaAligned(BufferBytes(b));
+  return bytes;
+}
+
+TEST(Bf16StorageTest, ComputeOpsGiveTheRoundedFloat32Results) {
+  const v1::Program reference = ComputeOpsProgram(false);
+  WriteBf16ExactInputs(reference);
+  const v1::Program own = ComputeOpsProgram(true);
+  v1::Program planned = own;
+  // LAYER_NORM_GRAD widens the most: x, dy and dx (96 bytes each) and dbeta (16), 256 apart.
+  EXPECT_EQ(PlanWidening(&planned), 3 * 256 + 16);
+  EXPECT_GT(ExpectRoundedReference(own, reference, 1, "own scratch"), 0);
+  EXPECT_GT(ExpectRoundedReference(planned, reference, 1, "planned scratch"), 0);
+
+  // Beyond the arena (and the backend's own scratch, as much as the float32 program's), the
+  // widening area is the executor's own scratch sized by WidenedBytes, or nothing.
+  auto beyond_arena = [](const v1::Program& p) {
+    std::unique_ptr<Executor> e = RunOne(p);
+    return e == nullptr ? int64_t{-1} : e->last_step_peak_bytes() - BackToBackArena(p);
+  };
+  const int64_t backend = beyond_arena(reference);
+  EXPECT_EQ(beyond_arena(own), backend + (3 * 256 + 16 + 63) / 64 * 64);  // 64-byte blocks
+  EXPECT_EQ(beyond_arena(planned), backend);
+}
+
+TEST(Bf16StorageTest, AdamWWithABf16GradientMatchesFloat32) {
+  const v1::Program reference = AdamWProgram(false);
+  WriteBf16ExactInputs(reference);
+  v1::Program planned = AdamWProgram(true);
+  EXPECT_EQ(PlanWidening(&planned), 48);
+  // Only the gradient is bf16, and it is only read: the float32 results agree exactly.
+  EXPECT_EQ(ExpectRoundedReference(AdamWProgram(true), reference, 2, "own scratch"), 0);
+  EXPECT_EQ(ExpectRoundedReference(planned, reference, 2, "planned scratch"), 0);
+  std::unique_ptr<Executor> e = RunOne(reference, 2);
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(Read(*e, "p"), UniformValues("p", 12, 1.0f));  // it did train
+}
+
+TEST(Bf16StorageTest, APlannedScratchMustHoldTheCopiesApartFromTheOperands) {
+  v1::Program p = ComputeOpsProgram(true);
+  PlanWidening(&p);
+  const int area = p.buffers_size() - 1;
+  // MATMUL a @ w widens a, w and y: 48, 80 and 60 bytes at 0, 256 and 512.
+  p.mutable_buffers(area)->set_shape(0, 142);
+  ExpectRejected(p, nullptr, {"instruction 1 (MATMUL 'a @ w')",
+                              "scratch buffer " + std::to_string(area) + " 'widening' f32[142] "
+                              "holds 568 bytes; MATMUL widens 3 bf16 operands to float32 (572 "
+                              "bytes) there"});
+  p = ComputeOpsProgram(true);
+  PlanWidening(&p);
+  p.mutable_instructions(2)->set_scratch(p.instructions(2).outputs(0));
+  ExpectRejected(p, nullptr, {"instruction 2 (MATMUL 'a @ wf')", "'yf' f32[3,5] is also the "
+                              "instruction's output 0"});
+  p = ComputeOpsProgram(true);
+  p.mutable_instructions(3)->set_scratch(p.instructions(3).inputs(0));
+  ExpectRejected(p, nullptr, {"instruction 3 (ADD 't += u')", "'t' bf16[2,3] is also the "
+                              "instruction's input 0"});
+  // A float32 program has nothing to widen: a scratch on a compute op is refused as before.
+  p = ComputeOpsProgram(false);
+  PlanWidening(&p);
+  p.mutable_instructions(1)->set_scratch(p.buffers_size() - 1);
+  ExpectRejected(p, nullptr, {"instruction 1 (MATMUL 'a @ w')", "has scratch buffer",
+                              "and MATMUL has no bf16 operand to widen there"});
+}
+
+// Ops that move data keep their own rules for bf16: one dtype throughout, never widened, and no
+// scratch unless they pack.
+TEST(Bf16StorageTest, DataMovementOfBf16IsNotWidened) {
+  const BufferSpec x{{2, 4}, v1::BF16};
+  auto slice = [](Instruction* ins) {
+    ins->set_axis(1);
+    ins->set_length(2);
+  };
+  ExpectAccepted(OneOp(Instruction::SLICE, {x}, {{{2, 2}, v1::BF16}}, slice));
+  ExpectRejected(OneOp(Instruction::SLICE, {x}, {{{2, 2}}}, slice), nullptr,
+                 {"instruction 0 (SLICE)", "SLICE moves one dtype: input 0 (buffer 0 'in0' "
+                  "bf16[2,4]) is bf16 but output 0 (buffer 1 'out0' f32[2,2]) is f32"});
+  const absl::Status scratch =
+      Executor::Create(OneOp(Instruction::SLICE, {x}, {{{2, 2}, v1::BF16}},
+                             [&](Instruction* ins) {
+                               slice(ins);
+                               ins->set_scratch(2);  // the loss
+                             }),
+                       nullptr)
+          .status();
+  EXPECT_EQ(scratch.message(), "checking the program of rank 0 (job test): instruction 0 (SLICE): "
+                               "has scratch buffer 2; only ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER "
+                               "and ALL_TO_ALL pack through one");
+  // CAST converts bf16 itself, with no copy: its program holds the arena and nothing else.
+  v1::Program cast = OneOp(Instruction::CAST, {x}, {{{2, 4}}});
+  std::unique_ptr<Executor> e = RunOne(cast);
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->last_step_peak_bytes(), BackToBackArena(cast));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/program.h"
 #include "weft/v1/program.pb.h"
 #include "worker/comm/communicator.h"
 #include "worker/executor/buffers.h"
@@ -34,9 +35,13 @@
 namespace weft {
 
 // How an op constrains the element types of its buffers, checked before its decode runs.
+// kF32 ops are those common/program.h ComputesInF32 names. Their float operands may be stored
+// as bf16: the executor widens each bf16 operand to a float32 copy (Step::widened) once per
+// instruction, before the run function, and rounds the written ones back after it, so the run
+// function and the kernels see float32 only (through RunContext::f32).
 struct ElementTypes {
   enum Rule {
-    kF32,     // every input and output is float32 (the compute kernels), but the ids below
+    kF32,     // every input and output is float32 or bf16 (the compute kernels), but the ids below
     kOne,     // inputs and outputs share one dtype, any (data movement): Step::dtype
     kOutput,  // FILL: its output's, any
     kCast,    // any input dtype (Step::from), any output dtype (Step::dtype)
@@ -63,8 +68,22 @@ struct RunContext {
   const std::vector<std::unique_ptr<Communicator>>& comms;  // by group index (Step::comm)
   char* own_scratch;   // the executor's own scratch (Step::own_scratch_bytes), or null
   char* host_staging;  // data loads into buffers the host cannot write (Step::staging_bytes)
+  // While a step with bf16 operands runs: its Step::widened, and the area holding their float32
+  // copies (its scratch buffer or the executor's own scratch). Null otherwise.
+  const std::vector<WidenedOperand>* widened = nullptr;
+  char* widened_area = nullptr;
 
-  float* f32(int id) const { return buffers.f32(id); }
+  // A float operand as float32: the widened copy of a bf16 one, else the buffer itself.
+  float* f32(int id) const {
+    if (widened != nullptr) {
+      for (const WidenedOperand& w : *widened) {
+        if (w.buffer == id) return reinterpret_cast<float*>(widened_area + w.offset);
+      }
+    }
+    return buffers.f32(id);
+  }
+  // The buffer's own bytes, in its dtype: ids and data movement (never a compute op's float
+  // operand, which may be bf16: f32()).
   void* data(int id) const { return buffers.data(id); }
 };
 
@@ -118,6 +137,9 @@ class Decoder {
   // The op packs `elements` of its dtype: in its planned scratch buffer, checked to hold them,
   // or in the executor's own.
   absl::Status Packing(int64_t elements);
+  // An op that computes in float32: its bf16 operands (WidenedOperands) get float32 copies in
+  // its planned scratch buffer, checked to hold WidenedBytes, or in the executor's own.
+  absl::Status Widening();
   // Where buffer `id` (`role`) lies in its global tensor, from Instruction.box (offsets, and
   // lengths equal to the buffer's shape) and Instruction.global_shape; without a box at offset 0,
   // without global_shape a tensor just large enough. With `need_global` (a global index is
@@ -127,6 +149,9 @@ class Decoder {
   absl::Status Dropout(DropoutSpec* spec) const;
 
  private:
+  // The planned scratch buffer `id` is none of the instruction's inputs and outputs.
+  absl::Status ScratchApart(int id) const;
+
   const DecodeContext& ctx_;
   const Buffers& buffers_;
   Step* const s_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/program.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 #include "worker/comm/communicator.h"
@@ -67,13 +68,19 @@ struct Step {
   std::vector<int64_t> recv_counts, concat_offsets, concat_lengths;
   int64_t c_outer = 1, c_len = 0, c_inner = 1;
   // Packing of ALL_GATHER / REDUCE_SCATTER along an inner axis and of ALL_TO_ALL ([send |
-  // receive]): in the planned scratch buffer `scratch` (Instruction.scratch), or, when the
-  // program gives none (scratch -1), at the start of the executor's own scratch.
+  // receive]), and the float32 copies of an op's bf16 operands (widened): in the planned scratch
+  // buffer `scratch` (Instruction.scratch), or, when the program gives none (scratch -1), at the
+  // start of the executor's own scratch. No op does both: only ops that ComputesInF32 widen.
   int scratch = -1;
+  // The bf16 operands of an op that computes in float32 (common/program.h WidenedOperands): the
+  // executor converts the read ones to their float32 copies before the op's run function, which
+  // sees the copies (RunContext::f32), and rounds the written ones back after it.
+  std::vector<WidenedOperand> widened;
   // REDUCE_SCATTER avg of a bf16 tensor: the float32 copy of this member's piece that is divided
   // by the group's size, at this offset of the executor's own scratch (-1: none).
   int64_t avg_f32_offset = -1;
-  // Bytes of the executor's own scratch the step needs (its packing and float32 copy).
+  // Bytes of the executor's own scratch the step needs (its packing and float32 copy, or its
+  // widened operands).
   int64_t own_scratch_bytes = 0;
   // LOAD_INPUT / LOAD_LABEL: the output's bytes, staged on the host when the kernels' memory is
   // not host-accessible (the executor sizes its staging once, for the largest load).
@@ -111,7 +118,7 @@ struct DecodeContext {
 // Decodes program.instructions(step->index) into *step with the op's registered handler.
 // INVALID_ARGUMENT for an op no handler is registered for, a wrong count of inputs or outputs, an
 // id out of range, shapes or element types that do not fit the op, a group this rank is not in,
-// an average of integers, or a scratch buffer too small for the packing.
+// an average of integers, or a scratch buffer too small for the packing or the widened operands.
 absl::Status DecodeInstruction(const DecodeContext& ctx, Step* step);
 
 // SEND, RECV and the collectives: instructions that wait for other ranks.

@@ -7,6 +7,8 @@
 //
 // Memory is untyped and counted in bytes. Fill, Cast, Slice and Unslice work on elements of any
 // v1::DType (F32, BF16, I32, I64; bf16 held as its 16 bits); the compute kernels are float32.
+// Buffers stored as bf16 reach them as float32 copies: the executor widens an op's bf16 operands
+// with Cast once per instruction and rounds the written ones back after it.
 // Layout: row-major. Tensors of rank > 2 are viewed as [rows, cols] by the caller.
 //
 // E.g.

@@ -205,10 +205,10 @@ absl::Status DecodeAdd(Decoder& d, Step* s) {
   return absl::OkStatus();
 }
 
-// One input: a copy.
+// One input: a copy (of float32 values: either side may be a widened bf16 buffer).
 absl::Status RunAdd(const Step& s, const RunContext& c) {
   if (s.in.size() == 1) {
-    c.kernels.Copy(c.data(s.in[0]), c.data(s.out), s.numel * s.element_bytes);
+    c.kernels.Copy(c.f32(s.in[0]), c.f32(s.out), s.numel * static_cast<int64_t>(sizeof(float)));
     return absl::OkStatus();
   }
   c.kernels.Add(c.f32(s.in[0]), c.f32(s.in[1]), c.f32(s.out), s.numel);
