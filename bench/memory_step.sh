@@ -10,9 +10,11 @@
 # Adam in float32 (P parameters, G = P gradients, 2P states; over N = 4 where the level shards),
 # and for bf16 storage its mixed-precision formula (2 + 2 + K bytes a parameter, K = 12: the
 # float32 master weight and Adam's two moments).
-# Then GPT-2 on one rank with and without recompute, alternating in rounds: the median step.
+# Then GPT-2 on one rank with and without recompute, and with bf16 storage, alternating in
+# rounds: the median step.
 # Usage: bash bench/memory_step.sh   (from the repository root)
-#   RECOMPUTE_ROUNDS (default 3) rounds of RECOMPUTE_STEPS (default 8) steps, the first 3 dropped.
+#   RECOMPUTE_ROUNDS (default 3) rounds of RECOMPUTE_STEPS (default 8) steps, the first 3 dropped;
+#   MEMORY_TABLE=0 skips the memory table (the step times only).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh --bench >/dev/null
@@ -51,8 +53,8 @@ spec() {
 }
 
 fmt='%-5s %-11s %9s %9s %9s %9s %10s %10s %7s %9s\n'
-printf "$fmt" model row "params" "grads" "states" "peak act" "planned" "measured" "m/p" "paper"
-for model in mlp gpt2; do
+[ "${MEMORY_TABLE:-1}" = 1 ] && printf "$fmt" model row "params" "grads" "states" "peak act" "planned" "measured" "m/p" "paper"
+for model in $([ "${MEMORY_TABLE:-1}" = 1 ] && echo mlp gpt2); do
   for row in dp zero1 zero2 zero3 full selective zero3_full bf16 bf16_zero1 bf16_zero2 bf16_zero3; do
     [ "$model" = mlp ] && [ "$row" = selective ] && continue
     file=$(spec "$model" "$row")
@@ -81,16 +83,18 @@ print(fmt % (model, row, f(m["param_bytes"]), f(m["grad_bytes"]), f(m["optimizer
 PY
   done
 done
-echo "(MiB per rank; params, grads, states: the plan's buffers of each role; peak act: activations,"
-echo " data and loss alive at once; paper: P + G + 2P with the sharded terms over 4; for bf16"
-echo " storage 2 + 2 + 12 bytes a parameter, the master weight counted with the states)"
-echo
+if [ "${MEMORY_TABLE:-1}" = 1 ]; then
+  echo "(MiB per rank; params, grads, states: the plan's buffers of each role; peak act: activations,"
+  echo " data and loss alive at once; paper: P + G + 2P with the sharded terms over 4; for bf16"
+  echo " storage 2 + 2 + 12 bytes a parameter, the master weight counted with the states)"
+  echo
+fi
 
 echo "GPT-2 on 1 rank (global batch 8), $rounds rounds of $steps steps, median of steps 4-$steps:"
 : > "$tmp/rounds"
 for round in $(seq "$rounds"); do
   line=""
-  for row in dp full selective; do
+  for row in dp full selective bf16; do
     file=$(spec gpt2 "$row" "$steps" 1)
     t=$(bazel-bin/client/weftctl local --ranks 1 --json "$file" 2>/dev/null | median_seconds 3)
     line="$line $t"
@@ -100,8 +104,9 @@ done
 python3 - "$tmp/rounds" <<'PY'
 import statistics, sys
 rows = [list(map(float, l.split())) for l in open(sys.argv[1]) if "-" not in l.split()]
-none, full, selective = (statistics.median(c) for c in zip(*rows))
-print("%-10s %8s %8s" % ("recompute", "step s", "extra"))
-for name, t in (("none", none), ("full", full), ("selective", selective)):
-    print("%-10s %8.3f %+7.1f%%" % (name, t, 100 * (t / none - 1)))
+none, full, selective, bf16 = (statistics.median(c) for c in zip(*rows))
+print("%-20s %8s %8s" % ("variant", "step s", "extra"))
+for name, t in (("none", none), ("recompute full", full), ("recompute selective", selective),
+                ("bf16 storage", bf16)):
+    print("%-20s %8.3f %+7.1f%%" % (name, t, 100 * (t / none - 1)))
 PY

@@ -1,6 +1,7 @@
 // The memory the plan predicts is the memory the workers use: for a plain data-parallel job, a
-// tensor-parallel one, a pipelined one, a residual dp x mp one, a ZeRO level 2 one and a gpt2
-// dp x mp one under ZeRO-3 with recompute (the examples), the largest
+// tensor-parallel one, a pipelined one, a residual dp x mp one, a ZeRO level 2 one, a ZeRO level 1
+// one with bf16 storage and a gpt2 dp x mp one under ZeRO-3 with recompute (the examples), the
+// largest
 // memory.peak_bytes over the ranks of `weftctl plan --json` and the largest "peak_bytes" of
 // `weftctl local --json`'s step events (each the most any rank's allocator held during that
 // step) agree within 5%. Both figures are printed; bench/RESULTS.md records them.
@@ -66,6 +67,7 @@ INSTANTIATE_TEST_SUITE_P(Examples, MemoryTest,
                                            Example{"pipeline", "examples/pipeline.yaml"},
                                            Example{"residual", "examples/residual.yaml"},
                                            Example{"zero", "examples/zero.yaml"},
+                                           Example{"zero_bf16", "examples/zero_bf16.yaml"},
                                            Example{"gpt2_zero3", "examples/gpt2_zero3.yaml",
                                                    /*readme_tokens=*/true}),
                          [](const ::testing::TestParamInfo<Example>& info) {

@@ -53,8 +53,10 @@ part comm 180 bazel-bin/worker/comm/conformance/communicator_conformance_test \
 part device_test 240 env WEFT_REQUIRE_GPU=1 bazel-bin/tests/device_test
 
 # Jobs on 1 rank, cuda:0 against cpu, in float32 and bf16 storage: losses within 1e-4 relative
-# (f32) or 2e-3 (bf16 storage: a float32 sum that differs in its last bits between cuBLAS and
-# OpenBLAS can round to another bf16), and each run's measured peak against the planned one.
+# (f32); under bf16 storage the first step's within 1e-5 and every step's within 1e-2 (a float32
+# sum that differs in its last bits between cuBLAS and OpenBLAS can round to another bf16, and
+# training amplifies such flips: gpt2_tiny's 20 steps drifted to 5e-3 on an H100). Each run's
+# measured peak is printed against the planned one.
 jobs=$(mktemp -d)
 sed -e 's/^mesh: {shape: \[4\]/mesh: {shape: [1]/' examples/quickstart.yaml >"$jobs/quickstart.yaml"
 sed -e 's/^mesh: .*/mesh: {shape: [1], dim_names: [dp]}/' -e '/^parallelize:/d' \
@@ -66,7 +68,7 @@ done
 cp "$jobs"/*.yaml "$logs/"
 for ex in quickstart quickstart_bf16 gpt2_tiny gpt2_tiny_bf16; do
   planned=$("$bundle/bazel-bin/client/weftctl" plan --json "$jobs/$ex.yaml" |
-            sed -n 's/.*"peak_bytes":\([0-9]*\).*/\1/p' | head -1)
+            grep -o '"peak_bytes": *[0-9]*' | head -1 | grep -o '[0-9]*$')
   for dev in cuda cpu; do
     part "$ex.$dev" 150 bazel-bin/client/weftctl local --ranks 1 --device "$dev" --json \
       "$jobs/$ex.yaml"
@@ -75,15 +77,17 @@ for ex in quickstart quickstart_bf16 gpt2_tiny gpt2_tiny_bf16; do
   done
   sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$logs/$ex.cuda.log" >"$jobs/$ex.cuda.txt"
   sed -n 's/.*"loss":\([^,]*\),.*/\1/p' "$logs/$ex.cpu.log" >"$jobs/$ex.cpu.txt"
-  tolerance=1e-4
-  [[ "$ex" == *_bf16 ]] && tolerance=2e-3
+  first=1e-4 tolerance=1e-4
+  [[ "$ex" == *_bf16 ]] && first=1e-5 tolerance=1e-2
   paste "$jobs/$ex.cuda.txt" "$jobs/$ex.cpu.txt" |
-    awk -v ex="$ex" -v tol="$tolerance" -v ncuda="$(wc -l <"$jobs/$ex.cuda.txt")" \
-        -v ncpu="$(wc -l <"$jobs/$ex.cpu.txt")" '
-      { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r }
-      END { ok = ncuda > 0 && ncuda == ncpu && w <= tol
-            printf "%-28s %d cuda / %d cpu steps, max rel diff %.3g (<= %s) %s\n", ex ".compare",
-                   ncuda, ncpu, w, tol, ok ? "ok" : "BAD"; exit !ok }' || failed=1
+    awk -v ex="$ex" -v tol="$tolerance" -v first="$first" \
+        -v ncuda="$(wc -l <"$jobs/$ex.cuda.txt")" -v ncpu="$(wc -l <"$jobs/$ex.cpu.txt")" '
+      { d = $1 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r
+        if (NR == 1) r1 = r }
+      END { ok = ncuda > 0 && ncuda == ncpu && w <= tol && r1 <= first
+            printf "%-28s %d cuda / %d cpu steps, rel diff step 1 %.3g (<= %s), max %.3g (<= %s) %s\n",
+                   ex ".compare", ncuda, ncpu, r1, first, w, tol, ok ? "ok" : "BAD"; exit !ok }' ||
+    failed=1
 done
 
 part gpu_bench 200 bazel-bin/bench/gpu_bench
