@@ -202,6 +202,29 @@ void RowMaxRows(const float* logits, float* out, int64_t cols, int64_t begin, in
 // become infinity. The rule of common/dtype.h's FloatToBf16Bits, bit for bit, written on the
 // float's own bits so that the loop vectorizes (the conformance tests hold the
 // bf16 Matmul and Cast to one reference).
+// The casts between float32 and bf16 that bf16 storage runs around every instruction (the
+// executor's widening), vectorized and split over the threads: dst[i] = the bf16 bits of src[i]
+// by FloatToBf16Bits's rule, and the float a bf16 stands for (exact).
+WEFT_CPU_VECTOR_CLONES void NarrowToBf16Range(const float* src, uint16_t* dst, int64_t begin,
+                                              int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[i], sizeof(bits));
+    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
+    const uint32_t quiet_nan = (bits | 0x00400000u) >> 16;
+    dst[i] = static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+  }
+}
+WEFT_CPU_VECTOR_CLONES void WidenBf16Range(const uint16_t* src, float* dst, int64_t begin,
+                                           int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+    std::memcpy(&dst[i], &bits, sizeof(bits));
+  }
+}
+
 void RoundToBf16(const float* src, float* dst, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
@@ -380,7 +403,18 @@ class CpuKernels final : public Kernels {
   }
 
   void Cast(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) override {
-    if (n > 0) ConvertElements(in, from, out, to, n);
+    if (n <= 0) return;
+    if (from == v1::BF16 && to == v1::F32) {
+      const auto* src = static_cast<const uint16_t*>(in);
+      auto* dst = static_cast<float*>(out);
+      ForElements(n, [&](int64_t b, int64_t e) { WidenBf16Range(src, dst, b, e); });
+    } else if (from == v1::F32 && to == v1::BF16) {
+      const auto* src = static_cast<const float*>(in);
+      auto* dst = static_cast<uint16_t*>(out);
+      ForElements(n, [&](int64_t b, int64_t e) { NarrowToBf16Range(src, dst, b, e); });
+    } else {
+      ConvertElements(in, from, out, to, n);
+    }
   }
 
   void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,
