@@ -91,7 +91,9 @@ std::vector<ParameterShape> Plan::Parameters() const {
   std::vector<ParameterShape> out;
   for (const Parameter& p : planned_.graph.params) {
     const Tensor& t = planned_.graph.tensors[p.tensor];
-    out.push_back({t.name, t.shape, t.dtype, p.file_shape});
+    // Checkpoints hold a bf16 parameter's float32 master weight under its name.
+    const v1::DType stored = p.master >= 0 ? planned_.graph.tensors[p.master].dtype : t.dtype;
+    out.push_back({t.name, t.shape, stored, p.file_shape});
   }
   return out;
 }

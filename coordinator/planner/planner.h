@@ -53,8 +53,9 @@ class Plan {
   // `weftctl plan`, emit one rank at a time). PlanJob has checked them for deadlock by stage;
   // pipeline/deadlock.h checks a whole set (CheckTransfersMatch, CheckDeadlockFree).
   absl::StatusOr<std::vector<v1::Program>> AllPrograms() const;
-  // The parameters, as files and checkpoints name them (init_from and resume are checked
-  // against them: CheckStartingState).
+  // The parameters, as files and checkpoints name and hold them (init_from and resume are
+  // checked against them: CheckStartingState); under bf16 storage their dtype is the float32 of
+  // the master weights that checkpoints hold.
   std::vector<ParameterShape> Parameters() const;
   const v1::Program& header() const { return header_; }
   const PlannedGraph& planned() const { return planned_; }
