@@ -6,7 +6,8 @@
 //    1-rank bf16 run within 1e-3 (2e-4 to 6e-4 when written): each rank's partial gradient or
 //    product is stored in bf16 before the ranks sum them, so the roundings differ from one rank's;
 //  - parameters and gradients take half the bytes, the states a float32 master weight more;
-//    the workers hold what the plan says; with ZeRO-2 on dp4 the peak falls below float32's;
+//    the workers hold what the plan says; with ZeRO-2 on dp4 the model states per rank fall
+//    below float32's;
 //  - checkpoints hold the float32 master weights under the parameters' names, and resume onto
 //    another mesh and level, and into a float32 job.
 #include <gtest/gtest.h>

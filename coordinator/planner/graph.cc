@@ -113,10 +113,16 @@ const Parameter* Graph::FindParam(int id) const {
 }
 
 const Parameter* Graph::FindParamOfMaster(int id) const {
-  if (id < 0) return nullptr;
-  auto it = std::find_if(params.begin(), params.end(),
-                         [&](const Parameter& p) { return p.master == id; });
-  return it == params.end() ? nullptr : &*it;
+  auto it = master_of.find(id);
+  return it == master_of.end() ? nullptr : &params[it->second];
+}
+
+void Graph::SetMaster(int param, int master) {
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (params[i].tensor != param) continue;
+    params[i].master = master;
+    master_of[master] = i;
+  }
 }
 
 int Graph::ChunkOf(const std::string& layer) const {

@@ -115,7 +115,8 @@ struct Parameter {
   // row-major elements (gpt2's c_attn weight [C, 3C], here [C, 3, H, D]). Empty: the same.
   Shape file_shape;
   // Under bf16 storage (Graph::storage): the float32 master weight the optimizer updates (an
-  // optimizer state), which the parameter is rounded from after each update; -1: none.
+  // optimizer state), which the parameter is rounded from after each update; -1: none. Set with
+  // Graph::SetMaster.
   int master = -1;
 };
 
@@ -170,6 +171,8 @@ struct Graph {
   // ZeRO-3 (zero.h): a parameter stored as its shard, by tensor id -> the placement its readers
   // get it in, all-gathered before each use (its placement without ZeRO).
   std::map<int, DistAttr> gathered;
+  // Master weight tensor id -> index in params (SetMaster).
+  std::map<int, size_t> master_of;
   std::vector<Layer> layers;      // spec order
   OptimizerConfig optimizer;
   PipelineConfig pipeline;
@@ -209,6 +212,8 @@ struct Graph {
   bool IsParam(int id) const { return FindParam(id) != nullptr; }
   // The parameter whose master weight is tensor id, or null.
   const Parameter* FindParamOfMaster(int id) const;
+  // Makes tensor `master` parameter `param`'s master weight.
+  void SetMaster(int param, int master);
   // The chunk of a spec layer by name; -1 when no layer has that name.
   int ChunkOf(const std::string& layer) const;
   // The spec layer by name; null for "" and unknown names.

@@ -60,9 +60,7 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
       m.role = v1::Buffer::OPTIMIZER_STATE;
       m.dist = zero[i] ? *zero[i] : *g.tensors[p].dist;
       target = g.AddTensor(std::move(m));
-      for (Parameter& param : g.params) {
-        if (param.tensor == p) param.master = target;
-      }
+      g.SetMaster(p, target);
     } else if (zero[i] && level < 3) {
       // Under ZeRO levels 1 and 2 the update runs on this rank's shard of the parameter, a
       // transient copy; at level 3 the parameter is that shard.

@@ -12,9 +12,10 @@
 // ZeroPlacement; a parameter with none stays whole). Level 1 all-reduces the gradient and keeps
 // this rank's shard of it (a slice), level 2 reduce-scatters it to the shard; the update runs on a
 // transient slice of the parameter, which an all-gather then writes back into the parameter
-// (Graph::writes_into). Level 1 with sgd, which has no states, shards nothing. Level 3: the
-// parameter is already its shard (zero.h, Graph::gathered), its gradient is reduce-scattered to
-// it and the update runs on it in place; nothing is gathered back.
+// (Graph::writes_into). Level 1 with sgd, which has no states, shards nothing under float32
+// storage (bf16 storage, below, gives it a master weight). Level 3: the parameter is already its
+// shard (zero.h, Graph::gathered), its gradient is reduce-scattered to it and the update runs on
+// it in place; nothing is gathered back.
 //
 // bf16 storage (storage.h): the update runs on the parameter's float32 master weight
 // (<param>.master, an optimizer state placed like the states, so ZeRO shards it at every level,

@@ -9,10 +9,11 @@
 namespace weft::planner {
 namespace {
 
-// The loss and the statistics it is computed from stay float32.
+// The statistics the loss is computed from stay float32 (the loss ops themselves, mse and
+// ce_loss, make the LOSS tensor, which storage never touches).
 bool KeepsF32Outputs(const std::string& type) {
-  static const std::set<std::string> kLossOps = {"row_max", "ce_parts", "ce_loss", "mse"};
-  return kLossOps.count(type) > 0;
+  static const std::set<std::string> kLossStatistics = {"row_max", "ce_parts"};
+  return kLossStatistics.count(type) > 0;
 }
 
 }  // namespace
@@ -28,7 +29,9 @@ absl::Status ApplyStorage(Graph* g) {
   }
   for (const Op& op : g->ops) {
     const OpDef* def = FindOpDef(op.type);
-    if (def == nullptr) return absl::InternalError(absl::StrCat("storage: ", OpLabel(op)));
+    if (def == nullptr) {
+      return absl::InternalError(absl::StrCat("storage: ", OpLabel(op), " is not in the op table"));
+    }
     if (def->kind != OpKind::kCompute || KeepsF32Outputs(op.type)) continue;
     // A compute op (its floats may be f32 or bf16) stores its float outputs in bf16; an op that
     // moves one dtype (stack, unstack) stores what it reads.

@@ -1,7 +1,7 @@
 // Storage (JobSpec.storage, Graph::storage): which tensors live in bfloat16 between instructions.
 // Under bf16 storage the parameters and every activation a compute op makes are BF16, except
-// what the loss is computed from and the loss itself (row_max, ce_parts, ce_loss, mse: float32,
-// as Megatron computes the cross-entropy in float32); data-movement ops (stack, unstack) follow
+// the statistics the loss is computed from (row_max, ce_parts) and the loss itself: float32, as
+// Megatron computes the cross-entropy in float32; data-movement ops (stack, unstack) follow
 // their input. The batch keeps its loaded dtype. Gradients get their forward tensor's dtype in
 // autodiff, the optimizer pass gives each parameter a float32 master weight (optimizer.h). The
 // ops compute in float32 on widened copies (common/program.h WidenedOperands): this pass decides

@@ -4,9 +4,9 @@
 //
 // Buffers are flat arrays of one element type, weft.v1.DType (F32, BF16, I32, I64), and every
 // count is in elements of that type; layout along a tensor axis (packing an all-gather along
-// axis 1, for instance) is the executor's job. Every call is blocking (unless deferred: see
-// SetDeferred) and bounded by the communicator's timeout; a timeout or a dead peer is an error
-// naming the operation and the group, and the communicator is unusable afterwards.
+// axis 1, for instance) is the executor's job. Every call is blocking and bounded by the
+// communicator's timeout; a timeout or a dead peer is an error naming the operation and the
+// group, and the communicator is unusable afterwards.
 //
 // Sums and averages (all-reduce, reduce-scatter) by element type:
 //   F32       float32 sums; avg is the sum divided by the group's size.
@@ -100,20 +100,6 @@ class Communicator {
   // buffer), each element counted at its dtype's size (DTypeSize: bf16 2 bytes, i64 8); framing,
   // acknowledgements and the connection handshake are not counted. Recv and Barrier add nothing. Exact per transport in its header (Gloo: worker/comm/wire_bytes.h).
   virtual int64_t bytes_sent() const = 0;
-
-  // Deferred calls, for a transport that runs its operations on a device stream (NCCL): after
-  // SetDeferred(true) returns true, every call above enqueues its operation behind the compute
-  // work enqueued so far and returns without waiting for it, the operations of one communicator
-  // running in call order. OrderBefore(stream) makes a device stream (the compute stream) wait
-  // for every operation enqueued so far, without blocking the host; Drain() waits on the host
-  // for all of them, under the transport's timeout and cancellation, and returns the error a
-  // blocking call would have returned (naming the last operation enqueued). Until Drain reports
-  // it, a failed operation is seen only by the device. Host transports (Gloo, local) complete
-  // every call before returning: SetDeferred returns false and changes nothing, and the other
-  // two return OK at once.
-  virtual bool SetDeferred(bool deferred) { return false; }
-  virtual absl::Status OrderBefore(void* stream) { return absl::OkStatus(); }
-  virtual absl::Status Drain() { return absl::OkStatus(); }
 };
 
 // Argument checks every transport makes before calling into its library: INVALID_ARGUMENT

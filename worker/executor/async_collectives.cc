@@ -4,7 +4,6 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/status.h"
 
 namespace weft {
 namespace {
@@ -128,40 +127,6 @@ std::vector<CollectiveTiming> AsyncCollectives::TakeTimings() {
   std::vector<CollectiveTiming> out;
   out.swap(timings_);
   return out;
-}
-
-void StreamOrderedCollectives::Enqueued(int comm, absl::Span<const ByteRange> ranges) {
-  in_flight_[comm].push_back(ranges);
-  ++in_flight_count_;
-}
-
-absl::Status StreamOrderedCollectives::OrderBefore(absl::Span<const ByteRange> ranges, int comm) {
-  if (in_flight_count_ == 0) return absl::OkStatus();
-  for (size_t c = 0; c < comms_.size(); ++c) {
-    if (static_cast<int>(c) == comm || in_flight_[c].empty()) continue;
-    bool touches = false;
-    for (absl::Span<const ByteRange> op : in_flight_[c]) {
-      for (const ByteRange& mine : ranges) {
-        for (const ByteRange& theirs : op) touches = touches || mine.Overlaps(theirs);
-      }
-    }
-    if (!touches) continue;
-    RETURN_IF_ERROR(comms_[c]->OrderBefore(stream_));
-    in_flight_count_ -= static_cast<int>(in_flight_[c].size());
-    in_flight_[c].clear();
-  }
-  return absl::OkStatus();
-}
-
-absl::Status StreamOrderedCollectives::DrainAll() {
-  absl::Status first;
-  for (Communicator* comm : comms_) {
-    const absl::Status drained = comm->Drain();
-    if (first.ok()) first = drained;
-  }
-  for (auto& ops : in_flight_) ops.clear();
-  in_flight_count_ = 0;
-  return first;
 }
 
 }  // namespace weft

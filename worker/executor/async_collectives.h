@@ -28,7 +28,6 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "worker/comm/communicator.h"
 
 namespace weft {
 
@@ -110,43 +109,6 @@ class AsyncCollectives {
   // it reads it without the lock.
   size_t in_flight_count_ = 0;
   std::vector<CollectiveTiming> timings_ ABSL_GUARDED_BY(mu_);
-};
-
-// GPU workers: collectives and sends/receives enqueued on their communicators' device streams
-// (Communicator::SetDeferred) by the executor's thread, in program order, so every group sees the
-// order of a blocking run and every NCCL launch order is the program's. Before an instruction
-// runs, the compute stream waits (OrderBefore: the device waits, never the host) for each other
-// communicator that has an op in flight touching that instruction's memory; an op's own
-// communicator needs no wait, its stream runs in order. The step's end drains them all on the
-// host, with the transports' watchdog (Drain).
-//
-// E.g.
-//   StreamOrderedCollectives ordered(comms, kernels->stream());
-//   RETURN_IF_ERROR(ordered.OrderBefore(ranges_of_step_8, /*comm=*/-1));  // a compute step
-//   RETURN_IF_ERROR(run_step_7_on_comm_0());  // deferred: returns once enqueued
-//   ordered.Enqueued(/*comm=*/0, ranges_of_step_7);
-//   RETURN_IF_ERROR(ordered.DrainAll());
-class StreamOrderedCollectives {
- public:
-  // comms: the executor's communicators, all deferred; stream: the compute stream.
-  StreamOrderedCollectives(std::vector<Communicator*> comms, void* stream)
-      : comms_(std::move(comms)), stream_(stream), in_flight_(comms_.size()) {}
-
-  // An op was enqueued on communicator `comm`, touching `ranges` (which must outlive the step).
-  void Enqueued(int comm, absl::Span<const ByteRange> ranges);
-  // Before an instruction touching `ranges`, on communicator `comm` (-1: a compute instruction):
-  // the compute stream waits for every other communicator with an op in flight that touches
-  // them. With nothing in flight, returns at once.
-  absl::Status OrderBefore(absl::Span<const ByteRange> ranges, int comm);
-  // Waits on the host for every op enqueued; the first error among the communicators.
-  absl::Status DrainAll();
-
- private:
-  std::vector<Communicator*> comms_;
-  void* stream_;
-  // By communicator: the ranges of its ops enqueued since the compute stream last waited for it.
-  std::vector<std::vector<absl::Span<const ByteRange>>> in_flight_;
-  int in_flight_count_ = 0;
 };
 
 }  // namespace weft

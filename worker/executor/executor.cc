@@ -104,11 +104,6 @@ class ProgramExecutor final : public Executor {
   const bool async_collectives_ =
       !program_.blocking_collectives() && std::string(kernels_->name()) == "cpu";
   std::unique_ptr<AsyncCollectives> async_;
-  // GPU kernels: communication enqueued on the communicators' streams, the compute stream
-  // ordered after it where an instruction touches its memory (unless the program asks for
-  // blocking collectives, or traces: the timeline times collectives on the host); created at
-  // Initialize when every communicator defers.
-  std::unique_ptr<StreamOrderedCollectives> stream_ordered_;
   std::vector<std::vector<ByteRange>> ranges_;
   // By step: a collective started on its communicator's thread. One whose result the next
   // instruction needs runs on the executor's thread: nothing could overlap it.
@@ -229,20 +224,6 @@ absl::Status ProgramExecutor::Initialize() {
   if (async_collectives_ && !comms_.empty()) {
     async_ = std::make_unique<AsyncCollectives>(static_cast<int>(comms_.size()), program_.trace());
     PlanAsyncCollectives();
-  } else if (!program_.blocking_collectives() && !program_.trace() &&
-             kernels_->stream() != nullptr && !comms_.empty()) {
-    std::vector<Communicator*> comms;
-    bool deferred = true;
-    for (const auto& comm : comms_) {
-      deferred = comm->SetDeferred(true) && deferred;
-      comms.push_back(comm.get());
-    }
-    if (deferred) {
-      stream_ordered_ = std::make_unique<StreamOrderedCollectives>(comms, kernels_->stream());
-      for (const Step& s : steps_) ranges_.push_back(RangesOf(s));
-    } else {
-      for (const auto& comm : comms_) comm->SetDeferred(false);
-    }
   }
   if (program_.trace()) {
     span_templates_ =
@@ -292,9 +273,6 @@ bool ProgramExecutor::MustWait(const Step& s) const {
 }
 
 absl::Status ProgramExecutor::WaitBefore(const Step& s) {
-  if (stream_ordered_ != nullptr) {
-    return stream_ordered_->OrderBefore(ranges_[s.index], IsCommunication(s.op) ? s.comm : -1);
-  }
   if (async_ == nullptr) return absl::OkStatus();
   return async_->WaitFor(ranges_[s.index], sync_comm_[s.index]);
 }
@@ -325,11 +303,6 @@ absl::Status ProgramExecutor::RunWidened(const Step& s, const RunContext& ctx) c
 }
 
 absl::Status ProgramExecutor::Execute(const Step& s, const RunContext& ctx) {
-  if (stream_ordered_ != nullptr && IsCommunication(s.op)) {
-    RETURN_IF_ERROR(Run(s, ctx));  // enqueued on the communicator's stream
-    stream_ordered_->Enqueued(s.comm, ranges_[s.index]);
-    return absl::OkStatus();
-  }
   if (async_ == nullptr || !starts_async_[s.index]) return Run(s, ctx);
   async_->Start(s.comm, ranges_[s.index], s.index, [this, &s, ctx] { return Run(s, ctx); });
   return absl::OkStatus();
@@ -359,10 +332,6 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
     }
   }
   // Every started collective finishes within the step, whatever happened (they touch the arena).
-  if (stream_ordered_ != nullptr) {
-    const absl::Status drained = stream_ordered_->DrainAll();
-    if (status.ok()) status = Annotate(drained, absl::StrCat("step ", step));
-  }
   if (async_ != nullptr) {
     const absl::Status collectives = async_->WaitAll();
     if (status.ok()) status = collectives;

@@ -4,10 +4,7 @@
 // point-to-point transfers the instructions name. With Program.trace it also
 // records the step's timeline (TakeSpans). On CPU kernels, unless Program.blocking_collectives,
 // a collective runs on its communicator's thread while the instructions after it that do not
-// touch its memory go on (async_collectives.h); on GPU kernels (unless it also traces) the
-// collectives and sends/receives are enqueued on their communicators' streams and the compute
-// stream waits for them where an instruction touches their memory (StreamOrderedCollectives).
-// Every one has finished when RunStep returns.
+// touch its memory go on (async_collectives.h); every one has finished when RunStep returns.
 //
 // Memory: every buffer lives in one arena allocated at Initialize (Program.arena_bytes, buffers
 // at their Buffer.offset; back to back when arena_bytes is 0), plus, only when some collective

@@ -1156,46 +1156,6 @@ TEST_P(CommunicatorConformanceTest, BytesSentFollowTheDocumentedFormulas) {
 
 // A bad argument is INVALID_ARGUMENT naming the group, caught before any traffic: the
 // communicator is still usable.
-// Deferred calls (Communicator::SetDeferred): NCCL enqueues them and returns; several in a row on
-// one buffer run in call order, and once Drain returns the results are the blocking ones (two
-// all-reduce sums in a row: the sum over members of the first sum). Host transports refuse to
-// defer and run as before.
-TEST_P(GroupConformanceTest, DeferredCallsCompleteInOrderByDrain) {
-  RunOnGroup([&](Rank& me) {
-    const int k = me.comm.size();
-    const bool defers = me.comm.SetDeferred(true);
-    EXPECT_EQ(defers, backend_name() == "nccl") << backend_name();
-    const int64_t n = 4099;
-    Buffer data(me.memory, Inputs(70, me.rank, n, v1::F32));
-    std::vector<int64_t> counts;
-    for (int m = 0; m < k; ++m) counts.push_back(m + 5);
-    Buffer in(me.memory, Inputs(71, me.rank, counts[me.rank], v1::F32));
-    Buffer gathered(me.memory, Poison(Sum(counts), v1::F32));
-    ASSERT_OK(me.comm.AllReduce(data.get(), n, v1::F32, ReduceOp::kSum));
-    ASSERT_OK(me.comm.AllReduce(data.get(), n, v1::F32, ReduceOp::kSum));  // reads the first
-    ASSERT_OK(me.comm.AllGather(in.get(), gathered.get(), counts, v1::F32));
-    ASSERT_OK(me.comm.OrderBefore(nullptr));  // the legacy default stream waits for them
-    ASSERT_OK(me.comm.Drain());
-    ASSERT_OK(me.comm.Drain());  // nothing left: returns at once
-    std::vector<Values> terms;
-    for (int m = 0; m < k; ++m) terms.push_back(Inputs(70, m, n, v1::F32));
-    Values once(v1::F32, 0);
-    {
-      // The first sum, as the members each hold it, is every member's term of the second.
-      Buffer sum(me.memory, Inputs(70, me.rank, n, v1::F32));
-      me.comm.SetDeferred(false);
-      ASSERT_OK(me.comm.AllReduce(sum.get(), n, v1::F32, ReduceOp::kSum));
-      once = sum.Read();
-    }
-    ExpectReduced(data.Read(), std::vector<Values>(k, once), 1,
-                  backend().Bf16Roundings(Bf16Reduction::kAllReduceSum, k),
-                  absl::StrCat("deferred sum of sums, member ", me.rank));
-    Values want(v1::F32, 0);
-    for (int m = 0; m < k; ++m) want.Append(Inputs(71, m, counts[m], v1::F32));
-    ExpectEqual(gathered.Read(), want, absl::StrCat("deferred all_gather, member ", me.rank));
-  });
-}
-
 TEST_P(GroupConformanceTest, BadCountsLeaveTheCommunicatorUsable) {
   RunOnGroup([&](Rank& me) {
     ASSERT_TRUE(me.comm.Barrier().ok());

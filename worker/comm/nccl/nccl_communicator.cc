@@ -395,39 +395,13 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
-  // An all-reduce of one float: it completes on a member only once every member has joined, so
-  // it returns only then, deferred or not.
+  // An all-reduce of one float: it completes on a member only once every member has joined.
   absl::Status Barrier() override {
-    RETURN_IF_ERROR(Run("barrier", 1, v1::F32, [&](ncclResult_t* r) {
+    return Run("barrier", 1, v1::F32, [&](ncclResult_t* r) {
       *r = ncclAllReduce(cuda_->barrier, cuda_->barrier, 1, ncclFloat32, ncclSum, comm_,
                          cuda_->stream);
       return absl::OkStatus();
-    }));
-    return Drain();
-  }
-
-  bool SetDeferred(bool deferred) override {
-    deferred_ = deferred;
-    return true;
-  }
-
-  // The `done` event is recorded after every operation on the communicator's in-order stream,
-  // so waiting for its last record waits for everything enqueued.
-  absl::Status OrderBefore(void* stream) override {
-    if (pending_.empty()) return absl::OkStatus();
-    const cudaError_t e = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), cuda_->done, 0);
-    if (e != cudaSuccess) {
-      return Break(absl::StatusCode::kInternal,
-                   absl::StrCat(pending_, ": ", CudaErrorText("cudaStreamWaitEvent", e)));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Drain() override {
-    if (pending_.empty()) return absl::OkStatus();
-    const std::string what = std::move(pending_);
-    pending_.clear();
-    return AwaitDone(what, pending_deadline_);
+    });
   }
 
  private:
@@ -513,6 +487,20 @@ class NcclCommunicator final : public Communicator {
     auto cuda_failed = [&](const char* call, cudaError_t e) {
       return Break(absl::StatusCode::kInternal, absl::StrCat(what, ": ", CudaErrorText(call, e)));
     };
+    auto nccl_failed = [&](ncclResult_t r) {
+      const std::string text = NcclErrorText(r, comm_);  // before the abort frees comm_
+      return Break(CodeOf(r), absl::StrCat(what, ": ", text));
+    };
+    auto cancelled = [&] {
+      return Break(absl::StatusCode::kCancelled,
+                   absl::StrCat(what, ": cancelled; the NCCL communicator was aborted"));
+    };
+    auto timed_out = [&](const char* waiting_for) {
+      return Break(
+          absl::StatusCode::kDeadlineExceeded,
+          absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_), " waiting for ",
+                       waiting_for, "; the NCCL communicator was aborted"));
+    };
 
     cudaError_t e = cudaSetDevice(cuda_->device);
     if (e != cudaSuccess) return cuda_failed("cudaSetDevice", e);
@@ -526,16 +514,16 @@ class NcclCommunicator final : public Communicator {
     if (!enqueued.ok()) {
       return Break(absl::StatusCode::kInternal, absl::StrCat(what, ": ", enqueued.message()));
     }
-    if (IsError(r)) return NcclFailed(what, r);
+    if (IsError(r)) return nccl_failed(r);
     // A non-blocking communicator may still be enqueueing (connecting peers, say): nothing is
     // on the stream until its state leaves ncclInProgress.
     if (r == ncclInProgress) {
       r = AwaitNotInProgress(comm_, deadline, cancelled_.get());
-      if (r == ncclInProgress && cancelled_->load()) return Cancelled(what);
+      if (r == ncclInProgress && cancelled_->load()) return cancelled();
       if (r == ncclInProgress) {
-        return TimedOut(what, "NCCL to enqueue the operation (connecting to the other members)");
+        return timed_out("NCCL to enqueue the operation (connecting to the other members)");
       }
-      if (IsError(r)) return NcclFailed(what, r);
+      if (IsError(r)) return nccl_failed(r);
     }
     absl::Status finished = finish();
     if (!finished.ok()) {
@@ -544,51 +532,24 @@ class NcclCommunicator final : public Communicator {
 
     e = cudaEventRecord(cuda_->done, cuda_->stream);
     if (e != cudaSuccess) return cuda_failed("cudaEventRecord on the communicator's stream", e);
-    if (deferred_) {
-      // Drain waits for it (and what came before it), under the deadline of the last one.
-      pending_ = what;
-      pending_deadline_ = deadline;
-      return absl::OkStatus();
-    }
     e = cudaStreamWaitEvent(compute_stream_, cuda_->done, 0);
     if (e != cudaSuccess) return cuda_failed("cudaStreamWaitEvent on the compute stream", e);
-    return AwaitDone(what, deadline);
-  }
 
-  // The watchdog: waits until the `done` event's last record completes, NCCL sees an error (a
-  // peer died), the deadline passes (a peer never joined; the kernel would wait forever), or
-  // the factory is cancelled. `what` names the operation in errors.
-  absl::Status AwaitDone(const std::string& what, absl::Time deadline) {
+    // The watchdog: the op is done, NCCL saw an error (a peer died), the deadline passed (a
+    // peer never joined; the kernel would wait forever), or the factory was cancelled.
     absl::Duration poll = kFirstPoll;
     while (true) {
-      const cudaError_t e = cudaEventQuery(cuda_->done);
+      e = cudaEventQuery(cuda_->done);
       if (e == cudaSuccess) return absl::OkStatus();
-      if (e != cudaErrorNotReady) {
-        return Break(absl::StatusCode::kInternal,
-                     absl::StrCat(what, ": ", CudaErrorText("cudaEventQuery", e)));
-      }
+      if (e != cudaErrorNotReady) return cuda_failed("cudaEventQuery", e);
       ncclResult_t state = ncclSuccess;
       const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
-      if (q != ncclSuccess) return NcclFailed(what, q);
-      if (IsError(state)) return NcclFailed(what, state);
-      if (absl::Now() >= deadline) return TimedOut(what, "the other members");
-      if (cancelled_->load()) return Cancelled(what);
+      if (q != ncclSuccess) return nccl_failed(q);
+      if (IsError(state)) return nccl_failed(state);
+      if (absl::Now() >= deadline) return timed_out("the other members");
+      if (cancelled_->load()) return cancelled();
       SleepAndBackOff(&poll);
     }
-  }
-
-  absl::Status NcclFailed(const std::string& what, ncclResult_t r) {
-    const std::string text = NcclErrorText(r, comm_);  // before the abort frees comm_
-    return Break(CodeOf(r), absl::StrCat(what, ": ", text));
-  }
-  absl::Status Cancelled(const std::string& what) {
-    return Break(absl::StatusCode::kCancelled,
-                 absl::StrCat(what, ": cancelled; the NCCL communicator was aborted"));
-  }
-  absl::Status TimedOut(const std::string& what, const char* waiting_for) {
-    return Break(absl::StatusCode::kDeadlineExceeded,
-                 absl::StrCat(what, ": timed out after ", absl::FormatDuration(timeout_),
-                              " waiting for ", waiting_for, "; the NCCL communicator was aborted"));
   }
 
   // Device-to-device copy of `count` elements on the communicator's stream (ordered with its
@@ -616,11 +577,6 @@ class NcclCommunicator final : public Communicator {
   const absl::Duration timeout_;
   bool broken_ = false;
   std::string broken_reason_;
-  // Deferred calls (SetDeferred): the last operation enqueued and not yet drained ("" when none)
-  // and its deadline.
-  bool deferred_ = false;
-  std::string pending_;
-  absl::Time pending_deadline_;
   int64_t bytes_sent_ = 0;
   const std::shared_ptr<std::atomic<int64_t>> also_count_;  // the factory's total
   const std::shared_ptr<const std::atomic<bool>> cancelled_;  // the factory's Cancel()

@@ -35,12 +35,6 @@
 // doubling to 1 ms) until the op completes, NCCL reports an asynchronous error, or the factory's
 // timeout passes. Communicators are created non-blocking (config.blocking = 0), so enqueueing and
 // init are polled the same way, and ncclInProgress means "still being enqueued", not an error.
-// Deferred (SetDeferred(true), what a GPU executor asks for unless the job wants blocking
-// collectives): a call returns once its op is enqueued, without the compute stream waiting for
-// it; OrderBefore makes the compute stream wait for the last `done` record (everything enqueued
-// on this communicator's in-order stream so far), Drain runs the poll above on it. A peer's
-// failure is then seen at Drain; bytes_sent counts an op when it is enqueued. Barrier always
-// waits.
 //
 // Errors: a timeout is DEADLINE_EXCEEDED, a cancelled factory (Cancel) CANCELLED, an NCCL error
 // UNAVAILABLE (ncclRemoteError, ncclSystemError: a peer or the network went away) or INTERNAL

@@ -197,23 +197,38 @@ void RowMaxRows(const float* logits, float* out, int64_t cols, int64_t begin, in
   }
 }
 
-// dst[i] = src[i] rounded to bfloat16 (round to nearest even), kept in a float. NaN stays NaN: its
-// quiet bit is set before the low half is dropped, so a payload only in the low bits cannot
-// become infinity. The rule of common/dtype.h's FloatToBf16Bits, bit for bit, written on the
-// float's own bits so that the loop vectorizes (the conformance tests hold the
-// bf16 Matmul and Cast to one reference).
+// The bf16 of a float's bits, as a float's bits (the low half zero): round to nearest even; a NaN
+// stays NaN, its quiet bit set before the low half is dropped so that a payload only in the low
+// bits cannot become infinity. common/dtype.h's FloatToBf16Bits, bit for bit, written on the
+// float's own bits so that the loops below vectorize (the conformance tests hold the bf16 Matmul
+// and Cast to one reference).
+inline uint32_t Bf16RoundedBits(uint32_t bits) {
+  const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
+  const uint32_t quiet_nan = (bits | 0x00400000u) & 0xFFFF0000u;
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
+}
+
+// dst[i] = src[i] rounded to bfloat16, kept in a float.
+void RoundToBf16(const float* src, float* dst, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &src[i], sizeof(bits));
+    const uint32_t out = Bf16RoundedBits(bits);
+    std::memcpy(&dst[i], &out, sizeof(out));
+  }
+}
+
 // The casts between float32 and bf16 that bf16 storage runs around every instruction (the
-// executor's widening), vectorized and split over the threads: dst[i] = the bf16 bits of src[i]
-// by FloatToBf16Bits's rule, and the float a bf16 stands for (exact).
+// executor's widening), vectorized and split over the threads: dst[i] = the bf16 bits of src[i],
+// and the float a bf16 stands for (exact).
 WEFT_CPU_VECTOR_CLONES void NarrowToBf16Range(const float* src, uint16_t* dst, int64_t begin,
                                               int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
     uint32_t bits;
     std::memcpy(&bits, &src[i], sizeof(bits));
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16;
-    const uint32_t quiet_nan = (bits | 0x00400000u) >> 16;
-    dst[i] = static_cast<uint16_t>((bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
+    dst[i] = static_cast<uint16_t>(Bf16RoundedBits(bits) >> 16);
   }
 }
 WEFT_CPU_VECTOR_CLONES void WidenBf16Range(const uint16_t* src, float* dst, int64_t begin,
@@ -222,18 +237,6 @@ WEFT_CPU_VECTOR_CLONES void WidenBf16Range(const uint16_t* src, float* dst, int6
   for (int64_t i = begin; i < end; ++i) {
     const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
     std::memcpy(&dst[i], &bits, sizeof(bits));
-  }
-}
-
-void RoundToBf16(const float* src, float* dst, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, &src[i], sizeof(bits));
-    const uint32_t rounded = (bits + 0x7FFFu + ((bits >> 16) & 1u)) & 0xFFFF0000u;
-    const uint32_t quiet_nan = (bits | 0x00400000u) & 0xFFFF0000u;
-    const uint32_t out = (bits & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded;
-    std::memcpy(&dst[i], &out, sizeof(out));
   }
 }
 
