@@ -39,6 +39,7 @@ struct FlagInfo {
 const std::map<std::string, FlagInfo>& Flags() {
   static const auto* flags = new std::map<std::string, FlagInfo>{
       {"coordinator", {true, {}}},
+      {"token_file", {true, {"submit", "get", "list", "cancel", "watch", "workers", "trace"}}},
       {"json", {false, {"submit", "get", "list", "watch", "workers", "local", "plan", "ckpt"}}},
       {"watch", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
@@ -135,6 +136,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     if (name == "coordinator") {
       if (value.empty()) return absl::InvalidArgumentError("--coordinator: must be HOST:PORT");
       cl.coordinator = value;
+    } else if (name == "token_file") {
+      if (value.empty()) return absl::InvalidArgumentError("--token_file: must be a file");
+      cl.token_file = value;
     } else if (name == "json") {
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
@@ -337,6 +341,9 @@ Commands:
 Flags:
   --coordinator HOST:PORT  the coordinator to talk to (default $WEFT_COORDINATOR, else
                            127.0.0.1:7070)
+  --token_file FILE        the file holding the coordinator's client token (its
+                           --client_token_file), sent as a bearer token with every call
+                           (default $WEFT_TOKEN_FILE; none when neither is set)
   --json                   one JSON object per line: {"type":"step","step":S,"loss":L,
                            "step_seconds":T,"samples_per_second":X} per step and
                            {"type":"state","state":...,"message":...} per state change

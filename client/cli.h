@@ -26,6 +26,7 @@ struct CommandLine {
   // with its arguments.
   std::vector<std::string> positional;  // after the command
   std::string coordinator;              // HOST:PORT
+  std::string token_file;               // the client token (else $WEFT_TOKEN_FILE)
   bool json = false;
   bool watch = false;                   // submit
   int ranks = 0;                        // local; 0: the spec's world size

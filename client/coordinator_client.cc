@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/bearer_token.h"
 #include "common/job_state.h"
 
 namespace weft::client {
@@ -28,12 +29,12 @@ absl::Status FromGrpc(const grpc::Status& status, const std::string& address) {
   return absl::Status(code, status.error_message());
 }
 
-CoordinatorClient::CoordinatorClient(const std::string& address) : address_(address) {
+CoordinatorClient::CoordinatorClient(const std::string& address, const std::string& token)
+    : address_(address) {
   grpc::ChannelArguments args;
   // ListJobs returns every job with its step history.
   args.SetMaxReceiveMessageSize(-1);
-  stub_ = v1::JobService::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  stub_ = v1::JobService::NewStub(NewCoordinatorChannel(address, token, args));
 }
 
 void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {

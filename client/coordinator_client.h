@@ -32,7 +32,9 @@ struct WatchResult {
 
 class CoordinatorClient {
  public:
-  explicit CoordinatorClient(const std::string& address);
+  // token: the coordinator's client token (weftctl --token_file), sent with every call; empty:
+  // none.
+  explicit CoordinatorClient(const std::string& address, const std::string& token = "");
 
   const std::string& address() const { return address_; }
 

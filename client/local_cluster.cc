@@ -2,6 +2,7 @@
 
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
+#include "common/bearer_token.h"
 #include "common/file_io.h"
 #include "common/status.h"
 
@@ -101,9 +103,22 @@ absl::Status LocalCluster::Start() {
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) parent_env.emplace_back(*e);
   env_ = ChildEnvironment(parent_env, ThreadsPerRank(cpus, options_.ranks));
 
+  // Tokens of the cluster's own: only this process and its children read them.
+  const std::string client_token_file = dir_ + "/client.token";
+  const std::string worker_token_file = dir_ + "/worker.token";
+  for (const std::string* file : {&client_token_file, &worker_token_file}) {
+    absl::StatusOr<std::string> token = NewBearerToken();
+    if (!token.ok()) return token.status();
+    RETURN_IF_ERROR(WriteFileAtomically(*file, {*token + "\n"}));
+    if (chmod(file->c_str(), 0600) != 0) {
+      return absl::InternalError(absl::StrCat("chmod 0600 ", *file, ": ", std::strerror(errno)));
+    }
+    if (file == &client_token_file) client_token_ = *token;
+  }
   absl::Status s = Spawn("coordinator", {options_.coordinator_bin, "--listen", "127.0.0.1:0",
                                          "--port_file", dir_ + "/port", "--data_dir",
-                                         dir_ + "/data"});
+                                         dir_ + "/data", "--client_token_file", client_token_file,
+                                         "--worker_token_file", worker_token_file});
   if (!s.ok()) return s;
   s = WaitForPort();
   if (!s.ok()) return s;
@@ -111,7 +126,8 @@ absl::Status LocalCluster::Start() {
   for (int r = 0; r < options_.ranks; ++r) {
     const std::string device = options_.device == "cuda" ? absl::StrCat("cuda:", r) : "cpu";
     s = Spawn(absl::StrCat("worker-", r),
-              {options_.worker_bin, "--coordinator", address_, "--device", device});
+              {options_.worker_bin, "--coordinator", address_, "--device", device,
+               "--token_file", worker_token_file});
     if (!s.ok()) return s;
   }
   s = WaitForWorkers();
@@ -169,7 +185,7 @@ absl::Status LocalCluster::WaitForPort() {
 }
 
 absl::Status LocalCluster::WaitForWorkers() {
-  CoordinatorClient client(address_);
+  CoordinatorClient client(address_, client_token_);
   int registered = 0;
   absl::Status last = absl::OkStatus();
   absl::Status failed = absl::OkStatus();  // a ListWorkers error other than UNAVAILABLE

@@ -62,13 +62,17 @@ class LocalCluster {
   LocalCluster(const LocalCluster&) = delete;
   LocalCluster& operator=(const LocalCluster&) = delete;
 
-  // Makes the folder, starts the coordinator, reads its port, starts the workers and waits
-  // until all of them are registered. On error the children started so far keep running until
+  // Makes the folder, writes a fresh client and worker token into it (mode 0600), starts the
+  // coordinator with them, reads its port, starts the workers and waits until all of them are
+  // registered. On error the children started so far keep running until
   // Stop(), so that their logs can be shown first.
   absl::Status Start();
 
   // "127.0.0.1:<port>" once Start has read the port file.
   const std::string& address() const { return address_; }
+  // The client token Start made for the cluster (its coordinator asks every JobService call for
+  // it, and the workers for a worker token of their own).
+  const std::string& client_token() const { return client_token_; }
   const std::string& dir() const { return dir_; }
 
   // An error naming the first child that has exited (with its exit status).
@@ -97,6 +101,7 @@ class LocalCluster {
   LocalClusterOptions options_;
   std::string dir_;
   std::string address_;
+  std::string client_token_;
   std::vector<std::string> env_;
   std::vector<Child> children_;
   bool stopped_ = false;

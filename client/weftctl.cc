@@ -29,6 +29,7 @@
 #include "client/local_cluster.h"
 #include "client/plan.h"
 #include "client/trace_format.h"
+#include "common/bearer_token.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
@@ -137,10 +138,23 @@ absl::Status WatchAndPrint(CoordinatorClient& client, const std::string& job_id,
   return absl::OkStatus();
 }
 
+// The client token of --token_file, else of $WEFT_TOKEN_FILE; empty when neither is set.
+absl::StatusOr<std::string> ClientToken(const CommandLine& cl) {
+  std::string path = cl.token_file;
+  if (path.empty()) {
+    const char* env = std::getenv("WEFT_TOKEN_FILE");
+    if (env != nullptr) path = env;
+  }
+  if (path.empty()) return std::string();
+  return ReadBearerTokenFile(path);
+}
+
 int RunSubmit(const CommandLine& cl) {
   absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
   if (!spec.ok()) return Fail(spec.status());
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   absl::StatusOr<std::string> id = client.Submit(*spec);
   if (!id.ok()) return Fail(id.status());
   if (cl.json) {
@@ -156,7 +170,9 @@ int RunSubmit(const CommandLine& cl) {
 }
 
 int RunGet(const CommandLine& cl) {
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   absl::StatusOr<v1::Job> job = client.GetJob(cl.positional[0]);
   if (!job.ok()) return Fail(job.status());
   if (cl.json) {
@@ -168,7 +184,9 @@ int RunGet(const CommandLine& cl) {
 }
 
 int RunList(const CommandLine& cl) {
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs();
   if (!jobs.ok()) return Fail(jobs.status());
   if (cl.json) {
@@ -182,7 +200,9 @@ int RunList(const CommandLine& cl) {
 }
 
 int RunCancel(const CommandLine& cl) {
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   absl::StatusOr<v1::Job> job =
       client.CancelJob(cl.positional[0], cl.reason.empty() ? "cancelled by weftctl" : cl.reason);
   if (!job.ok()) return Fail(job.status());
@@ -191,7 +211,9 @@ int RunCancel(const CommandLine& cl) {
 }
 
 int RunWatch(const CommandLine& cl) {
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   v1::JobState state;
   absl::Status s = WatchAndPrint(client, cl.positional[0], cl.json, &state);
   if (!s.ok()) return Fail(s);
@@ -199,7 +221,9 @@ int RunWatch(const CommandLine& cl) {
 }
 
 int RunTrace(const CommandLine& cl) {
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   absl::StatusOr<v1::JobTrace> trace = client.GetJobTrace(cl.positional[0]);
   if (!trace.ok()) return Fail(trace.status());
   absl::Status s = WriteChromeTrace(*trace, cl.positional[1]);
@@ -209,7 +233,9 @@ int RunTrace(const CommandLine& cl) {
 }
 
 int RunWorkers(const CommandLine& cl) {
-  CoordinatorClient client(cl.coordinator);
+  absl::StatusOr<std::string> token = ClientToken(cl);
+  if (!token.ok()) return Fail(token.status());
+  CoordinatorClient client(cl.coordinator, *token);
   absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
   if (!workers.ok()) return Fail(workers.status());
   if (cl.json) {
@@ -281,7 +307,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
 
   absl::Status s = cluster.Start();
   if (!s.ok()) return fail(s);
-  CoordinatorClient client(cluster.address());
+  CoordinatorClient client(cluster.address(), cluster.client_token());
   absl::StatusOr<std::string> id = client.Submit(*spec);
   if (!id.ok()) return fail(id.status());
   std::cerr << "weftctl: submitted job " << *id << " (" << spec->name() << ", " << ranks

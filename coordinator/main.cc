@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/crash_point.h"
+#include "common/bearer_token.h"
 #include "common/file_io.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
@@ -32,6 +33,12 @@ ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
 ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
+ABSL_FLAG(std::string, client_token_file, "",
+          "file holding the bearer token every JobService call must carry (weftctl --token_file); "
+          "empty: JobService is open to anyone who reaches --listen");
+ABSL_FLAG(std::string, worker_token_file, "",
+          "file holding the bearer token every WorkerService and RendezvousService call must "
+          "carry (weft-worker --token_file); empty: open");
 
 namespace weft::coordinator {
 namespace {
@@ -88,9 +95,33 @@ int Run() {
   }
   (*coordinator)->Start();
 
+  rpc::ServiceTokens tokens;
+  for (auto [flag, token] : {std::pair{&FLAGS_client_token_file, &tokens.client},
+                             std::pair{&FLAGS_worker_token_file, &tokens.worker}}) {
+    const std::string path = absl::GetFlag(*flag);
+    if (path.empty()) continue;
+    absl::StatusOr<std::string> read = ReadBearerTokenFile(path);
+    if (!read.ok()) {
+      spdlog::error("--{}: {}", flag == &FLAGS_client_token_file ? "client_token_file"
+                                                                 : "worker_token_file",
+                    std::string(read.status().message()));
+      return 2;
+    }
+    *token = *std::move(read);
+  }
+  if (!tokens.client.empty() && tokens.client == tokens.worker) {
+    spdlog::error("--client_token_file and --worker_token_file hold the same token: a client "
+                  "could then act as a worker");
+    return 2;
+  }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  for (const auto& [token, what] : {std::pair{&tokens.client, "JobService (clients)"},
+                                    std::pair{&tokens.worker, "WorkerService and "
+                                                              "RendezvousService (workers)"}}) {
+    if (token->empty()) spdlog::warn("{} open to anyone who reaches {}: no token file", what, listen);
+  }
   absl::StatusOr<std::unique_ptr<rpc::CoordinatorServer>> server =
-      rpc::CoordinatorServer::Start(coordinator->get(), listen);
+      rpc::CoordinatorServer::Start(coordinator->get(), listen, tokens);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
@@ -122,7 +153,8 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE]");
+      "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE] "
+      "[--client_token_file F --worker_token_file G]");
   absl::ParseCommandLine(argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("weft-coordinator"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");

@@ -19,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
+#include "common/bearer_token.h"
 #include "common/crash_point.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -40,9 +41,13 @@ ABSL_FLAG(int, collective_timeout_s, 300,
           "Bound on every collective and on the rendezvous of each communicator.");
 ABSL_FLAG(int, reconnect_deadline_s, 600,
           "Give up (exit 1) after this long without a stream to the coordinator.");
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the coordinator's worker token (its --worker_token_file), sent as a "
+          "bearer token with every call; empty: none.");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR]");
+  absl::SetProgramUsageMessage(
+      "weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR] [--token_file=F]");
   absl::ParseCommandLine(argc, argv);
 
   auto logger = spdlog::stderr_logger_mt("weft-worker");
@@ -102,8 +107,17 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));
 
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials());
+  std::string token;
+  if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
+    absl::StatusOr<std::string> read = weft::ReadBearerTokenFile(path);
+    if (!read.ok()) {
+      spdlog::error("--token_file: {}", std::string(read.status().message()));
+      return 2;
+    }
+    token = *std::move(read);
+  }
+  // Every call of this worker (its stream, the rendezvous of its communicators) carries it.
+  std::shared_ptr<grpc::Channel> channel = weft::NewCoordinatorChannel(coordinator, token);
   const absl::Duration collective_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
   std::unique_ptr<weft::TaskEnvironment> env;

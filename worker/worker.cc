@@ -284,6 +284,13 @@ absl::Status Worker::Run() {
       spdlog::warn("lost the coordinator at {}; reconnecting", options_.coordinator);
     } else {
       ++failures;
+      // A refused token stays refused: trying again only hides the error.
+      if (absl::IsUnauthenticated(status)) {
+        CancelTask("worker refused by the coordinator", /*join=*/true);
+        return absl::UnauthenticatedError(absl::StrCat(
+            "the coordinator at ", options_.coordinator, " refused this worker (--token_file): ",
+            status.message()));
+      }
       if (absl::Now() - last_connected > options_.reconnect_deadline) {
         CancelTask("worker giving up on the coordinator", /*join=*/true);
         return absl::UnavailableError(
@@ -321,8 +328,12 @@ absl::Status Worker::Serve() {
   hello.mutable_hello()->set_pid(getpid());
   v1::CoordinatorMessage first;
   if (!stream->Write(hello) || !stream->Read(&first)) {
-    ctx.TryCancel();
+    // The call has ended (a failed write or read means so): Finish gives the server's status,
+    // which a cancel here would replace with CANCELLED.
     grpc::Status s = stream->Finish();
+    if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return absl::UnauthenticatedError(s.error_message());
+    }
     return absl::UnavailableError(s.ok() ? "stream closed before Welcome" : s.error_message());
   }
   if (!first.has_welcome()) {

@@ -24,15 +24,15 @@ constexpr auto kShutdownGrace = std::chrono::seconds(1);
 
 }  // namespace
 
-CoordinatorServer::CoordinatorServer(Coordinator* coordinator)
+CoordinatorServer::CoordinatorServer(Coordinator* coordinator, const ServiceTokens& tokens)
     : coordinator_(coordinator),
-      job_service_(coordinator),
-      worker_service_(coordinator),
-      rendezvous_service_(coordinator->rendezvous()) {}
+      job_service_(coordinator, tokens.client),
+      worker_service_(coordinator, tokens.worker),
+      rendezvous_service_(coordinator->rendezvous(), tokens.worker) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    Coordinator* coordinator, const std::string& listen) {
-  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator));
+    Coordinator* coordinator, const std::string& listen, const ServiceTokens& tokens) {
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator, tokens));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 

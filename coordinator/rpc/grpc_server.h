@@ -23,12 +23,19 @@
 
 namespace weft::coordinator::rpc {
 
+// The bearer tokens the services ask for (common/bearer_token.h); empty: open.
+struct ServiceTokens {
+  std::string client;  // JobService
+  std::string worker;  // WorkerService, RendezvousService
+};
+
 class CoordinatorServer {
  public:
   // Listens on `listen` (HOST:PORT; port 0 picks a free one) and serves `coordinator`, which
-  // must outlive the server.
-  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(Coordinator* coordinator,
-                                                                  const std::string& listen);
+  // must outlive the server. JobService asks for `tokens.client`, WorkerService and
+  // RendezvousService for `tokens.worker` (empty: open); the health service is always open.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      Coordinator* coordinator, const std::string& listen, const ServiceTokens& tokens = {});
   ~CoordinatorServer();
 
   // The bound port.
@@ -38,7 +45,7 @@ class CoordinatorServer {
   void Shutdown();
 
  private:
-  explicit CoordinatorServer(Coordinator* coordinator);
+  CoordinatorServer(Coordinator* coordinator, const ServiceTokens& tokens);
 
   Coordinator* const coordinator_;  // not owned
   GrpcJobService job_service_;

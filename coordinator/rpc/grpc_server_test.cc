@@ -11,9 +11,12 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/bearer_token.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "weft/v1/service.grpc.pb.h"
@@ -82,10 +85,10 @@ TEST_F(GrpcServerTest, SubmitJobWithABadSpecIsInvalidArgument) {
   EXPECT_EQ(stub->GetJob(&get_context, get, &job).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
-TEST_F(GrpcServerTest, HealthServiceSaysServing) {
-  // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service ""), through the
-  // generic stub: the reply is HealthCheckResponse{status: SERVING} = bytes 08 01.
-  grpc::GenericStub stub(channel_);
+// grpc.health.v1.Health/Check with an empty HealthCheckRequest (service ""), through the generic
+// stub: its status and reply bytes (HealthCheckResponse{status: SERVING} is 08 01).
+grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, std::string* bytes) {
+  grpc::GenericStub stub(channel);
   grpc::Slice empty("", 0);
   grpc::ByteBuffer request(&empty, 1);
   grpc::ByteBuffer response;
@@ -99,11 +102,19 @@ TEST_F(GrpcServerTest, HealthServiceSaysServing) {
                    done.Notify();
                  });
   done.WaitForNotification();
-  ASSERT_TRUE(status.ok()) << status.error_message();
   std::vector<grpc::Slice> slices;
-  ASSERT_TRUE(response.Dump(&slices).ok());
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (const grpc::Slice& s : slices) {
+      bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+  }
+  return status;
+}
+
+TEST_F(GrpcServerTest, HealthServiceSaysServing) {
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  const grpc::Status status = HealthCheck(channel_, &bytes);
+  ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
@@ -226,6 +237,141 @@ TEST_F(GrpcServerTest, ShutdownEndsOpenStreams) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(1500));
   EXPECT_FALSE(stream->Read(&msg));
   EXPECT_FALSE(stream->Finish().ok());
+}
+
+// With tokens: JobService takes only the client token, WorkerService and RendezvousService only
+// the worker token; a call without one, or with the other role's, is UNAUTHENTICATED and its
+// message never quotes a token; health stays open.
+class GrpcServerAuthTest : public ::testing::Test {
+ protected:
+  static constexpr char kClient[] = "client-secret-1";
+  static constexpr char kWorker[] = "worker-secret-2";
+
+  void SetUp() override {
+    auto store = JobStore::Open(TempDir() + "/weft.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto c = Coordinator::Create(std::move(*store), CoordinatorOptions());
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    coordinator_->Start();
+    auto server = CoordinatorServer::Start(coordinator_.get(), "127.0.0.1:0", {kClient, kWorker});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+  std::shared_ptr<grpc::Channel> Channel(const std::string& token) const {
+    return NewCoordinatorChannel(absl::StrCat("127.0.0.1:", server_->port()), token);
+  }
+  // Every JobService method's status with `token`.
+  std::vector<grpc::Status> JobCalls(const std::string& token) const {
+    auto stub = v1::JobService::NewStub(Channel(token));
+    std::vector<grpc::Status> out;
+    auto call = [&](auto method, const auto& request, auto* response) {
+      grpc::ClientContext c;
+      c.set_deadline(In(10000));
+      out.push_back(((*stub).*method)(&c, request, response));
+    };
+    v1::SubmitJobRequest submit;
+    submit.mutable_spec()->set_name("x");
+    v1::SubmitJobResponse submitted;
+    call(&v1::JobService::Stub::SubmitJob, submit, &submitted);
+    v1::GetJobRequest get;
+    get.set_job_id("job-000001");
+    v1::Job job;
+    call(&v1::JobService::Stub::GetJob, get, &job);
+    v1::ListJobsResponse jobs;
+    call(&v1::JobService::Stub::ListJobs, v1::ListJobsRequest(), &jobs);
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id("job-000001");
+    call(&v1::JobService::Stub::CancelJob, cancel, &job);
+    v1::ListWorkersResponse workers;
+    call(&v1::JobService::Stub::ListWorkers, v1::ListWorkersRequest(), &workers);
+    v1::JobTrace trace;
+    call(&v1::JobService::Stub::GetJobTrace, get, &trace);
+    grpc::ClientContext watch_context;
+    watch_context.set_deadline(In(10000));
+    v1::WatchJobRequest watch;
+    watch.set_job_id("job-000001");
+    auto reader = stub->WatchJob(&watch_context, watch);
+    v1::JobEvent event;
+    while (reader->Read(&event)) {
+    }
+    out.push_back(reader->Finish());
+    return out;
+  }
+  grpc::Status ConnectWorker(const std::string& token, bool* welcomed) const {
+    auto stub = v1::WorkerService::NewStub(Channel(token));
+    grpc::ClientContext context;
+    context.set_deadline(In(10000));
+    auto stream = stub->Connect(&context);
+    v1::WorkerMessage hello;
+    hello.mutable_hello()->mutable_device()->set_kind("cpu");
+    v1::CoordinatorMessage msg;
+    *welcomed = stream->Write(hello) && stream->Read(&msg) && msg.has_welcome();
+    if (*welcomed) context.TryCancel();  // else Finish gives the server's status
+    return stream->Finish();
+  }
+  grpc::Status RendezvousSet(const std::string& token) const {
+    auto stub = v1::RendezvousService::NewStub(Channel(token));
+    grpc::ClientContext c;
+    c.set_deadline(In(10000));
+    v1::RendezvousSetRequest set;
+    set.set_scope("job-000001/0");
+    set.set_key("k");
+    set.set_value("v");
+    v1::RendezvousSetResponse r;
+    return stub->Set(&c, set, &r);
+  }
+
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorServer> server_;
+};
+
+void ExpectRefused(const grpc::Status& s, const std::string& service, const std::string& what) {
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << what << ": " << s.error_message();
+  EXPECT_NE(s.error_message().find(service), std::string::npos) << what << ": " << s.error_message();
+  for (const char* token : {"client-secret-1", "worker-secret-2"}) {
+    EXPECT_EQ(s.error_message().find(token), std::string::npos) << what << " quotes a token";
+  }
+}
+
+TEST_F(GrpcServerAuthTest, JobServiceTakesOnlyTheClientToken) {
+  for (const auto& [token, what] : {std::pair<std::string, std::string>{"", "no token"},
+                                    {kWorker, "the worker token"},
+                                    {"client-secret-", "a prefix of the client token"}}) {
+    const std::vector<grpc::Status> calls = JobCalls(token);
+    ASSERT_EQ(calls.size(), 7u);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      ExpectRefused(calls[i], "weft.v1.JobService", what + ", call " + std::to_string(i));
+    }
+  }
+  const std::vector<grpc::Status> calls = JobCalls(kClient);
+  EXPECT_EQ(calls[0].error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // the spec, not the token
+  EXPECT_EQ(calls[1].error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(calls[2].ok()) << calls[2].error_message();
+  EXPECT_TRUE(calls[4].ok()) << calls[4].error_message();
+}
+
+TEST_F(GrpcServerAuthTest, WorkerServicesTakeOnlyTheWorkerToken) {
+  bool welcomed = true;
+  for (const auto& [token, what] : {std::pair<std::string, std::string>{"", "no token"},
+                                    {kClient, "the client token"}}) {
+    ExpectRefused(ConnectWorker(token, &welcomed), "weft.v1.WorkerService", what);
+    EXPECT_FALSE(welcomed) << what;
+    ExpectRefused(RendezvousSet(token), "weft.v1.RendezvousService", what);
+  }
+  ConnectWorker(kWorker, &welcomed);
+  EXPECT_TRUE(welcomed);
+  EXPECT_TRUE(RendezvousSet(kWorker).ok());
+}
+
+TEST_F(GrpcServerAuthTest, HealthStaysOpen) {
+  std::string bytes;
+  const grpc::Status status = HealthCheck(Channel(""), &bytes);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/bearer_token.h"
 #include "coordinator/rpc/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -62,10 +63,29 @@ class GrpcWorkerConnection final : public WorkerConnection {
 
 }  // namespace
 
+grpc::Status Authenticate(const grpc::ServerContext& context, const std::string& token,
+                          const char* service) {
+  if (token.empty()) return grpc::Status::OK;
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kAuthorizationKey);
+  if (it == metadata.end()) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat(service, " needs an authorization: Bearer <token> header"));
+  }
+  if (!BearerMatches(absl::string_view(it->second.data(), it->second.size()), token)) {
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        absl::StrCat(service, ": the bearer token is not this service's"));
+  }
+  return grpc::Status::OK;
+}
+
 // ---- JobService ----
 
-grpc::Status GrpcJobService::SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* request,
+grpc::Status GrpcJobService::SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                                        v1::SubmitJobResponse* response) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::string> id = coordinator_->SubmitJob(request->spec());
   if (!id.ok()) {
     spdlog::info("SubmitJob rejected: {}", id.status().ToString());
@@ -75,24 +95,33 @@ grpc::Status GrpcJobService::SubmitJob(grpc::ServerContext*, const v1::SubmitJob
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::GetJob(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status GrpcJobService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                     v1::Job* response) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<v1::Job> job = coordinator_->GetJob(request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::ListJobs(grpc::ServerContext*, const v1::ListJobsRequest*,
+grpc::Status GrpcJobService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
                                       v1::ListJobsResponse* response) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::vector<v1::Job>> jobs = coordinator_->ListJobs();
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
   for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::CancelJob(grpc::ServerContext*, const v1::CancelJobRequest* request,
+grpc::Status GrpcJobService::CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
                                        v1::Job* response) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<v1::Job> job = coordinator_->CancelJob(request->job_id(), request->reason());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
@@ -102,19 +131,28 @@ grpc::Status GrpcJobService::CancelJob(grpc::ServerContext*, const v1::CancelJob
 grpc::Status GrpcJobService::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   return ToGrpcStatus(coordinator_->WatchJob(
       request->job_id(), [writer](const v1::JobEvent& event) { return writer->Write(event); },
       [context] { return context->IsCancelled(); }));
 }
 
-grpc::Status GrpcJobService::ListWorkers(grpc::ServerContext*, const v1::ListWorkersRequest*,
+grpc::Status GrpcJobService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
                                          v1::ListWorkersResponse* response) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   for (v1::WorkerInfo& info : coordinator_->ListWorkers()) *response->add_workers() = std::move(info);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::GetJobTrace(grpc::ServerContext*, const v1::GetJobRequest* request,
+grpc::Status GrpcJobService::GetJobTrace(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                          v1::JobTrace* response) {
+  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<v1::JobTrace> trace = coordinator_->GetJobTrace(request->job_id());
   if (!trace.ok()) return ToGrpcStatus(trace.status());
   *response = std::move(*trace);
@@ -126,6 +164,9 @@ grpc::Status GrpcJobService::GetJobTrace(grpc::ServerContext*, const v1::GetJobR
 grpc::Status GrpcWorkerService::Connect(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
+  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.WorkerService"); !denied.ok()) {
+    return denied;
+  }
   v1::WorkerMessage first;
   if (!stream->Read(&first)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before Hello");
@@ -167,15 +208,21 @@ grpc::Status GrpcWorkerService::Connect(
 
 // ---- RendezvousService ----
 
-grpc::Status GrpcRendezvousService::Set(grpc::ServerContext*,
+grpc::Status GrpcRendezvousService::Set(grpc::ServerContext* context,
                                         const v1::RendezvousSetRequest* request,
                                         v1::RendezvousSetResponse*) {
+  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.RendezvousService"); !denied.ok()) {
+    return denied;
+  }
   return ToGrpcStatus(rendezvous_->Set(request->scope(), request->key(), request->value()));
 }
 
-grpc::Status GrpcRendezvousService::Get(grpc::ServerContext*,
+grpc::Status GrpcRendezvousService::Get(grpc::ServerContext* context,
                                         const v1::RendezvousGetRequest* request,
                                         v1::RendezvousGetResponse* response) {
+  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.RendezvousService"); !denied.ok()) {
+    return denied;
+  }
   absl::StatusOr<std::string> value = rendezvous_->Get(request->scope(), request->key());
   if (!value.ok()) return ToGrpcStatus(value.status());
   response->set_value(std::move(*value));
@@ -185,6 +232,9 @@ grpc::Status GrpcRendezvousService::Get(grpc::ServerContext*,
 grpc::Status GrpcRendezvousService::Wait(grpc::ServerContext* context,
                                          const v1::RendezvousWaitRequest* request,
                                          v1::RendezvousWaitResponse*) {
+  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.RendezvousService"); !denied.ok()) {
+    return denied;
+  }
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return ToGrpcStatus(rendezvous_->Wait(request->scope(), keys,
                                         absl::Milliseconds(request->timeout_ms()),

@@ -1,14 +1,19 @@
 // The gRPC faces of the coordinator: JobService, WorkerService and RendezvousService, each a thin
 // translation into Coordinator calls (the logic and its tests live in coordinator.h). Blocking
-// calls (WatchJob, Connect, Rendezvous Wait) end when the client goes away.
+// calls (WatchJob, Connect, Rendezvous Wait) end when the client goes away. Each service asks
+// every call for its role's bearer token (common/bearer_token.h): JobService the clients',
+// WorkerService and RendezvousService the workers'; an empty token leaves the service open.
 //
 // E.g.
-//   GrpcJobService jobs(coordinator);
-//   GrpcWorkerService workers(coordinator);
-//   GrpcRendezvousService rendezvous(coordinator->rendezvous());
+//   GrpcJobService jobs(coordinator, client_token);
+//   GrpcWorkerService workers(coordinator, worker_token);
+//   GrpcRendezvousService rendezvous(coordinator->rendezvous(), worker_token);
 //   builder.RegisterService(&jobs);  // and the others
 #ifndef WEFT_COORDINATOR_RPC_GRPC_SERVICES_H_
 #define WEFT_COORDINATOR_RPC_GRPC_SERVICES_H_
+
+#include <string>
+#include <utility>
 
 #include "coordinator/coordinator.h"
 #include "coordinator/rendezvous.h"
@@ -16,9 +21,15 @@
 
 namespace weft::coordinator::rpc {
 
+// OK when `token` is empty or the call carries `authorization: Bearer <token>`; else
+// UNAUTHENTICATED naming `service` (and never the token).
+grpc::Status Authenticate(const grpc::ServerContext& context, const std::string& token,
+                          const char* service);
+
 class GrpcJobService final : public v1::JobService::Service {
  public:
-  explicit GrpcJobService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  GrpcJobService(Coordinator* coordinator, std::string client_token)
+      : coordinator_(coordinator), client_token_(std::move(client_token)) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
                          v1::SubmitJobResponse* response) override;
@@ -37,13 +48,15 @@ class GrpcJobService final : public v1::JobService::Service {
 
  private:
   Coordinator* const coordinator_;  // not owned
+  const std::string client_token_;
 };
 
 // One Connect call per worker: this handler's thread writes what the coordinator queues for the
 // worker, a second thread reads the worker's messages.
 class GrpcWorkerService final : public v1::WorkerService::Service {
  public:
-  explicit GrpcWorkerService(Coordinator* coordinator) : coordinator_(coordinator) {}
+  GrpcWorkerService(Coordinator* coordinator, std::string worker_token)
+      : coordinator_(coordinator), worker_token_(std::move(worker_token)) {}
 
   grpc::Status Connect(
       grpc::ServerContext* context,
@@ -51,11 +64,13 @@ class GrpcWorkerService final : public v1::WorkerService::Service {
 
  private:
   Coordinator* const coordinator_;  // not owned
+  const std::string worker_token_;
 };
 
 class GrpcRendezvousService final : public v1::RendezvousService::Service {
  public:
-  explicit GrpcRendezvousService(Rendezvous* rendezvous) : rendezvous_(rendezvous) {}
+  GrpcRendezvousService(Rendezvous* rendezvous, std::string worker_token)
+      : rendezvous_(rendezvous), worker_token_(std::move(worker_token)) {}
 
   grpc::Status Set(grpc::ServerContext* context, const v1::RendezvousSetRequest* request,
                    v1::RendezvousSetResponse* response) override;
@@ -66,6 +81,7 @@ class GrpcRendezvousService final : public v1::RendezvousService::Service {
 
  private:
   Rendezvous* const rendezvous_;  // not owned
+  const std::string worker_token_;
 };
 
 }  // namespace weft::coordinator::rpc

@@ -1,0 +1,46 @@
+// Bearer tokens for the coordinator's gRPC services (`weft-coordinator --client_token_file F
+// --worker_token_file G`): a client sends `authorization: Bearer <token>` with every call, the
+// coordinator compares it with the token of the role the service serves (JobService: clients;
+// WorkerService and RendezvousService: workers). A token lives in a file of its own, read once;
+// no message ever quotes its bytes.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(std::string token, ReadBearerTokenFile("/run/credentials/weft/client"));
+//   std::shared_ptr<grpc::Channel> channel = NewCoordinatorChannel("10.0.0.5:7070", token);
+#ifndef WEFT_COMMON_BEARER_TOKEN_H_
+#define WEFT_COMMON_BEARER_TOKEN_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/grpcpp.h"
+
+namespace weft {
+
+// The gRPC metadata key, and the value a token makes: "Bearer <token>".
+inline constexpr char kAuthorizationKey[] = "authorization";
+std::string BearerValue(absl::string_view token);
+
+// The token in `path`: its bytes less trailing whitespace (a final newline). INVALID_ARGUMENT
+// naming the path (never the contents) for a file that is not a regular file, is empty, holds
+// more than 4 KiB, or holds a byte that is not printable ASCII (a gRPC header value must be).
+absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path);
+
+// A fresh token: 32 random bytes from /dev/urandom, hex. For `weftctl local`'s own cluster.
+absl::StatusOr<std::string> NewBearerToken();
+
+// Whether `value` (a call's authorization metadata) is BearerValue(token), compared in time that
+// does not depend on where they differ.
+bool BearerMatches(absl::string_view value, absl::string_view token);
+
+// A channel to the coordinator that sends BearerValue(token) with every call (none when token
+// is empty), plaintext.
+std::shared_ptr<grpc::Channel> NewCoordinatorChannel(
+    const std::string& address, const std::string& token,
+    const grpc::ChannelArguments& args = grpc::ChannelArguments());
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_BEARER_TOKEN_H_

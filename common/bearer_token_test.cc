@@ -1,0 +1,63 @@
+#include "common/bearer_token.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <string>
+
+#include "common/testing_files.h"
+
+namespace weft {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(BearerTokenTest, ReadsOneLineLessItsTrailingNewline) {
+  const std::string path = TempPath("token");
+  WriteAll(path, "s3cret-Token_42\n");
+  absl::StatusOr<std::string> token = ReadBearerTokenFile(path);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, "s3cret-Token_42");
+}
+
+TEST(BearerTokenTest, BadFilesAreRefusedNamingThePathNeverTheBytes) {
+  const std::string dir = TestTmpDir();
+  WriteAll(dir + "/empty", "\n");
+  WriteAll(dir + "/spaced", "two words\n");
+  WriteAll(dir + "/huge", std::string(5000, 'a'));
+  ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0600), 0);
+  for (const auto& [file, why] :
+       {std::pair<std::string, std::string>{"empty", "empty"},
+        {"spaced", "not printable ASCII"},
+        {"huge", "more than 4096 bytes"},
+        {"fifo", "not a regular file"},
+        {"missing", "cannot be read"}}) {
+    absl::StatusOr<std::string> token = ReadBearerTokenFile(dir + "/" + file);
+    ASSERT_FALSE(token.ok()) << file;
+    EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument) << file;
+    EXPECT_THAT(std::string(token.status().message()), HasSubstr(dir + "/" + file));
+    EXPECT_THAT(std::string(token.status().message()), HasSubstr(why));
+    EXPECT_THAT(std::string(token.status().message()), Not(HasSubstr("words")));
+  }
+}
+
+TEST(BearerTokenTest, MatchesOnlyTheWholeBearerValue) {
+  EXPECT_TRUE(BearerMatches("Bearer abc", "abc"));
+  EXPECT_FALSE(BearerMatches("Bearer abd", "abc"));
+  EXPECT_FALSE(BearerMatches("Bearer ab", "abc"));
+  EXPECT_FALSE(BearerMatches("Bearer abcd", "abc"));
+  EXPECT_FALSE(BearerMatches("abc", "abc"));
+  EXPECT_FALSE(BearerMatches("", "abc"));
+}
+
+TEST(BearerTokenTest, NewTokensAreLongAndDiffer) {
+  absl::StatusOr<std::string> a = NewBearerToken(), b = NewBearerToken();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_NE(*a, *b);
+}
+
+}  // namespace
+}  // namespace weft
