@@ -196,6 +196,23 @@ TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {
   EXPECT_EQ(losses.size(), static_cast<size_t>(MlpJob::kSteps));
 }
 
+// A job whose loss stops being a number (a learning rate of 1e38 overflows the parameters in its
+// first update) fails at that step, saying so, instead of SUCCEEDING on garbage; the cluster
+// serves the next job.
+TEST_F(BadInputTest, ANonFiniteLossFailsTheJobNamingTheStep) {
+  std::string id;
+  grpc::Status s = Submit(Replace(Dp2(), "lr: 0.01,", "lr: 1.0e+38,"), &id);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const JobOutcome outcome = JobOutcome::Of(cluster_->Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::FAILED) << outcome.message;
+  EXPECT_NE(outcome.message.find("step 2: the loss is "), std::string::npos) << outcome.message;
+  EXPECT_EQ(outcome.losses.size(), 1u) << "only the finite step is reported";
+
+  std::string good;
+  ASSERT_TRUE(Submit(Dp2(), &good).ok());
+  EXPECT_EQ(JobOutcome::Of(cluster_->Watch(good, 120)).state, v1::SUCCEEDED);
+}
+
 TEST(LocalClusterTest, MeshNotMatchingRanksIsAClearError) {
   MlpJob job = MlpJob::Create();
   std::string spec = job.WriteSpec("dp4.yaml", job.SpecYaml("{shape: [4], dim_names: [dp]}"));

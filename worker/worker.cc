@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -156,6 +157,12 @@ absl::Status Task::RunSteps() {
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<float> loss = executor->RunStep(step);
     if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("step ", step));
+    // Every rank holds the same loss, so every rank stops here with the same message.
+    if (!std::isfinite(*loss)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", step, ": the loss is ", std::isnan(*loss) ? "nan" : "inf",
+                       "; training stops here, before the step is reported or saved"));
+    }
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     v1::WorkerMessage msg;
     v1::StepReport* report = msg.mutable_step();

@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <deque>
+#include <limits>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -35,13 +37,15 @@ class BlockedSteps {
   int count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// Loss 1/step and a memory peak of 1000 * step + 24 bytes; fails at step `fail_at`; with
+// Loss 1/step and a memory peak of 1000 * step + 24 bytes; fails at step `fail_at`; the loss
+// `bad_loss` at step `bad_at` (when not 0); with
 // `blocked` (not null), RunStep waits for Cancel and counts itself there; with `trace`, one span
 // per step named after it.
 class FakeExecutor : public Executor {
  public:
-  FakeExecutor(int64_t fail_at, BlockedSteps* blocked, bool trace = false)
-      : fail_at_(fail_at), blocked_(blocked), trace_(trace) {}
+  FakeExecutor(int64_t fail_at, BlockedSteps* blocked, bool trace = false, int64_t bad_at = 0,
+               float bad_loss = 0)
+      : fail_at_(fail_at), blocked_(blocked), trace_(trace), bad_at_(bad_at), bad_loss_(bad_loss) {}
   absl::Status Initialize() override { return absl::OkStatus(); }
   absl::StatusOr<float> RunStep(int64_t step) override {
     if (step == fail_at_) {
@@ -59,6 +63,7 @@ class FakeExecutor : public Executor {
       spans_.back().set_duration_us(step);
     }
     peak_bytes_ = 1000 * step + 24;
+    if (bad_at_ > 0 && step == bad_at_) return bad_loss_;
     return 1.0f / step;
   }
   int64_t last_step_peak_bytes() const override { return peak_bytes_; }
@@ -78,6 +83,8 @@ class FakeExecutor : public Executor {
   }
 
   const int64_t fail_at_;
+  const int64_t bad_at_;
+  const float bad_loss_;
   BlockedSteps* const blocked_;  // not owned
   const bool trace_;
   std::vector<v1::TraceSpan> spans_;
@@ -86,7 +93,8 @@ class FakeExecutor : public Executor {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// Job ids pick the behaviour: "fail-at-2" fails at step 2, "block" blocks until cancelled.
+// Job ids pick the behaviour: "fail-at-2" fails at step 2, "nan-at-2" has a NaN loss at step 2,
+// "inf-at-3" an infinite one at step 3, "block" blocks until cancelled.
 class FakeEnvironment : public TaskEnvironment {
  public:
   absl::StatusOr<AttemptComms> MakeComms(const v1::Assignment&) override {
@@ -99,7 +107,10 @@ class FakeEnvironment : public TaskEnvironment {
     if (program.job_id() == "bad-program") return absl::InvalidArgumentError("buffer 7 missing");
     return std::unique_ptr<Executor>(std::make_unique<FakeExecutor>(
         program.job_id() == "fail-at-2" ? 2 : 0,
-        program.job_id() == "block" ? &blocked_steps : nullptr, program.trace()));
+        program.job_id() == "block" ? &blocked_steps : nullptr, program.trace(),
+        program.job_id() == "nan-at-2" ? 2 : program.job_id() == "inf-at-3" ? 3 : 0,
+        program.job_id() == "nan-at-2" ? std::numeric_limits<float>::quiet_NaN()
+                                       : -std::numeric_limits<float>::infinity()));
   }
   std::atomic<bool> comms_cancelled{false};
   BlockedSteps blocked_steps;
@@ -228,6 +239,27 @@ TEST(TaskTest, ErrorCarriesRankAndStep) {
   EXPECT_FALSE(msgs[1].done().ok());
   EXPECT_EQ(msgs[1].done().message(),
             "rank 2: step 2: all_reduce on group 1 (dp) ranks [0,1]: Connection closed");
+}
+
+// A non-finite loss ends the task at that step, naming it: the step is not reported (its loss
+// would be no number) and nothing after it runs or is saved.
+TEST(TaskTest, ANonFiniteLossStopsTheTaskNamingTheStep) {
+  for (const auto& [job, step, value] : {std::tuple<std::string, int, std::string>{"nan-at-2", 2, "nan"},
+                                         {"inf-at-3", 3, "inf"}}) {
+    FakeEnvironment env;
+    Recorder rec;
+    Task task(MakeAssignment(job, 0, 1, 5), &env, [&](const v1::WorkerMessage& m) { rec.Add(m); });
+    task.Start();
+    task.Join();
+    auto msgs = rec.messages();
+    ASSERT_EQ(msgs.size(), static_cast<size_t>(step)) << job;
+    for (int s = 1; s < step; ++s) EXPECT_EQ(msgs[s - 1].step().step(), s) << job;
+    ASSERT_TRUE(msgs.back().has_done()) << job;
+    EXPECT_FALSE(msgs.back().done().ok());
+    EXPECT_EQ(msgs.back().done().message(),
+              "rank 1: step " + std::to_string(step) + ": the loss is " + value +
+                  "; training stops here, before the step is reported or saved");
+  }
 }
 
 TEST(TaskTest, BadProgramIsReported) {
