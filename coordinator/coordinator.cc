@@ -194,6 +194,11 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   ApplyJobSpecDefaults(&checked);  // also when prepare_spec (a test's) does not
   RETURN_IF_ERROR(options_.prepare_spec(&checked));
   const int64_t world_size = options_.world_size(checked);
+  if (world_size > options_.max_ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "mesh: ", world_size, " ranks; this coordinator plans at most ", options_.max_ranks,
+        " (--max_ranks)"));
+  }
   // Planned once, here, off the lock: its attempts only emit each rank's Program from it.
   absl::StatusOr<std::shared_ptr<const JobPlan>> plan = options_.plan(checked);
   if (!plan.ok()) return Annotate(plan.status(), "planning the job");

@@ -89,6 +89,9 @@ struct CoordinatorOptions {
   std::function<absl::StatusOr<std::shared_ptr<const JobPlan>>(const v1::JobSpec&)> plan;
   // Mesh size (default: WorldSize).
   std::function<int64_t(const v1::JobSpec&)> world_size;
+  // The largest mesh SubmitJob plans (--max_ranks): a larger one is refused before planning,
+  // which would hold memory in proportion to it.
+  int64_t max_ranks = 65536;
   // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
   TraceLimits trace_limits;
 };

@@ -246,6 +246,26 @@ TEST_F(CoordinatorTest, BadSpecIsRejectedAndNothingIsStored) {
   EXPECT_TRUE(coordinator_->ListJobs()->empty());
 }
 
+// A mesh above --max_ranks is refused before it is planned (planning holds memory in proportion
+// to the ranks), with both figures.
+TEST_F(CoordinatorTest, AMeshAboveMaxRanksIsRefusedBeforePlanning) {
+  CoordinatorOptions options = Options();
+  options.max_ranks = 3;
+  auto store = JobStore::Open(dir_ + "/bounded.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto bounded = Coordinator::Create(std::move(*store), options);
+  ASSERT_TRUE(bounded.ok()) << bounded.status();
+  const int before = plans_;
+  auto id = (*bounded)->SubmitJob(Spec(4, "big"));
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(id.status().message(), "mesh: 4 ranks; this coordinator plans at most 3 (--max_ranks)");
+  EXPECT_EQ(plans_, before) << "planned anyway";
+  EXPECT_TRUE((*bounded)->ListJobs()->empty());
+  EXPECT_TRUE((*bounded)->SubmitJob(Spec(3, "fits")).ok());
+  (*bounded)->Shutdown();
+}
+
 TEST_F(CoordinatorTest, PendingJobSaysWhatItWaitsForThenRunsWithStableRanks) {
   std::shared_ptr<FakeConnection> c1, c2;
   std::string w1 = Connect(&c1);

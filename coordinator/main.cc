@@ -14,6 +14,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/crash_point.h"
@@ -33,6 +35,7 @@ ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
 ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
+ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger ones are refused");
 ABSL_FLAG(std::string, client_token_file, "",
           "file holding the bearer token every JobService call must carry (weftctl --token_file); "
           "empty: JobService is open to anyone who reaches --listen");
@@ -42,6 +45,20 @@ ABSL_FLAG(std::string, worker_token_file, "",
 
 namespace weft::coordinator {
 namespace {
+
+// HOST:PORT with a port gRPC can bind: 0 (pick one) to 65535. ("[::1]:7070" for IPv6.)
+absl::Status CheckListenAddress(const std::string& listen) {
+  const size_t colon = listen.rfind(':');
+  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
+  int value = 0;
+  if (colon == 0 || colon == std::string::npos || port.empty() || port.size() > 5 ||
+      port.find_first_not_of("0123456789") != std::string::npos ||
+      (value = std::stoi(port)) > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen, ": expected HOST:PORT with a port from 0 (any free one) to 65535"));
+  }
+  return absl::OkStatus();
+}
 
 int Run() {
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -83,6 +100,11 @@ int Run() {
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
+  options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  if (options.max_ranks < 1) {
+    spdlog::error("--max_ranks must be at least 1");
+    return 2;
+  }
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
     return 2;
@@ -115,6 +137,10 @@ int Run() {
     return 2;
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
+  if (absl::Status s = CheckListenAddress(listen); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 2;
+  }
   for (const auto& [token, what] : {std::pair{&tokens.client, "JobService (clients)"},
                                     std::pair{&tokens.worker, "WorkerService and "
                                                               "RendezvousService (workers)"}}) {
@@ -155,6 +181,13 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE] "
       "[--client_token_file F --worker_token_file G]");
+  // --help lists this binary's own flags (absl matches them by the program's name otherwise).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "coordinator/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("weft-coordinator"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");

@@ -213,6 +213,30 @@ TEST_F(BadInputTest, ANonFiniteLossFailsTheJobNamingTheStep) {
   EXPECT_EQ(JobOutcome::Of(cluster_->Watch(good, 120)).state, v1::SUCCEEDED);
 }
 
+// The daemons refuse a --listen they could not honour, and --help lists their flags.
+TEST(DaemonFlagsTest, BadListenIsRefusedAndHelpListsTheFlags) {
+  const std::string dir = MakeTempDir("flags");
+  CommandResult bad = RunCommand({BinaryPath("coordinator/weft-coordinator"), "--listen",
+                                  "127.0.0.1:99999", "--data_dir", dir + "/data"},
+                                 30);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--listen 127.0.0.1:99999: expected HOST:PORT with a port from 0"),
+            std::string::npos)
+      << bad.err;
+  for (const auto& [binary, flags] :
+       {std::pair<std::string, std::vector<std::string>>{
+            "coordinator/weft-coordinator",
+            {"--listen", "--data_dir", "--max_ranks", "--client_token_file", "--worker_token_file"}},
+        {"worker/weft-worker", {"--coordinator", "--device", "--host", "--token_file"}}}) {
+    CommandResult help = RunCommand({BinaryPath(binary), "--help"}, 30);
+    const std::string text = help.out + help.err;
+    for (const std::string& flag : flags) {
+      EXPECT_NE(text.find(flag + " ("), std::string::npos) << binary << " --help: " << text;
+    }
+    EXPECT_EQ(text.find("No flags matched"), std::string::npos) << binary;
+  }
+}
+
 TEST(LocalClusterTest, MeshNotMatchingRanksIsAClearError) {
   MlpJob job = MlpJob::Create();
   std::string spec = job.WriteSpec("dp4.yaml", job.SpecYaml("{shape: [4], dim_names: [dp]}"));

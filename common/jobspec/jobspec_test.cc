@@ -72,6 +72,26 @@ TEST_F(SpecTest, ParsesEveryFieldOfTheFullExample) {
   EXPECT_TRUE(ValidateJobSpec(*spec).ok()) << ValidateJobSpec(*spec);
 }
 
+// A client may not submit a name over 256 bytes or a spec over 1 MiB: both are refused with the
+// figures (the size before anything else is read).
+TEST_F(SpecTest, NameAndSpecSizesAreBounded) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(ValidateJobSpec(*spec).ok());
+  v1::JobSpec named = *spec;
+  named.set_name(std::string(256, 'n'));
+  EXPECT_TRUE(ValidateJobSpec(named).ok()) << ValidateJobSpec(named);
+  named.set_name(std::string(257, 'n'));
+  EXPECT_EQ(ValidateJobSpec(named).message(), "name: 257 bytes; at most 256");
+  v1::JobSpec big = *spec;
+  big.set_init_from(std::string(size_t{1} << 20, 'x'));
+  const absl::Status status = ValidateJobSpec(big);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              HasSubstr(absl::StrCat("the spec is ", big.ByteSizeLong(),
+                                     " bytes; at most 1048576 (1 MiB)")));
+}
+
 TEST_F(SpecTest, AppliesDefaults) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -515,6 +515,14 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   if (spec.name().empty()) {
     return absl::InvalidArgumentError("name: must not be empty");
   }
+  if (spec.name().size() > kMaxJobNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("name: ", spec.name().size(),
+                                                   " bytes; at most ", kMaxJobNameBytes));
+  }
+  if (const size_t bytes = submitted.ByteSizeLong(); bytes > kMaxJobSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the spec is ", bytes, " bytes; at most ",
+                                                   kMaxJobSpecBytes, " (1 MiB)"));
+  }
   RETURN_IF_ERROR(ValidateMesh(spec.mesh()));
   RETURN_IF_ERROR(ApplyParallelize(&spec));
   std::vector<int64_t> sample_shape, label_shape;

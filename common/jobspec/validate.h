@@ -12,10 +12,16 @@
 #ifndef WEFT_COMMON_JOBSPEC_VALIDATE_H_
 #define WEFT_COMMON_JOBSPEC_VALIDATE_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "weft/v1/job.pb.h"
 
 namespace weft {
+
+// Bounds on what a client may submit: a job's name and its whole spec (serialized).
+inline constexpr size_t kMaxJobNameBytes = 256;
+inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
 
 // The checks above, on a copy with the defaults applied (a spec from gRPC may leave them
 // implicit). Pipeline: its dim on the mesh, its schedule (FThenB | 1F1B | VPP) with
