@@ -167,10 +167,31 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   absl::MutexLock lock(&store->mu_);
   // WAL keeps readers off the writer's back; FULL sync makes a committed job record survive a
   // power loss too, not only a crash of this process (one fsync per event: steps are coarse).
-  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;", kSchema}) {
+  for (const char* sql : {"PRAGMA journal_mode=WAL;", "PRAGMA synchronous=FULL;"}) {
     absl::Status s = store->Exec(sql);
     if (!s.ok()) return Annotate(s, absl::StrCat("opening job store ", path));
   }
+  // A damaged store must stop the coordinator here, not give one that serves while every call
+  // fails: SQLite's quick_check reads every page and answers "ok" or what is wrong.
+  std::string verdict;
+  sqlite3_stmt* check = nullptr;
+  rc = sqlite3_prepare_v2(store->db_, "PRAGMA quick_check(1);", -1, &check, nullptr);
+  if (rc == SQLITE_OK) rc = sqlite3_step(check);
+  if (rc == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(check, 0);
+    verdict = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+  } else {
+    verdict = sqlite3_errmsg(store->db_);
+  }
+  sqlite3_finalize(check);
+  if (verdict != "ok") {
+    return absl::DataLossError(absl::StrCat(
+        "job store ", path, " fails SQLite's integrity check (", verdict,
+        "); the coordinator will not serve from it: restore it from a backup, or move it aside "
+        "to start with no jobs"));
+  }
+  absl::Status s = store->Exec(kSchema);
+  if (!s.ok()) return Annotate(s, absl::StrCat("opening job store ", path));
   return store;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <string>
 
 namespace weft::coordinator {
@@ -40,6 +41,35 @@ v1::JobEvent StepEvent(const std::string& job_id, int64_t step, double loss) {
   e.mutable_step()->set_step(step);
   e.mutable_step()->set_loss(loss);
   return e;
+}
+
+// A store whose pages are damaged does not open: the error names the file and the check, so the
+// coordinator stops at start instead of serving while every call fails.
+TEST(JobStoreTest, ADamagedStoreFailsItsIntegrityCheckAtOpen) {
+  const std::string path = TempDir() + "/weft.db";
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 200; ++i) {
+      auto job = (*store)->CreateJob(Spec(std::string(200, 'a' + i % 26)), i, "submitted");
+      ASSERT_TRUE(job.ok()) << job.status();
+    }
+  }  // closed: the write-ahead log is checkpointed into the file
+  {
+    FILE* f = fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    fseek(f, 0, SEEK_END);
+    ASSERT_GT(ftell(f), 4 * 4096) << "the store should span several pages";
+    fseek(f, 2 * 4096 + 100, SEEK_SET);  // inside page 3: a table's b-tree page
+    const std::string garbage(3000, '\xA5');
+    fwrite(garbage.data(), 1, garbage.size(), f);
+    fclose(f);
+  }
+  auto reopened = JobStore::Open(path);
+  ASSERT_FALSE(reopened.ok());
+  EXPECT_EQ(reopened.status().code(), absl::StatusCode::kDataLoss) << reopened.status();
+  EXPECT_NE(reopened.status().message().find(path), absl::string_view::npos);
+  EXPECT_NE(reopened.status().message().find("integrity check"), absl::string_view::npos);
 }
 
 TEST(JobStoreTest, CreatesSortableIdsAndKeepsSpec) {

@@ -18,6 +18,7 @@
 #include "common/jobspec/parallelize.h"
 #include "common/jobspec/placements.h"
 #include "common/jobspec/starting_state.h"
+#include "common/jobspec/transformer_config.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -524,6 +525,8 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
                                                    kMaxJobSpecBytes, " (1 MiB)"));
   }
   RETURN_IF_ERROR(ValidateMesh(spec.mesh()));
+  // The YAML reader checks the model too; a spec over gRPC is checked only here.
+  RETURN_IF_ERROR(ValidateTransformerModel(spec.model()));
   RETURN_IF_ERROR(ApplyParallelize(&spec));
   std::vector<int64_t> sample_shape, label_shape;
   RETURN_IF_ERROR(ValidateData(spec, &sample_shape, &label_shape));

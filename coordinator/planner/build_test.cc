@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "common/jobspec/validate.h"
 #include "coordinator/planner/test_util.h"
 
 namespace weft::planner {
@@ -84,6 +85,21 @@ v1::JobSpec Residual() {
   res->add_inputs("act0");
   res->add_inputs("fc1");
   return spec;
+}
+
+// A transformer spec that arrives over gRPC (no YAML reader) is checked by ValidateJobSpec too:
+// a config the model cannot be built from is an error naming the key, never a division by zero.
+TEST(BuildTest, ValidateJobSpecChecksATransformerConfigFromTheWire) {
+  for (const auto& [mutate, key] :
+       {std::pair<std::function<void(v1::TransformerConfig*)>, std::string>{
+            [](v1::TransformerConfig* c) { c->set_n_head(0); }, "model.config.n_head"},
+        {[](v1::TransformerConfig* c) { c->set_n_embd(7); }, "n_embd 7"}}) {
+    v1::JobSpec spec = testing::Gpt2Spec();
+    mutate(spec.mutable_model()->mutable_config());
+    const absl::Status status = ValidateJobSpec(spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_NE(status.message().find(key), absl::string_view::npos) << status;
+  }
 }
 
 TEST(BuildTest, InputsNameEarlierLayersAndAddSumsThem) {
