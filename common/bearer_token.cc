@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/support/client_interceptor.h"
 
@@ -93,10 +94,16 @@ absl::StatusOr<std::string> NewBearerToken() {
 }
 
 bool BearerMatches(absl::string_view value, absl::string_view token) {
-  const std::string want = BearerValue(token);
-  unsigned char diff = value.size() == want.size() ? 0 : 1;
-  for (size_t i = 0; i < want.size(); ++i) {
-    diff |= static_cast<unsigned char>(want[i] ^ (i < value.size() ? value[i] : 0));
+  // The scheme's case does not matter (RFC 6750), the token's does.
+  constexpr absl::string_view kScheme = "bearer ";
+  if (value.size() < kScheme.size() ||
+      !absl::EqualsIgnoreCase(value.substr(0, kScheme.size()), kScheme)) {
+    return false;
+  }
+  value.remove_prefix(kScheme.size());
+  unsigned char diff = value.size() == token.size() ? 0 : 1;
+  for (size_t i = 0; i < token.size(); ++i) {
+    diff |= static_cast<unsigned char>(token[i] ^ (i < value.size() ? value[i] : 0));
   }
   return diff == 0;
 }

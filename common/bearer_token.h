@@ -31,8 +31,8 @@ absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path);
 // A fresh token: 32 random bytes from /dev/urandom, hex. For `weftctl local`'s own cluster.
 absl::StatusOr<std::string> NewBearerToken();
 
-// Whether `value` (a call's authorization metadata) is BearerValue(token), compared in time that
-// does not depend on where they differ.
+// Whether `value` (a call's authorization metadata) is BearerValue(token), the scheme in any
+// case, the token compared in time that does not depend on where they differ.
 bool BearerMatches(absl::string_view value, absl::string_view token);
 
 // A channel to the coordinator that sends BearerValue(token) with every call (none when token

@@ -45,6 +45,8 @@ TEST(BearerTokenTest, BadFilesAreRefusedNamingThePathNeverTheBytes) {
 
 TEST(BearerTokenTest, MatchesOnlyTheWholeBearerValue) {
   EXPECT_TRUE(BearerMatches("Bearer abc", "abc"));
+  EXPECT_TRUE(BearerMatches("bearer abc", "abc"));
+  EXPECT_FALSE(BearerMatches("Bearer ABC", "abc"));
   EXPECT_FALSE(BearerMatches("Bearer abd", "abc"));
   EXPECT_FALSE(BearerMatches("Bearer ab", "abc"));
   EXPECT_FALSE(BearerMatches("Bearer abcd", "abc"));

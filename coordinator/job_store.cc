@@ -184,6 +184,12 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
     verdict = sqlite3_errmsg(store->db_);
   }
   sqlite3_finalize(check);
+  // Only damage is data loss; a busy or unreadable store may pass the check another time.
+  const int code = rc & 0xFF;
+  if (rc != SQLITE_ROW && code != SQLITE_CORRUPT && code != SQLITE_NOTADB) {
+    return absl::UnavailableError(
+        absl::StrCat("checking job store ", path, " (PRAGMA quick_check): ", verdict));
+  }
   if (verdict != "ok") {
     return absl::DataLossError(absl::StrCat(
         "job store ", path, " fails SQLite's integrity check (", verdict,

@@ -46,12 +46,16 @@ ABSL_FLAG(std::string, worker_token_file, "",
 namespace weft::coordinator {
 namespace {
 
-// HOST:PORT with a port gRPC can bind: 0 (pick one) to 65535. ("[::1]:7070" for IPv6.)
+// HOST:PORT with a port gRPC can bind: 0 (pick one) to 65535 ("[::1]:7070" for IPv6, ":7070"
+// for every interface); unix: and unix-abstract: addresses are gRPC's to check.
 absl::Status CheckListenAddress(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) {
+    return absl::OkStatus();
+  }
   const size_t colon = listen.rfind(':');
   const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
   int value = 0;
-  if (colon == 0 || colon == std::string::npos || port.empty() || port.size() > 5 ||
+  if (colon == std::string::npos || port.empty() || port.size() > 5 ||
       port.find_first_not_of("0123456789") != std::string::npos ||
       (value = std::stoi(port)) > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -90,33 +94,7 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string db_path = data_dir + "/weft.db";
-  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db_path);
-  if (!store.ok()) {
-    spdlog::error("{}", store.status().ToString());
-    return 1;
-  }
-  CoordinatorOptions options;
-  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
-  options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
-  options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
-  options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
-  if (options.max_ranks < 1) {
-    spdlog::error("--max_ranks must be at least 1");
-    return 2;
-  }
-  if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
-    spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
-    return 2;
-  }
-  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-      Coordinator::Create(std::move(*store), options);
-  if (!coordinator.ok()) {
-    spdlog::error("{}", coordinator.status().ToString());
-    return 1;
-  }
-  (*coordinator)->Start();
-
+  // Flags first: a bad one must not touch the job store (opening it re-plans and fails jobs).
   rpc::ServiceTokens tokens;
   for (auto [flag, token] : {std::pair{&FLAGS_client_token_file, &tokens.client},
                              std::pair{&FLAGS_worker_token_file, &tokens.worker}}) {
@@ -141,6 +119,33 @@ int Run() {
     spdlog::error("{}", std::string(s.message()));
     return 2;
   }
+  if (absl::GetFlag(FLAGS_max_ranks) < 1) {
+    spdlog::error("--max_ranks must be at least 1");
+    return 2;
+  }
+  const std::string db_path = data_dir + "/weft.db";
+  absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db_path);
+  if (!store.ok()) {
+    spdlog::error("{}", store.status().ToString());
+    return 1;
+  }
+  CoordinatorOptions options;
+  options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
+  options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
+  options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
+  options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
+    spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(std::move(*store), options);
+  if (!coordinator.ok()) {
+    spdlog::error("{}", coordinator.status().ToString());
+    return 1;
+  }
+  (*coordinator)->Start();
+
   for (const auto& [token, what] : {std::pair{&tokens.client, "JobService (clients)"},
                                     std::pair{&tokens.worker, "WorkerService and "
                                                               "RendezvousService (workers)"}}) {

@@ -197,8 +197,8 @@ TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonThenGoodJobRuns) {
 }
 
 // A job whose loss stops being a number (a learning rate of 1e38 overflows the parameters in its
-// first update) fails at that step, saying so, instead of SUCCEEDING on garbage; the cluster
-// serves the next job.
+// first update) fails at that step, saying so, instead of SUCCEEDING on garbage; a checkpoint of
+// non-finite parameters is refused; the cluster serves the next job.
 TEST_F(BadInputTest, ANonFiniteLossFailsTheJobNamingTheStep) {
   std::string id;
   grpc::Status s = Submit(Replace(Dp2(), "lr: 0.01,", "lr: 1.0e+38,"), &id);
@@ -207,6 +207,19 @@ TEST_F(BadInputTest, ANonFiniteLossFailsTheJobNamingTheStep) {
   EXPECT_EQ(outcome.state, v1::FAILED) << outcome.message;
   EXPECT_NE(outcome.message.find("step 2: the loss is "), std::string::npos) << outcome.message;
   EXPECT_EQ(outcome.losses.size(), 1u) << "only the finite step is reported";
+
+  // A learning rate of 1e39 is infinite in float32: step 1's loss (computed before the update)
+  // is finite, its update is not, and its checkpoint refuses to save it.
+  std::string diverged;
+  s = Submit(Replace(Replace(Dp2(), "lr: 0.01,", "lr: 1.0e+39,"), "train: {",
+                     "checkpoint: {dir: diverged, every: 1}\ntrain: {"),
+             &diverged);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const JobOutcome saved = JobOutcome::Of(cluster_->Watch(diverged, 120));
+  EXPECT_EQ(saved.state, v1::FAILED) << saved.message;
+  EXPECT_NE(saved.message.find("checkpoint of step 1: "), std::string::npos) << saved.message;
+  EXPECT_NE(saved.message.find("holds a non-finite value"), std::string::npos) << saved.message;
+  EXPECT_TRUE(saved.saves.empty()) << "a non-finite checkpoint was committed";
 
   std::string good;
   ASSERT_TRUE(Submit(Dp2(), &good).ok());

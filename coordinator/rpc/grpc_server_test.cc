@@ -313,16 +313,40 @@ class GrpcServerAuthTest : public ::testing::Test {
     if (*welcomed) context.TryCancel();  // else Finish gives the server's status
     return stream->Finish();
   }
-  grpc::Status RendezvousSet(const std::string& token) const {
+  // Set, Get and Wait of RendezvousService with `token`.
+  std::vector<grpc::Status> RendezvousCalls(const std::string& token) const {
     auto stub = v1::RendezvousService::NewStub(Channel(token));
-    grpc::ClientContext c;
-    c.set_deadline(In(10000));
-    v1::RendezvousSetRequest set;
-    set.set_scope("job-000001/0");
-    set.set_key("k");
-    set.set_value("v");
-    v1::RendezvousSetResponse r;
-    return stub->Set(&c, set, &r);
+    std::vector<grpc::Status> out;
+    {
+      grpc::ClientContext c;
+      c.set_deadline(In(10000));
+      v1::RendezvousSetRequest set;
+      set.set_scope("job-000001/0");
+      set.set_key("k");
+      set.set_value("v");
+      v1::RendezvousSetResponse r;
+      out.push_back(stub->Set(&c, set, &r));
+    }
+    {
+      grpc::ClientContext c;
+      c.set_deadline(In(10000));
+      v1::RendezvousGetRequest get;
+      get.set_scope("job-000001/0");
+      get.set_key("k");
+      v1::RendezvousGetResponse r;
+      out.push_back(stub->Get(&c, get, &r));
+    }
+    {
+      grpc::ClientContext c;
+      c.set_deadline(In(10000));
+      v1::RendezvousWaitRequest wait;
+      wait.set_scope("job-000001/0");
+      wait.add_keys("k");
+      wait.set_timeout_ms(1000);
+      v1::RendezvousWaitResponse r;
+      out.push_back(stub->Wait(&c, wait, &r));
+    }
+    return out;
   }
 
   std::unique_ptr<Coordinator> coordinator_;
@@ -357,14 +381,19 @@ TEST_F(GrpcServerAuthTest, JobServiceTakesOnlyTheClientToken) {
 TEST_F(GrpcServerAuthTest, WorkerServicesTakeOnlyTheWorkerToken) {
   bool welcomed = true;
   for (const auto& [token, what] : {std::pair<std::string, std::string>{"", "no token"},
-                                    {kClient, "the client token"}}) {
+                                    {kClient, "the client token"},
+                                    {"worker-secret-", "a prefix of the worker token"}}) {
     ExpectRefused(ConnectWorker(token, &welcomed), "weft.v1.WorkerService", what);
     EXPECT_FALSE(welcomed) << what;
-    ExpectRefused(RendezvousSet(token), "weft.v1.RendezvousService", what);
+    const std::vector<grpc::Status> calls = RendezvousCalls(token);
+    ASSERT_EQ(calls.size(), 3u);
+    for (size_t i = 0; i < calls.size(); ++i) {
+      ExpectRefused(calls[i], "weft.v1.RendezvousService", what + ", call " + std::to_string(i));
+    }
   }
   ConnectWorker(kWorker, &welcomed);
   EXPECT_TRUE(welcomed);
-  EXPECT_TRUE(RendezvousSet(kWorker).ok());
+  for (const grpc::Status& s : RendezvousCalls(kWorker)) EXPECT_TRUE(s.ok()) << s.error_message();
 }
 
 TEST_F(GrpcServerAuthTest, HealthStaysOpen) {

@@ -1,5 +1,8 @@
 #include "worker/executor/init_io.h"
 
+#include <cmath>
+#include <cstring>
+
 #include <memory>
 #include <optional>
 #include <set>
@@ -188,6 +191,25 @@ absl::StatusOr<std::vector<checkpoint::IndexedChunk>> SaveCheckpointShard(
     piece.lengths.assign(item.box().lengths().begin(), item.box().lengths().end());
     piece.data = host[next++].data();
     piece.dtype = buffers.dtype(item.buffer());
+    // A diverged update (the loss is computed before it) must not become a checkpoint to resume.
+    if (piece.dtype == v1::F32 || piece.dtype == v1::BF16) {
+      const int64_t n = buffers.numel(item.buffer());
+      const char* bytes = static_cast<const char*>(piece.data);
+      for (int64_t i = 0; i < n; ++i) {
+        float v;
+        if (piece.dtype == v1::F32) {
+          std::memcpy(&v, bytes + i * sizeof(float), sizeof(v));
+        } else {
+          uint16_t bits;
+          std::memcpy(&bits, bytes + i * sizeof(bits), sizeof(bits));
+          v = Bf16BitsToFloat(bits);
+        }
+        if (std::isfinite(v)) continue;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint of step ", step, ": ", item.name(), " holds a non-finite value (", v,
+            " at element ", i, " of this rank's piece); not saved"));
+      }
+    }
     pieces.push_back(std::move(piece));
   }
   if (pieces.empty()) return std::vector<checkpoint::IndexedChunk>();
