@@ -14,11 +14,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/crash_point.h"
+#include "common/help_flags.h"
 #include "common/bearer_token.h"
 #include "common/file_io.h"
 #include "coordinator/coordinator.h"
@@ -186,13 +186,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE] "
       "[--client_token_file F --worker_token_file G]");
-  // --help lists this binary's own flags (absl matches them by the program's name otherwise).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "coordinator/main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
+  weft::HelpListsFlagsOf("coordinator/main.cc");
   absl::ParseCommandLine(argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("weft-coordinator"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");

@@ -18,11 +18,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/time/time.h"
 #include "common/bearer_token.h"
 #include "common/crash_point.h"
+#include "common/help_flags.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -50,13 +49,7 @@ ABSL_FLAG(std::string, token_file, "",
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR] [--token_file=F]");
-  // --help lists this binary's own flags (absl matches them by the program's name otherwise).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "worker/main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
+  weft::HelpListsFlagsOf("worker/main.cc");
   absl::ParseCommandLine(argc, argv);
 
   auto logger = spdlog::stderr_logger_mt("weft-worker");
