@@ -41,7 +41,9 @@ ScheduleDecision Schedule(const std::vector<PendingJob>& pending_in_submit_order
     }
     if (n <= 0 || static_cast<int64_t>(free.size()) < n) {
       decision.waiting[job.job_id] = absl::StrCat("waiting for ", need);
-      blocked_by[kind] = job.job_id;
+      // Only a job the registered workers could run holds the queue: one that needs more workers
+      // than there are would hold it until more register, which may be never.
+      if (n <= registered[kind]) blocked_by[kind] = job.job_id;
       continue;
     }
     JobStart start{job.job_id, {}};

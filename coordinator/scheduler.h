@@ -2,7 +2,9 @@
 // registered workers in registration order, which jobs start now on which workers (worker of
 // global rank r = the r-th chosen worker, in registration order, so ranks are stable), and what
 // every other job waits for. Jobs of one device kind start in submit order: a job that does not
-// fit blocks the later jobs of its kind (no overtaking), but not jobs of another kind.
+// fit the idle workers blocks the later jobs of its kind (no overtaking), but not jobs of another
+// kind, and not when it needs more workers of its kind than are registered (it waits for more
+// to register; the jobs behind it run meanwhile).
 //
 // E.g.
 //   ScheduleDecision d = Schedule({{"job-000001", "cpu", 4}},

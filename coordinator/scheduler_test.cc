@@ -41,11 +41,22 @@ TEST(SchedulerTest, StartsSeveralJobsOnDisjointWorkers) {
 }
 
 TEST(SchedulerTest, KeepsSubmitOrderWithinADeviceKind) {
-  // job 1 needs 4 and does not fit; job 2 would, but must not overtake it.
-  ScheduleDecision d = Schedule({{"job-000001", "cpu", 4}, {"job-000002", "cpu", 1}}, IdleCpu(2));
+  // job 1 needs 4 of the 4 registered workers, 2 of them busy; job 2 would fit, but must not
+  // overtake it.
+  std::vector<WorkerSlot> w = IdleCpu(4);
+  w[0].idle = w[1].idle = false;
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 4}, {"job-000002", "cpu", 1}}, w);
   EXPECT_TRUE(d.start.empty());
   EXPECT_NE(d.waiting.at("job-000002").find("queued behind job-000001"), std::string::npos)
       << d.waiting.at("job-000002");
+}
+
+TEST(SchedulerTest, AJobLargerThanTheRegisteredWorkersDoesNotHoldBackSmallerOnes) {
+  // job 1 needs 4 of a cluster of 2: it waits for workers to register, job 2 runs meanwhile.
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 4}, {"job-000002", "cpu", 1}}, IdleCpu(2));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].job_id, "job-000002");
+  EXPECT_EQ(d.waiting.at("job-000001"), "waiting for 4 idle cpu workers, 2 registered");
 }
 
 TEST(SchedulerTest, MatchesDeviceKind) {
