@@ -277,7 +277,20 @@ absl::Status Coordinator::WatchJob(const std::string& job_id,
     final = IsFinalState(job.state());
     if (!final) {
       if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
-      watchers_[job_id].push_back(watcher);
+      std::vector<std::shared_ptr<Watcher>>& list = watchers_[job_id];
+      if (static_cast<int>(list.size()) >= options_.max_watchers_per_job) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("job ", job_id, " has ", list.size(), " watch streams open (at most ",
+                         options_.max_watchers_per_job, "); close one and watch again"));
+      }
+      size_t open = 0;
+      for (const auto& [id, watching] : watchers_) open += watching.size();
+      if (static_cast<int>(open) >= options_.max_watchers) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the coordinator has ", open, " watch streams open (at most ",
+                         options_.max_watchers, "); close one and watch again"));
+      }
+      list.push_back(watcher);
     }
   }
   auto unsubscribe = [&] {

@@ -92,6 +92,10 @@ struct CoordinatorOptions {
   // The largest mesh SubmitJob plans (--max_ranks): a larger one is refused before planning,
   // which would hold memory in proportion to it.
   int64_t max_ranks = 65536;
+  // Open WatchJob streams of a running or pending job, per job and in all: each holds a server
+  // thread (the gRPC server has 1024, which workers' streams need too); more are refused.
+  int max_watchers_per_job = 64;
+  int max_watchers = 512;
   // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
   TraceLimits trace_limits;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 namespace weft::coordinator {
 namespace {
@@ -631,6 +632,56 @@ TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
   EXPECT_EQ(coordinator_->WatchJob("job-999999", [](const v1::JobEvent&) { return true; }, nullptr)
                 .code(),
             absl::StatusCode::kNotFound);
+}
+
+// Watch streams are bounded per job and in all: past either bound a watch is refused at once,
+// with the figures; a closed stream frees its place.
+TEST_F(CoordinatorTest, WatchStreamsAreBoundedPerJobAndInAll) {
+  CoordinatorOptions options = Options();
+  options.max_watchers_per_job = 2;
+  options.max_watchers = 3;
+  auto store = JobStore::Open(dir_ + "/watched.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto c = Coordinator::Create(std::move(*store), options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  Coordinator& coordinator = **c;
+  auto first = coordinator.SubmitJob(Spec(4, "first"));
+  auto second = coordinator.SubmitJob(Spec(4, "second"));
+  ASSERT_TRUE(first.ok() && second.ok());
+  auto no_events = [](const v1::JobEvent&) { return true; };
+
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> open;
+  std::vector<std::unique_ptr<absl::Notification>> waiting;
+  auto watch_in_background = [&](const std::string& job) {
+    waiting.push_back(std::make_unique<absl::Notification>());
+    absl::Notification* in_loop = waiting.back().get();
+    open.emplace_back([&, job, in_loop] {
+      coordinator.WatchJob(job, no_events, [&, in_loop] {
+        if (!in_loop->HasBeenNotified()) in_loop->Notify();
+        return stop.load();
+      }).IgnoreError();
+    });
+    in_loop->WaitForNotification();  // registered and waiting
+  };
+  watch_in_background(*first);
+  watch_in_background(*first);
+  absl::Status s = coordinator.WatchJob(*first, no_events, [] { return true; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(), absl::StrCat("job ", *first,
+                                      " has 2 watch streams open (at most 2); close one and "
+                                      "watch again"));
+  watch_in_background(*second);
+  s = coordinator.WatchJob(*second, no_events, [] { return true; });
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.message(),
+            "the coordinator has 3 watch streams open (at most 3); close one and watch again");
+  stop = true;
+  for (std::thread& t : open) t.join();
+  // Closed: a watch fits again (and ends at its first poll).
+  EXPECT_EQ(coordinator.WatchJob(*first, no_events, [] { return true; }).code(),
+            absl::StatusCode::kCancelled);
+  coordinator.Shutdown();
 }
 
 TEST_F(CoordinatorTest, WatchEndsWhenTheClientGoesAway) {
