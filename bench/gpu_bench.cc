@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/help_flags.h"
 #include "common/status.h"
 #include "worker/kernels/backend.h"
 #include "worker/kernels/kernels.h"
@@ -470,6 +471,7 @@ absl::Status RunAllReduce(int devices, int warmup, int iters) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
+  weft::HelpListsFlagsOf("bench/gpu_bench.cc");
   absl::ParseCommandLine(argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also in a pipe
   const std::vector<std::string> sections = absl::GetFlag(FLAGS_sections);
