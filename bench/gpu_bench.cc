@@ -30,6 +30,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -471,6 +472,9 @@ absl::Status RunAllReduce(int devices, int warmup, int iters) {
 }  // namespace weft
 
 int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "gpu_bench [--sections=matmul,allreduce] [--iters=N] [--warmup=N] [--device_index=N] "
+      "[--devices=N]: the CUDA backend's matmuls against cuBLAS, NCCL all-reduce bandwidth");
   weft::HelpListsFlagsOf("bench/gpu_bench.cc");
   absl::ParseCommandLine(argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also in a pipe
