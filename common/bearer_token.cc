@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "grpcpp/support/client_interceptor.h"
 
 namespace weft {
@@ -61,9 +62,11 @@ absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("token file ", path, ": more than ", kMaxTokenBytes, " bytes"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": cannot be read"));
-  std::string token((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  if (!read.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": cannot be read"));
+  }
+  std::string token = *std::move(read);
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' ||
                             token.back() == ' ' || token.back() == '\t')) {
     token.pop_back();

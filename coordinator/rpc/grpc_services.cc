@@ -81,11 +81,10 @@ grpc::Status Authenticate(const grpc::ServerContext& context, const std::string&
 
 // ---- JobService ----
 
-grpc::Status GrpcJobService::SubmitJob(grpc::ServerContext* context, const v1::SubmitJobRequest* request,
-                                       v1::SubmitJobResponse* response) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+grpc::Status GrpcJobService::SubmitJob(
+    grpc::ServerContext* context, const v1::SubmitJobRequest* request,
+    v1::SubmitJobResponse* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   absl::StatusOr<std::string> id = coordinator_->SubmitJob(request->spec());
   if (!id.ok()) {
     spdlog::info("SubmitJob rejected: {}", id.status().ToString());
@@ -97,9 +96,7 @@ grpc::Status GrpcJobService::SubmitJob(grpc::ServerContext* context, const v1::S
 
 grpc::Status GrpcJobService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                     v1::Job* response) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   absl::StatusOr<v1::Job> job = coordinator_->GetJob(request->job_id());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
@@ -108,20 +105,16 @@ grpc::Status GrpcJobService::GetJob(grpc::ServerContext* context, const v1::GetJ
 
 grpc::Status GrpcJobService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
                                       v1::ListJobsResponse* response) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   absl::StatusOr<std::vector<v1::Job>> jobs = coordinator_->ListJobs();
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
   for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::CancelJob(grpc::ServerContext* context, const v1::CancelJobRequest* request,
-                                       v1::Job* response) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+grpc::Status GrpcJobService::CancelJob(
+    grpc::ServerContext* context, const v1::CancelJobRequest* request, v1::Job* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   absl::StatusOr<v1::Job> job = coordinator_->CancelJob(request->job_id(), request->reason());
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
@@ -131,28 +124,23 @@ grpc::Status GrpcJobService::CancelJob(grpc::ServerContext* context, const v1::C
 grpc::Status GrpcJobService::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   return ToGrpcStatus(coordinator_->WatchJob(
       request->job_id(), [writer](const v1::JobEvent& event) { return writer->Write(event); },
       [context] { return context->IsCancelled(); }));
 }
 
-grpc::Status GrpcJobService::ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest*,
-                                         v1::ListWorkersResponse* response) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+grpc::Status GrpcJobService::ListWorkers(
+    grpc::ServerContext* context, const v1::ListWorkersRequest*,
+    v1::ListWorkersResponse* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   for (v1::WorkerInfo& info : coordinator_->ListWorkers()) *response->add_workers() = std::move(info);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::GetJobTrace(grpc::ServerContext* context, const v1::GetJobRequest* request,
-                                         v1::JobTrace* response) {
-  if (grpc::Status denied = Authenticate(*context, client_token_, "weft.v1.JobService"); !denied.ok()) {
-    return denied;
-  }
+grpc::Status GrpcJobService::GetJobTrace(
+    grpc::ServerContext* context, const v1::GetJobRequest* request, v1::JobTrace* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   absl::StatusOr<v1::JobTrace> trace = coordinator_->GetJobTrace(request->job_id());
   if (!trace.ok()) return ToGrpcStatus(trace.status());
   *response = std::move(*trace);
@@ -164,9 +152,7 @@ grpc::Status GrpcJobService::GetJobTrace(grpc::ServerContext* context, const v1:
 grpc::Status GrpcWorkerService::Connect(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) {
-  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.WorkerService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   v1::WorkerMessage first;
   if (!stream->Read(&first)) {
     return grpc::Status(grpc::StatusCode::CANCELLED, "the stream ended before Hello");
@@ -211,18 +197,14 @@ grpc::Status GrpcWorkerService::Connect(
 grpc::Status GrpcRendezvousService::Set(grpc::ServerContext* context,
                                         const v1::RendezvousSetRequest* request,
                                         v1::RendezvousSetResponse*) {
-  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.RendezvousService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   return ToGrpcStatus(rendezvous_->Set(request->scope(), request->key(), request->value()));
 }
 
 grpc::Status GrpcRendezvousService::Get(grpc::ServerContext* context,
                                         const v1::RendezvousGetRequest* request,
                                         v1::RendezvousGetResponse* response) {
-  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.RendezvousService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   absl::StatusOr<std::string> value = rendezvous_->Get(request->scope(), request->key());
   if (!value.ok()) return ToGrpcStatus(value.status());
   response->set_value(std::move(*value));
@@ -232,9 +214,7 @@ grpc::Status GrpcRendezvousService::Get(grpc::ServerContext* context,
 grpc::Status GrpcRendezvousService::Wait(grpc::ServerContext* context,
                                          const v1::RendezvousWaitRequest* request,
                                          v1::RendezvousWaitResponse*) {
-  if (grpc::Status denied = Authenticate(*context, worker_token_, "weft.v1.RendezvousService"); !denied.ok()) {
-    return denied;
-  }
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
   return ToGrpcStatus(rendezvous_->Wait(request->scope(), keys,
                                         absl::Milliseconds(request->timeout_ms()),

@@ -47,6 +47,10 @@ class GrpcJobService final : public v1::JobService::Service {
                            v1::JobTrace* response) override;
 
  private:
+  grpc::Status Denied(const grpc::ServerContext& c) const {
+    return Authenticate(c, client_token_, "weft.v1.JobService");
+  }
+
   Coordinator* const coordinator_;  // not owned
   const std::string client_token_;
 };
@@ -63,6 +67,10 @@ class GrpcWorkerService final : public v1::WorkerService::Service {
       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override;
 
  private:
+  grpc::Status Denied(const grpc::ServerContext& c) const {
+    return Authenticate(c, worker_token_, "weft.v1.WorkerService");
+  }
+
   Coordinator* const coordinator_;  // not owned
   const std::string worker_token_;
 };
@@ -80,6 +88,10 @@ class GrpcRendezvousService final : public v1::RendezvousService::Service {
                     v1::RendezvousWaitResponse* response) override;
 
  private:
+  grpc::Status Denied(const grpc::ServerContext& c) const {
+    return Authenticate(c, worker_token_, "weft.v1.RendezvousService");
+  }
+
   Rendezvous* const rendezvous_;  // not owned
   const std::string worker_token_;
 };

@@ -251,36 +251,30 @@ absl::Status Decoder::Reduce(bool max_ok) {
 }
 
 absl::Status Decoder::Packing(int64_t elements) {
-  const int64_t pack_bytes = elements * s_->element_bytes;
-  if (!ins_.has_scratch()) {
-    s_->own_scratch_bytes = pack_bytes;
-    return absl::OkStatus();
-  }
-  const int id = ins_.scratch();
-  RETURN_IF_ERROR(ScratchApart(id));
-  if (buffers_.bytes(id) < pack_bytes) {
-    return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ",
-               OpName(), " packs ", elements, " elements of ", DTypeName(s_->dtype), " (",
-               pack_bytes, " bytes) there");
-  }
-  s_->scratch = id;
-  return absl::OkStatus();
+  const int64_t bytes = elements * s_->element_bytes;
+  return UseScratch(bytes, absl::StrCat(OpName(), " packs ", elements, " elements of ",
+                                        DTypeName(s_->dtype), " (", bytes, " bytes) there"));
 }
 
 absl::Status Decoder::Widening() {
   s_->widened = WidenedOperands(ctx_.program, ins_);
   if (s_->widened.empty()) return absl::OkStatus();
   const int64_t bytes = WidenedBytes(s_->widened);
+  // No compute op packs, so the copies are all the step keeps in its scratch.
+  return UseScratch(bytes, absl::StrCat(OpName(), " widens ", s_->widened.size(), " bf16 operand",
+                                        s_->widened.size() == 1 ? "" : "s", " to float32 (",
+                                        bytes, " bytes) there"));
+}
+
+absl::Status Decoder::UseScratch(int64_t bytes, const std::string& use) {
   if (!ins_.has_scratch()) {
-    s_->own_scratch_bytes = bytes;  // the copies start it: no compute op packs
+    s_->own_scratch_bytes = bytes;
     return absl::OkStatus();
   }
   const int id = ins_.scratch();
   RETURN_IF_ERROR(ScratchApart(id));
   if (buffers_.bytes(id) < bytes) {
-    return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ",
-               OpName(), " widens ", s_->widened.size(), " bf16 operand",
-               s_->widened.size() == 1 ? "" : "s", " to float32 (", bytes, " bytes) there");
+    return Bad("scratch ", buffers_.Describe(id), " holds ", buffers_.bytes(id), " bytes; ", use);
   }
   s_->scratch = id;
   return absl::OkStatus();

@@ -149,6 +149,9 @@ class Decoder {
   absl::Status Dropout(DropoutSpec* spec) const;
 
  private:
+  // `bytes` of scratch for the step: the planned scratch buffer, checked to hold them (`use`
+  // says what for, in the error), or (none planned) the executor's own.
+  absl::Status UseScratch(int64_t bytes, const std::string& use);
   // The planned scratch buffer `id` is none of the instruction's inputs and outputs.
   absl::Status ScratchApart(int id) const;
 
