@@ -46,6 +46,8 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"coordinator_bin", {true, {"local"}}},
       {"worker_bin", {true, {"local"}}},
       {"keep_tmp", {false, {"local"}}},
+      {"data_root", {true, {"local"}}},
+      {"checkpoint_root", {true, {"local"}}},
       {"trace", {true, {"local"}}},
       {"device", {true, {"local"}}},
       {"reason", {true, {"cancel"}}},
@@ -174,6 +176,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.coordinator_bin = value;
     } else if (name == "worker_bin") {
       cl.worker_bin = value;
+    } else if (name == "data_root") {
+      cl.data_root = value;
+    } else if (name == "checkpoint_root") {
+      cl.checkpoint_root = value;
     } else if (name == "reason") {
       cl.reason = value;
     } else if (name == "device") {
@@ -300,11 +306,14 @@ Commands:
                                    processes, run SPEC on them, stop them; exits 0 only if the
                                    job SUCCEEDED. N defaults to the spec's mesh size.
         [--coordinator_bin PATH] [--worker_bin PATH] [--keep_tmp] [--trace FILE]
-        [--device cpu|cuda]
+        [--device cpu|cuda] [--data_root DIR] [--checkpoint_root DIR]
                                    --trace FILE: record the job's timeline and write it to
                                    FILE as a Chrome trace (also when the job fails)
                                    --device: run the job on cpu or cuda (rank r on cuda:r)
                                    whatever the spec's device says
+                                   --data_root, --checkpoint_root: the daemons read data and
+                                   init_from, and checkpoints, only under these folders
+                                   (default: SPEC's folder, for both)
   plan SPEC [--json]               validate SPEC and plan it offline (no coordinator): per rank,
        [--list_ranks R,...|all]    the instructions with local shapes, each collective with its
                                    group and bytes sent, the memory at its peak and for

@@ -33,6 +33,8 @@ struct CommandLine {
   std::string coordinator_bin;          // local
   std::string worker_bin;               // local
   bool keep_tmp = false;                // local: keep the temporary folder and its logs
+  std::string data_root;                // local: the daemons' --data_root (default: SPEC's folder)
+  std::string checkpoint_root;          // local: their --checkpoint_root (default: SPEC's folder)
   std::string trace;                    // local: record a timeline and write it to this file
   std::string device;                   // local: cpu | cuda, overrides the spec's device
   std::string reason;                   // cancel

@@ -115,19 +115,25 @@ absl::Status LocalCluster::Start() {
     }
     if (file == &client_token_file) client_token_ = *token;
   }
-  absl::Status s = Spawn("coordinator", {options_.coordinator_bin, "--listen", "127.0.0.1:0",
-                                         "--port_file", dir_ + "/port", "--data_dir",
-                                         dir_ + "/data", "--client_token_file", client_token_file,
-                                         "--worker_token_file", worker_token_file});
+  const std::vector<std::string> roots = {"--data_root=" + options_.data_root,
+                                          "--checkpoint_root=" + options_.checkpoint_root};
+  std::vector<std::string> coordinator = {options_.coordinator_bin, "--listen", "127.0.0.1:0",
+                                          "--port_file", dir_ + "/port", "--data_dir",
+                                          dir_ + "/data", "--client_token_file", client_token_file,
+                                          "--worker_token_file", worker_token_file};
+  coordinator.insert(coordinator.end(), roots.begin(), roots.end());
+  absl::Status s = Spawn("coordinator", coordinator);
   if (!s.ok()) return s;
   s = WaitForPort();
   if (!s.ok()) return s;
   Progress(absl::StrCat("coordinator listening on ", address_, " (folder ", dir_, ")"));
   for (int r = 0; r < options_.ranks; ++r) {
     const std::string device = options_.device == "cuda" ? absl::StrCat("cuda:", r) : "cpu";
-    s = Spawn(absl::StrCat("worker-", r),
-              {options_.worker_bin, "--coordinator", address_, "--device", device,
-               "--token_file", worker_token_file});
+    std::vector<std::string> worker = {options_.worker_bin, "--coordinator", address_,
+                                       "--device",           device,  "--token_file",
+                                       worker_token_file};
+    worker.insert(worker.end(), roots.begin(), roots.end());
+    s = Spawn(absl::StrCat("worker-", r), worker);
     if (!s.ok()) return s;
   }
   s = WaitForWorkers();

@@ -48,6 +48,9 @@ struct LocalClusterOptions {
   std::string device = "cpu";  // cpu, or cuda: worker r runs on cuda:r
   std::string coordinator_bin;
   std::string worker_bin;
+  // --data_root and --checkpoint_root of every daemon; empty: none.
+  std::string data_root;
+  std::string checkpoint_root;
   bool keep_tmp = false;                // keep the folder (logs, job store) after Stop
   std::function<bool()> interrupted;    // polled while waiting; true aborts Start
   std::ostream* progress = nullptr;     // a line per milestone; null: silent

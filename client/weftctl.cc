@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <string>
@@ -287,6 +288,16 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   options.coordinator_bin = *coordinator_bin;
   options.worker_bin = *worker_bin;
   options.keep_tmp = cl.keep_tmp;
+  // The daemons are confined to the spec's folder unless told otherwise: a job reads its data
+  // and writes its checkpoints beside its spec.
+  auto absolute = [](const std::string& path) {
+    return std::filesystem::absolute(path).lexically_normal().string();
+  };
+  const std::string spec_folder =
+      std::filesystem::path(absolute(cl.positional[0])).parent_path().string();
+  options.data_root = cl.data_root.empty() ? spec_folder : absolute(cl.data_root);
+  options.checkpoint_root =
+      cl.checkpoint_root.empty() ? spec_folder : absolute(cl.checkpoint_root);
   options.interrupted = []() { return g_interrupted.load(); };
   options.progress = &std::cerr;
   LocalCluster cluster(options);

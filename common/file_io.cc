@@ -14,7 +14,9 @@
 namespace weft {
 
 absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
-  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer; it is refused below
+  // like every other file that is not a regular one (reads of a regular file never block).
+  int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (raw < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat(path, ": no such file"));
     return absl::InvalidArgumentError(
@@ -27,6 +29,10 @@ absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {
   struct stat st;
   if (::fstat(raw, &st) != 0) {
     return absl::InternalError(absl::StrCat(path, ": stat failed: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, S_ISDIR(st.st_mode) ? ": is a folder, not a file" : ": not a regular file"));
   }
   return ReadOnlyFile(path, std::move(fd), static_cast<int64_t>(st.st_size));
 }

@@ -27,8 +27,9 @@ namespace weft {
 //   RETURN_IF_ERROR(f.ReadAt(/*offset=*/0, sizeof(magic), magic));
 class ReadOnlyFile {
  public:
-  // NOT_FOUND "<path>: no such file" when missing, INVALID_ARGUMENT "<path>: cannot open: ..."
-  // for any other open error.
+  // NOT_FOUND "<path>: no such file" when missing; INVALID_ARGUMENT "<path>: is a folder, not a
+  // file", "<path>: not a regular file" (a FIFO, a device, a socket: refused without blocking),
+  // "<path>: cannot open: ..." for any other open error.
   static absl::StatusOr<ReadOnlyFile> Open(const std::string& path);
 
   const std::string& path() const { return path_; }

@@ -1,5 +1,7 @@
 #include "common/file_io.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -17,6 +19,19 @@ TEST(ReadOnlyFileTest, MissingFileIsNotFoundNamingThePath) {
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(f.status().message(), path + ": no such file");
+}
+
+TEST(ReadOnlyFileTest, OnlyRegularFilesOpenAndAFifoDoesNotBlock) {
+  const std::string fifo = TempPath("pipe");
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // Without a writer, a blocking open would never return.
+  absl::StatusOr<ReadOnlyFile> f = ReadOnlyFile::Open(fifo);
+  EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.status().message(), fifo + ": not a regular file");
+  EXPECT_EQ(ReadFileToString("/dev/null").status().message(), "/dev/null: not a regular file");
+  EXPECT_EQ(ReadOnlyFile::Open(TestTmpDir()).status().message(),
+            TestTmpDir() + ": is a folder, not a file");
 }
 
 TEST(ReadOnlyFileTest, WriteThenReadBack) {

@@ -81,12 +81,16 @@ absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
   RETURN_IF_ERROR(f.file_.ReadAt(0, 8, len_bytes));
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  // The length is the file's first 8 bytes: until the header parses, nothing says this is a
+  // safetensors file, so no message quotes them (of /etc/shadow they would read "root:*:1").
   if (header_len > kMaxHeaderBytes) {
-    return Invalid(path, absl::StrCat("header length ", header_len, " is implausibly large"));
+    return Invalid(path, absl::StrCat("not a safetensors file: its first 8 bytes give a header "
+                                      "length over the ", kMaxHeaderBytes, "-byte limit"));
   }
   if (static_cast<int64_t>(header_len) > file_size - 8) {
-    return Invalid(path, absl::StrCat("truncated: header of ", header_len, " bytes but only ",
-                                      file_size - 8, " bytes follow the length"));
+    return Invalid(path, absl::StrCat("truncated or not a safetensors file: its first 8 bytes "
+                                      "give a header length beyond the ", file_size - 8,
+                                      " bytes that follow them"));
   }
   std::string header(header_len, '\0');
   RETURN_IF_ERROR(f.file_.ReadAt(8, header_len, header.data()));

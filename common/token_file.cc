@@ -115,9 +115,10 @@ absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFormat f
       f.token_bytes_ = u32 ? 4 : 2;
       f.token_type_ = u32 ? "uint32" : "uint16";
     } else {
-      return Invalid(path, absl::StrCat("not an llm.c token file: magic ", magic, " (expected ",
-                                        kLlmcMagicU16, " for uint16 tokens or ", kLlmcMagicU32,
-                                        " for uint32)"));
+      // The magic is the file's first bytes, which are not quoted: they may be anything.
+      return Invalid(path, absl::StrCat("not an llm.c token file: its first 4 bytes are not the "
+                                        "magic (", kLlmcMagicU16, " for uint16 tokens or ",
+                                        kLlmcMagicU32, " for uint32)"));
     }
     if (count < 0) return Invalid(path, absl::StrCat("header says ", count, " tokens"));
     const int64_t body = f.data_.size() - kLlmcHeaderBytes;

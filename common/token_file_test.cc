@@ -132,7 +132,7 @@ TEST(TokenFileTest, LlmcErrorsNameTheFile) {
       {LlmcBytes(20240520, 1, 2, two + "x"),
        "header says 2 tokens but the file holds 2 and 1 byte"},
       {LlmcBytes(20240520, 1, -1, ""), "header says -1 tokens"},
-      {LlmcBytes(12345, 1, 2, two), "not an llm.c token file: magic 12345 (expected 20240520"},
+      {LlmcBytes(12345, 1, 2, two), "not an llm.c token file: its first 4 bytes are not the magic (20240520"},
       {LlmcBytes(20240520, 7, 2, two), "llm.c header version 7 is not supported with magic "
                                        "20240520 (expected 1)"},
       {LlmcBytes(20240801, 1, 1, two),

@@ -192,6 +192,7 @@ void Coordinator::Publish(const v1::JobEvent& event) {
 absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   v1::JobSpec checked = spec;
   ApplyJobSpecDefaults(&checked);  // also when prepare_spec (a test's) does not
+  RETURN_IF_ERROR(CheckSpecPaths(checked, options_.roots));  // before any file is opened
   RETURN_IF_ERROR(options_.prepare_spec(&checked));
   const int64_t world_size = options_.world_size(checked);
   if (world_size > options_.max_ranks) {

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/path_roots.h"
 #include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/planner/planner.h"
@@ -92,6 +93,10 @@ struct CoordinatorOptions {
   // The largest mesh SubmitJob plans (--max_ranks): a larger one is refused before planning,
   // which would hold memory in proportion to it.
   int64_t max_ranks = 65536;
+  // --data_root / --checkpoint_root: SubmitJob refuses a spec naming a path outside them
+  // (CheckSpecPaths) before it reads any file; a checkpoint.dir holding files that are not
+  // Weft's is refused too (checkpoint::CheckFolderIsWefts, in ValidateJobSpec).
+  PathRoots roots;
   // Open WatchJob streams of a running or pending job, per job and in all: each holds a server
   // thread (the gRPC server has 1024, which workers' streams need too); more are refused.
   int max_watchers_per_job = 64;

@@ -21,6 +21,7 @@
 #include "common/help_flags.h"
 #include "common/bearer_token.h"
 #include "common/file_io.h"
+#include "common/path_roots.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rpc/grpc_server.h"
@@ -36,6 +37,12 @@ ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost"
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
 ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger ones are refused");
+ABSL_FLAG(std::string, data_root, "",
+          "absolute folder: a job's data and init_from are read only from under it (symlinks and "
+          ".. resolved first); empty: anywhere");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "absolute folder: a job's checkpoint.dir (and an init_from checkpoint) must lie under "
+          "it; empty: anywhere");
 ABSL_FLAG(std::string, client_token_file, "",
           "file holding the bearer token every JobService call must carry (weftctl --token_file); "
           "empty: JobService is open to anyone who reaches --listen");
@@ -123,6 +130,12 @@ int Run() {
     spdlog::error("--max_ranks must be at least 1");
     return 2;
   }
+  absl::StatusOr<PathRoots> roots =
+      PathRoots::Resolve(absl::GetFlag(FLAGS_data_root), absl::GetFlag(FLAGS_checkpoint_root));
+  if (!roots.ok()) {
+    spdlog::error("{}", std::string(roots.status().message()));
+    return 2;
+  }
   const std::string db_path = data_dir + "/weft.db";
   absl::StatusOr<std::unique_ptr<JobStore>> store = JobStore::Open(db_path);
   if (!store.ok()) {
@@ -134,6 +147,7 @@ int Run() {
   options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  options.roots = *std::move(roots);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
     return 2;

@@ -54,9 +54,10 @@ absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(
   if (!coord.ok()) return coord.status();
   c->coordinator_ = std::move(coord).value();
   for (int i = 0; i < options.cpu_workers; ++i) {
-    auto w = StartDaemon(
-        {BinaryPath("worker/weft-worker"), "--coordinator", c->address(), "--device", "cpu"},
-        absl::StrCat(c->dir_, "/worker", i, ".log"), options.worker_env);
+    std::vector<std::string> argv = {BinaryPath("worker/weft-worker"), "--coordinator",
+                                     c->address(), "--device", "cpu"};
+    argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
+    auto w = StartDaemon(argv, absl::StrCat(c->dir_, "/worker", i, ".log"), options.worker_env);
     if (!w.ok()) return w.status();
     c->workers_.push_back(std::move(w).value());
   }

@@ -32,6 +32,7 @@ struct DaemonClusterOptions {
   std::vector<std::string> coordinator_flags;          // added to weft-coordinator's command line
   std::map<std::string, std::string> coordinator_env;  // added to its environment
   std::map<std::string, std::string> worker_env;       // added to every worker's
+  std::vector<std::string> worker_flags;               // added to every worker's command line
 };
 
 // What a job's events said.

@@ -22,6 +22,7 @@
 #include "common/bearer_token.h"
 #include "common/crash_point.h"
 #include "common/help_flags.h"
+#include "common/path_roots.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -45,6 +46,12 @@ ABSL_FLAG(int, reconnect_deadline_s, 600,
 ABSL_FLAG(std::string, token_file, "",
           "File holding the coordinator's worker token (its --worker_token_file), sent as a "
           "bearer token with every call; empty: none.");
+
+ABSL_FLAG(std::string, data_root, "",
+          "Absolute folder: jobs read their data and init_from only from under it (symlinks and "
+          ".. resolved first); empty: anywhere.");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "Absolute folder: jobs read and write checkpoints only under it; empty: anywhere.");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -103,8 +110,16 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  absl::StatusOr<weft::PathRoots> roots = weft::PathRoots::Resolve(
+      absl::GetFlag(FLAGS_data_root), absl::GetFlag(FLAGS_checkpoint_root));
+  if (!roots.ok()) {
+    std::fprintf(stderr, "weft-worker: %s\n", std::string(roots.status().message()).c_str());
+    return 2;
+  }
+
   weft::WorkerOptions options;
   options.coordinator = coordinator;
+  options.roots = *std::move(roots);
   options.host = absl::GetFlag(FLAGS_host);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/crash_point.h"
+#include "common/path_roots.h"
 #include "common/status.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
@@ -439,6 +440,14 @@ void Worker::StartTask(const v1::Assignment& assignment) {
     previous = std::move(task_);
   }
   if (previous != nullptr) previous->Join();
+  // Before anything runs: a path outside this worker's roots fails the task, naming it.
+  if (absl::Status paths = CheckProgramPaths(program, options_.roots); !paths.ok()) {
+    spdlog::warn("refusing job {} attempt {}: {}", program.job_id(), program.attempt(),
+                 std::string(paths.message()));
+    Send(DoneMessage(program, false, absl::StrCat("rank ", program.rank(), ": ", paths.message())),
+         current);
+    return;
+  }
   // The environment checks the program's device (CheckProgramDevice): a GPU worker's runs cuda
   // programs, a CPU worker's cpu ones.
   auto task = std::make_unique<Task>(

@@ -29,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "common/path_roots.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "weft/v1/service.grpc.pb.h"
@@ -149,6 +150,9 @@ struct WorkerOptions {
   absl::Duration reconnect_first_delay = absl::Milliseconds(500);
   absl::Duration reconnect_max_delay = absl::Seconds(10);
   absl::Duration reconnect_deadline = absl::Minutes(10);
+  // --data_root / --checkpoint_root: a program naming a path outside them is refused
+  // (CheckProgramPaths) before it runs.
+  PathRoots roots;
 };
 
 // The WorkerService stream client. One assignment at a time: another one while a task runs is

@@ -413,6 +413,35 @@ TEST_F(ProtocolTest, LatestPointsToTheNewestAndKeepRemovesOnlyAfterCommit) {
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-200", "step-300"}));
 }
 
+TEST_F(ProtocolTest, OnlyAFolderOfWeftsOwnIsACheckpointFolder) {
+  const std::string dir = FreshDir("owned");
+  EXPECT_TRUE(CheckFolderIsWefts(dir + "/not-yet").ok());  // made by the first save
+  EXPECT_TRUE(CheckFolderIsWefts(dir).ok());                 // empty
+  ASSERT_TRUE(SaveStep(dir, 1, 0).ok());
+  ASSERT_TRUE(fs::create_directories(StagingDir(dir, 2)));
+  WriteAll(dir + "/latest.tmp-123", "step-1\n");
+  EXPECT_TRUE(CheckFolderIsWefts(dir).ok());
+
+  // A user's own `latest` (not a step name; its bytes are not quoted), and a stray file.
+  const std::string home = FreshDir("home");
+  WriteAll(home + "/latest", "my notes: password=hunter2");
+  absl::Status s = CheckFolderIsWefts(home);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), home + ": holds 1 entry Weft did not write (latest); a checkpoint folder "
+                                "holds only step-N folders and `latest`, and Weft never "
+                                "overwrites another's files: name a new or empty folder");
+  WriteAll(dir + "/notes.txt", "x");
+  ASSERT_TRUE(fs::create_directories(dir + "/step-x"));
+  fs::create_symlink(dir + "/step-1", dir + "/step-9");  // a link is not a step folder of Weft's
+  WriteAll(dir + "/zz", "x");
+  s = CheckFolderIsWefts(dir);
+  EXPECT_THAT(s.message(), HasSubstr(": holds 4 entries Weft did not write (notes.txt, step-9, "
+                                     "step-x, ...)"));
+  // A file where the folder should be.
+  EXPECT_EQ(CheckFolderIsWefts(home + "/latest").message(), home + "/latest: is not a folder");
+  EXPECT_EQ(ReadAll(home + "/latest"), "my notes: password=hunter2");  // untouched
+}
+
 TEST_F(ProtocolTest, DamagedIndexFallsBackToThePreviousCheckpoint) {
   const std::string dir = FreshDir("damaged");
   ASSERT_TRUE(SaveStep(dir, 1, 0).ok());

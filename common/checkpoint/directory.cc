@@ -163,6 +163,52 @@ void CollectGarbage(const std::string& dir, int keep, int64_t committed) {
 
 }  // namespace
 
+absl::Status CheckFolderIsWefts(const std::string& dir) {
+  std::error_code ec;
+  const fs::file_status own = fs::symlink_status(dir, ec);
+  if (ec || !fs::exists(own)) return absl::OkStatus();  // the first save makes it
+  if (!fs::is_directory(fs::status(dir, ec))) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": is not a folder"));
+  }
+  // `latest` is Weft's when it is a small regular file (not a link) naming a step folder; its
+  // bytes are never quoted.
+  auto is_pointer = [&](const fs::path& path) {
+    std::error_code e;
+    if (!fs::is_regular_file(fs::symlink_status(path, e)) || fs::file_size(path, e) > 64) {
+      return false;
+    }
+    absl::StatusOr<std::string> text = ReadFileToString(path.string());
+    return text.ok() && StepOf(absl::StripAsciiWhitespace(*text)).has_value();
+  };
+  auto wefts = [&](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    std::error_code e;
+    const fs::file_status status = entry.symlink_status(e);
+    if (name == kLatestFile) return is_pointer(entry.path());
+    if (absl::StartsWith(name, absl::StrCat(kLatestFile, ".tmp-"))) {
+      return fs::is_regular_file(status);
+    }
+    if (StepOf(name) || absl::StartsWith(name, kStagingPrefix)) return fs::is_directory(status);
+    return false;
+  };
+  std::vector<std::string> foreign;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!wefts(*it)) foreign.push_back(it->path().filename().string());
+  }
+  if (ec) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": cannot list: ", ec.message()));
+  }
+  if (foreign.empty()) return absl::OkStatus();
+  std::sort(foreign.begin(), foreign.end());
+  const size_t shown = std::min<size_t>(foreign.size(), 3);
+  return absl::InvalidArgumentError(absl::StrCat(
+      dir, ": holds ", foreign.size(), " entr", foreign.size() == 1 ? "y" : "ies",
+      " Weft did not write (", absl::StrJoin(foreign.begin(), foreign.begin() + shown, ", "),
+      foreign.size() > shown ? ", ..." : "",
+      "); a checkpoint folder holds only step-N folders and `latest`, and Weft never "
+      "overwrites another's files: name a new or empty folder"));
+}
+
 std::string StagingDir(const std::string& dir, int64_t step) {
   return absl::StrCat(dir, "/", kStagingPrefix, step);
 }

@@ -24,6 +24,12 @@
 
 namespace weft::checkpoint {
 
+// Whether `dir` may be a job's checkpoint.dir: it does not exist yet, or it is a folder holding
+// only what Weft writes there (step-<N> and .tmp-step-* folders, `latest` naming a step, its
+// temporary copies). Otherwise INVALID_ARGUMENT naming the folder and the first foreign
+// entries, so a save never overwrites a user's file (a `latest` of their own, say).
+absl::Status CheckFolderIsWefts(const std::string& dir);
+
 // <dir>/.tmp-step-<N>
 std::string StagingDir(const std::string& dir, int64_t step);
 // <dir>/step-<N>

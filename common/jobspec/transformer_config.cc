@@ -533,8 +533,12 @@ absl::StatusOr<TransformerConfig> LoadTransformerConfigFile(absl::string_view ar
   json config;
   try {
     config = json::parse(*text);
+  } catch (const json::parse_error& e) {
+    // Not e.what(): it quotes the bytes last read, and the file may be anything.
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not valid JSON (a syntax error at byte ", e.byte, ")"));
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON: ", e.what()));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not valid JSON"));
   }
   return TransformerConfigFromJson(arch, config, ConfigSource::kFile, path);
 }

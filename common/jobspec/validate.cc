@@ -429,6 +429,7 @@ absl::Status ValidateCheckpointSettings(const JobSpec& spec) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint.keep: must be >= 1, got ", ckpt.keep()));
     }
+    RETURN_IF_ERROR(AsInvalid(checkpoint::CheckFolderIsWefts(ckpt.dir()), "checkpoint.dir"));
   } else if (ckpt.every() != 0 || ckpt.keep() != 0) {
     return absl::InvalidArgumentError("checkpoint.dir: is required with checkpoint.every or keep");
   }

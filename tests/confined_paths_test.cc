@@ -1,0 +1,247 @@
+// Confined paths through the real daemons (`--data_root`, `--checkpoint_root`): each spec is sent
+// straight to the coordinator's SubmitJob over gRPC, as a hostile client would, and refused
+// before any file is read: /etc/shadow, a `..` and a symlink out of the root, a checkpoint.dir
+// elsewhere or holding a user's files. A FIFO is refused without blocking, and no error quotes a
+// file's bytes. The workers check every program too. The daemons keep serving: a good job then
+// SUCCEEDS, its checkpoint under the root.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/jobspec/yaml.h"
+#include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
+#include "tests/process.h"
+
+namespace weft::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string ReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A file shaped like /etc/shadow: what the daemons must never echo.
+constexpr char kSecret[] = "root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n";
+
+class ConfinedPathsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    job_ = new MlpJob(MlpJob::Create());
+    root_ = fs::canonical(job_->dir).string();
+    checkpoint_root_ = root_ + "/checkpoints";
+    fs::create_directories(checkpoint_root_);
+    outside_ = fs::canonical(MakeTempDir("outside")).string();
+    fs::copy_file(root_ + "/inputs.npy", outside_ + "/inputs.npy");
+    DaemonClusterOptions options;
+    options.cpu_workers = 2;
+    const std::vector<std::string> roots = {"--data_root", root_, "--checkpoint_root",
+                                            checkpoint_root_};
+    options.coordinator_flags = roots;
+    options.worker_flags = roots;
+    auto cluster = DaemonCluster::Start(options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = cluster->release();
+  }
+
+  static void TearDownTestSuite() {
+    delete cluster_;
+    delete job_;
+  }
+
+  // The dp2 MLP job's spec, its relative paths resolved against the job's folder.
+  static v1::JobSpec Spec() {
+    auto spec = ParseJobSpecYaml(job_->SpecYaml("{shape: [2], dim_names: [dp]}"), job_->dir);
+    EXPECT_TRUE(spec.ok()) << spec.status();
+    return spec.ok() ? *spec : v1::JobSpec();
+  }
+
+  static void ExpectRefused(const v1::JobSpec& spec, grpc::StatusCode code,
+                            const std::vector<std::string>& words) {
+    const grpc::Status s = cluster_->Submit(spec);
+    EXPECT_EQ(s.error_code(), code) << s.error_message();
+    for (const std::string& w : words) {
+      EXPECT_NE(s.error_message().find(w), std::string::npos)
+          << "error should name '" << w << "': " << s.error_message();
+    }
+  }
+
+  static MlpJob* job_;
+  static DaemonCluster* cluster_;
+  static std::string root_, checkpoint_root_, outside_;
+};
+
+MlpJob* ConfinedPathsTest::job_ = nullptr;
+DaemonCluster* ConfinedPathsTest::cluster_ = nullptr;
+std::string ConfinedPathsTest::root_;
+std::string ConfinedPathsTest::checkpoint_root_;
+std::string ConfinedPathsTest::outside_;
+
+TEST_F(ConfinedPathsTest, PathsOutTheirRootAreRefusedBeforeAnyRead) {
+  v1::JobSpec spec = Spec();
+  spec.mutable_data()->set_input("/etc/shadow");
+  ExpectRefused(spec, grpc::StatusCode::PERMISSION_DENIED,
+                {"data.input: /etc/shadow is outside --data_root " + root_});
+
+  spec = Spec();
+  spec.mutable_data()->set_label(root_ + "/../" + fs::path(outside_).filename().string() +
+                                 "/inputs.npy");
+  ExpectRefused(spec, grpc::StatusCode::PERMISSION_DENIED,
+                {"data.label: ", "/../", "is outside --data_root " + root_});
+
+  // A link inside the root to a readable, valid file outside it.
+  fs::create_symlink(outside_ + "/inputs.npy", root_ + "/escape.npy");
+  spec = Spec();
+  spec.mutable_data()->set_input(root_ + "/escape.npy");
+  ExpectRefused(spec, grpc::StatusCode::PERMISSION_DENIED,
+                {"data.input: " + root_ + "/escape.npy (it resolves to " + outside_ +
+                 "/inputs.npy) is outside --data_root"});
+
+  spec = Spec();
+  spec.set_init_from("/etc/passwd");
+  ExpectRefused(spec, grpc::StatusCode::PERMISSION_DENIED,
+                {"init_from: /etc/passwd is outside --data_root " + root_ +
+                 " or --checkpoint_root " + checkpoint_root_});
+
+  spec = Spec();
+  spec.mutable_checkpoint()->set_dir(root_ + "/ckpt");  // the data root is not for writing
+  spec.mutable_checkpoint()->set_every(1);
+  ExpectRefused(spec, grpc::StatusCode::PERMISSION_DENIED,
+                {"checkpoint.dir: " + root_ + "/ckpt is outside --checkpoint_root " +
+                 checkpoint_root_});
+  EXPECT_FALSE(fs::exists(root_ + "/ckpt"));
+}
+
+TEST_F(ConfinedPathsTest, AFifoIsRefusedWithoutBlocking) {
+  const std::string fifo = root_ + "/pipe";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  // Opened for reading without a writer, a FIFO would block the coordinator's thread forever;
+  // Submit's 30 s deadline would then end the call with DEADLINE_EXCEEDED instead.
+  v1::JobSpec spec = Spec();
+  spec.set_init_from(fifo);
+  ExpectRefused(spec, grpc::StatusCode::INVALID_ARGUMENT, {"init_from: ", fifo, "not a regular file"});
+  spec = Spec();
+  spec.mutable_data()->set_input(fifo);
+  ExpectRefused(spec, grpc::StatusCode::INVALID_ARGUMENT, {"data.input", fifo, "not a regular file"});
+}
+
+TEST_F(ConfinedPathsTest, NoErrorQuotesTheBytesOfAFile) {
+  const std::string secret = root_ + "/shadow.safetensors";
+  WriteText(secret, kSecret);
+  // The first 8 bytes, read as a safetensors header length, are a number that spells them.
+  uint64_t as_length = 0;
+  std::memcpy(&as_length, kSecret, 8);
+  const std::vector<std::string> secrets = {"root", "19000", "daemon", absl::StrCat(as_length)};
+  auto expect_no_secret = [&](const grpc::Status& s) {
+    EXPECT_FALSE(s.ok());
+    std::string message = s.error_message();  // less the paths, which may hold "root" too
+    for (size_t at; (at = message.find(root_)) != std::string::npos;) message.erase(at, root_.size());
+    for (const std::string& bytes : secrets) {
+      EXPECT_EQ(message.find(bytes), std::string::npos)
+          << "'" << bytes << "' leaked: " << s.error_message();
+    }
+  };
+  v1::JobSpec spec = Spec();
+  spec.set_init_from(secret);
+  grpc::Status s = cluster_->Submit(spec);
+  EXPECT_NE(s.error_message().find("not a safetensors file"), std::string::npos)
+      << s.error_message();
+  expect_no_secret(s);
+  for (const char* format : {"llmc", "raw_u16", "megatron"}) {
+    const std::string tokens = root_ + "/shadow.bin";
+    WriteText(tokens, std::string(kSecret) + std::string(2000, ':'));  // past llm.c's header
+    WriteText(root_ + "/shadow.idx", kSecret);
+    v1::JobSpec t = Spec();
+    t.mutable_data()->Clear();
+    t.mutable_data()->set_source("tokens");
+    t.mutable_data()->set_path(std::string(format) == "megatron" ? root_ + "/shadow" : tokens);
+    t.mutable_data()->set_format(format);
+    t.mutable_data()->set_seq_len(4);
+    t.mutable_data()->set_batch_size(2);
+    expect_no_secret(cluster_->Submit(t));
+  }
+  spec = Spec();
+  spec.mutable_data()->set_input(secret);
+  expect_no_secret(cluster_->Submit(spec));
+}
+
+TEST_F(ConfinedPathsTest, ACheckpointFolderHoldingOthersFilesIsRefusedNotOverwritten) {
+  const std::string mine = checkpoint_root_ + "/mine";
+  fs::create_directories(mine);
+  WriteText(mine + "/latest", kSecret);
+  v1::JobSpec spec = Spec();
+  spec.mutable_checkpoint()->set_dir(mine);
+  spec.mutable_checkpoint()->set_every(1);
+  ExpectRefused(spec, grpc::StatusCode::INVALID_ARGUMENT,
+                {"checkpoint.dir: " + mine + ": holds 1 entry Weft did not write (latest)"});
+  EXPECT_EQ(ReadText(mine + "/latest"), kSecret);
+
+  // The daemons keep serving: a good job saves under the root.
+  spec.mutable_checkpoint()->set_dir(checkpoint_root_ + "/run");
+  std::string id;
+  const grpc::Status s = cluster_->Submit(spec, &id);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const JobOutcome outcome = JobOutcome::Of(cluster_->Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << cluster_->Logs();
+  EXPECT_EQ(outcome.saves.size(), static_cast<size_t>(MlpJob::kSteps));
+  EXPECT_TRUE(fs::exists(checkpoint_root_ + "/run/latest"));
+}
+
+// Workers check every program against their own roots: a coordinator that admits a path (it has
+// no roots here) cannot make them read it.
+TEST(WorkerRootsTest, AWorkerRefusesAProgramReadingOutsideItsRoot) {
+  const MlpJob job = MlpJob::Create();
+  const std::string elsewhere = fs::canonical(MakeTempDir("worker_root")).string();
+  DaemonClusterOptions options;
+  options.cpu_workers = 2;
+  options.worker_flags = {"--data_root", elsewhere, "--checkpoint_root", elsewhere};
+  auto cluster = DaemonCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto spec = ParseJobSpecYaml(job.SpecYaml("{shape: [2], dim_names: [dp]}"), job.dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::string id;
+  const grpc::Status s = (*cluster)->Submit(*spec, &id);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const JobOutcome outcome = JobOutcome::Of((*cluster)->Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_NE(outcome.message.find(": data.input: " + fs::canonical(job.dir).string()),
+            std::string::npos)
+      << outcome.message;
+  EXPECT_NE(outcome.message.find("is outside --data_root " + elsewhere), std::string::npos)
+      << outcome.message;
+  EXPECT_TRUE(outcome.losses.empty());
+}
+
+// The flags themselves: a root that is not an absolute, existing folder stops the daemon.
+TEST(RootFlagsTest, ABadRootStopsTheDaemonsAtStart) {
+  const std::string dir = MakeTempDir("root_flags");
+  CommandResult c = RunCommand({BinaryPath("coordinator/weft-coordinator"), "--listen",
+                                "127.0.0.1:0", "--data_dir", dir + "/data", "--data_root",
+                                dir + "/missing"},
+                               30);
+  EXPECT_EQ(c.exit_code, 2);
+  EXPECT_NE(c.err.find("--data_root: " + dir + "/missing is not an existing folder"),
+            std::string::npos)
+      << c.err;
+  CommandResult w = RunCommand({BinaryPath("worker/weft-worker"), "--coordinator",
+                                "127.0.0.1:1", "--checkpoint_root", "relative"},
+                               30);
+  EXPECT_EQ(w.exit_code, 2);
+  EXPECT_NE(w.err.find("--checkpoint_root: \"relative\" must be an absolute path"),
+            std::string::npos)
+      << w.err;
+}
+
+}  // namespace
+}  // namespace weft::testing
