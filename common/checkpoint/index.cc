@@ -8,6 +8,7 @@
 #include "common/checkpoint/box_geometry.h"
 #include "common/checkpoint/crc32c.h"
 #include "common/dtype.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace weft::checkpoint {
@@ -24,18 +25,7 @@ bool PlainFileName(const std::string& f) {
 
 std::string Hex(uint32_t v) { return absl::StrFormat("0x%08x", v); }
 
-bool ValidUtf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    const int extra = c < 0x80 ? 0 : (c >> 5) == 0x6 ? 1 : (c >> 4) == 0xe ? 2 : (c >> 3) == 0x1e ? 3 : -1;
-    if (extra < 0 || i + extra >= s.size() + (extra == 0 ? 1 : 0)) return false;
-    for (int k = 1; k <= extra; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 0x2) return false;
-    }
-    i += 1 + extra;
-  }
-  return true;
-}
+bool ValidUtf8(const std::string& s) { return IsValidUtf8(s); }
 
 absl::Status CheckTensorName(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("a tensor has an empty name");

@@ -92,6 +92,27 @@ TEST_F(SpecTest, NameAndSpecSizesAreBounded) {
                                      " bytes; at most 1048576 (1 MiB)")));
 }
 
+// Strings must be UTF-8 (protobuf could not read the job record back), named by their field; a
+// model deeper than kMaxModelLayers is refused before it is planned.
+TEST_F(SpecTest, StringsAreUtf8AndDepthIsBounded) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec bad = *spec;
+  bad.set_name("pipeli\x96ne");
+  EXPECT_EQ(ValidateJobSpec(bad).message(), "name: is not valid UTF-8");
+  bad = *spec;
+  bad.mutable_model()->mutable_layers(1)->set_name("caf\xc3");
+  EXPECT_EQ(ValidateJobSpec(bad).message(), "model.layers[1].name: is not valid UTF-8");
+  bad = *spec;
+  bad.mutable_model()->mutable_layers(0)->set_name("caf\xc3\xa9");  // valid: é
+  EXPECT_NE(ValidateJobSpec(bad).message(), "model.layers[0].name: is not valid UTF-8");
+  v1::JobSpec deep = *spec;
+  while (deep.model().layers_size() <= kMaxModelLayers) {
+    *deep.mutable_model()->add_layers() = spec->model().layers(1);
+  }
+  EXPECT_EQ(ValidateJobSpec(deep).message(), "model.layers: 1025 layers; at most 1024");
+}
+
 TEST_F(SpecTest, AppliesDefaults) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
 #include "common/jobspec/param_pattern.h"
+#include "common/jobspec/validate.h"
 #include "common/status.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -339,6 +340,12 @@ absl::Status CheckValues(absl::string_view arch, const TransformerConfig& c,
     if (std::isfinite(v) && v > 0) return absl::OkStatus();
     return namer.Error(key, absl::StrCat("must be a finite number > 0, got ", v));
   };
+  // kMaxTransformerBlocks (validate.h): planning time grows faster than the depth.
+  auto blocks = [&](const std::string& key, int64_t v) -> absl::Status {
+    RETURN_IF_ERROR(positive(key, v));
+    if (v <= kMaxTransformerBlocks) return absl::OkStatus();
+    return namer.Error(key, absl::StrCat(v, " blocks; at most ", kMaxTransformerBlocks));
+  };
   auto dropout = [&](const std::string& key, double v) -> absl::Status {
     if (v >= 0 && v < 1) return absl::OkStatus();
     return namer.Error(key, absl::StrCat("must be in [0, 1), got ", v));
@@ -347,7 +354,7 @@ absl::Status CheckValues(absl::string_view arch, const TransformerConfig& c,
     RETURN_IF_ERROR(positive("vocab_size", c.vocab_size()));
     RETURN_IF_ERROR(positive("n_positions", c.n_positions()));
     RETURN_IF_ERROR(positive("n_embd", c.n_embd()));
-    RETURN_IF_ERROR(positive("n_layer", c.n_layer()));
+    RETURN_IF_ERROR(blocks("n_layer", c.n_layer()));
     RETURN_IF_ERROR(positive("n_head", c.n_head()));
     if (c.n_inner() < 0) {
       return namer.Error("n_inner",
@@ -366,7 +373,7 @@ absl::Status CheckValues(absl::string_view arch, const TransformerConfig& c,
   RETURN_IF_ERROR(positive("vocab_size", c.vocab_size()));
   RETURN_IF_ERROR(positive("hidden_size", c.hidden_size()));
   RETURN_IF_ERROR(positive("intermediate_size", c.intermediate_size()));
-  RETURN_IF_ERROR(positive("num_hidden_layers", c.num_hidden_layers()));
+  RETURN_IF_ERROR(blocks("num_hidden_layers", c.num_hidden_layers()));
   RETURN_IF_ERROR(positive("num_attention_heads", c.num_attention_heads()));
   RETURN_IF_ERROR(positive("num_key_value_heads", c.num_key_value_heads()));
   RETURN_IF_ERROR(epsilon("rms_norm_eps", c.rms_norm_eps()));

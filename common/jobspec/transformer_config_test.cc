@@ -515,6 +515,7 @@ TEST_F(TransformerSpecTest, WrongTypesAndValuesAreErrorsNamingTheKey) {
            {{{"n_head: 4", "n_head: [4]"}}, "model.config.n_head: expected an integer, got [4]"},
            {{{"n_embd: 64", "n_embd: 0"}}, "model.config.n_embd: must be > 0, got 0"},
            {{{"n_layer: 2", "n_layer: -1"}}, "model.config.n_layer: must be > 0, got -1"},
+           {{{"n_layer: 2", "n_layer: 257"}}, "model.config.n_layer: 257 blocks; at most 256"},
            {{{"vocab_size: 256", "vocab_size: 0"}}, "model.config.vocab_size: must be > 0, got 0"},
            {{{"n_positions: 64", "n_positions: -64"}},
             "model.config.n_positions: must be > 0, got -64"},

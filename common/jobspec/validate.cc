@@ -23,6 +23,9 @@
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "common/token_file.h"
+#include "common/utf8.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace weft {
 namespace {
@@ -508,6 +511,38 @@ absl::Status ValidateRecompute(const v1::Model& model) {
   return absl::OkStatus();
 }
 
+// Every string of `message` is UTF-8 (utf8.h), or INVALID_ARGUMENT naming the first that is
+// not by its field path (`model.layers[3].name`): protobuf would store such a spec and then fail
+// to read the job record back.
+absl::Status CheckStringsAreUtf8(const google::protobuf::Message& message, const std::string& path) {
+  const google::protobuf::Reflection* reflection = message.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> fields;
+  reflection->ListFields(message, &fields);
+  for (const google::protobuf::FieldDescriptor* field : fields) {
+    const std::string name = path.empty() ? field->name() : absl::StrCat(path, ".", field->name());
+    const int count = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    for (int i = 0; i < count; ++i) {
+      const std::string at = field->is_repeated() ? absl::StrCat(name, "[", i, "]") : name;
+      if (field->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+        std::string scratch;
+        const std::string& value =
+            field->is_repeated()
+                ? reflection->GetRepeatedStringReference(message, field, i, &scratch)
+                : reflection->GetStringReference(message, field, &scratch);
+        if (!IsValidUtf8(value)) {
+          return absl::InvalidArgumentError(absl::StrCat(at, ": is not valid UTF-8"));
+        }
+      } else if (field->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+        RETURN_IF_ERROR(CheckStringsAreUtf8(
+            field->is_repeated() ? reflection->GetRepeatedMessage(message, field, i)
+                                 : reflection->GetMessage(message, field),
+            at));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& submitted) {
@@ -524,6 +559,11 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   if (const size_t bytes = submitted.ByteSizeLong(); bytes > kMaxJobSpecBytes) {
     return absl::InvalidArgumentError(absl::StrCat("the spec is ", bytes, " bytes; at most ",
                                                    kMaxJobSpecBytes, " (1 MiB)"));
+  }
+  RETURN_IF_ERROR(CheckStringsAreUtf8(submitted, ""));
+  if (spec.model().layers_size() > kMaxModelLayers) {
+    return absl::InvalidArgumentError(absl::StrCat("model.layers: ", spec.model().layers_size(),
+                                                   " layers; at most ", kMaxModelLayers));
   }
   RETURN_IF_ERROR(ValidateMesh(spec.mesh()));
   // The YAML reader checks the model too; a spec over gRPC is checked only here.

@@ -22,6 +22,12 @@ namespace weft {
 // Bounds on what a client may submit: a job's name and its whole spec (serialized).
 inline constexpr size_t kMaxJobNameBytes = 256;
 inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
+// The deepest model a spec may describe: planning takes time and memory that grow faster than
+// the depth (a 256-block GPT-2 plans in seconds, a 1024-block one in minutes), and SubmitJob
+// plans before it answers. Layers of model.layers; transformer blocks (n_layer,
+// num_hidden_layers; the largest open models have about 130).
+inline constexpr int kMaxModelLayers = 1024;
+inline constexpr int64_t kMaxTransformerBlocks = 256;
 
 // The checks above, on a copy with the defaults applied (a spec from gRPC may leave them
 // implicit). Pipeline: its dim on the mesh, its schedule (FThenB | 1F1B | VPP) with

@@ -11,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec/defaults.h"
@@ -53,6 +54,14 @@ const char* KindName(const YAML::Node& node) {
   }
 }
 
+// A key as an error quotes it: C-escaped (a control byte would garble the message), and at most
+// 64 bytes of it.
+std::string QuotedKey(const std::string& key) {
+  constexpr size_t kShown = 64;
+  const std::string escaped = absl::CHexEscape(key.substr(0, kShown));
+  return absl::StrCat("\"", escaped, "\"", key.size() > kShown ? " (cut)" : "");
+}
+
 // The present (non-null) children of a mapping, by key. Rejects unknown and duplicate keys so
 // that a typo ("in_feature") is an error instead of a silently ignored field.
 class MapReader {
@@ -70,10 +79,10 @@ class MapReader {
       const std::string key = kv.first.Scalar();
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         return Invalid(path, kv.first,
-                       absl::StrCat("unknown key \"", key, "\"; known: ", absl::StrJoin(known, ", ")));
+                       absl::StrCat("unknown key ", QuotedKey(key), "; known: ", absl::StrJoin(known, ", ")));
       }
       if (reader.children_.count(key) > 0) {
-        return Invalid(path, kv.first, absl::StrCat("duplicate key \"", key, "\""));
+        return Invalid(path, kv.first, absl::StrCat("duplicate key ", QuotedKey(key)));
       }
       reader.children_.emplace(key, kv.second);
     }
@@ -345,7 +354,7 @@ absl::StatusOr<nlohmann::json> YamlToJson(const YAML::Node& node, const std::str
         if (!kv.first.IsScalar()) return Invalid(path, kv.first, "keys must be plain strings");
         const std::string key = kv.first.Scalar();
         if (object.contains(key)) {
-          return Invalid(path, kv.first, absl::StrCat("duplicate key \"", key, "\""));
+          return Invalid(path, kv.first, absl::StrCat("duplicate key ", QuotedKey(key)));
         }
         ASSIGN_OR_RETURN(object[key], YamlToJson(kv.second, Join(path, key), depth + 1));
       }

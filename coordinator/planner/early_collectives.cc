@@ -83,25 +83,32 @@ int StartCollectivesEarly(v1::Program* program) {
       break;
     }
   }
+  // Moves happen on positions, not on the entries (each holds an Instruction): a rotation of ints.
+  std::vector<size_t> at(order.size());
+  for (size_t i = 0; i < at.size(); ++i) at[i] = i;
   int moved = 0;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const Entry& c = order[i];
+  for (size_t i = 0; i < at.size(); ++i) {
+    const Entry& c = order[at[i]];
     if (!IsCollective(c.ins.op())) continue;
     size_t to = i;
-    while (to > 0 && !MustFollow(c.ins, c.access, order[to - 1].ins, order[to - 1].access) &&
-           !(c.gathers && order[to - 1].first_reader)) {
+    while (to > 0) {
+      const Entry& before = order[at[to - 1]];
+      if (MustFollow(c.ins, c.access, before.ins, before.access) ||
+          (c.gathers && before.first_reader)) {
+        break;
+      }
       --to;
     }
     if (to == i) continue;
     // The collective lands at `to`, the instructions in between move down by one.
-    std::rotate(order.begin() + static_cast<std::ptrdiff_t>(to),
-                order.begin() + static_cast<std::ptrdiff_t>(i),
-                order.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    std::rotate(at.begin() + static_cast<std::ptrdiff_t>(to),
+                at.begin() + static_cast<std::ptrdiff_t>(i),
+                at.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     ++moved;
   }
   auto* instructions = program->mutable_instructions();
   instructions->Clear();
-  for (Entry& e : order) *instructions->Add() = std::move(e.ins);
+  for (size_t i : at) *instructions->Add() = std::move(order[i].ins);
   return moved;
 }
 

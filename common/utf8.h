@@ -1,0 +1,51 @@
+// UTF-8 validity as protobuf checks it for proto3 string fields (and JSON and safetensors names
+// need): well-formed sequences only, no overlong forms, no surrogates, nothing above U+10FFFF.
+// A string that fails it cannot be stored in a job record or a checkpoint index.
+//
+// E.g.
+//   if (!IsValidUtf8(name)) return absl::InvalidArgumentError("name: is not valid UTF-8");
+#ifndef WEFT_COMMON_UTF8_H_
+#define WEFT_COMMON_UTF8_H_
+
+#include <cstddef>
+
+#include "absl/strings/string_view.h"
+
+namespace weft {
+
+inline bool IsValidUtf8(absl::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    int extra;
+    unsigned char low = 0x80, high = 0xbf;  // the range of the byte after the lead
+    if (c >= 0xc2 && c <= 0xdf) {
+      extra = 1;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      extra = 2;
+      if (c == 0xe0) low = 0xa0;   // overlong
+      if (c == 0xed) high = 0x9f;  // surrogates
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      extra = 3;
+      if (c == 0xf0) low = 0x90;   // overlong
+      if (c == 0xf4) high = 0x8f;  // above U+10FFFF
+    } else {
+      return false;  // a continuation byte, an overlong 2-byte lead, or above 0xf4
+    }
+    if (s.size() - i <= static_cast<size_t>(extra)) return false;
+    for (int k = 1; k <= extra; ++k) {
+      const unsigned char b = static_cast<unsigned char>(s[i + k]);
+      if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xbf)) return false;
+    }
+    i += 1 + extra;
+  }
+  return true;
+}
+
+}  // namespace weft
+
+#endif  // WEFT_COMMON_UTF8_H_

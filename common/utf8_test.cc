@@ -1,0 +1,41 @@
+#include "common/utf8.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "weft/v1/job.pb.h"
+
+namespace weft {
+namespace {
+
+// Protobuf's own check is the reference: a proto3 string that does not parse back is invalid.
+bool ProtobufAccepts(const std::string& s) {
+  v1::JobSpec spec;
+  spec.set_name(s);
+  std::string bytes;
+  spec.SerializePartialToString(&bytes);
+  return v1::JobSpec().ParseFromString(bytes);
+}
+
+TEST(Utf8Test, AgreesWithProtobufOnEdgeCases) {
+  const std::vector<std::string> cases = {
+      "", "plain", "caf\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xf4\x8f\xbf\xbf",
+      "\xc3", "\xe2\x82", "\x80", "\xbf", "\xc0\xaf", "\xc1\xbf", "\xe0\x80\xaf", "\xe0\x9f\xbf",
+      "\xed\xa0\x80", "\xed\x9f\xbf", "\xf0\x80\x80\xaf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80",
+      "\xff", "a\xc3(", std::string("nul\0byte", 8), "pipeli\x96ne"};
+  for (const std::string& s : cases) {
+    EXPECT_EQ(IsValidUtf8(s), ProtobufAccepts(s)) << testing::PrintToString(s);
+  }
+  // Every 1- and 2-byte string, against protobuf.
+  for (int a = 0; a < 256; ++a) {
+    const std::string one(1, static_cast<char>(a));
+    ASSERT_EQ(IsValidUtf8(one), ProtobufAccepts(one)) << a;
+    for (int b = 0x80; b < 0xc0; ++b) {
+      const std::string two = {static_cast<char>(a), static_cast<char>(b)};
+      ASSERT_EQ(IsValidUtf8(two), ProtobufAccepts(two)) << a << " " << b;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weft
