@@ -36,10 +36,19 @@ struct FlagInfo {
   std::set<std::string> commands;  // empty: every command
 };
 
+// The commands that call a coordinator given by --coordinator, with its credentials.
+const std::set<std::string>& ConnectingCommands() {
+  static const auto* commands = new std::set<std::string>{"submit", "get",     "list", "cancel",
+                                                          "watch",  "workers", "trace"};
+  return *commands;
+}
+
 const std::map<std::string, FlagInfo>& Flags() {
   static const auto* flags = new std::map<std::string, FlagInfo>{
       {"coordinator", {true, {}}},
-      {"token_file", {true, {"submit", "get", "list", "cancel", "watch", "workers", "trace"}}},
+      {"token_file", {true, ConnectingCommands()}},
+      {"tls_ca", {true, ConnectingCommands()}},
+      {"tls_server_name", {true, ConnectingCommands()}},
       {"json", {false, {"submit", "get", "list", "watch", "workers", "local", "plan", "ckpt"}}},
       {"watch", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
@@ -141,6 +150,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     } else if (name == "token_file") {
       if (value.empty()) return absl::InvalidArgumentError("--token_file: must be a file");
       cl.token_file = value;
+    } else if (name == "tls_ca") {
+      if (value.empty()) return absl::InvalidArgumentError("--tls_ca: must be a file");
+      cl.tls_ca = value;
+    } else if (name == "tls_server_name") {
+      if (value.empty()) return absl::InvalidArgumentError("--tls_server_name: must be a name");
+      cl.tls_server_name = value;
     } else if (name == "json") {
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
@@ -353,6 +368,11 @@ Flags:
   --token_file FILE        the file holding the coordinator's client token (its
                            --client_token_file), sent as a bearer token with every call
                            (default $WEFT_TOKEN_FILE; none when neither is set)
+  --tls_ca FILE            PEM file of the CA certificate the coordinator's TLS certificate
+                           (its --tls_cert) must chain to; calls then go over TLS (default
+                           $WEFT_TLS_CA; plaintext when neither is set)
+  --tls_server_name NAME   the name the coordinator's certificate must hold, where it is not
+                           the host of --coordinator
   --json                   one JSON object per line: {"type":"step","step":S,"loss":L,
                            "step_seconds":T,"samples_per_second":X} per step and
                            {"type":"state","state":...,"message":...} per state change

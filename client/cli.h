@@ -27,6 +27,8 @@ struct CommandLine {
   std::vector<std::string> positional;  // after the command
   std::string coordinator;              // HOST:PORT
   std::string token_file;               // the client token (else $WEFT_TOKEN_FILE)
+  std::string tls_ca;                   // the CA for TLS (else $WEFT_TLS_CA)
+  std::string tls_server_name;          // the name the coordinator's certificate holds
   bool json = false;
   bool watch = false;                   // submit
   int ranks = 0;                        // local; 0: the spec's world size

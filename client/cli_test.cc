@@ -55,6 +55,22 @@ TEST(CliTest, GlobalCoordinatorFlag) {
   EXPECT_EQ(cl->coordinator, "h:2");
 }
 
+TEST(CliTest, CredentialsForCommandsThatCallTheCoordinator) {
+  absl::StatusOr<CommandLine> cl = Parse({"list", "--token_file", "t", "--tls_ca", "ca.crt",
+                                          "--tls-server-name", "weft.example.com"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->token_file, "t");
+  EXPECT_EQ(cl->tls_ca, "ca.crt");
+  EXPECT_EQ(cl->tls_server_name, "weft.example.com");
+  // `local` starts a cluster of its own; `plan` calls nothing.
+  for (const std::string command : {"local", "plan"}) {
+    absl::StatusOr<CommandLine> off = Parse({command, "--tls_ca", "ca.crt", "job.yaml"});
+    ASSERT_FALSE(off.ok()) << command;
+    EXPECT_THAT(std::string(off.status().message()), HasSubstr("--tls_ca does not apply"));
+  }
+  EXPECT_FALSE(Parse({"list", "--tls_ca="}).ok());
+}
+
 TEST(CliTest, SubmitWatchAndCancel) {
   absl::StatusOr<CommandLine> cl = Parse({"submit", "spec.yaml", "--watch", "--json"});
   ASSERT_TRUE(cl.ok()) << cl.status();

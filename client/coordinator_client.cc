@@ -2,8 +2,9 @@
 
 #include <chrono>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/bearer_token.h"
 #include "common/job_state.h"
 
 namespace weft::client {
@@ -12,14 +13,34 @@ namespace {
 // Generous: SubmitJob validates the spec, which reads npy and safetensors headers.
 constexpr auto kUnaryDeadline = std::chrono::seconds(30);
 
+// What to check when gRPC's words say a connection failed the way TLS on one side only, or a
+// certificate the client does not trust, makes it fail; empty otherwise.
+std::string TlsHint(const std::string& message, bool tls) {
+  const std::string lower = absl::AsciiStrToLower(message);
+  if (tls && (absl::StrContains(lower, "ssl") || absl::StrContains(lower, "handshake") ||
+              absl::StrContains(lower, "certificate"))) {
+    return " (the TLS handshake failed: is the coordinator serving TLS (--tls_cert), and does its "
+           "certificate chain to --tls_ca and name the host of --coordinator, or "
+           "--tls_server_name?)";
+  }
+  if (!tls && (absl::StrContains(lower, "socket closed") ||
+               absl::StrContains(lower, "connection reset") ||
+               absl::StrContains(lower, "end of tcp stream"))) {
+    return " (the coordinator closed the connection: if it serves TLS (--tls_cert), give weftctl "
+           "its CA with --tls_ca or $WEFT_TLS_CA)";
+  }
+  return "";
+}
+
 }  // namespace
 
-absl::Status FromGrpc(const grpc::Status& status, const std::string& address) {
+absl::Status FromGrpc(const grpc::Status& status, const std::string& address, bool tls) {
   if (status.ok()) return absl::OkStatus();
   const auto code = static_cast<absl::StatusCode>(status.error_code());
   if (status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot reach coordinator at ", address, ": ", status.error_message()));
+    return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ", address, ": ",
+                                               status.error_message(),
+                                               TlsHint(status.error_message(), tls)));
   }
   if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::DeadlineExceededError(absl::StrCat("coordinator at ", address,
@@ -29,12 +50,13 @@ absl::Status FromGrpc(const grpc::Status& status, const std::string& address) {
   return absl::Status(code, status.error_message());
 }
 
-CoordinatorClient::CoordinatorClient(const std::string& address, const std::string& token)
-    : address_(address) {
+CoordinatorClient::CoordinatorClient(const std::string& address,
+                                     const CoordinatorChannelOptions& connection)
+    : address_(address), tls_(!connection.tls_ca_pem.empty()) {
   grpc::ChannelArguments args;
   // ListJobs returns every job with its step history.
   args.SetMaxReceiveMessageSize(-1);
-  stub_ = v1::JobService::NewStub(NewCoordinatorChannel(address, token, args));
+  stub_ = v1::JobService::NewStub(NewCoordinatorChannel(address, connection, args));
 }
 
 void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
@@ -47,7 +69,7 @@ absl::StatusOr<std::string> CoordinatorClient::Submit(const v1::JobSpec& spec) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   v1::SubmitJobResponse resp;
-  absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, req, &resp), address_);
+  absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, req, &resp), address_, tls_);
   if (!s.ok()) return s;
   return resp.job_id();
 }
@@ -58,7 +80,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::Job job;
-  absl::Status s = FromGrpc(stub_->GetJob(&ctx, req, &job), address_);
+  absl::Status s = FromGrpc(stub_->GetJob(&ctx, req, &job), address_, tls_);
   if (!s.ok()) return s;
   return job;
 }
@@ -69,7 +91,7 @@ absl::StatusOr<v1::JobTrace> CoordinatorClient::GetJobTrace(const std::string& j
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::JobTrace trace;
-  absl::Status s = FromGrpc(stub_->GetJobTrace(&ctx, req, &trace), address_);
+  absl::Status s = FromGrpc(stub_->GetJobTrace(&ctx, req, &trace), address_, tls_);
   if (!s.ok()) return s;
   return trace;
 }
@@ -78,7 +100,7 @@ absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListJobsResponse resp;
-  absl::Status s = FromGrpc(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &resp), address_);
+  absl::Status s = FromGrpc(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &resp), address_, tls_);
   if (!s.ok()) return s;
   return std::vector<v1::Job>(resp.jobs().begin(), resp.jobs().end());
 }
@@ -91,7 +113,7 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
   req.set_job_id(job_id);
   req.set_reason(reason);
   v1::Job job;
-  absl::Status s = FromGrpc(stub_->CancelJob(&ctx, req, &job), address_);
+  absl::Status s = FromGrpc(stub_->CancelJob(&ctx, req, &job), address_, tls_);
   if (!s.ok()) return s;
   return job;
 }
@@ -100,7 +122,8 @@ absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListWorkersResponse resp;
-  absl::Status s = FromGrpc(stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp), address_);
+  absl::Status s =
+      FromGrpc(stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp), address_, tls_);
   if (!s.ok()) return s;
   return std::vector<v1::WorkerInfo>(resp.workers().begin(), resp.workers().end());
 }
@@ -129,7 +152,7 @@ absl::StatusOr<WatchResult> CoordinatorClient::Watch(
   const grpc::Status status = reader->Finish();
   // A stream that delivered the final state has done its job, whatever status closes it.
   if (result.final) return result;
-  absl::Status s = FromGrpc(status, address_);
+  absl::Status s = FromGrpc(status, address_, tls_);
   if (!s.ok()) return s;
   return result;
 }

@@ -16,13 +16,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/coordinator_channel.h"
 #include "grpcpp/grpcpp.h"
 #include "weft/v1/service.grpc.pb.h"
 
 namespace weft::client {
 
-// absl::Status with the same code and message; UNAVAILABLE also names the address.
-absl::Status FromGrpc(const grpc::Status& status, const std::string& address);
+// absl::Status with the same code and message; UNAVAILABLE also names the address, and where
+// gRPC's words point at TLS, what to check on which side (`tls`: the channel uses TLS).
+absl::Status FromGrpc(const grpc::Status& status, const std::string& address, bool tls = false);
 
 struct WatchResult {
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // last state seen
@@ -32,9 +34,10 @@ struct WatchResult {
 
 class CoordinatorClient {
  public:
-  // token: the coordinator's client token (weftctl --token_file), sent with every call; empty:
-  // none.
-  explicit CoordinatorClient(const std::string& address, const std::string& token = "");
+  // connection: the coordinator's client token (weftctl --token_file), sent with every call, and
+  // its CA for TLS (weftctl --tls_ca); each empty: none.
+  explicit CoordinatorClient(const std::string& address,
+                             const CoordinatorChannelOptions& connection = {});
 
   const std::string& address() const { return address_; }
 
@@ -55,6 +58,7 @@ class CoordinatorClient {
   void SetDeadline(grpc::ClientContext* ctx) const;
 
   std::string address_;
+  bool tls_ = false;
   std::unique_ptr<v1::JobService::Stub> stub_;
 };
 

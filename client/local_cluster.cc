@@ -191,7 +191,7 @@ absl::Status LocalCluster::WaitForPort() {
 }
 
 absl::Status LocalCluster::WaitForWorkers() {
-  CoordinatorClient client(address_, client_token_);
+  CoordinatorClient client(address_, {client_token_});
   int registered = 0;
   absl::Status last = absl::OkStatus();
   absl::Status failed = absl::OkStatus();  // a ListWorkers error other than UNAVAILABLE

@@ -31,9 +31,11 @@
 #include "client/plan.h"
 #include "client/trace_format.h"
 #include "common/bearer_token.h"
+#include "common/coordinator_channel.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
+#include "common/tls.h"
 #include "coordinator/planner/submit.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -139,23 +141,40 @@ absl::Status WatchAndPrint(CoordinatorClient& client, const std::string& job_id,
   return absl::OkStatus();
 }
 
-// The client token of --token_file, else of $WEFT_TOKEN_FILE; empty when neither is set.
-absl::StatusOr<std::string> ClientToken(const CommandLine& cl) {
-  std::string path = cl.token_file;
-  if (path.empty()) {
-    const char* env = std::getenv("WEFT_TOKEN_FILE");
-    if (env != nullptr) path = env;
+// How to reach the coordinator: the client token of --token_file (else of $WEFT_TOKEN_FILE),
+// TLS with the CA of --tls_ca (else of $WEFT_TLS_CA) and --tls_server_name; each file read here,
+// so that a bad one fails before any call, naming it.
+absl::StatusOr<CoordinatorChannelOptions> Connection(const CommandLine& cl) {
+  auto flag_or_env = [](const std::string& flag_value, const char* env) {
+    const char* value = std::getenv(env);
+    return !flag_value.empty() ? flag_value : std::string(value != nullptr ? value : "");
+  };
+  CoordinatorChannelOptions connection;
+  if (const std::string path = flag_or_env(cl.token_file, "WEFT_TOKEN_FILE"); !path.empty()) {
+    ASSIGN_OR_RETURN(connection.token, ReadBearerTokenFile(path));
   }
-  if (path.empty()) return std::string();
-  return ReadBearerTokenFile(path);
+  if (const std::string path = flag_or_env(cl.tls_ca, "WEFT_TLS_CA"); !path.empty()) {
+    absl::StatusOr<std::string> ca = ReadPemCertificates(path);
+    if (!ca.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          cl.tls_ca.empty() ? "$WEFT_TLS_CA " : "--tls_ca ", ca.status().message()));
+    }
+    connection.tls_ca_pem = *std::move(ca);
+  }
+  if (!cl.tls_server_name.empty() && connection.tls_ca_pem.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_server_name needs --tls_ca (it names the certificate TLS checks)");
+  }
+  connection.tls_server_name = cl.tls_server_name;
+  return connection;
 }
 
 int RunSubmit(const CommandLine& cl) {
   absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
   if (!spec.ok()) return Fail(spec.status());
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   absl::StatusOr<std::string> id = client.Submit(*spec);
   if (!id.ok()) return Fail(id.status());
   if (cl.json) {
@@ -171,9 +190,9 @@ int RunSubmit(const CommandLine& cl) {
 }
 
 int RunGet(const CommandLine& cl) {
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   absl::StatusOr<v1::Job> job = client.GetJob(cl.positional[0]);
   if (!job.ok()) return Fail(job.status());
   if (cl.json) {
@@ -185,9 +204,9 @@ int RunGet(const CommandLine& cl) {
 }
 
 int RunList(const CommandLine& cl) {
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs();
   if (!jobs.ok()) return Fail(jobs.status());
   if (cl.json) {
@@ -201,9 +220,9 @@ int RunList(const CommandLine& cl) {
 }
 
 int RunCancel(const CommandLine& cl) {
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   absl::StatusOr<v1::Job> job =
       client.CancelJob(cl.positional[0], cl.reason.empty() ? "cancelled by weftctl" : cl.reason);
   if (!job.ok()) return Fail(job.status());
@@ -212,9 +231,9 @@ int RunCancel(const CommandLine& cl) {
 }
 
 int RunWatch(const CommandLine& cl) {
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   v1::JobState state;
   absl::Status s = WatchAndPrint(client, cl.positional[0], cl.json, &state);
   if (!s.ok()) return Fail(s);
@@ -222,9 +241,9 @@ int RunWatch(const CommandLine& cl) {
 }
 
 int RunTrace(const CommandLine& cl) {
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   absl::StatusOr<v1::JobTrace> trace = client.GetJobTrace(cl.positional[0]);
   if (!trace.ok()) return Fail(trace.status());
   absl::Status s = WriteChromeTrace(*trace, cl.positional[1]);
@@ -234,9 +253,9 @@ int RunTrace(const CommandLine& cl) {
 }
 
 int RunWorkers(const CommandLine& cl) {
-  absl::StatusOr<std::string> token = ClientToken(cl);
-  if (!token.ok()) return Fail(token.status());
-  CoordinatorClient client(cl.coordinator, *token);
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
   absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
   if (!workers.ok()) return Fail(workers.status());
   if (cl.json) {
@@ -318,7 +337,7 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
 
   absl::Status s = cluster.Start();
   if (!s.ok()) return fail(s);
-  CoordinatorClient client(cluster.address(), cluster.client_token());
+  CoordinatorClient client(cluster.address(), {cluster.client_token()});
   absl::StatusOr<std::string> id = client.Submit(*spec);
   if (!id.ok()) return fail(id.status());
   std::cerr << "weftctl: submitted job " << *id << " (" << spec->name() << ", " << ranks

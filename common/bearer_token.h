@@ -2,20 +2,18 @@
 // --worker_token_file G`): a client sends `authorization: Bearer <token>` with every call, the
 // coordinator compares it with the token of the role the service serves (JobService: clients;
 // WorkerService and RendezvousService: workers). A token lives in a file of its own, read once;
-// no message ever quotes its bytes.
+// no message ever quotes its bytes. Channels send it through common/coordinator_channel.h.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::string token, ReadBearerTokenFile("/run/credentials/weft/client"));
-//   std::shared_ptr<grpc::Channel> channel = NewCoordinatorChannel("10.0.0.5:7070", token);
+//   if (!BearerMatches(authorization, token)) return Unauthenticated(...);
 #ifndef WEFT_COMMON_BEARER_TOKEN_H_
 #define WEFT_COMMON_BEARER_TOKEN_H_
 
-#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "grpcpp/grpcpp.h"
 
 namespace weft {
 
@@ -34,12 +32,6 @@ absl::StatusOr<std::string> NewBearerToken();
 // Whether `value` (a call's authorization metadata) is BearerValue(token), the scheme in any
 // case, the token compared in time that does not depend on where they differ.
 bool BearerMatches(absl::string_view value, absl::string_view token);
-
-// A channel to the coordinator that sends BearerValue(token) with every call (none when token
-// is empty), plaintext.
-std::shared_ptr<grpc::Channel> NewCoordinatorChannel(
-    const std::string& address, const std::string& token,
-    const grpc::ChannelArguments& args = grpc::ChannelArguments());
 
 }  // namespace weft
 

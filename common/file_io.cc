@@ -62,6 +62,24 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return text;
 }
 
+absl::StatusOr<std::string> ReadSmallRegularFile(const std::string& path, int64_t max_bytes) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot be read: ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  if (st.st_size > max_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": more than ", max_bytes, " bytes"));
+  }
+  absl::StatusOr<std::string> read = ReadFileToString(path);
+  // ReadOnlyFile's errors name the path and why ("<path>: cannot open: Permission denied").
+  if (!read.ok()) return absl::InvalidArgumentError(read.status().message());
+  return read;
+}
+
 namespace {
 
 absl::Status Errno(const std::string& path, absl::string_view what) {

@@ -51,6 +51,12 @@ class ReadOnlyFile {
 // The whole file. Errors are ReadOnlyFile's: NOT_FOUND "<path>: no such file", ...
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 
+// A small file whole, for credentials (a token, a certificate, a key): a regular file only (a
+// FIFO would block, a device never end) of at most max_bytes. INVALID_ARGUMENT "<path>: cannot be
+// read: <why>", "<path>: not a regular file", "<path>: more than N bytes" or ReadOnlyFile's
+// message; no message holds the file's bytes.
+absl::StatusOr<std::string> ReadSmallRegularFile(const std::string& path, int64_t max_bytes);
+
 // Creates or truncates `path` (mode 0644) and writes the chunks in order, then fsyncs and closes
 // it, so a file Weft reports written is on disk. Errors are INTERNAL naming the file and the step
 // ("<path>: cannot create: ...", "write failed", "fsync failed", "close failed").

@@ -17,11 +17,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/crash_point.h"
-#include "common/help_flags.h"
 #include "common/bearer_token.h"
+#include "common/crash_point.h"
 #include "common/file_io.h"
+#include "common/help_flags.h"
 #include "common/path_roots.h"
+#include "common/tls.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rpc/grpc_server.h"
@@ -49,16 +50,22 @@ ABSL_FLAG(std::string, client_token_file, "",
 ABSL_FLAG(std::string, worker_token_file, "",
           "file holding the bearer token every WorkerService and RendezvousService call must "
           "carry (weft-worker --token_file); empty: open");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of the certificate (its chain) to serve TLS with; needs --tls_key. Clients "
+          "and workers check it with --tls_ca. Empty: plaintext");
+ABSL_FLAG(std::string, tls_key, "", "PEM file of --tls_cert's private key, unencrypted");
 
 namespace weft::coordinator {
 namespace {
 
+bool IsUnixAddress(const std::string& listen) {
+  return absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:");
+}
+
 // HOST:PORT with a port gRPC can bind: 0 (pick one) to 65535 ("[::1]:7070" for IPv6, ":7070"
 // for every interface); unix: and unix-abstract: addresses are gRPC's to check.
 absl::Status CheckListenAddress(const std::string& listen) {
-  if (absl::StartsWith(listen, "unix:") || absl::StartsWith(listen, "unix-abstract:")) {
-    return absl::OkStatus();
-  }
+  if (IsUnixAddress(listen)) return absl::OkStatus();
   const size_t colon = listen.rfind(':');
   const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
   int value = 0;
@@ -69,6 +76,36 @@ absl::Status CheckListenAddress(const std::string& listen) {
         "--listen ", listen, ": expected HOST:PORT with a port from 0 (any free one) to 65535"));
   }
   return absl::OkStatus();
+}
+
+// The certificate and key of --tls_cert and --tls_key, checked to be a pair; both empty without
+// the flags. Errors name the flag and the file.
+absl::StatusOr<rpc::ServerTls> ReadServerTls() {
+  const std::string cert_path = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key_path = absl::GetFlag(FLAGS_tls_key);
+  if (cert_path.empty() != key_path.empty()) {
+    return absl::InvalidArgumentError(cert_path.empty()
+                                          ? "--tls_key needs --tls_cert (the certificate it is for)"
+                                          : "--tls_cert needs --tls_key (its private key)");
+  }
+  rpc::ServerTls tls;
+  if (cert_path.empty()) return tls;
+  absl::StatusOr<std::string> cert = ReadPemCertificates(cert_path);
+  if (!cert.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls_cert ", cert.status().message()));
+  }
+  absl::StatusOr<std::string> key = ReadPemPrivateKey(key_path);
+  if (!key.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key ", key.status().message()));
+  }
+  if (!CheckKeyMatchesCertificate(*cert, *key).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tls_key ", key_path,
+                                                   " is not the private key of --tls_cert ",
+                                                   cert_path));
+  }
+  tls.cert_pem = *std::move(cert);
+  tls.key_pem = *std::move(key);
+  return tls;
 }
 
 int Run() {
@@ -121,6 +158,11 @@ int Run() {
                   "could then act as a worker");
     return 2;
   }
+  absl::StatusOr<rpc::ServerTls> tls = ReadServerTls();
+  if (!tls.ok()) {
+    spdlog::error("{}", std::string(tls.status().message()));
+    return 2;
+  }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   if (absl::Status s = CheckListenAddress(listen); !s.ok()) {
     spdlog::error("{}", std::string(s.message()));
@@ -165,13 +207,20 @@ int Run() {
                                                               "RendezvousService (workers)"}}) {
     if (token->empty()) spdlog::warn("{} open to anyone who reaches {}: no token file", what, listen);
   }
+  const bool plaintext = tls->cert_pem.empty();
+  if (plaintext && (!tokens.client.empty() || !tokens.worker.empty()) && !IsUnixAddress(listen)) {
+    spdlog::warn("serving plaintext on {} (no --tls_cert): every call, its bearer token included, "
+                 "can be read by anyone on the network path",
+                 listen);
+  }
   absl::StatusOr<std::unique_ptr<rpc::CoordinatorServer>> server =
-      rpc::CoordinatorServer::Start(coordinator->get(), listen, tokens);
+      rpc::CoordinatorServer::Start(coordinator->get(), listen, tokens, *tls);
   if (!server.ok()) {
     spdlog::error("{}", server.status().ToString());
     return 1;
   }
-  spdlog::info("serving on {} (port {}), job store {}", listen, (*server)->port(), db_path);
+  spdlog::info("serving {} on {} (port {}), job store {}", plaintext ? "plaintext" : "TLS", listen,
+               (*server)->port(), db_path);
   const std::string port_file = absl::GetFlag(FLAGS_port_file);
   if (!port_file.empty()) {
     // Written atomically: a reader sees the whole port or nothing.
@@ -199,7 +248,7 @@ int Run() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE] "
-      "[--client_token_file F --worker_token_file G]");
+      "[--client_token_file F --worker_token_file G] [--tls_cert CERT --tls_key KEY]");
   weft::HelpListsFlagsOf("coordinator/main.cc");
   absl::ParseCommandLine(argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("weft-coordinator"));

@@ -243,8 +243,11 @@ TEST(DaemonFlagsTest, BadListenIsRefusedAndHelpListsTheFlags) {
   for (const auto& [binary, flags] :
        {std::pair<std::string, std::vector<std::string>>{
             "coordinator/weft-coordinator",
-            {"--listen", "--data_dir", "--max_ranks", "--client_token_file", "--worker_token_file"}},
-        {"worker/weft-worker", {"--coordinator", "--device", "--host", "--token_file"}}}) {
+            {"--listen", "--data_dir", "--max_ranks", "--client_token_file", "--worker_token_file",
+             "--tls_cert", "--tls_key"}},
+        {"worker/weft-worker",
+         {"--coordinator", "--device", "--host", "--token_file", "--tls_ca",
+          "--tls_server_name"}}}) {
     CommandResult help = RunCommand({BinaryPath(binary), "--help"}, 30);
     const std::string text = help.out + help.err;
     for (const std::string& flag : flags) {

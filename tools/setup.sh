@@ -8,8 +8,9 @@ packages=(
   g++ pkg-config
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgloo-dev libopenblas-dev libsqlite3-dev
+  libgloo-dev libopenblas-dev libsqlite3-dev libssl-dev
   libgtest-dev libgmock-dev
+  openssl
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch python3-numpy time bc)

@@ -20,9 +20,11 @@
 #include "absl/flags/usage.h"
 #include "absl/time/time.h"
 #include "common/bearer_token.h"
+#include "common/coordinator_channel.h"
 #include "common/crash_point.h"
 #include "common/help_flags.h"
 #include "common/path_roots.h"
+#include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -46,6 +48,12 @@ ABSL_FLAG(int, reconnect_deadline_s, 600,
 ABSL_FLAG(std::string, token_file, "",
           "File holding the coordinator's worker token (its --worker_token_file), sent as a "
           "bearer token with every call; empty: none.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of the CA certificate(s) the coordinator's TLS certificate (its --tls_cert) "
+          "must chain to; every call then goes over TLS. Empty: plaintext.");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name the coordinator's certificate must hold, where it differs from the host of "
+          "--coordinator; needs --tls_ca.");
 
 ABSL_FLAG(std::string, data_root, "",
           "Absolute folder: jobs read their data and init_from only from under it (symlinks and "
@@ -55,7 +63,8 @@ ABSL_FLAG(std::string, checkpoint_root, "",
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR] [--token_file=F]");
+      "weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR] [--token_file=F] "
+      "[--tls_ca=CA]");
   weft::HelpListsFlagsOf("worker/main.cc");
   absl::ParseCommandLine(argc, argv);
 
@@ -124,17 +133,31 @@ int main(int argc, char** argv) {
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));
 
-  std::string token;
+  weft::CoordinatorChannelOptions connection;
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
     absl::StatusOr<std::string> read = weft::ReadBearerTokenFile(path);
     if (!read.ok()) {
       spdlog::error("--token_file: {}", std::string(read.status().message()));
       return 2;
     }
-    token = *std::move(read);
+    connection.token = *std::move(read);
   }
-  // Every call of this worker (its stream, the rendezvous of its communicators) carries it.
-  std::shared_ptr<grpc::Channel> channel = weft::NewCoordinatorChannel(coordinator, token);
+  if (const std::string path = absl::GetFlag(FLAGS_tls_ca); !path.empty()) {
+    absl::StatusOr<std::string> read = weft::ReadPemCertificates(path);
+    if (!read.ok()) {
+      spdlog::error("--tls_ca {}", std::string(read.status().message()));
+      return 2;
+    }
+    connection.tls_ca_pem = *std::move(read);
+  }
+  connection.tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  if (!connection.tls_server_name.empty() && connection.tls_ca_pem.empty()) {
+    spdlog::error("--tls_server_name needs --tls_ca (it names the certificate TLS checks)");
+    return 2;
+  }
+  // Every call of this worker (its stream, the rendezvous of its communicators) goes over this
+  // one channel, with the token and TLS.
+  std::shared_ptr<grpc::Channel> channel = weft::NewCoordinatorChannel(coordinator, connection);
   const absl::Duration collective_timeout =
       absl::Seconds(absl::GetFlag(FLAGS_collective_timeout_s));
   std::unique_ptr<weft::TaskEnvironment> env;
@@ -149,8 +172,9 @@ int main(int argc, char** argv) {
   }
   weft::Worker worker(options, weft::ToDeviceInfo(*described), env.get(),
                       weft::v1::WorkerService::NewStub(channel));
-  spdlog::info("pid {}, coordinator {}, device {} ({}), collectives on {}", getpid(), coordinator,
-               device, described->name, options.host);
+  spdlog::info("pid {}, coordinator {} ({}), device {} ({}), collectives on {}", getpid(),
+               coordinator, connection.tls_ca_pem.empty() ? "plaintext" : "TLS", device,
+               described->name, options.host);
 
   absl::Status status;
   std::atomic<bool> done{false};

@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/coordinator_channel.h"
 #include "common/crash_point.h"
 #include "common/path_roots.h"
 #include "common/status.h"
@@ -245,8 +246,7 @@ absl::Status CheckProgramDevice(const v1::Program& program, const std::string& k
 
 Worker::Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env)
     : Worker(options, std::move(device), env,
-             v1::WorkerService::NewStub(grpc::CreateChannel(
-                 options.coordinator, grpc::InsecureChannelCredentials()))) {}
+             v1::WorkerService::NewStub(NewCoordinatorChannel(options.coordinator, {}))) {}
 
 Worker::Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env,
                std::unique_ptr<v1::WorkerService::StubInterface> stub)

@@ -159,6 +159,8 @@ struct WorkerOptions {
 // answered with TaskDone{ok=false, "busy ..."}.
 class Worker {
  public:
+  // Over a plaintext channel without a token to options.coordinator; the daemon passes a stub
+  // of its own channel, with its credentials.
   Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env);
   Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* env,
          std::unique_ptr<v1::WorkerService::StubInterface> stub);

@@ -113,6 +113,13 @@ TEST_F(SpecTest, StringsAreUtf8AndDepthIsBounded) {
   EXPECT_EQ(ValidateJobSpec(deep).message(), "model.layers: 1025 layers; at most 1024");
 }
 
+TEST_F(SpecTest, TextWithoutADocumentSaysWhereItBegins) {
+  EXPECT_EQ(ParseJobSpecYaml("# only a comment\n\n", dir_).status().message(),
+            "job spec is empty");
+  EXPECT_EQ(ParseJobSpecYaml("# a comment\n,ame: x\nmesh: {shape: [1]}\n", dir_).status().message(),
+            "job spec is not valid YAML at line 2: no document could be read");
+}
+
 TEST_F(SpecTest, AppliesDefaults) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/jobspec/defaults.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/param_pattern.h"
@@ -793,6 +794,19 @@ absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::stri
   JobSpec spec;
   try {
     YAML::Node root = YAML::Load(std::string(yaml));
+    if (!root.IsDefined() || root.IsNull()) {
+      // yaml-cpp reads some malformed text (a leading ",") as no document at all: say where the
+      // text begins rather than that it is empty.
+      int line = 0;
+      for (absl::string_view l : absl::StrSplit(yaml, '\n')) {
+        ++line;
+        const absl::string_view content = absl::StripLeadingAsciiWhitespace(l);
+        if (!content.empty() && content[0] != '#') {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "job spec is not valid YAML at line ", line, ": no document could be read"));
+        }
+      }
+    }
     RETURN_IF_ERROR(ParseRoot(root, base_dir, &spec));
   } catch (const YAML::Exception& e) {
     std::string where;

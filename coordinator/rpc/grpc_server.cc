@@ -31,13 +31,20 @@ CoordinatorServer::CoordinatorServer(Coordinator* coordinator, const ServiceToke
       rendezvous_service_(coordinator->rendezvous(), tokens.worker) {}
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
-    Coordinator* coordinator, const std::string& listen, const ServiceTokens& tokens) {
+    Coordinator* coordinator, const std::string& listen, const ServiceTokens& tokens,
+    const ServerTls& tls) {
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer(coordinator, tokens));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
 
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!tls.cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({tls.key_pem, tls.cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(listen, credentials, &s->port_);
   builder.RegisterService(&s->job_service_);
   builder.RegisterService(&s->worker_service_);
   builder.RegisterService(&s->rendezvous_service_);

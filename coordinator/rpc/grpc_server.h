@@ -29,13 +29,21 @@ struct ServiceTokens {
   std::string worker;  // WorkerService, RendezvousService
 };
 
+// The coordinator's certificate and its key, PEM (common/tls.h); both empty: plaintext.
+struct ServerTls {
+  std::string cert_pem;  // the chain, the coordinator's own certificate first
+  std::string key_pem;
+};
+
 class CoordinatorServer {
  public:
   // Listens on `listen` (HOST:PORT; port 0 picks a free one) and serves `coordinator`, which
   // must outlive the server. JobService asks for `tokens.client`, WorkerService and
   // RendezvousService for `tokens.worker` (empty: open); the health service is always open.
+  // With `tls` every service, health included, is served over TLS only.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
-      Coordinator* coordinator, const std::string& listen, const ServiceTokens& tokens = {});
+      Coordinator* coordinator, const std::string& listen, const ServiceTokens& tokens = {},
+      const ServerTls& tls = {});
   ~CoordinatorServer();
 
   // The bound port.

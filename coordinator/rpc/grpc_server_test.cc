@@ -16,7 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/bearer_token.h"
+#include "common/coordinator_channel.h"
+#include "common/testing_tls.h"
+#include "common/tls.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "weft/v1/service.grpc.pb.h"
@@ -262,7 +264,7 @@ class GrpcServerAuthTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
   }
   std::shared_ptr<grpc::Channel> Channel(const std::string& token) const {
-    return NewCoordinatorChannel(absl::StrCat("127.0.0.1:", server_->port()), token);
+    return NewCoordinatorChannel(absl::StrCat("127.0.0.1:", server_->port()), {token});
   }
   // Every JobService method's status with `token`.
   std::vector<grpc::Status> JobCalls(const std::string& token) const {
@@ -401,6 +403,85 @@ TEST_F(GrpcServerAuthTest, HealthStaysOpen) {
   const grpc::Status status = HealthCheck(Channel(""), &bytes);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+// With a certificate: a channel that checks it against its CA gets through (tokens as before);
+// a plaintext channel, one that trusts another CA and one that expects another name get no call
+// through, nor does a TLS channel to a plaintext server. Each is UNAVAILABLE.
+class GrpcServerTlsTest : public ::testing::Test {
+ protected:
+  static constexpr char kClient[] = "client-secret-1";
+
+  void SetUp() override {
+    const std::string dir = TempDir();
+    absl::StatusOr<TestCertificate> server = MakeSelfSignedCertificate(dir, "server");
+    absl::StatusOr<TestCertificate> other = MakeSelfSignedCertificate(dir, "other");
+    ASSERT_TRUE(server.ok()) << server.status();
+    ASSERT_TRUE(other.ok()) << other.status();
+    absl::StatusOr<std::string> cert = ReadPemCertificates(server->cert_path);
+    absl::StatusOr<std::string> key = ReadPemPrivateKey(server->key_path);
+    absl::StatusOr<std::string> other_cert = ReadPemCertificates(other->cert_path);
+    ASSERT_TRUE(cert.ok() && key.ok() && other_cert.ok());
+    ca_ = *cert;
+    other_ca_ = *other_cert;
+    auto store = JobStore::Open(dir + "/weft.db");
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto c = Coordinator::Create(std::move(*store), CoordinatorOptions());
+    ASSERT_TRUE(c.ok()) << c.status();
+    coordinator_ = std::move(*c);
+    coordinator_->Start();
+    auto started = CoordinatorServer::Start(coordinator_.get(), "127.0.0.1:0", {kClient, "w"},
+                                            {*cert, *key});
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = std::move(*started);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+  // ListJobs through a channel with `options` to `port`.
+  static grpc::Status ListJobs(int port, const CoordinatorChannelOptions& options) {
+    auto stub = v1::JobService::NewStub(
+        NewCoordinatorChannel(absl::StrCat("127.0.0.1:", port), options));
+    grpc::ClientContext context;
+    context.set_deadline(In(10000));
+    v1::ListJobsResponse jobs;
+    return stub->ListJobs(&context, v1::ListJobsRequest(), &jobs);
+  }
+
+  std::string ca_, other_ca_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorServer> server_;
+};
+
+TEST_F(GrpcServerTlsTest, OnlyChannelsThatTrustTheCertificateGetThrough) {
+  const grpc::Status trusted = ListJobs(server_->port(), {kClient, ca_});
+  EXPECT_TRUE(trusted.ok()) << trusted.error_message();
+  // The certificate names localhost too.
+  const grpc::Status named = ListJobs(server_->port(), {kClient, ca_, "localhost"});
+  EXPECT_TRUE(named.ok()) << named.error_message();
+  // TLS comes before the token: without one the call gets through TLS and is refused.
+  EXPECT_EQ(ListJobs(server_->port(), {"", ca_}).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
+  for (const auto& [options, what] :
+       {std::pair<CoordinatorChannelOptions, std::string>{{kClient}, "plaintext"},
+        {{kClient, other_ca_}, "another CA"},
+        {{kClient, ca_, "weft.example.com"}, "another name"}}) {
+    const grpc::Status s = ListJobs(server_->port(), options);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << what << ": " << s.error_message();
+  }
+}
+
+TEST_F(GrpcServerTlsTest, ATlsChannelToAPlaintextServerGetsNoCallThrough) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto c = Coordinator::Create(std::move(*store), CoordinatorOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->Start();
+  auto plain = CoordinatorServer::Start(c->get(), "127.0.0.1:0");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  const grpc::Status s = ListJobs((*plain)->port(), {"", ca_});
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  (*plain)->Shutdown();
 }
 
 }  // namespace
