@@ -51,6 +51,8 @@ std::string FormatEventJson(const v1::JobEvent& event) {
       return FormatStateJson(event.state(), event.message());
     case v1::JobEvent::kSaved:
       return FormatSavedJson(event.saved());
+    case v1::JobEvent::kRestart:
+      return FormatRestartJson(event.restart());
     default:
       return "";
   }
@@ -66,6 +68,23 @@ std::string FormatSavedText(const v1::CheckpointSaved& saved) {
   return absl::StrCat("checkpoint step ", saved.step(), "  ",
                       absl::StrFormat("%.1f", saved.bytes() / 1e6), " MB  (",
                       absl::StrFormat("%.3f", saved.seconds()), " s)  ", saved.path());
+}
+
+std::string FormatRestartJson(const v1::Restart& restart) {
+  return absl::StrCat("{\"type\":\"restart\",\"attempt\":", restart.attempt(),
+                      ",\"restarts_left\":", restart.restarts_left(), ",\"rank\":", restart.rank(),
+                      ",\"worker\":", JsonString(restart.worker()),
+                      ",\"host\":", JsonString(restart.host()),
+                      ",\"cause\":", JsonString(restart.cause()), "}");
+}
+
+std::string FormatRestartText(const v1::Restart& restart) {
+  std::string where = restart.rank() >= 0 ? absl::StrCat(" rank ", restart.rank()) : "";
+  if (!restart.worker().empty()) absl::StrAppend(&where, " on ", restart.worker());
+  if (!restart.host().empty()) absl::StrAppend(&where, " (", restart.host(), ")");
+  return absl::StrCat("restart: attempt ", restart.attempt() + 1, " failed", where, ": ",
+                      restart.cause(), "; ", restart.restarts_left(), " restart",
+                      restart.restarts_left() == 1 ? "" : "s", " left");
 }
 
 std::string FormatThousands(double value) {
@@ -112,6 +131,8 @@ std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps) {
       return FormatStateText(event.state(), event.message());
     case v1::JobEvent::kSaved:
       return FormatSavedText(event.saved());
+    case v1::JobEvent::kRestart:
+      return FormatRestartText(event.restart());
     default:
       return "";
   }

@@ -47,6 +47,11 @@ std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps);
 std::string FormatStateText(v1::JobState state, const std::string& message);
 // "checkpoint step 100  12.3 MB  (0.045 s)  /data/ckpt/step-100"
 std::string FormatSavedText(const v1::CheckpointSaved& saved);
+// A restart event: {"type":"restart","attempt","restarts_left","rank","worker","host","cause"};
+// as text "restart: attempt 1 failed rank 1 on worker-2 (127.0.0.1): <cause>; 1 restart left"
+// (attempts counted from 1 in text, from 0 in JSON as in Job.attempt).
+std::string FormatRestartJson(const v1::Restart& restart);
+std::string FormatRestartText(const v1::Restart& restart);
 std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps);
 
 // 2345.6 -> "2,346"

@@ -30,6 +30,28 @@ constexpr int kMaxLostWorkersListed = 256;
 // How often a watcher looks at its caller's cancellation flag.
 constexpr absl::Duration kWatchPollInterval = absl::Milliseconds(100);
 
+// Where an attempt starts from: a restarted one (attempt > 0; attempts count from 0) from the newest checkpoint this job
+// committed in its checkpoint.dir, optimizer states and step counter included; otherwise (and
+// when it committed none: a folder may hold an earlier job's) as the spec says.
+absl::StatusOr<CheckpointLoad> AttemptStartingState(const v1::Job& job) {
+  const std::string& dir = job.spec().checkpoint().dir();
+  if (job.attempt() > 0 && !dir.empty()) {
+    absl::StatusOr<std::string> latest = checkpoint::FindLatest(dir);
+    absl::StatusOr<checkpoint::CheckpointReader> reader =
+        latest.ok() ? checkpoint::CheckpointReader::Open(*latest)
+                    : absl::StatusOr<checkpoint::CheckpointReader>(latest.status());
+    if (reader.ok()) {
+      auto owner = reader->index().metadata.find("job_id");
+      if (owner != reader->index().metadata.end() && owner->second == job.id()) {
+        v1::JobSpec resumed = job.spec();
+        resumed.mutable_train()->set_resume(true);
+        return ResolveCheckpointLoad(resumed);
+      }
+    }
+  }
+  return ResolveCheckpointLoad(job.spec());
+}
+
 std::string RendezvousScope(const std::string& job_id, int attempt) {
   return absl::StrCat(job_id, "/", attempt);
 }
@@ -391,6 +413,13 @@ void Coordinator::ScheduleLocked() {
   while (true) {
     std::vector<PendingJob> pending;
     for (const v1::Job& job : pending_) {
+      // A restarting job waits for its failed attempt's commits, queued or in progress: its next
+      // attempt starts from the newest checkpoint, which they may still make.
+      if (job.id() == committing_ ||
+          std::any_of(commits_.begin(), commits_.end(),
+                      [&](const Commit& c) { return c.job_id == job.id(); })) {
+        continue;
+      }
       pending.push_back({job.id(), job.spec().device(), options_.world_size(job.spec())});
     }
     std::vector<WorkerSlot> slots;
@@ -443,7 +472,7 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
 
   // Where the starting state comes from: train.resume or init_from naming a checkpoint.
   absl::Status ready = absl::OkStatus();
-  absl::StatusOr<CheckpointLoad> load = ResolveCheckpointLoad(job.spec());
+  absl::StatusOr<CheckpointLoad> load = AttemptStartingState(job);
   if (!load.ok()) ready = load.status();
   if (ready.ok() && load->optimizer_states && load->step >= job.spec().train().steps()) {
     ready = absl::InvalidArgumentError(
@@ -471,6 +500,10 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   run.job.set_state(v1::RUNNING);
   run.job.set_start_time_ms(Now());
   run.job.set_message(absl::StrCat("running on ", world, " worker", world == 1 ? "" : "s"));
+  if (job.attempt() > 0) {
+    absl::StrAppend(run.job.mutable_message(), ", restart ", job.attempt(), " of ",
+                    spec.train().max_restarts());
+  }
   if (load->optimizer_states) {
     absl::StrAppend(run.job.mutable_message(), ", resuming from ", load->step_dir);
   } else if (!load->step_dir.empty()) {
@@ -525,9 +558,9 @@ void Coordinator::DispatchStarted() {
       msg.mutable_assignment()->set_rendezvous_scope(d.rendezvous_scope);
       if (w == nullptr || w->connection == nullptr || !w->connection->Send(msg)) {
         for (int later = r; later < world; ++later) run.done[later] = true;
-        FinishRunLocked(d.job_id, v1::FAILED,
-                        absl::StrCat("sending the program of rank ", r, " to worker ",
-                                     run.workers[r], ": the worker's stream is closed"));
+        FailRunLocked(d.job_id, r,
+                      absl::StrCat("sending the program of rank ", r, " to worker ",
+                                   run.workers[r], ": the worker's stream is closed"));
         break;
       }
     }
@@ -582,6 +615,72 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   }
 }
 
+void Coordinator::FailRunLocked(const std::string& job_id, int rank, const std::string& cause) {
+  auto it = runs_.find(job_id);
+  if (it == runs_.end()) return;
+  const int max_restarts = it->second.job.spec().train().max_restarts();
+  const int restarts = it->second.job.attempt();  // attempts count from 0
+  if (restarts >= max_restarts || shutting_down_) {
+    FinishRunLocked(job_id, v1::FAILED,
+                    max_restarts == 0
+                        ? cause
+                        : absl::StrCat(cause, " (attempt ", restarts + 1, "; all ", max_restarts,
+                                       " restarts (train.max_restarts) used)"));
+    return;
+  }
+  Run run = std::move(it->second);
+  runs_.erase(it);
+  traces_.Finish(job_id);
+  rendezvous_.DropScope(RendezvousScope(job_id, run.job.attempt()));
+  // Saves of the failed attempt that every rank completed are still committed; the next attempt
+  // waits for them (ScheduleLocked) and starts from the newest.
+
+  // What failed, where: an event of its own, then the state.
+  v1::JobEvent restart;
+  restart.set_job_id(job_id);
+  restart.set_time_ms(Now());
+  v1::Restart* r = restart.mutable_restart();
+  r->set_attempt(run.job.attempt());
+  r->set_restarts_left(max_restarts - restarts - 1);
+  r->set_rank(rank);
+  r->set_cause(cause);
+  if (rank >= 0 && rank < static_cast<int>(run.workers.size())) {
+    r->set_worker(run.workers[rank]);
+    if (const Worker* w = FindWorker(run.workers[rank])) r->set_host(w->host);
+  }
+  restart.set_message(absl::StrCat("attempt ", run.job.attempt() + 1, " failed; restart ",
+                                   restarts + 1, " of ", max_restarts, ": ", cause));
+  spdlog::warn("job {}: {}", job_id, restart.message());
+  absl::Status stored = store_->AppendEvent(job_id, run.job.attempt(), restart);
+  if (!stored.ok()) spdlog::error("job {}: {}", job_id, stored.ToString());
+  Publish(restart);
+
+  // Every rank of the attempt stops at once (the workers abort their communicators); each is
+  // free when it confirms, or after the grace period.
+  SendCancelLocked(run, absl::StrCat("restarting: ", cause));
+  for (size_t k = 0; k < run.workers.size(); ++k) {
+    Worker* w = FindWorker(run.workers[k]);
+    if (w == nullptr || w->status == WorkerStatus::kLost) continue;
+    if (run.done[k]) {
+      ReleaseWorkerLocked(w);
+    } else {
+      w->draining = true;
+      w->release_deadline_ms = Now() + options_.cancel_grace_ms;
+    }
+  }
+
+  // The next attempt waits first in line, from the newest checkpoint (AttemptStartingState).
+  v1::Job job = std::move(run.job);
+  job.set_attempt(job.attempt() + 1);
+  job.set_state(v1::RESTARTING);
+  job.set_message(absl::StrCat("restart ", job.attempt(), " of ", max_restarts, " after: ",
+                               cause));
+  job.clear_workers();
+  v1::JobEvent state = StateEvent(job);
+  SaveJob(job, &state);
+  pending_.insert(pending_.begin(), std::move(job));
+}
+
 void Coordinator::ReleaseWorkerLocked(Worker* worker) {
   worker->status = WorkerStatus::kIdle;
   worker->job_id.clear();
@@ -602,7 +701,7 @@ void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string&
     return;
   }
   if (!ok) {
-    FinishRunLocked(run->job.id(), v1::FAILED, failure);
+    FailRunLocked(run->job.id(), rank, failure);
     return;
   }
   if (all_done) {
@@ -740,6 +839,7 @@ void Coordinator::CommitLoop() {
       if (shutting_down_) return;
       commit = std::move(commits_.front());
       commits_.pop_front();
+      committing_ = commit.job_id;
     }
     // Crash tests (WEFT_DEBUG_CRASH_AT): every shard is written and reported, nothing committed.
     CrashPoint(kCoordinatorBeforeCommit, commit.save.step);
@@ -747,8 +847,10 @@ void Coordinator::CommitLoop() {
     const absl::Status status = checkpoint::CommitCheckpoint(
         commit.dir, commit.save.step, commit.save.chunks, commit.keep, commit.metadata);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    absl::MutexLock lock(&mu_);
+    SchedulingLock lock(this);
     CommittedLocked(commit, status, seconds, checkpoint::StepDir(commit.dir, commit.save.step));
+    committing_.clear();
+    ScheduleLocked();  // a restarting job may have waited for this commit
   }
 }
 

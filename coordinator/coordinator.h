@@ -251,6 +251,12 @@ class Coordinator {
   // Takes the id by value: callers pass the run's own, which this erases.
   void FinishRunLocked(std::string job_id, v1::JobState state, const std::string& message)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The attempt failed (`rank` failed or was lost; -1: no one rank): with restarts left
+  // (Train.max_restarts) the job goes to RESTARTING, its ranks are told to stop, a restart event
+  // names the rank, worker, host and cause, and its next attempt waits first in line; otherwise
+  // FinishRunLocked(FAILED).
+  void FailRunLocked(const std::string& job_id, int rank, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank's TaskDone (or loss) for a running attempt.
   void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,6 +299,7 @@ class Coordinator {
   std::map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);               // by job id
   std::map<std::string, std::vector<std::shared_ptr<Watcher>>> watchers_ ABSL_GUARDED_BY(mu_);
   std::deque<Commit> commits_ ABSL_GUARDED_BY(mu_);  // for the committer thread, in order
+  std::string committing_ ABSL_GUARDED_BY(mu_);      // the job whose commit is in progress
   std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);  // started attempts, in start order
 
   absl::Notification stop_ticker_;

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 
 #include <functional>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -114,21 +115,23 @@ absl::StatusOr<v1::Job> JobFromRow(const Statement& row) {
   return job;
 }
 
+// The job's steps in order, each as its latest attempt ran it: a restarted attempt runs again
+// the steps after the checkpoint it resumes from, and its figures replace the earlier ones.
 absl::Status FillSteps(sqlite3* db, v1::Job* job) {
-  Statement st(db,
-               "SELECT event FROM events WHERE job_id = ?1 AND attempt = ?2 AND step IS NOT NULL "
-               "ORDER BY seq;");
+  Statement st(db, "SELECT event FROM events WHERE job_id = ?1 AND step IS NOT NULL ORDER BY seq;");
   RETURN_IF_ERROR(st.status());
   st.BindText(1, job->id());
-  st.BindInt(2, job->attempt());
+  std::map<int64_t, v1::StepMetrics> steps;
   while (st.Step()) {
     v1::JobEvent event;
     if (!event.ParseFromString(st.Bytes(0))) {
       return absl::DataLossError(absl::StrCat("job ", job->id(), ": a stored event does not parse"));
     }
-    *job->add_steps() = event.step();
+    steps[event.step().step()] = event.step();
   }
-  return st.done_status();
+  RETURN_IF_ERROR(st.done_status());
+  for (auto& [step, metrics] : steps) *job->add_steps() = std::move(metrics);
+  return absl::OkStatus();
 }
 
 // Jobs matching `where_sql` (whose parameters `bind` sets), in submit order.

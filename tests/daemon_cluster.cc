@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "common/jobspec/yaml.h"
 
 namespace weft::testing {
@@ -53,13 +54,10 @@ absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(
                                          options.coordinator_flags, options.coordinator_env);
   if (!coord.ok()) return coord.status();
   c->coordinator_ = std::move(coord).value();
+  c->options_ = options;
   for (int i = 0; i < options.cpu_workers; ++i) {
-    std::vector<std::string> argv = {BinaryPath("worker/weft-worker"), "--coordinator",
-                                     c->address(), "--device", "cpu"};
-    argv.insert(argv.end(), options.worker_flags.begin(), options.worker_flags.end());
-    auto w = StartDaemon(argv, absl::StrCat(c->dir_, "/worker", i, ".log"), options.worker_env);
-    if (!w.ok()) return w.status();
-    c->workers_.push_back(std::move(w).value());
+    absl::Status started = c->SpawnWorker({});
+    if (!started.ok()) return started;
   }
   c->channel_ = grpc::CreateChannel(c->address(), grpc::InsecureChannelCredentials());
   const absl::Status registered = PollUntil(
@@ -71,6 +69,37 @@ absl::StatusOr<std::unique_ptr<DaemonCluster>> DaemonCluster::Start(
                      " workers registered within 30 s (logs in ", c->dir_, ")"));
   }
   return c;
+}
+
+absl::Status DaemonCluster::SpawnWorker(const std::map<std::string, std::string>& env) {
+  std::vector<std::string> argv = {BinaryPath("worker/weft-worker"), "--coordinator", address(),
+                                   "--device", "cpu"};
+  argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  std::map<std::string, std::string> all = options_.worker_env;
+  for (const auto& [k, v] : env) all[k] = v;
+  auto w = StartDaemon(argv, absl::StrCat(dir_, "/worker", workers_.size(), ".log"), all);
+  if (!w.ok()) return w.status();
+  workers_.push_back(std::move(w).value());
+  return absl::OkStatus();
+}
+
+absl::Status DaemonCluster::StartWorker(const std::map<std::string, std::string>& env) {
+  int registered = 0;
+  for (const v1::WorkerInfo& w : ListWorkers()) registered += w.state() != "lost";
+  RETURN_IF_ERROR(SpawnWorker(env));
+  const absl::Status up = PollUntil(
+      [&] {
+        int now = 0;
+        for (const v1::WorkerInfo& w : ListWorkers()) now += w.state() != "lost";
+        return now > registered;
+      },
+      absl::Seconds(30), absl::Milliseconds(50));
+  if (!up.ok()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("worker ", workers_.size() - 1, " did not register within 30 s (logs in ",
+                     dir_, ")"));
+  }
+  return absl::OkStatus();
 }
 
 DaemonCluster::~DaemonCluster() {

@@ -63,6 +63,10 @@ class DaemonCluster {
   // Every daemon's log, for failure messages.
   std::string Logs() const;
 
+  // Starts one more cpu worker (the cluster's worker flags and environment, plus `env`) and
+  // returns once it is registered; it is worker(<the number started before it>).
+  absl::Status StartWorker(const std::map<std::string, std::string>& env = {});
+
   grpc::Status Submit(const v1::JobSpec& spec, std::string* job_id = nullptr) const;
   // The job; fails the calling test if the call fails.
   v1::Job GetJob(const std::string& id) const;
@@ -78,10 +82,12 @@ class DaemonCluster {
 
  private:
   DaemonCluster() = default;
+  absl::Status SpawnWorker(const std::map<std::string, std::string>& env);
 
   std::string dir_;
   std::unique_ptr<CoordinatorProcess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
+  DaemonClusterOptions options_;
   std::shared_ptr<grpc::Channel> channel_;
 };
 

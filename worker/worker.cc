@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -81,10 +82,31 @@ void Task::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Task::Detach() {
+  if (thread_.joinable()) thread_.detach();
+}
+
+void Task::Emit(const v1::WorkerMessage& msg) {
+  if (abandoned_.load()) return;
+  report_(msg);
+}
+
+std::optional<absl::Time> Task::cancelled_at() const {
+  absl::MutexLock lock(&mu_);
+  if (!cancelled_) return std::nullopt;
+  return cancelled_at_;
+}
+
+std::string Task::cancel_reason() const {
+  absl::MutexLock lock(&mu_);
+  return cancel_reason_;
+}
+
 void Task::Cancel(const std::string& reason) {
   absl::MutexLock lock(&mu_);
   if (cancelled_) return;
   cancelled_ = true;
+  cancelled_at_ = absl::Now();
   cancel_reason_ = reason;
   if (executor_ != nullptr) executor_->Cancel();
   if (cancel_comms_) cancel_comms_();
@@ -119,7 +141,7 @@ void Task::Run() {
     spdlog::warn("job {} attempt {}: {}", program.job_id(), program.attempt(),
                  done.done().message());
   }
-  report_(done);
+  Emit(done);
   finished_.Notify();
 }
 
@@ -178,7 +200,7 @@ absl::Status Task::RunSteps() {
     report->set_peak_bytes(executor->last_step_peak_bytes());
     // The step's timeline (Program.trace), sent with its report.
     for (v1::TraceSpan& span : executor->TakeSpans()) *report->add_spans() = std::move(span);
-    report_(msg);
+    Emit(msg);
     if (SavesCheckpoint(program, step)) RETURN_IF_ERROR(SaveCheckpoint(executor.get(), step));
   }
   return absl::OkStatus();
@@ -207,7 +229,7 @@ absl::Status Task::SaveCheckpoint(Executor* executor, int64_t step) {
   }
   report->set_bytes(bytes);
   report->set_seconds(took.count());
-  report_(msg);
+  Emit(msg);
   return absl::OkStatus();
 }
 
@@ -258,6 +280,14 @@ Worker::Worker(WorkerOptions options, v1::DeviceInfo device, TaskEnvironment* en
 Worker::~Worker() {
   Shutdown();
   CancelTask("worker shutting down", /*join=*/true);
+  // An abandoned task may wait in its collective until the timeout: the process is ending, so it
+  // is not waited for.
+  absl::MutexLock lock(&mu_);
+  for (std::unique_ptr<Task>& task : abandoned_) {
+    if (task->finished()) continue;
+    task->Detach();
+    (void)task.release();
+  }
 }
 
 std::string Worker::worker_id() const {
@@ -371,7 +401,10 @@ absl::Status Worker::Serve() {
   std::thread heartbeats([&] {
     v1::WorkerMessage beat;
     beat.mutable_heartbeat();
-    while (!stop_heartbeats.WaitForNotificationWithTimeout(interval)) Send(beat, session);
+    while (!stop_heartbeats.WaitForNotificationWithTimeout(interval)) {
+      Send(beat, session);
+      AbandonStuckTask(session);
+    }
   });
 
   v1::CoordinatorMessage msg;
@@ -455,6 +488,39 @@ void Worker::StartTask(const v1::Assignment& assignment) {
   task->Start();
   absl::MutexLock lock(&mu_);
   task_ = std::move(task);
+}
+
+void Worker::AbandonStuckTask(int64_t session) {
+  std::unique_ptr<Task> stuck;
+  {
+    absl::MutexLock lock(&mu_);
+    // Ones abandoned before that have ended since are joined here (they end at once).
+    for (auto it = abandoned_.begin(); it != abandoned_.end();) {
+      if ((*it)->finished()) {
+        (*it)->Join();
+        it = abandoned_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (task_ == nullptr || task_->finished()) return;
+    const std::optional<absl::Time> cancelled = task_->cancelled_at();
+    if (!cancelled.has_value() || absl::Now() - *cancelled < kAbandonAfter) return;
+    task_->Abandon();
+    stuck = std::move(task_);
+  }
+  const std::string why = absl::StrCat(
+      "cancelled: ", stuck->cancel_reason(), " (rank ", stuck->rank(), " was still in a collective ",
+      absl::FormatDuration(kAbandonAfter),
+      " later: abandoned; its thread ends at the collective timeout)");
+  spdlog::warn("job {} attempt {}: {}", stuck->job_id(), stuck->attempt(), why);
+  v1::Program program;
+  program.set_job_id(stuck->job_id());
+  program.set_attempt(stuck->attempt());
+  program.set_rank(stuck->rank());
+  Send(DoneMessage(program, false, why), session);
+  absl::MutexLock lock(&mu_);
+  abandoned_.push_back(std::move(stuck));
 }
 
 void Worker::CancelTask(const std::string& reason, bool join) {

@@ -17,11 +17,14 @@
 #ifndef WEFT_WORKER_WORKER_H_
 #define WEFT_WORKER_WORKER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -90,6 +93,9 @@ class GlooTaskEnvironment : public TaskEnvironment {
 //   task.Start();
 //   task.Cancel("job cancelled by user");
 //   task.Join();
+// How long a cancelled task may stay in a collective before its worker abandons it.
+inline constexpr absl::Duration kAbandonAfter = absl::Seconds(2);
+
 class Task {
  public:
   using Report = std::function<void(const v1::WorkerMessage&)>;
@@ -103,6 +109,14 @@ class Task {
   void Cancel(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
   bool finished() const { return finished_.HasBeenNotified(); }
   void Join();
+  // Lets the thread run on unowned (the process is ending). The Task must then be leaked.
+  void Detach();
+  // When Cancel was first called; nullopt before.
+  std::optional<absl::Time> cancelled_at() const ABSL_LOCKS_EXCLUDED(mu_);
+  std::string cancel_reason() const ABSL_LOCKS_EXCLUDED(mu_);
+  // From now on nothing it reports is sent: the worker has answered for it (Worker's
+  // AbandonStuckTask).
+  void Abandon() { abandoned_.store(true); }
 
   const std::string& job_id() const { return assignment_.program().job_id(); }
   int attempt() const { return assignment_.program().attempt(); }
@@ -114,6 +128,8 @@ class Task {
   // Writes this rank's shard of step `step` and sends its CheckpointReport.
   absl::Status SaveCheckpoint(Executor* executor, int64_t step);
   bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
+  // report_, unless abandoned.
+  void Emit(const v1::WorkerMessage& msg);
 
   const v1::Assignment assignment_;
   TaskEnvironment* const env_;  // not owned
@@ -123,7 +139,9 @@ class Task {
 
   mutable absl::Mutex mu_;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time cancelled_at_ ABSL_GUARDED_BY(mu_);
   std::string cancel_reason_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> abandoned_{false};
   Executor* executor_ ABSL_GUARDED_BY(mu_) = nullptr;        // owned by RunSteps while set
   std::function<void()> cancel_comms_ ABSL_GUARDED_BY(mu_);  // from AttemptComms
 };
@@ -190,6 +208,13 @@ class Worker {
   int64_t session() const ABSL_LOCKS_EXCLUDED(write_mu_);
   // Cancels the running task (if any) and, with `join`, waits for it.
   void CancelTask(const std::string& reason, bool join) ABSL_LOCKS_EXCLUDED(mu_);
+  // Gloo cannot interrupt a collective, so a rank whose peer is gone or stopped stays in one until
+  // the collective timeout (--collective_timeout_s) even when cancelled. A task cancelled
+  // kAbandonAfter ago and still running is abandoned: the worker sends its TaskDone (cancelled)
+  // itself, so the coordinator frees it for the next attempt, drops what the task reports later,
+  // and joins its thread once the collective times out (its memory is held until then). Called
+  // from the heartbeat thread.
+  void AbandonStuckTask(int64_t session) ABSL_LOCKS_EXCLUDED(mu_);
 
   const WorkerOptions options_;
   const v1::DeviceInfo device_;
@@ -202,6 +227,7 @@ class Worker {
   grpc::ClientContext* stream_ctx_ ABSL_GUARDED_BY(mu_) = nullptr;  // owned by Serve
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<Task> task_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Task>> abandoned_ ABSL_GUARDED_BY(mu_);  // AbandonStuckTask
 
   // Serializes writes on the stream (the reader, the heartbeat thread and the task all write).
   mutable absl::Mutex write_mu_;

@@ -585,6 +585,11 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
     return absl::InvalidArgumentError(
         absl::StrCat("train.steps: must be > 0, got ", spec.train().steps()));
   }
+  if (spec.train().max_restarts() < 0 || spec.train().max_restarts() > kMaxRestarts) {
+    return absl::InvalidArgumentError(absl::StrCat("train.max_restarts: must be in 0..",
+                                                   kMaxRestarts, ", got ",
+                                                   spec.train().max_restarts()));
+  }
   RETURN_IF_ERROR(ValidateCheckpointSettings(spec));
   RETURN_IF_ERROR(ValidateInitFromExists(spec));
   if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {

@@ -27,6 +27,8 @@ inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
 // plans before it answers. Layers of model.layers; transformer blocks (n_layer,
 // num_hidden_layers; the largest open models have about 130).
 inline constexpr int kMaxModelLayers = 1024;
+// train.max_restarts: each restart holds the job's workers again from its last checkpoint.
+inline constexpr int kMaxRestarts = 100;
 inline constexpr int64_t kMaxTransformerBlocks = 256;
 
 // The checks above, on a copy with the defaults applied (a spec from gRPC may leave them

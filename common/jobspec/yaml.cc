@@ -575,7 +575,8 @@ absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1:
 }
 
 absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Train* train) {
-  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"steps", "seed", "resume"}));
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path, {"steps", "seed", "resume", "max_restarts"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "steps"));
   ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get("steps"), Join(path, "steps")));
   train->set_steps(steps);
@@ -586,6 +587,11 @@ absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Tra
   if (m.Has("resume")) {
     ASSIGN_OR_RETURN(bool resume, ReadBool(m.Get("resume"), Join(path, "resume")));
     train->set_resume(resume);
+  }
+  if (m.Has("max_restarts")) {
+    ASSIGN_OR_RETURN(int32_t restarts,
+                     ReadInt<int32_t>(m.Get("max_restarts"), Join(path, "max_restarts")));
+    train->set_max_restarts(restarts);
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,166 @@
+// Automatic restart through the real daemons (train.max_restarts): a worker killed with SIGKILL
+// mid-job, a replacement worker started, the job SUCCEEDS with the losses of an uninterrupted run
+// bit for bit (the restart resumes from the newest committed checkpoint); a worker stopped with
+// SIGSTOP is lost, its peer is free within 5 s though it waits in a collective with it, and the
+// job restarts on a replacement.
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/jobspec/yaml.h"
+#include "tests/cluster_fixture.h"
+#include "tests/daemon_cluster.h"
+#include "tests/process.h"
+
+namespace weft::testing {
+namespace {
+
+constexpr char kDp2[] = "{shape: [2], dim_names: [dp]}";
+
+// Workers are lost 2 s after their last heartbeat (every 200 ms).
+DaemonClusterOptions FastLossDetection(int workers) {
+  DaemonClusterOptions options;
+  options.cpu_workers = workers;
+  options.coordinator_flags = {"--heartbeat_ms", "200", "--worker_timeout_ms", "2000"};
+  return options;
+}
+
+v1::JobSpec Spec(const MlpJob& job, int steps, const std::string& checkpoint, int max_restarts) {
+  std::string yaml = MlpSpec(job, kDp2, steps, checkpoint, false);
+  const std::string train = "train: {";
+  yaml.replace(yaml.find(train), train.size(),
+               absl::StrCat("train: {max_restarts: ", max_restarts, ", "));
+  auto spec = ParseJobSpecYaml(yaml, job.dir);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : v1::JobSpec();
+}
+
+int Alive(const DaemonCluster& cluster, const std::string& state = "") {
+  int n = 0;
+  for (const v1::WorkerInfo& w : cluster.ListWorkers()) {
+    n += w.state() != "lost" && (state.empty() || w.state() == state);
+  }
+  return n;
+}
+
+TEST(RestartTest, AKilledWorkerIsReplacedAndTheLossesAreThoseOfAnUninterruptedRun) {
+  const MlpJob job = MlpJob::Create();
+  constexpr int kSteps = 8;
+  auto cluster = DaemonCluster::Start(FastLossDetection(2));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  DaemonCluster& c = **cluster;
+
+  std::string id;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: straight, every: 1}", 0), &id).ok());
+  const JobOutcome straight = JobOutcome::Of(c.Watch(id, 120));
+  ASSERT_EQ(straight.state, v1::SUCCEEDED) << straight.message << c.Logs();
+  ASSERT_EQ(straight.losses.size(), static_cast<size_t>(kSteps));
+
+  // Worker 1 leaves; worker 2 kills itself (SIGKILL) right after writing its shard of step 3,
+  // before reporting it: checkpoint 3 is never committed, step 2 is the newest.
+  c.worker(1).Signal(SIGTERM);
+  ASSERT_TRUE(PollUntil([&] { return Alive(c) == 1; }, absl::Seconds(30)).ok());
+  ASSERT_TRUE(c.StartWorker({{"WEFT_DEBUG_CRASH_AT", "worker_after_shard@3"}}).ok());
+  std::string restarted;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: restarted, every: 1}", 2), &restarted).ok());
+  ASSERT_TRUE(PollUntil([&] { return c.GetJob(restarted).state() == v1::RESTARTING; },
+                        absl::Seconds(60))
+                  .ok())
+      << c.GetJob(restarted).DebugString() << c.Logs();
+  ASSERT_TRUE(c.StartWorker().ok());  // the replacement
+  const std::vector<v1::JobEvent> events = c.Watch(restarted, 120);
+  const JobOutcome outcome = JobOutcome::Of(events);
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << c.Logs();
+
+  // Every step's loss, the re-run ones included, equals the uninterrupted run's exactly.
+  EXPECT_EQ(outcome.losses, straight.losses);
+  const v1::Job record = c.GetJob(restarted);
+  EXPECT_EQ(record.attempt(), 1);  // attempts count from 0
+  EXPECT_EQ(record.steps_size(), kSteps);
+  // One restart event, naming the lost rank's worker, host and cause; then RESTARTING.
+  int restarts = 0;
+  bool restarting = false;
+  for (const v1::JobEvent& e : events) {
+    if (e.has_restart()) {
+      ++restarts;
+      EXPECT_EQ(e.restart().attempt(), 0);
+      EXPECT_EQ(e.restart().restarts_left(), 1);
+      EXPECT_GE(e.restart().rank(), 0);
+      EXPECT_FALSE(e.restart().worker().empty());
+      EXPECT_EQ(e.restart().host(), "127.0.0.1");
+      EXPECT_FALSE(e.restart().cause().empty());
+    }
+    restarting |= e.has_state() && e.state() == v1::RESTARTING;
+  }
+  EXPECT_EQ(restarts, 1);
+  EXPECT_TRUE(restarting);
+  // The second attempt resumed from the newest checkpoint the first committed: step 2's (step
+  // 3's was never complete).
+  bool resumed = false;
+  for (const v1::JobEvent& e : events) {
+    resumed |= e.has_state() && e.state() == v1::RUNNING &&
+               e.message().find("restart 1 of 2, resuming from ") != std::string::npos &&
+               e.message().find("restarted/step-2") != std::string::npos;
+  }
+  EXPECT_TRUE(resumed) << record.DebugString();
+}
+
+TEST(RestartTest, AStoppedWorkersPeerIsFreeWithinFiveSecondsAndTheJobRestarts) {
+  const MlpJob job = MlpJob::Create();
+  constexpr int kSteps = 4000;
+  auto cluster = DaemonCluster::Start(FastLossDetection(2));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  DaemonCluster& c = **cluster;
+  std::string id;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: stopped, every: 500}", 1), &id).ok());
+  ASSERT_TRUE(
+      PollUntil([&] { return c.GetJob(id).steps_size() >= 3; }, absl::Seconds(60)).ok())
+      << c.GetJob(id).DebugString() << c.Logs();
+
+  // Rank 1's worker stops answering: rank 0 waits in a collective with it.
+  c.worker(1).Signal(SIGSTOP);
+  ASSERT_TRUE(
+      PollUntil([&] { return c.GetJob(id).state() == v1::RESTARTING; }, absl::Seconds(30)).ok())
+      << c.GetJob(id).DebugString() << c.Logs();
+  // Its peer is told to stop and is free again within 5 s, though the collective it waits in
+  // would hold it until --collective_timeout_s (300 s).
+  EXPECT_TRUE(PollUntil([&] { return Alive(c, "idle") == 1; }, absl::Seconds(5)).ok())
+      << c.Logs();
+
+  ASSERT_TRUE(c.StartWorker().ok());  // the replacement
+  const JobOutcome outcome = JobOutcome::Of(c.Watch(id, 240));
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << c.Logs();
+  EXPECT_EQ(outcome.losses.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(c.GetJob(id).attempt(), 1);
+  c.worker(1).Signal(SIGKILL);
+}
+
+TEST(RestartTest, WithoutRestartsLeftTheJobFailsNamingTheCause) {
+  const MlpJob job = MlpJob::Create();
+  auto cluster = DaemonCluster::Start(FastLossDetection(1));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  DaemonCluster& c = **cluster;
+  // Each attempt's rank 1 kills itself after its first shard; one restart is allowed.
+  ASSERT_TRUE(c.StartWorker({{"WEFT_DEBUG_CRASH_AT", "worker_after_shard@1"}}).ok());
+  std::string id;
+  ASSERT_TRUE(c.Submit(Spec(job, 4, "{dir: doomed, every: 1}", 1), &id).ok());
+  ASSERT_TRUE(PollUntil([&] { return c.GetJob(id).state() == v1::RESTARTING; },
+                        absl::Seconds(60))
+                  .ok())
+      << c.Logs();
+  ASSERT_TRUE(c.StartWorker({{"WEFT_DEBUG_CRASH_AT", "worker_after_shard@1"}}).ok());
+  const JobOutcome outcome = JobOutcome::Of(c.Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::FAILED);
+  EXPECT_NE(outcome.message.find("(attempt 2; all 1 restarts (train.max_restarts) used)"),
+            std::string::npos)
+      << outcome.message;
+  EXPECT_NE(outcome.message.find("lost"), std::string::npos) << outcome.message;
+}
+
+}  // namespace
+}  // namespace weft::testing
