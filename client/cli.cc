@@ -60,6 +60,8 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"trace", {true, {"local"}}},
       {"device", {true, {"local"}}},
       {"reason", {true, {"cancel"}}},
+      {"limit", {true, {"list"}}},
+      {"state", {true, {"list"}}},
       {"bytes", {false, {"data"}}},
       {"format", {true, {"data", "ckpt"}}},
       {"with_optimizer", {false, {"ckpt"}}},
@@ -67,6 +69,24 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"help", {false, {}}},
   };
   return *flags;
+}
+
+// A job state by its name in any case ("running", "RUNNING"); an error lists the names.
+absl::StatusOr<v1::JobState> ParseJobState(const std::string& value) {
+  v1::JobState state;
+  if (v1::JobState_Parse(absl::AsciiStrToUpper(value), &state) &&
+      state != v1::JOB_STATE_UNSPECIFIED) {
+    return state;
+  }
+  std::vector<std::string> names;
+  const google::protobuf::EnumDescriptor* states = v1::JobState_descriptor();
+  for (int i = 0; i < states->value_count(); ++i) {
+    if (states->value(i)->number() != v1::JOB_STATE_UNSPECIFIED) {
+      names.push_back(states->value(i)->name());
+    }
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--state: unknown job state \"", value,
+                                                 "\"; known: ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<bool> ParseBoolValue(const std::string& flag, const std::string& value) {
@@ -197,6 +217,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.checkpoint_root = value;
     } else if (name == "reason") {
       cl.reason = value;
+    } else if (name == "limit") {
+      if (!absl::SimpleAtoi(value, &cl.limit) || cl.limit <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--limit: expected a number of jobs, at least 1, got \"", value, "\""));
+      }
+    } else if (name == "state") {
+      absl::StatusOr<v1::JobState> state = ParseJobState(value);
+      if (!state.ok()) return state.status();
+      cl.state = *state;
     } else if (name == "device") {
       if (value != "cpu" && value != "cuda") {
         return absl::InvalidArgumentError(
@@ -311,8 +340,13 @@ std::string UsageText() {
 Commands:
   submit SPEC [--watch] [--json]   validate SPEC (YAML) locally, submit it, print the job id;
                                    --watch then streams its events like 'watch'
-  get JOB [--json]                 show one job
-  list [--json]                    list jobs: id, name, state, steps done, last loss, age
+  get JOB [--json]                 show one job; --json: with every step of its current
+                                   attempt (read from the coordinator a page at a time)
+  list [--limit N] [--state S]     list jobs in submit order: id, name, state, steps done, last
+       [--json]                    loss, age; the first N (default 100), read from the
+                                   coordinator a page at a time; --state: only jobs in state S
+                                   (PENDING, PLANNING, RUNNING, SUCCEEDED, FAILED, CANCELLED or
+                                   RESTARTING)
   cancel JOB [--reason TEXT]       cancel a job
   watch JOB [--json]               stream a job's events until it ends; exits 0 only if it
                                    SUCCEEDED

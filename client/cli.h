@@ -14,10 +14,13 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "weft/v1/job.pb.h"
 
 namespace weft::client {
 
 inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
+// `list` shows at most this many jobs unless --limit says otherwise.
+inline constexpr int kDefaultListLimit = 100;
 
 struct CommandLine {
   std::string command;  // submit | get | list | cancel | watch | workers | local | plan | trace |
@@ -40,6 +43,8 @@ struct CommandLine {
   std::string trace;                    // local: record a timeline and write it to this file
   std::string device;                   // local: cpu | cuda, overrides the spec's device
   std::string reason;                   // cancel
+  int limit = kDefaultListLimit;        // list: at most this many jobs
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // list: only jobs in this state (else all)
   bool bytes = false;                   // data tokenize: byte-level tokens (the only tokenizer)
   std::string format;                   // data inspect: llmc | raw_u16 | megatron; ckpt export:
                                         // weft | hf

@@ -1,5 +1,6 @@
 #include "client/cli.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -89,6 +90,37 @@ TEST(CliTest, SubmitWatchAndCancel) {
   cl = Parse({"get", "--", "--odd-job-id"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_THAT(cl->positional, ElementsAre("--odd-job-id"));
+}
+
+TEST(CliTest, ListLimitAndState) {
+  absl::StatusOr<CommandLine> cl = Parse({"list"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->limit, kDefaultListLimit);
+  EXPECT_EQ(cl->state, v1::JOB_STATE_UNSPECIFIED);
+  cl = Parse({"list", "--limit", "2", "--state=running", "--json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->limit, 2);
+  EXPECT_EQ(cl->state, v1::RUNNING);
+  EXPECT_TRUE(cl->json);
+  cl = Parse({"--state", "PENDING", "list", "--limit=100000"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->state, v1::PENDING);
+  EXPECT_EQ(cl->limit, 100000);
+
+  for (const std::string limit : {"0", "-3", "ten", "99999999999"}) {
+    EXPECT_THAT(std::string(Parse({"list", "--limit", limit}).status().message()),
+                HasSubstr("--limit: expected a number of jobs, at least 1"))
+        << limit;
+  }
+  // A bad state lists the states; the unspecified one is not a state to ask for.
+  for (const std::string state : {"DONE", "JOB_STATE_UNSPECIFIED", ""}) {
+    EXPECT_EQ(std::string(Parse({"list", "--state", state}).status().message()),
+              absl::StrCat("--state: unknown job state \"", state,
+                           "\"; known: PENDING, PLANNING, RUNNING, SUCCEEDED, FAILED, CANCELLED, "
+                           "RESTARTING"));
+  }
+  EXPECT_THAT(std::string(Parse({"get", "job-1", "--limit", "2"}).status().message()),
+              HasSubstr("--limit does not apply to 'get'"));
 }
 
 TEST(CliTest, PlanTakesASpecAndJson) {

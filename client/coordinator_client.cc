@@ -1,17 +1,23 @@
 #include "client/coordinator_client.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_state.h"
+#include "common/status.h"
 
 namespace weft::client {
 namespace {
 
 // Generous: SubmitJob validates the spec, which reads npy and safetensors headers.
 constexpr auto kUnaryDeadline = std::chrono::seconds(30);
+// What each GetJob or ListJobs call asks for: the coordinator's largest pages (it gives fewer
+// where its bound is lower).
+constexpr int kStepsPerCall = 10000;
+constexpr int kJobsPerCall = 1000;
 
 // What to check when gRPC's words say a connection failed the way TLS on one side only, or a
 // certificate the client does not trust, makes it fail; empty otherwise.
@@ -54,7 +60,8 @@ CoordinatorClient::CoordinatorClient(const std::string& address,
                                      const CoordinatorChannelOptions& connection)
     : address_(address), tls_(!connection.tls_ca_pem.empty()) {
   grpc::ChannelArguments args;
-  // ListJobs returns every job with its step history.
+  // GetJob returns the job's spec whole (up to 1 MiB, more for a job stored before that bound)
+  // with a page of up to 10,000 steps.
   args.SetMaxReceiveMessageSize(-1);
   stub_ = v1::JobService::NewStub(NewCoordinatorChannel(address, connection, args));
 }
@@ -74,14 +81,28 @@ absl::StatusOr<std::string> CoordinatorClient::Submit(const v1::JobSpec& spec) {
   return resp.job_id();
 }
 
-absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
+absl::StatusOr<v1::Job> CoordinatorClient::GetJobPage(const v1::GetJobRequest& request) {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
-  v1::GetJobRequest req;
-  req.set_job_id(job_id);
   v1::Job job;
-  absl::Status s = FromGrpc(stub_->GetJob(&ctx, req, &job), address_, tls_);
+  absl::Status s = FromGrpc(stub_->GetJob(&ctx, request, &job), address_, tls_);
   if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::GetJob(const std::string& job_id) {
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_steps_page_size(kStepsPerCall);
+  ASSIGN_OR_RETURN(v1::Job job, GetJobPage(request));
+  while (!job.next_steps_page_token().empty()) {
+    request.set_steps_page_token(job.next_steps_page_token());
+    ASSIGN_OR_RETURN(v1::Job page, GetJobPage(request));
+    // The latest record, with the steps of every page so far.
+    page.mutable_steps()->Swap(job.mutable_steps());
+    for (v1::StepMetrics& step : *job.mutable_steps()) *page.add_steps() = std::move(step);
+    job = std::move(page);
+  }
   return job;
 }
 
@@ -96,13 +117,27 @@ absl::StatusOr<v1::JobTrace> CoordinatorClient::GetJobTrace(const std::string& j
   return trace;
 }
 
-absl::StatusOr<std::vector<v1::Job>> CoordinatorClient::ListJobs() {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
-  v1::ListJobsResponse resp;
-  absl::Status s = FromGrpc(stub_->ListJobs(&ctx, v1::ListJobsRequest(), &resp), address_, tls_);
-  if (!s.ok()) return s;
-  return std::vector<v1::Job>(resp.jobs().begin(), resp.jobs().end());
+absl::StatusOr<JobList> CoordinatorClient::ListJobs(v1::JobState state, int limit) {
+  JobList list;
+  v1::ListJobsRequest request;
+  request.set_state(state);
+  while (static_cast<int>(list.jobs.size()) < limit) {
+    request.set_page_size(std::min(limit - static_cast<int>(list.jobs.size()), kJobsPerCall));
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::ListJobsResponse page;
+    absl::Status s = FromGrpc(stub_->ListJobs(&ctx, request, &page), address_, tls_);
+    if (!s.ok()) return s;
+    for (v1::JobSummary& job : *page.mutable_jobs()) {
+      if (static_cast<int>(list.jobs.size()) == limit) break;
+      list.jobs.push_back(std::move(job));
+    }
+    // An empty page ends the listing whatever its token says: no call without progress.
+    if (page.next_page_token().empty() || page.jobs().empty()) return list;
+    request.set_page_token(page.next_page_token());
+  }
+  list.more = true;
+  return list;
 }
 
 absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,

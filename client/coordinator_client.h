@@ -26,6 +26,12 @@ namespace weft::client {
 // gRPC's words point at TLS, what to check on which side (`tls`: the channel uses TLS).
 absl::Status FromGrpc(const grpc::Status& status, const std::string& address, bool tls = false);
 
+// What `weftctl list` shows: the first jobs of a listing.
+struct JobList {
+  std::vector<v1::JobSummary> jobs;  // in submit order
+  bool more = false;                 // further jobs follow the last of these
+};
+
 struct WatchResult {
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // last state seen
   std::string message;                             // with it
@@ -42,8 +48,13 @@ class CoordinatorClient {
   const std::string& address() const { return address_; }
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  // The job with every step of its current attempt, read a page (GetJob call) at a time.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
-  absl::StatusOr<std::vector<v1::Job>> ListJobs();
+  // One GetJob call: the job with one page of its steps.
+  absl::StatusOr<v1::Job> GetJobPage(const v1::GetJobRequest& request);
+  // At most `limit` jobs in submit order, in `state` (JOB_STATE_UNSPECIFIED: any), read a page
+  // (ListJobs call) at a time.
+  absl::StatusOr<JobList> ListJobs(v1::JobState state, int limit);
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
   absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);

@@ -165,14 +165,14 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string FormatJobsTable(const std::vector<v1::Job>& jobs, int64_t now_ms) {
+std::string FormatJobsTable(const std::vector<v1::JobSummary>& jobs, int64_t now_ms) {
   std::vector<std::vector<std::string>> rows = {{"ID", "NAME", "STATE", "STEPS", "LOSS", "AGE"}};
-  for (const v1::Job& job : jobs) {
-    std::string steps = absl::StrCat(job.steps_size() > 0 ? job.steps().rbegin()->step() : 0);
-    if (job.spec().train().steps() > 0) absl::StrAppend(&steps, "/", job.spec().train().steps());
+  for (const v1::JobSummary& job : jobs) {
+    std::string steps = absl::StrCat(job.last_step().step());
+    if (job.total_steps() > 0) absl::StrAppend(&steps, "/", job.total_steps());
     const std::string loss =
-        job.steps_size() > 0 ? absl::StrFormat("%.6g", job.steps().rbegin()->loss()) : "-";
-    rows.push_back({job.id(), job.spec().name(), StateName(job.state()), steps, loss,
+        job.has_last_step() ? absl::StrFormat("%.6g", job.last_step().loss()) : "-";
+    rows.push_back({job.id(), job.name(), StateName(job.state()), steps, loss,
                     FormatAge(job.create_time_ms(), now_ms)});
   }
   return FormatTable(rows);

@@ -63,7 +63,7 @@ std::string FormatAge(int64_t then_ms, int64_t now_ms);
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 // Columns: ID NAME STATE STEPS LOSS AGE.
-std::string FormatJobsTable(const std::vector<v1::Job>& jobs, int64_t now_ms);
+std::string FormatJobsTable(const std::vector<v1::JobSummary>& jobs, int64_t now_ms);
 // Columns: ID HOST DEVICE STATE JOB/RANK HEARTBEAT.
 // A worker's device in one cell: "cpu (8 cores, 31.3 GiB)", or
 // "cuda NVIDIA H100 80GB HBM3 (79.2 GiB, cc 9.0, 132 SMs)".

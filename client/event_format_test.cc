@@ -148,9 +148,21 @@ TEST(EventFormatTest, Tables) {
   v1::StepMetrics* m = job.add_steps();
   m->set_step(4);
   m->set_loss(0.25);
-  const std::string jobs = FormatJobsTable({job}, 31000);
+  v1::JobSummary summary;
+  summary.set_id("job-1");
+  summary.set_name("quickstart");
+  summary.set_total_steps(10);
+  summary.set_state(v1::RUNNING);
+  summary.set_create_time_ms(1000);
+  *summary.mutable_last_step() = *m;
+  v1::JobSummary waiting;
+  waiting.set_id("job-2");
+  waiting.set_name("later");
+  waiting.set_state(v1::PENDING);
+  const std::string jobs = FormatJobsTable({summary, waiting}, 31000);
   EXPECT_THAT(jobs, HasSubstr("ID     NAME        STATE    STEPS  LOSS  AGE\n"));
   EXPECT_THAT(jobs, HasSubstr("job-1  quickstart  RUNNING  4/10   0.25  30s\n"));
+  EXPECT_THAT(jobs, HasSubstr("job-2  later       PENDING  0      -     -\n"));
 
   v1::WorkerInfo w;
   w.set_worker_id("w-1");

@@ -114,7 +114,11 @@ void StartSignalThread(sigset_t set) {
 // Streams a job's events to stdout until it is final; the job's final state in *state.
 absl::Status WatchAndPrint(CoordinatorClient& client, const std::string& job_id, bool json,
                            v1::JobState* state) {
-  absl::StatusOr<v1::Job> job = client.GetJob(job_id);
+  // The spec's steps, for "step 3/10": the job's record with one step is enough.
+  v1::GetJobRequest request;
+  request.set_job_id(job_id);
+  request.set_steps_page_size(1);
+  absl::StatusOr<v1::Job> job = client.GetJobPage(request);
   if (!job.ok()) return job.status();
   const int64_t total = job->spec().train().steps();
   grpc::ClientContext ctx;
@@ -207,14 +211,18 @@ int RunList(const CommandLine& cl) {
   absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
   if (!connection.ok()) return Fail(connection.status());
   CoordinatorClient client(cl.coordinator, *connection);
-  absl::StatusOr<std::vector<v1::Job>> jobs = client.ListJobs();
-  if (!jobs.ok()) return Fail(jobs.status());
+  absl::StatusOr<JobList> list = client.ListJobs(cl.state, cl.limit);
+  if (!list.ok()) return Fail(list.status());
   if (cl.json) {
     v1::ListJobsResponse resp;
-    for (const v1::Job& j : *jobs) *resp.add_jobs() = j;
+    for (const v1::JobSummary& j : list->jobs) *resp.add_jobs() = j;
     PrintLine(ToJson(resp));
   } else {
-    std::cout << FormatJobsTable(*jobs, NowMs()) << std::flush;
+    std::cout << FormatJobsTable(list->jobs, NowMs()) << std::flush;
+  }
+  if (list->more) {
+    std::cerr << "weftctl: the first " << list->jobs.size()
+              << " jobs; more follow (--limit N shows N)" << std::endl;
   }
   return 0;
 }

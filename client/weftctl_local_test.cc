@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "client/weftctl_runner.h"
 #include "common/subprocess.h"
 #include "common/testing_files.h"
@@ -23,6 +25,7 @@
 
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::weft::ExitStatus;
 using ::weft::PollUntil;
@@ -234,6 +237,15 @@ TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
   EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("job-2  fail"));
   EXPECT_EQ(run({"get", "job-1"}), 0);
   EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("name:     quickstart"));
+  EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("steps:    10/10"));
+  // --json: every step, from the fake's pages of 4.
+  EXPECT_EQ(run({"get", "job-1", "--json"}), 0);
+  {
+    const nlohmann::json job = nlohmann::json::parse(ReadAll(dir_ + "/out"));
+    ASSERT_EQ(job["steps"].size(), 10u) << job.dump();
+    for (int s = 0; s < 10; ++s) EXPECT_EQ(job["steps"][s]["step"], std::to_string(s + 1));
+    EXPECT_FALSE(job.contains("next_steps_page_token"));
+  }
   EXPECT_EQ(run({"get", "job-9"}), 1);
   EXPECT_EQ(ReadAll(dir_ + "/err"), "weftctl: NOT_FOUND: no job job-9\n");
   EXPECT_EQ(run({"cancel", "job-1"}), 0);
@@ -252,6 +264,25 @@ TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
   EXPECT_EQ(run({"trace", "job-3", dir_ + "/t.json"}), 0) << ReadAll(dir_ + "/err");
   EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("4 ranks, 80 spans"));
   ExpectChromeTrace(ReadAll(dir_ + "/t.json"), 4);
+  // list: the fake's pages hold 2 jobs; weftctl follows them to --limit or the end.
+  auto ids_listed = [&] {
+    std::vector<std::string> ids;
+    const std::string out = ReadAll(dir_ + "/out");
+    for (absl::string_view line : absl::StrSplit(out, '\n')) {
+      if (absl::StartsWith(line, "job-")) ids.emplace_back(line.substr(0, line.find(' ')));
+    }
+    return ids;
+  };
+  EXPECT_EQ(run({"list"}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_THAT(ids_listed(), ElementsAre("job-1", "job-2", "job-3"));
+  EXPECT_EQ(ReadAll(dir_ + "/err"), "");
+  EXPECT_EQ(run({"list", "--limit", "2"}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_THAT(ids_listed(), ElementsAre("job-1", "job-2"));
+  EXPECT_THAT(ReadAll(dir_ + "/err"), HasSubstr("more follow"));
+  EXPECT_EQ(run({"list", "--state", "cancelled"}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_THAT(ids_listed(), ElementsAre("job-1"));
+  EXPECT_EQ(run({"list", "--state", "DONE"}), 2);
+  EXPECT_THAT(ReadAll(dir_ + "/err"), HasSubstr("--state: unknown job state \"DONE\"; known: "));
   (*coord)->Signal(SIGKILL);
   (*coord)->Wait();
   EXPECT_EQ(run({"list"}), 1);

@@ -46,6 +46,15 @@ inline bool IsValidUtf8(absl::string_view s) {
   return true;
 }
 
+// The longest prefix of `s` (valid UTF-8) of at most max_bytes that ends between characters.
+inline absl::string_view Utf8Prefix(absl::string_view s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t end = max_bytes;
+  // Back off the continuation bytes (10xxxxxx) of the character the cut falls in.
+  while (end > 0 && (static_cast<unsigned char>(s[end]) & 0xc0) == 0x80) --end;
+  return s.substr(0, end);
+}
+
 }  // namespace weft
 
 #endif  // WEFT_COMMON_UTF8_H_

@@ -1,6 +1,8 @@
 #include "common/utf8.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "weft/v1/job.pb.h"
@@ -34,6 +36,18 @@ TEST(Utf8Test, AgreesWithProtobufOnEdgeCases) {
       const std::string two = {static_cast<char>(a), static_cast<char>(b)};
       ASSERT_EQ(IsValidUtf8(two), ProtobufAccepts(two)) << a << " " << b;
     }
+  }
+}
+
+// A cut never splits a character: "aé€😀" is 1 + 2 + 3 + 4 bytes.
+TEST(Utf8Test, PrefixEndsBetweenCharacters) {
+  const std::string s = "a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80";
+  const std::vector<std::pair<size_t, size_t>> cuts = {
+      {0, 0}, {1, 1}, {2, 1}, {3, 3}, {4, 3}, {5, 3}, {6, 6}, {9, 6}, {10, 10}, {99, 10}};
+  for (const auto& [max_bytes, kept] : cuts) {
+    const absl::string_view prefix = Utf8Prefix(s, max_bytes);
+    EXPECT_EQ(prefix.size(), kept) << max_bytes;
+    EXPECT_TRUE(IsValidUtf8(prefix)) << max_bytes;
   }
 }
 

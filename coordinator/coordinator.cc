@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/checkpoint/checkpoint.h"
@@ -72,6 +74,26 @@ std::string HostOfPeer(const std::string& peer) {
 }
 
 absl::Status DefaultPrepareSpec(v1::JobSpec* spec) { return PrepareJobSpec(spec); }
+
+// The size of a page a request asks for: `asked`, the default when 0, at most the bound (a
+// larger request gets a page of the bound, as Google's API guide AIP-158 has it).
+absl::StatusOr<int> PageSize(int asked, int default_size, int max_size, const char* field) {
+  if (asked < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": ", asked, " is negative (0 asks for ", default_size, ", at most ", max_size,
+        " are given)"));
+  }
+  return asked == 0 ? default_size : std::min(asked, max_size);
+}
+
+// GetJob's steps_page_token: the last step of the page before, in decimal.
+std::string StepsPageToken(int64_t after_step) { return absl::StrCat(after_step); }
+
+absl::Status BadStepsPageToken() {
+  return absl::InvalidArgumentError(
+      "steps_page_token: not a next_steps_page_token of GetJob (leave it empty for the first "
+      "page)");
+}
 
 // The planner's Plan as the coordinator keeps it, with what its checkpoints record for
 // `weftctl ckpt export --format hf` (planner/arch/hf_export.h), computed once with the plan.
@@ -241,11 +263,47 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   return job.id();
 }
 
-absl::StatusOr<v1::Job> Coordinator::GetJob(const std::string& job_id) {
-  return store_->GetJob(job_id);
+absl::StatusOr<v1::Job> Coordinator::GetJob(const v1::GetJobRequest& request) {
+  const PageLimits& limits = options_.pages;
+  ASSIGN_OR_RETURN(const int page_size,
+                   PageSize(request.steps_page_size(), limits.steps_default, limits.steps_max,
+                            "steps_page_size"));
+  int64_t after_step = 0;
+  if (!request.steps_page_token().empty() &&
+      (!absl::SimpleAtoi(request.steps_page_token(), &after_step) || after_step <= 0)) {
+    return BadStepsPageToken();
+  }
+  ASSIGN_OR_RETURN(JobStepsPage page,
+                   store_->GetJobSteps(request.job_id(), after_step, page_size));
+  if (page.next_after_step > 0) {
+    page.job.set_next_steps_page_token(StepsPageToken(page.next_after_step));
+  }
+  return std::move(page.job);
 }
 
-absl::StatusOr<std::vector<v1::Job>> Coordinator::ListJobs() { return store_->ListJobs(); }
+absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsRequest& request) {
+  const PageLimits& limits = options_.pages;
+  ASSIGN_OR_RETURN(const int page_size, PageSize(request.page_size(), limits.jobs_default,
+                                                 limits.jobs_max, "page_size"));
+  if (!v1::JobState_IsValid(request.state())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("state: ", static_cast<int>(request.state()), " is not a JobState"));
+  }
+  // The token is the last job id of the page before: the next page starts after it, whatever
+  // became of that job since.
+  absl::StatusOr<JobSummaryPage> page =
+      store_->ListJobSummaries(request.state(), request.page_token(), page_size);
+  if (absl::IsNotFound(page.status())) {
+    return absl::InvalidArgumentError(
+        "page_token: not a next_page_token of ListJobs (it names no job; leave it empty for the "
+        "first page)");
+  }
+  if (!page.ok()) return page.status();
+  v1::ListJobsResponse response;
+  for (v1::JobSummary& job : page->jobs) *response.add_jobs() = std::move(job);
+  if (page->more) response.set_next_page_token(response.jobs().rbegin()->id());
+  return response;
+}
 
 absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
                                                const std::string& reason) {
@@ -295,7 +353,7 @@ absl::Status Coordinator::WatchJob(const std::string& job_id,
     // Under mu_, no event can be stored between reading the stored ones and subscribing.
     absl::MutexLock lock(&mu_);
     // Its state only: the step events come with the replay.
-    ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id, /*with_steps=*/false));
+    ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
     ASSIGN_OR_RETURN(replay, store_->ListEvents(job_id));
     final = IsFinalState(job.state());
     if (!final) {

@@ -71,6 +71,15 @@ class JobPlan {
   virtual std::map<std::string, std::string> checkpoint_metadata() const { return {}; }
 };
 
+// The pages of ListJobs (jobs) and GetJob (a job's steps): how many a request that names no size
+// gets, and the most a page holds (a request for more gets this many).
+struct PageLimits {
+  int jobs_default = 100;
+  int jobs_max = 1000;
+  int steps_default = 1000;
+  int steps_max = 10000;
+};
+
 struct CoordinatorOptions {
   // Told to workers in Welcome; how often they send a Heartbeat.
   int64_t heartbeat_interval_ms = 1000;
@@ -103,6 +112,7 @@ struct CoordinatorOptions {
   int max_watchers = 512;
   // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
   TraceLimits trace_limits;
+  PageLimits pages;
 };
 
 class Coordinator {
@@ -126,10 +136,18 @@ class Coordinator {
   // ---- JobService ----
   // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.
   absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
-  absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
-  absl::StatusOr<std::vector<v1::Job>> ListJobs();
+  // The job with one page of its steps in step order, each as its latest attempt ran it
+  // (options.pages bounds its size); next_steps_page_token names the next page, empty after the
+  // last. INVALID_ARGUMENT names a negative steps_page_size or a token GetJob did not give.
+  absl::StatusOr<v1::Job> GetJob(const v1::GetJobRequest& request);
+  // One page of job summaries in submit order, of every job or those in request.state, read from
+  // the store a page at a time; next_page_token (the page's last job id) is empty after the last.
+  // INVALID_ARGUMENT names a negative page_size, an unknown state or a page_token that names no
+  // job.
+  absl::StatusOr<v1::ListJobsResponse> ListJobs(const v1::ListJobsRequest& request);
   // PENDING: CANCELLED at once. RUNNING: workers are told to cancel; the job becomes CANCELLED
-  // when they confirm or after cancel_grace_ms. Final jobs: FAILED_PRECONDITION.
+  // when they confirm or after cancel_grace_ms. Final jobs: FAILED_PRECONDITION. Returns the job
+  // without its steps.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
   // Calls `emit` with every stored event of the job, then with live ones until the job is final.
   // Returns OK then, or as soon as `emit` returns false or `cancelled` (polled) returns true.

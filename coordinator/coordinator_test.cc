@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 
@@ -141,6 +142,7 @@ class CoordinatorTest : public ::testing::Test {
                                                                               : world);
     };
     o.world_size = Ranks;
+    o.pages = pages_;
     return o;
   }
 
@@ -179,8 +181,11 @@ class CoordinatorTest : public ::testing::Test {
     return id.ok() ? *id : "";
   }
 
+  // The job with its first page of steps.
   v1::Job Get(const std::string& id) {
-    auto job = coordinator_->GetJob(id);
+    v1::GetJobRequest request;
+    request.set_job_id(id);
+    auto job = coordinator_->GetJob(request);
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? *job : v1::Job();
   }
@@ -234,6 +239,7 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   std::string dir_;
+  PageLimits pages_;  // Options() gives them; a test sets its own, then Reopen()
   std::atomic<int64_t> now_{1000000};
   std::atomic<int> plans_{0};
   std::unique_ptr<Coordinator> coordinator_;
@@ -244,7 +250,7 @@ TEST_F(CoordinatorTest, BadSpecIsRejectedAndNothingIsStored) {
   ASSERT_FALSE(id.ok());
   EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(id.status().message().find("model.layers[1]"), absl::string_view::npos);
-  EXPECT_TRUE(coordinator_->ListJobs()->empty());
+  EXPECT_TRUE(coordinator_->ListJobs({})->jobs().empty());
 }
 
 // A mesh above --max_ranks is refused before it is planned (planning holds memory in proportion
@@ -262,7 +268,7 @@ TEST_F(CoordinatorTest, AMeshAboveMaxRanksIsRefusedBeforePlanning) {
   EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(id.status().message(), "mesh: 4 ranks; this coordinator plans at most 3 (--max_ranks)");
   EXPECT_EQ(plans_, before) << "planned anyway";
-  EXPECT_TRUE((*bounded)->ListJobs()->empty());
+  EXPECT_TRUE((*bounded)->ListJobs({})->jobs().empty());
   EXPECT_TRUE((*bounded)->SubmitJob(Spec(3, "fits")).ok());
   (*bounded)->Shutdown();
 }
@@ -349,6 +355,126 @@ TEST_F(CoordinatorTest, AggregatesStepsAndSucceeds) {
   int steps = 0;
   for (const auto& e : events) steps += e.has_step();
   EXPECT_EQ(steps, 2);
+}
+
+// The ids of a ListJobs page.
+std::vector<std::string> Ids(const v1::ListJobsResponse& page) {
+  std::vector<std::string> ids;
+  for (const v1::JobSummary& job : page.jobs()) ids.push_back(job.id());
+  return ids;
+}
+
+// ListJobs: summaries in submit order, a default page when none is asked, a page of the bound
+// for more, the state filter, and the errors naming their field.
+TEST_F(CoordinatorTest, ListJobsGivesBoundedPagesOfSummaries) {
+  pages_.jobs_default = 2;
+  pages_.jobs_max = 3;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) {
+    v1::JobSpec spec = Spec(1, absl::StrCat("j", i));
+    spec.mutable_train()->set_steps(10);
+    ids.push_back(Submit(spec));  // the first runs on the one worker, the others wait
+  }
+  Step(w1, ids[0], 0, 1, 0.5, 0.1);
+
+  auto first = coordinator_->ListJobs({});
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Ids(*first), (std::vector<std::string>{ids[0], ids[1]}));
+  EXPECT_EQ(first->next_page_token(), ids[1]);
+  const v1::JobSummary& running = first->jobs(0);
+  EXPECT_EQ(running.name(), "j0");
+  EXPECT_EQ(running.state(), v1::RUNNING);
+  EXPECT_EQ(running.total_steps(), 10);
+  EXPECT_EQ(running.last_step().step(), 1);
+  EXPECT_DOUBLE_EQ(running.last_step().loss(), 0.5);
+  EXPECT_FALSE(first->jobs(1).has_last_step());
+
+  v1::ListJobsRequest request;
+  request.set_page_size(1000);  // more than the bound: a page of 3
+  request.set_page_token(first->next_page_token());
+  auto rest = coordinator_->ListJobs(request);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_EQ(Ids(*rest), (std::vector<std::string>{ids[2], ids[3], ids[4]}));
+  EXPECT_EQ(rest->next_page_token(), "");
+
+  request = v1::ListJobsRequest();
+  request.set_state(v1::PENDING);
+  request.set_page_size(3);
+  auto pending = coordinator_->ListJobs(request);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ(Ids(*pending), (std::vector<std::string>{ids[1], ids[2], ids[3]}));
+  request.set_page_token(pending->next_page_token());
+  pending = coordinator_->ListJobs(request);
+  ASSERT_TRUE(pending.ok()) << pending.status();
+  EXPECT_EQ(Ids(*pending), (std::vector<std::string>{ids[4]}));
+  EXPECT_EQ(pending->next_page_token(), "");
+
+  auto refused = [&](const v1::ListJobsRequest& r, const std::string& field) {
+    auto page = coordinator_->ListJobs(r);
+    ASSERT_FALSE(page.ok()) << field;
+    EXPECT_EQ(page.status().code(), absl::StatusCode::kInvalidArgument) << page.status();
+    EXPECT_EQ(page.status().message().rfind(field + ": ", 0), 0u) << page.status();
+  };
+  request = v1::ListJobsRequest();
+  request.set_page_size(-1);
+  refused(request, "page_size");
+  request = v1::ListJobsRequest();
+  request.set_page_token("no-such-job");
+  refused(request, "page_token");
+  request = v1::ListJobsRequest();
+  request.set_state(static_cast<v1::JobState>(99));
+  refused(request, "state");
+}
+
+// GetJob: the job's steps a page at a time, following next_steps_page_token; pages
+// bounded; a bad token named; CancelJob answers without steps.
+TEST_F(CoordinatorTest, GetJobGivesStepsInBoundedPages) {
+  pages_.steps_default = 2;
+  pages_.steps_max = 3;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  for (int step = 1; step <= 7; ++step) Step(w1, job, 0, step, 1.0 / step, 0.1);
+
+  v1::GetJobRequest request;
+  request.set_job_id(job);
+  std::vector<int64_t> steps;
+  std::vector<int> sizes;
+  do {
+    auto page = coordinator_->GetJob(request);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->state(), v1::RUNNING);
+    sizes.push_back(page->steps_size());
+    for (const v1::StepMetrics& m : page->steps()) steps.push_back(m.step());
+    request.set_steps_page_token(page->next_steps_page_token());
+    request.set_steps_page_size(100);  // after the default first page, pages of the bound
+  } while (!request.steps_page_token().empty());
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(sizes, (std::vector<int>{2, 3, 2}));
+
+  auto refused = [&](int page_size, const std::string& token, absl::StatusCode code,
+                     const std::string& field) {
+    v1::GetJobRequest r;
+    r.set_job_id(job);
+    r.set_steps_page_size(page_size);
+    r.set_steps_page_token(token);
+    auto page = coordinator_->GetJob(r);
+    ASSERT_FALSE(page.ok()) << token;
+    EXPECT_EQ(page.status().code(), code) << page.status();
+    EXPECT_EQ(page.status().message().rfind(field + ": ", 0), 0u) << page.status();
+  };
+  refused(-5, "", absl::StatusCode::kInvalidArgument, "steps_page_size");
+  for (const std::string token : {"x", "0", "-1", "3x", "1:3", " 3"}) {
+    refused(0, token, absl::StatusCode::kInvalidArgument, "steps_page_token");
+  }
+
+  auto cancelled = coordinator_->CancelJob(job, "");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_EQ(cancelled->steps_size(), 0);
 }
 
 v1::WorkerMessage TracedStep(const std::string& job, int rank, int64_t step,
@@ -785,13 +911,15 @@ TEST(RealSpecAndPlannerTest, SubmitJobRejectsAnUnknownLayerType) {
   EXPECT_EQ(id.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(id.status().message().find("model.layers[1]"), absl::string_view::npos)
       << id.status();
-  EXPECT_TRUE((*c)->ListJobs()->empty());
+  EXPECT_TRUE((*c)->ListJobs({})->jobs().empty());
 
   // The same spec with a relu is accepted and waits for a worker.
   bad->set_type("relu");
   id = (*c)->SubmitJob(spec);
   ASSERT_TRUE(id.ok()) << id.status();
-  auto job = (*c)->GetJob(*id);
+  v1::GetJobRequest get;
+  get.set_job_id(*id);
+  auto job = (*c)->GetJob(get);
   EXPECT_EQ(job->state(), v1::PENDING);
   EXPECT_EQ(job->message(), "waiting for 1 idle cpu worker, 0 registered");
   (*c)->Shutdown();

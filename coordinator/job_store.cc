@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status.h"
+#include "common/utf8.h"
 
 namespace weft::coordinator {
 namespace {
@@ -37,6 +38,12 @@ CREATE TABLE IF NOT EXISTS events (
   PRIMARY KEY (job_id, seq)
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
+-- GetJob's pages of steps and ListJobs' last step of each job: an attempt's steps in order.
+CREATE INDEX IF NOT EXISTS steps_by_attempt ON events (job_id, attempt, seq)
+  WHERE step IS NOT NULL;
+-- GetJob's pages of steps: each step's runs, the latest last.
+CREATE INDEX IF NOT EXISTS steps_by_number ON events (job_id, step, seq)
+  WHERE step IS NOT NULL;
 )sql";
 
 // One prepared statement, finalized when it goes out of scope.
@@ -115,29 +122,40 @@ absl::StatusOr<v1::Job> JobFromRow(const Statement& row) {
   return job;
 }
 
-// The job's steps in order, each as its latest attempt ran it: a restarted attempt runs again
-// the steps after the checkpoint it resumes from, and its figures replace the earlier ones.
-absl::Status FillSteps(sqlite3* db, v1::Job* job) {
-  Statement st(db, "SELECT event FROM events WHERE job_id = ?1 AND step IS NOT NULL ORDER BY seq;");
-  RETURN_IF_ERROR(st.status());
-  st.BindText(1, job->id());
-  std::map<int64_t, v1::StepMetrics> steps;
-  while (st.Step()) {
-    v1::JobEvent event;
-    if (!event.ParseFromString(st.Bytes(0))) {
-      return absl::DataLossError(absl::StrCat("job ", job->id(), ": a stored event does not parse"));
-    }
-    steps[event.step().step()] = event.step();
+absl::StatusOr<v1::StepMetrics> StepFromEvent(const std::string& job_id, const std::string& bytes) {
+  v1::JobEvent event;
+  if (!event.ParseFromString(bytes)) {
+    return absl::DataLossError(absl::StrCat("job ", job_id, ": a stored event does not parse"));
   }
-  RETURN_IF_ERROR(st.done_status());
-  for (auto& [step, metrics] : steps) *job->add_steps() = std::move(metrics);
-  return absl::OkStatus();
+  return event.step();
 }
 
-// Jobs matching `where_sql` (whose parameters `bind` sets), in submit order.
+// Adds to job's steps at most `limit` steps numbered above `after_step`, in step order, each as
+// its latest attempt ran it (a restarted attempt runs again the steps after the checkpoint it
+// resumed from; its figures replace the earlier ones). Returns the step after which the next
+// page starts, 0 when none follows.
+absl::StatusOr<int64_t> FillSteps(sqlite3* db, int64_t after_step, int limit, v1::Job* job) {
+  Statement st(db,
+               "SELECT e.step, e.event FROM events e WHERE e.job_id = ?1 AND e.step > ?2 AND "
+               "e.seq = (SELECT MAX(seq) FROM events WHERE job_id = ?1 AND step = e.step) "
+               "ORDER BY e.step LIMIT ?3;");
+  RETURN_IF_ERROR(st.status());
+  st.BindText(1, job->id());
+  st.BindInt(2, after_step);
+  st.BindInt(3, int64_t{limit} + 1);  // one more says whether a next page exists
+  int64_t last = 0;
+  while (st.Step()) {
+    if (job->steps_size() == limit) return last;
+    ASSIGN_OR_RETURN(*job->add_steps(), StepFromEvent(job->id(), st.Bytes(1)));
+    last = st.Int(0);
+  }
+  RETURN_IF_ERROR(st.done_status());
+  return 0;
+}
+
+// Jobs matching `where_sql` (whose parameters `bind` sets), in submit order, without steps.
 absl::StatusOr<std::vector<v1::Job>> QueryJobs(sqlite3* db, const std::string& where_sql,
-                                               const std::function<void(Statement*)>& bind,
-                                               bool with_steps) {
+                                               const std::function<void(Statement*)>& bind) {
   Statement st(db, absl::StrCat("SELECT ", kJobColumns, " FROM jobs ", where_sql, " ORDER BY seq;"));
   RETURN_IF_ERROR(st.status());
   if (bind) bind(&st);
@@ -147,10 +165,32 @@ absl::StatusOr<std::vector<v1::Job>> QueryJobs(sqlite3* db, const std::string& w
     jobs.push_back(std::move(job));
   }
   RETURN_IF_ERROR(st.done_status());
-  if (with_steps) {
-    for (v1::Job& job : jobs) RETURN_IF_ERROR(FillSteps(db, &job));
-  }
   return jobs;
+}
+
+// A column after kJobColumns: the job's latest step event of its current attempt, or NULL.
+constexpr char kLastStepColumn[] =
+    "(SELECT events.event FROM events WHERE events.job_id = jobs.id AND "
+    "events.attempt = jobs.attempt AND events.step IS NOT NULL ORDER BY events.seq DESC LIMIT 1)";
+
+// A row of kJobColumns and kLastStepColumn as a summary.
+absl::StatusOr<v1::JobSummary> SummaryFromRow(const Statement& row) {
+  ASSIGN_OR_RETURN(v1::Job job, JobFromRow(row));
+  v1::JobSummary summary;
+  summary.set_id(job.id());
+  summary.set_state(job.state());
+  summary.set_message(std::string(Utf8Prefix(job.message(), kSummaryMessageBytes)));
+  summary.set_create_time_ms(job.create_time_ms());
+  summary.set_start_time_ms(job.start_time_ms());
+  summary.set_end_time_ms(job.end_time_ms());
+  summary.set_attempt(job.attempt());
+  summary.set_name(std::string(Utf8Prefix(job.spec().name(), kSummaryNameBytes)));
+  summary.set_total_steps(job.spec().train().steps());
+  const std::string last_step = row.Bytes(9);
+  if (!last_step.empty()) {
+    ASSIGN_OR_RETURN(*summary.mutable_last_step(), StepFromEvent(job.id(), last_step));
+  }
+  return summary;
 }
 
 }  // namespace
@@ -317,21 +357,69 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, int attempt,
                   absl::StrCat("storing an event of job ", job_id));
 }
 
-absl::StatusOr<v1::Job> JobStore::GetJob(const std::string& job_id, bool with_steps) {
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(std::vector<v1::Job> jobs, QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }, with_steps));
+absl::StatusOr<v1::Job> JobStore::GetJobLocked(const std::string& job_id) {
+  ASSIGN_OR_RETURN(
+      std::vector<v1::Job> jobs,
+      QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }));
   if (jobs.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
   return std::move(jobs[0]);
 }
 
-absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobs() {
+absl::StatusOr<v1::Job> JobStore::GetJob(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
-  return QueryJobs(db_, "", nullptr, true);
+  return GetJobLocked(job_id);
+}
+
+absl::StatusOr<JobStepsPage> JobStore::GetJobSteps(const std::string& job_id,
+                                                   int64_t after_step, int limit) {
+  if (limit <= 0) return absl::InvalidArgumentError("a page of steps needs a positive limit");
+  absl::MutexLock lock(&mu_);
+  JobStepsPage page;
+  ASSIGN_OR_RETURN(page.job, GetJobLocked(job_id));
+  ASSIGN_OR_RETURN(page.next_after_step, FillSteps(db_, after_step, limit, &page.job));
+  return page;
+}
+
+absl::StatusOr<JobSummaryPage> JobStore::ListJobSummaries(v1::JobState state,
+                                                          const std::string& after_id, int limit) {
+  if (limit <= 0) return absl::InvalidArgumentError("a page of jobs needs a positive limit");
+  absl::MutexLock lock(&mu_);
+  int64_t after_seq = 0;
+  if (!after_id.empty()) {
+    Statement find(db_, "SELECT seq FROM jobs WHERE id = ?1;");
+    RETURN_IF_ERROR(find.status());
+    find.BindText(1, after_id);
+    if (!find.Step()) {
+      RETURN_IF_ERROR(find.done_status());
+      return absl::NotFoundError("no job has that id");
+    }
+    after_seq = find.Int(0);
+  }
+  // Keyset paging: seq (or (state, seq) with a state) is an index, so a page costs its rows.
+  Statement st(db_, absl::StrCat("SELECT ", kJobColumns, ", ", kLastStepColumn,
+                                 " FROM jobs WHERE seq > ?1",
+                                 state != v1::JOB_STATE_UNSPECIFIED ? " AND state = ?2" : "",
+                                 " ORDER BY seq LIMIT ?3;"));
+  RETURN_IF_ERROR(st.status());
+  st.BindInt(1, after_seq);
+  st.BindInt(2, state);
+  st.BindInt(3, int64_t{limit} + 1);  // one more says whether a next page exists
+  JobSummaryPage page;
+  while (st.Step()) {
+    if (static_cast<int>(page.jobs.size()) == limit) {
+      page.more = true;
+      break;
+    }
+    ASSIGN_OR_RETURN(v1::JobSummary summary, SummaryFromRow(st));
+    page.jobs.push_back(std::move(summary));
+  }
+  RETURN_IF_ERROR(st.done_status());
+  return page;
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobsInState(v1::JobState state) {
   absl::MutexLock lock(&mu_);
-  return QueryJobs(db_, "WHERE state = ?1", [&](Statement* st) { st->BindInt(1, state); }, false);
+  return QueryJobs(db_, "WHERE state = ?1", [&](Statement* st) { st->BindInt(1, state); });
 }
 
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& job_id) {
@@ -360,7 +448,7 @@ absl::StatusOr<std::vector<std::string>> JobStore::FailInterruptedJobs(int64_t n
                      QueryJobs(db_,
                                absl::StrCat("WHERE state IN (", v1::PLANNING, ", ", v1::RUNNING,
                                             ", ", v1::RESTARTING, ")"),
-                               nullptr, false));
+                               nullptr));
     for (v1::Job& job : jobs) {
       job.set_state(v1::FAILED);
       job.set_message(message);

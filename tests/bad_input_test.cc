@@ -1,11 +1,17 @@
 // Bad input gets a clear error that names what is wrong, and the coordinator keeps serving:
 // each bad spec is sent straight to a real coordinator's SubmitJob over gRPC (INVALID_ARGUMENT
 // naming the field), a job whose mesh needs more workers than exist waits with a reason, and a
-// good job then still runs to SUCCEEDED on the same daemons.
+// good job then still runs to SUCCEEDED on the same daemons. `weftctl list` on a cluster without
+// workers shows bounded, filtered summaries.
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 
 #include "common/jobspec/yaml.h"
 #include "tests/cluster_fixture.h"
@@ -255,6 +261,66 @@ TEST(DaemonFlagsTest, BadListenIsRefusedAndHelpListsTheFlags) {
     }
     EXPECT_EQ(text.find("No flags matched"), std::string::npos) << binary;
   }
+}
+
+// The job ids of `weftctl list`'s table, in its order.
+std::vector<std::string> ListedIds(const std::string& table) {
+  std::vector<std::string> ids;
+  for (absl::string_view line : absl::StrSplit(table, '\n')) {
+    if (absl::StartsWith(line, "job-")) ids.emplace_back(line.substr(0, line.find(' ')));
+  }
+  return ids;
+}
+
+// `list` through the real daemons. With no worker every job stays where it is (PENDING, or
+// CANCELLED), so the listing holds still: --limit cuts it and says more follow, --state filters
+// it, --json holds summaries (no spec, no steps), a bad state is refused naming the states.
+TEST(JobListTest, ListIsBoundedFilteredAndSummarized) {
+  auto cluster = DaemonCluster::Start(0);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const DaemonCluster& c = **cluster;
+  MlpJob job = MlpJob::Create();
+  auto spec = ParseJobSpecYaml(job.SpecYaml("{shape: [2], dim_names: [dp]}"), job.dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::vector<std::string> ids(3);
+  for (std::string& id : ids) {
+    grpc::Status s = c.Submit(*spec, &id);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  EXPECT_EQ(c.Weftctl({"cancel", ids[1]}).exit_code, 0);
+
+  CommandResult all = c.Weftctl({"list"});
+  EXPECT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(ListedIds(all.out), ids);
+  EXPECT_EQ(all.err, "");
+  CommandResult limited = c.Weftctl({"list", "--limit", "2"});
+  EXPECT_EQ(limited.exit_code, 0) << limited.err;
+  EXPECT_EQ(ListedIds(limited.out), (std::vector<std::string>{ids[0], ids[1]}));
+  EXPECT_NE(limited.err.find("more follow"), std::string::npos) << limited.err;
+  CommandResult pending = c.Weftctl({"list", "--state", "PENDING"});
+  EXPECT_EQ(pending.exit_code, 0) << pending.err;
+  EXPECT_EQ(ListedIds(pending.out), (std::vector<std::string>{ids[0], ids[2]}));
+
+  CommandResult cancelled = c.Weftctl({"list", "--state", "cancelled", "--json"});
+  ASSERT_EQ(cancelled.exit_code, 0) << cancelled.err;
+  const nlohmann::json listed = nlohmann::json::parse(cancelled.out);
+  ASSERT_EQ(listed["jobs"].size(), 1u) << cancelled.out;
+  const nlohmann::json& summary = listed["jobs"][0];
+  EXPECT_EQ(summary["id"], ids[1]);
+  EXPECT_EQ(summary["name"], spec->name());
+  EXPECT_EQ(summary["state"], "CANCELLED");
+  EXPECT_FALSE(summary.contains("spec")) << cancelled.out;
+  EXPECT_FALSE(summary.contains("steps")) << cancelled.out;
+
+  CommandResult bad = c.Weftctl({"list", "--state", "done"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--state: unknown job state \"done\"; known: PENDING, PLANNING, "
+                         "RUNNING, SUCCEEDED, FAILED, CANCELLED, RESTARTING"),
+            std::string::npos)
+      << bad.err;
+  CommandResult got = c.Weftctl({"get", ids[0]});
+  EXPECT_EQ(got.exit_code, 0) << got.err;
+  EXPECT_NE(got.out.find("state:    PENDING"), std::string::npos) << got.out;
 }
 
 TEST(LocalClusterTest, MeshNotMatchingRanksIsAClearError) {

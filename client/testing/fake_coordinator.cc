@@ -2,11 +2,14 @@
 // --data_dir), a JobService that reports 64 idle workers, accepts any job, and plays a scripted
 // run of it on WatchJob (RUNNING, one step event per train step, SUCCEEDED). A job named
 // "hang" stops after its first step and waits until the client goes away; one named "fail"
-// ends FAILED. GetJobTrace of a job submitted with trace returns a scripted timeline: per rank
-// of the mesh and train step, a forward slice and an all-reduce.
+// ends FAILED. ListJobs gives pages of at most 2 jobs (ids in string order) and GetJob pages of
+// at most 4 of the scripted run's steps, so that weftctl follows page tokens. GetJobTrace of a
+// job submitted with trace returns a scripted timeline: per rank of the mesh and train step, a
+// forward slice and an all-reduce.
 //
 // E.g.
 //   fake_coordinator --listen 127.0.0.1:0 --port_file /tmp/port --data_dir /tmp/data
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -21,6 +24,8 @@
 namespace {
 
 using weft::v1::Job;
+
+constexpr int kPageSize = 2;
 
 class FakeJobService final : public weft::v1::JobService::Service {
  public:
@@ -43,12 +48,36 @@ class FakeJobService final : public weft::v1::JobService::Service {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
     }
     *job = it->second;
+    // The scripted run's steps, at most kPageSize * 2 a page; the token is the last step's number.
+    int64_t after = 0;
+    if (!req->steps_page_token().empty()) after = std::stoll(req->steps_page_token());
+    const int size = req->steps_page_size() > 0 ? std::min(req->steps_page_size(), 2 * kPageSize)
+                                                : 2 * kPageSize;
+    const int64_t total = job->spec().train().steps();
+    for (int64_t s = after + 1; s <= std::min(after + size, total); ++s) {
+      job->add_steps()->set_step(s);
+    }
+    if (after + size < total) job->set_next_steps_page_token(std::to_string(after + size));
     return grpc::Status::OK;
   }
-  grpc::Status ListJobs(grpc::ServerContext*, const weft::v1::ListJobsRequest*,
+  grpc::Status ListJobs(grpc::ServerContext*, const weft::v1::ListJobsRequest* req,
                         weft::v1::ListJobsResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (const auto& kv : jobs_) *resp->add_jobs() = kv.second;
+    const int size = req->page_size() > 0 ? std::min(req->page_size(), kPageSize) : kPageSize;
+    auto it = req->page_token().empty() ? jobs_.begin() : jobs_.upper_bound(req->page_token());
+    for (; it != jobs_.end(); ++it) {
+      const auto& [id, job] = *it;
+      if (req->state() != weft::v1::JOB_STATE_UNSPECIFIED && job.state() != req->state()) continue;
+      if (resp->jobs_size() == size) {
+        resp->set_next_page_token(resp->jobs(size - 1).id());
+        break;
+      }
+      weft::v1::JobSummary* summary = resp->add_jobs();
+      summary->set_id(id);
+      summary->set_name(job.spec().name());
+      summary->set_state(job.state());
+      summary->set_total_steps(job.spec().train().steps());
+    }
     return grpc::Status::OK;
   }
   grpc::Status CancelJob(grpc::ServerContext*, const weft::v1::CancelJobRequest* req,

@@ -87,6 +87,110 @@ TEST_F(GrpcServerTest, SubmitJobWithABadSpecIsInvalidArgument) {
   EXPECT_EQ(stub->GetJob(&get_context, get, &job).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// ListJobs and GetJob over the wire, with pages of 2 and 3: an empty request (an old client's)
+// gets the first page and a token, a larger page_size gets the bound, a bad token is refused
+// naming it; a summary read as the Job an old client expects still gives its id, state and last
+// step.
+TEST(GrpcPagingTest, ListJobsAndGetJobPageOverTheWire) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    v1::JobSpec spec;
+    spec.set_name(absl::StrCat("done-", i));
+    auto job = (*store)->CreateJob(spec, 1000 + i, "submitted");
+    ASSERT_TRUE(job.ok()) << job.status();
+    ids.push_back(job->id());
+    for (int step = 1; step <= 5; ++step) {
+      v1::JobEvent event;
+      event.set_job_id(job->id());
+      event.mutable_step()->set_step(step);
+      event.mutable_step()->set_loss(1.0 / step);
+      ASSERT_TRUE((*store)->AppendEvent(job->id(), 0, event).ok());
+    }
+    job->set_state(v1::SUCCEEDED);
+    ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
+  }
+  CoordinatorOptions options;
+  options.pages.jobs_default = 2;
+  options.pages.jobs_max = 2;
+  options.pages.steps_default = 2;
+  options.pages.steps_max = 3;
+  auto coordinator = Coordinator::Create(std::move(*store), options);
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  auto server = CoordinatorServer::Start(coordinator->get(), "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  auto list = [&](const v1::ListJobsRequest& request, v1::ListJobsResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(In(10000));
+    return stub->ListJobs(&context, request, response);
+  };
+  auto get = [&](const v1::GetJobRequest& request, v1::Job* response) {
+    grpc::ClientContext context;
+    context.set_deadline(In(10000));
+    return stub->GetJob(&context, request, response);
+  };
+
+  v1::ListJobsResponse first;
+  ASSERT_TRUE(list(v1::ListJobsRequest(), &first).ok());
+  ASSERT_EQ(first.jobs_size(), 2);
+  EXPECT_EQ(first.jobs(0).id(), ids[0]);
+  EXPECT_EQ(first.jobs(0).name(), "done-0");
+  EXPECT_EQ(first.jobs(1).id(), ids[1]);
+  EXPECT_EQ(first.next_page_token(), ids[1]);
+  v1::Job as_old_client_reads_it;
+  ASSERT_TRUE(as_old_client_reads_it.ParseFromString(first.jobs(0).SerializeAsString()));
+  EXPECT_EQ(as_old_client_reads_it.id(), ids[0]);
+  EXPECT_EQ(as_old_client_reads_it.state(), v1::SUCCEEDED);
+  EXPECT_EQ(as_old_client_reads_it.create_time_ms(), 1000);
+  ASSERT_EQ(as_old_client_reads_it.steps_size(), 1);
+  EXPECT_EQ(as_old_client_reads_it.steps(0).step(), 5);
+
+  v1::ListJobsRequest next;
+  next.set_page_size(5000);
+  next.set_page_token(first.next_page_token());
+  v1::ListJobsResponse last;
+  ASSERT_TRUE(list(next, &last).ok());
+  ASSERT_EQ(last.jobs_size(), 1);
+  EXPECT_EQ(last.jobs(0).id(), ids[2]);
+  EXPECT_EQ(last.next_page_token(), "");
+  v1::ListJobsRequest big;
+  big.set_page_size(5000);
+  v1::ListJobsResponse clamped;
+  ASSERT_TRUE(list(big, &clamped).ok());
+  EXPECT_EQ(clamped.jobs_size(), 2);
+
+  v1::ListJobsRequest bad;
+  bad.set_page_token("job-999999");
+  v1::ListJobsResponse unused;
+  grpc::Status refused = list(bad, &unused);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.error_message().rfind("page_token: ", 0), 0u) << refused.error_message();
+
+  v1::GetJobRequest request;
+  request.set_job_id(ids[1]);
+  std::vector<int> sizes;
+  int64_t steps = 0;
+  do {
+    v1::Job page;
+    ASSERT_TRUE(get(request, &page).ok());
+    EXPECT_EQ(page.spec().name(), "done-1");
+    sizes.push_back(page.steps_size());
+    for (const v1::StepMetrics& m : page.steps()) EXPECT_EQ(m.step(), ++steps);
+    request.set_steps_page_size(3);
+    request.set_steps_page_token(page.next_steps_page_token());
+  } while (!request.steps_page_token().empty());
+  EXPECT_EQ(sizes, (std::vector<int>{2, 3}));
+  request.set_steps_page_token("garbage");
+  v1::Job job;
+  refused = get(request, &job);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.error_message().rfind("steps_page_token: ", 0), 0u) << refused.error_message();
+  (*server)->Shutdown();
+}
+
 // grpc.health.v1.Health/Check with an empty HealthCheckRequest (service ""), through the generic
 // stub: its status and reply bytes (HealthCheckResponse{status: SERVING} is 08 01).
 grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, std::string* bytes) {

@@ -97,18 +97,19 @@ grpc::Status GrpcJobService::SubmitJob(
 grpc::Status GrpcJobService::GetJob(grpc::ServerContext* context, const v1::GetJobRequest* request,
                                     v1::Job* response) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
-  absl::StatusOr<v1::Job> job = coordinator_->GetJob(request->job_id());
+  absl::StatusOr<v1::Job> job = coordinator_->GetJob(*request);
   if (!job.ok()) return ToGrpcStatus(job.status());
   *response = std::move(*job);
   return grpc::Status::OK;
 }
 
-grpc::Status GrpcJobService::ListJobs(grpc::ServerContext* context, const v1::ListJobsRequest*,
+grpc::Status GrpcJobService::ListJobs(grpc::ServerContext* context,
+                                      const v1::ListJobsRequest* request,
                                       v1::ListJobsResponse* response) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
-  absl::StatusOr<std::vector<v1::Job>> jobs = coordinator_->ListJobs();
+  absl::StatusOr<v1::ListJobsResponse> jobs = coordinator_->ListJobs(*request);
   if (!jobs.ok()) return ToGrpcStatus(jobs.status());
-  for (v1::Job& job : *jobs) *response->add_jobs() = std::move(job);
+  *response = std::move(*jobs);
   return grpc::Status::OK;
 }
 
