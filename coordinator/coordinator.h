@@ -31,6 +31,7 @@
 #ifndef WEFT_COORDINATOR_COORDINATOR_H_
 #define WEFT_COORDINATOR_COORDINATOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -45,6 +46,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/path_roots.h"
 #include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
@@ -132,6 +134,10 @@ class Coordinator {
   void Shutdown();
   // Heartbeat timeouts and cancel deadlines as of now_ms(), then a scheduling pass.
   void Tick();
+  // How long ago Tick last got the lock (or Start ran), on the steady clock whatever now_ms
+  // says. The daemon's systemd watchdog pings only while this stays short: the background thread
+  // ticks every 250 ms at most, so a long gap means the thread or mu_ is stuck.
+  absl::Duration SinceLastTick() const;
 
   // ---- JobService ----
   // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.
@@ -321,6 +327,8 @@ class Coordinator {
   std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);  // started attempts, in start order
 
   absl::Notification stop_ticker_;
+  // steady_clock nanoseconds when Tick last got mu_ (or Start ran); read without it.
+  std::atomic<int64_t> last_tick_ns_{0};
   std::thread ticker_;     // owned; joined by Shutdown
   std::thread committer_;  // owned; started by Create, joined by Shutdown
 };

@@ -12,6 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace weft::coordinator {
 namespace {
@@ -618,6 +620,40 @@ TEST_F(CoordinatorTest, MissedHeartbeatsLoseTheWorker) {
   Heartbeat(w1);
   coordinator_->Tick();
   EXPECT_EQ(WorkerState(w1), "idle");
+}
+
+// The systemd watchdog's view of the background thread: SinceLastTick only grows until a Tick
+// gets the lock; a shut-down coordinator's Tick does nothing and leaves it growing.
+TEST_F(CoordinatorTest, SinceLastTickGrowsUntilTheNextTick) {
+  // Waits until SinceLastTick passes `at_least`; what it then was.
+  auto wait_past = [this](absl::Duration at_least) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    absl::Duration since;
+    while ((since = coordinator_->SinceLastTick()) <= at_least && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_GT(since, at_least);
+    return since;
+  };
+  coordinator_->Tick();
+  const absl::Duration grown = wait_past(coordinator_->SinceLastTick() + absl::Milliseconds(20));
+  coordinator_->Tick();
+  EXPECT_LT(coordinator_->SinceLastTick(), grown);
+
+  // The background thread ticks (every 100 ms here): the gap shrinks without a call of ours.
+  coordinator_->Start();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  absl::Duration last = coordinator_->SinceLastTick(), now;
+  while ((now = coordinator_->SinceLastTick()) >= last && absl::Now() < deadline) {
+    last = now;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_LT(now, last) << "no tick in 10 s";
+
+  coordinator_->Shutdown();
+  const absl::Duration stopped = wait_past(absl::Milliseconds(20));
+  coordinator_->Tick();
+  EXPECT_GE(coordinator_->SinceLastTick(), stopped);
 }
 
 TEST_F(CoordinatorTest, CancelPendingAndFinalJobs) {

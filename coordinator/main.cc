@@ -1,6 +1,8 @@
 // weft-coordinator: plans jobs and streams programs to workers. Serves JobService,
 // WorkerService, RendezvousService, gRPC health and reflection; keeps jobs in SQLite under
-// --data_dir. SIGTERM or SIGINT shuts it down gracefully (exit 0).
+// --data_dir. SIGTERM or SIGINT shuts it down gracefully (exit 0). Under a systemd Type=notify
+// unit it sends READY=1 once it serves, WATCHDOG=1 while its background thread ticks
+// (WatchdogSec=) and STOPPING=1 on SIGTERM.
 //
 // E.g.
 //   weft-coordinator --listen 127.0.0.1:0 --data_dir /tmp/weft --port_file /tmp/weft/port
@@ -22,6 +24,7 @@
 #include "common/file_io.h"
 #include "common/help_flags.h"
 #include "common/path_roots.h"
+#include "common/systemd_notify.h"
 #include "common/tls.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
@@ -231,10 +234,30 @@ int Run() {
       return 1;
     }
   }
+  // What clients dial: --listen with the port it got (port 0 picks one).
+  const std::string address =
+      IsUnixAddress(listen)
+          ? listen
+          : absl::StrCat(listen.substr(0, listen.rfind(':') + 1), (*server)->port());
+  if (absl::Status s = systemd::NotifyReady(absl::StrCat("serving on ", address)); !s.ok()) {
+    spdlog::warn("{}", s.ToString());
+  }
+  // The background thread ticks every 250 ms at most; a gap of the whole timeout means it, or
+  // the coordinator's lock, is stuck.
+  std::unique_ptr<systemd::Watchdog> watchdog = systemd::Watchdog::StartIfEnabled(
+      "weft-coordinator", [c = coordinator->get()](absl::Duration timeout) {
+        const absl::Duration since = c->SinceLastTick();
+        if (since < timeout) return absl::OkStatus();
+        return absl::DeadlineExceededError(absl::StrCat(
+            "the coordinator's background thread has not ticked for ",
+            absl::FormatDuration(absl::Trunc(since, absl::Milliseconds(1)))));
+      });
 
   int sig = 0;
   sigwait(&signals, &sig);
   spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  if (absl::Status s = systemd::NotifyStopping(); !s.ok()) spdlog::warn("{}", s.ToString());
+  watchdog.reset();
   (*server)->Shutdown();
   server->reset();
   coordinator->reset();

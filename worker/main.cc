@@ -1,5 +1,8 @@
 // weft-worker: the worker daemon, one per device. Connects to the coordinator's WorkerService,
-// runs the programs it is assigned, and reconnects when the coordinator goes away.
+// runs the programs it is assigned, and reconnects when the coordinator goes away. Under a
+// systemd Type=notify unit it sends READY=1 once the coordinator first welcomes it, STATUS= as
+// it connects and disconnects, WATCHDOG=1 while its stream loop is alive (WatchdogSec=) and
+// STOPPING=1 on SIGTERM.
 //
 // E.g.
 //   weft-worker --coordinator=127.0.0.1:7070 --host=10.0.0.5
@@ -24,6 +27,7 @@
 #include "common/crash_point.h"
 #include "common/help_flags.h"
 #include "common/path_roots.h"
+#include "common/systemd_notify.h"
 #include "common/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/sinks/stdout_sinks.h"
@@ -132,6 +136,13 @@ int main(int argc, char** argv) {
   options.host = absl::GetFlag(FLAGS_host);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));
+  // Ready once registered: systemd then counts the unit started. Called on Run's thread only.
+  options.on_connection = [ready = false](bool connected, const std::string& what) mutable {
+    absl::Status s = connected && !ready ? weft::systemd::NotifyReady(what)
+                                         : weft::systemd::NotifyStatus(what);
+    ready = ready || connected;
+    if (!s.ok()) spdlog::warn("{}", s.ToString());
+  };
 
   weft::CoordinatorChannelOptions connection;
   if (const std::string path = absl::GetFlag(FLAGS_token_file); !path.empty()) {
@@ -182,16 +193,22 @@ int main(int argc, char** argv) {
     status = worker.Run();
     done = true;
   });
+  std::unique_ptr<weft::systemd::Watchdog> watchdog = weft::systemd::Watchdog::StartIfEnabled(
+      "weft-worker", [&worker](absl::Duration timeout) { return worker.CheckAlive(timeout); });
   while (!done) {
     const timespec tick = {0, 200 * 1000 * 1000};
     const int sig = sigtimedwait(&signals, nullptr, &tick);
     if (sig == SIGTERM || sig == SIGINT) {
       spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+      if (absl::Status s = weft::systemd::NotifyStopping(); !s.ok()) {
+        spdlog::warn("{}", s.ToString());
+      }
       worker.Shutdown();
       break;
     }
   }
   runner.join();
+  watchdog.reset();
   if (!status.ok()) {
     spdlog::error("{}", std::string(status.message()));
     return 1;

@@ -36,6 +36,12 @@ v1::WorkerMessage DoneMessage(const v1::Program& program, bool ok, const std::st
   return msg;
 }
 
+int64_t SteadyNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace
 
 // ---- GlooTaskEnvironment ----
@@ -300,6 +306,19 @@ bool Worker::idle() const {
   return task_ == nullptr || task_->finished();
 }
 
+absl::Status Worker::CheckAlive(absl::Duration window) const {
+  const int64_t interval_ns = heartbeat_interval_ns_;
+  if (interval_ns == 0) return absl::OkStatus();  // between streams: reconnecting
+  const absl::Duration silent = absl::Nanoseconds(SteadyNowNs() - last_heartbeat_ns_);
+  const absl::Duration limit = std::max(window, 2 * absl::Nanoseconds(interval_ns));
+  if (silent <= limit) return absl::OkStatus();
+  return absl::DeadlineExceededError(
+      absl::StrCat("no heartbeat sent to ", options_.coordinator, " for ",
+                   absl::FormatDuration(absl::Trunc(silent, absl::Milliseconds(1))),
+                   " (heartbeat every ", absl::FormatDuration(absl::Nanoseconds(interval_ns)),
+                   ")"));
+}
+
 void Worker::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (shutdown_) return;
@@ -320,6 +339,10 @@ absl::Status Worker::Run() {
       delay = options_.reconnect_first_delay;
       failures = 0;
       spdlog::warn("lost the coordinator at {}; reconnecting", options_.coordinator);
+      if (options_.on_connection) {
+        options_.on_connection(false, absl::StrCat("lost the coordinator at ",
+                                                   options_.coordinator, "; reconnecting"));
+      }
     } else {
       ++failures;
       // A refused token stays refused: trying again only hides the error.
@@ -338,6 +361,12 @@ absl::Status Worker::Run() {
       }
       spdlog::warn("connecting to {} (attempt {}): {}; retrying in {}", options_.coordinator,
                    failures, std::string(status.message()), absl::FormatDuration(delay));
+      if (options_.on_connection) {
+        options_.on_connection(
+            false, absl::StrCat("connecting to ", options_.coordinator, " (attempt ", failures,
+                                "): ", status.message(), "; retrying in ",
+                                absl::FormatDuration(delay)));
+      }
     }
     if (shutdown_requested_.WaitForNotificationWithTimeout(delay)) break;
     delay = std::min(delay * 2, options_.reconnect_max_delay);
@@ -396,6 +425,12 @@ absl::Status Worker::Serve() {
   }
   spdlog::info("connected to {} as {} (heartbeat every {})", options_.coordinator,
                first.welcome().worker_id(), absl::FormatDuration(interval));
+  last_heartbeat_ns_ = SteadyNowNs();
+  heartbeat_interval_ns_ = absl::ToInt64Nanoseconds(interval);
+  if (options_.on_connection) {
+    options_.on_connection(true, absl::StrCat("registered with ", options_.coordinator, " as ",
+                                              first.welcome().worker_id()));
+  }
 
   absl::Notification stop_heartbeats;
   std::thread heartbeats([&] {
@@ -403,6 +438,7 @@ absl::Status Worker::Serve() {
     beat.mutable_heartbeat();
     while (!stop_heartbeats.WaitForNotificationWithTimeout(interval)) {
       Send(beat, session);
+      last_heartbeat_ns_ = SteadyNowNs();
       AbandonStuckTask(session);
     }
   });
@@ -412,6 +448,7 @@ absl::Status Worker::Serve() {
 
   stop_heartbeats.Notify();
   heartbeats.join();
+  heartbeat_interval_ns_ = 0;
   {
     absl::MutexLock lock(&write_mu_);
     stream_ = nullptr;

@@ -171,6 +171,10 @@ struct WorkerOptions {
   // --data_root / --checkpoint_root: a program naming a path outside them is refused
   // (CheckProgramPaths) before it runs.
   PathRoots roots;
+  // Told, on Run's thread, when a stream gets its Welcome (connected: "registered with
+  // HOST:PORT as worker-1") and when it ends or an attempt to open one fails (not connected: why,
+  // and when the next try is): the daemon's systemd READY=1 and STATUS=. Empty: nobody.
+  std::function<void(bool connected, const std::string& what)> on_connection;
 };
 
 // The WorkerService stream client. One assignment at a time: another one while a task runs is
@@ -195,6 +199,11 @@ class Worker {
   // Whether no task runs: none was assigned, or the last one finished (its TaskDone sent, or
   // dropped with the stream it belonged to). For tests.
   bool idle() const ABSL_LOCKS_EXCLUDED(mu_);
+  // For the daemon's systemd watchdog: OK while the stream loop is alive. Connected, a heartbeat
+  // must have gone out within `window` (or two heartbeat intervals, if longer): a heartbeat
+  // thread stuck behind the stream's write lock is not. Between streams it is reconnecting,
+  // which reconnect_deadline bounds.
+  absl::Status CheckAlive(absl::Duration window) const;
 
  private:
   // One stream session: OK if it got a Welcome (the coordinator was reachable), UNAVAILABLE if
@@ -234,6 +243,11 @@ class Worker {
   int64_t session_ ABSL_GUARDED_BY(write_mu_) = 0;  // bumped when a stream opens or closes
   grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::CoordinatorMessage>* stream_
       ABSL_GUARDED_BY(write_mu_) = nullptr;  // owned by Serve
+
+  // For CheckAlive, read without a lock: the current stream's heartbeat interval (0 between
+  // streams) and when its last heartbeat went out (or its Welcome came), steady_clock ns.
+  std::atomic<int64_t> heartbeat_interval_ns_{0};
+  std::atomic<int64_t> last_heartbeat_ns_{0};
 };
 
 }  // namespace weft

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -538,6 +539,38 @@ TEST_F(WorkerTest, ReconnectsAfterTheStreamBreaks) {
   EXPECT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
     return Count(received, [](const auto& m) { return m.has_done() && m.done().ok(); }) == 1;
   }));
+}
+
+// What the daemon turns into systemd's READY=1 and STATUS=, and its watchdog's check.
+TEST_F(WorkerTest, ToldOfEachConnectionAndAliveWhileConnected) {
+  // Shared with the callback, which the worker may still call after this body ends.
+  struct Told {
+    absl::Mutex mu;
+    std::vector<std::string> lines ABSL_GUARDED_BY(mu);
+  };
+  auto told = std::make_shared<Told>();
+  options_.on_connection = [told](bool connected, const std::string& what) {
+    absl::MutexLock lock(&told->mu);
+    told->lines.push_back(absl::StrCat(connected ? "up: " : "down: ", what));
+  };
+  StartWorker();
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto& hellos, const auto& received) {
+    return hellos.size() == 1 &&
+           Count(received, [](const auto& m) { return m.has_heartbeat(); }) >= 2;
+  }));
+  EXPECT_TRUE(worker_->CheckAlive(absl::Seconds(30)).ok());
+  coordinator_.CloseStream();
+  ASSERT_TRUE(coordinator_.WaitFor([&](const auto&, const auto&) {
+    absl::MutexLock lock(&told->mu);
+    return !told->lines.empty() && absl::EndsWith(told->lines.back(), " as w-2");
+  }));
+  EXPECT_TRUE(worker_->CheckAlive(absl::Seconds(30)).ok());
+  absl::MutexLock lock(&told->mu);
+  const std::vector<std::string>& lines = told->lines;
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "up: registered with " + options_.coordinator + " as w-1");
+  EXPECT_EQ(lines[1], "down: lost the coordinator at " + options_.coordinator + "; reconnecting");
+  EXPECT_EQ(lines.back(), "up: registered with " + options_.coordinator + " as w-2");
 }
 
 // Sums (rank + 1) * step over the program's first group through a real communicator.
