@@ -27,7 +27,9 @@
 namespace weft::coordinator {
 namespace {
 
-constexpr char kRestartMessage[] = "coordinator restarted while the job was running";
+constexpr char kRestartMessage[] =
+    "restarting: the coordinator restarted while the job ran; it resumes from its newest "
+    "checkpoint once enough workers are connected";
 // Lost workers stay listed (ListWorkers) up to this many, oldest forgotten first.
 constexpr int kMaxLostWorkersListed = 256;
 // How often a watcher looks at its caller's cancellation flag.
@@ -135,12 +137,16 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   if (!options.plan) options.plan = DefaultPlan;
   if (!options.world_size) options.world_size = WorldSize;
 
-  ASSIGN_OR_RETURN(std::vector<std::string> interrupted,
-                   store->FailInterruptedJobs(options.now_ms(), kRestartMessage));
-  for (const std::string& id : interrupted) {
-    spdlog::warn("job {}: marked FAILED ({})", id, kRestartMessage);
+  // Jobs that were running restart first, in submit order (their workers reconnect), then the
+  // pending ones.
+  ASSIGN_OR_RETURN(std::vector<v1::Job> pending,
+                   store->RestartInterruptedJobs(options.now_ms(), kRestartMessage));
+  for (const v1::Job& job : pending) {
+    spdlog::warn("job {}: RESTARTING as attempt {} (the coordinator restarted)", job.id(),
+                 job.attempt());
   }
-  ASSIGN_OR_RETURN(std::vector<v1::Job> pending, store->ListJobsInState(v1::PENDING));
+  ASSIGN_OR_RETURN(std::vector<v1::Job> queued, store->ListJobsInState(v1::PENDING));
+  for (v1::Job& job : queued) pending.push_back(std::move(job));
   // A plan lives in memory only: the pending jobs of a previous coordinator are planned again,
   // before this one serves anything.
   std::vector<absl::StatusOr<std::shared_ptr<const JobPlan>>> plans;
@@ -149,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options)));
   c->committer_ = std::thread([coordinator = c.get()] { coordinator->CommitLoop(); });
   absl::MutexLock lock(&c->mu_);
-  if (!pending.empty()) spdlog::info("{} pending job(s) queued again", pending.size());
+  if (!pending.empty()) spdlog::info("{} job(s) queued again", pending.size());
   for (size_t i = 0; i < pending.size(); ++i) {
     v1::Job& job = pending[i];
     if (!plans[i].ok()) {

@@ -120,7 +120,8 @@ struct CoordinatorOptions {
 class Coordinator {
  public:
   // Recovers from the store: jobs that were running when a previous coordinator stopped are
-  // marked FAILED; pending ones are queued again in submit order.
+  // RESTARTING as their next attempt and queued first (they resume from their newest checkpoint
+  // once enough workers are connected); pending ones are queued after them, in submit order.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(std::unique_ptr<JobStore> store,
                                                              CoordinatorOptions options);
   ~Coordinator();
@@ -130,7 +131,7 @@ class Coordinator {
   // Starts the background thread that calls Tick().
   void Start();
   // Ends every worker stream and watch, wakes rendezvous waiters, stops the background thread.
-  // Running jobs stay RUNNING in the store (the next start marks them FAILED). Idempotent.
+  // Running jobs stay RUNNING in the store (the next start restarts them). Idempotent.
   void Shutdown();
   // Heartbeat timeouts and cancel deadlines as of now_ms(), then a scheduling pass.
   void Tick();

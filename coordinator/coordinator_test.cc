@@ -205,10 +205,10 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   void Done(const std::string& worker, const std::string& job, int rank, bool ok,
-            const std::string& message = "") {
+            const std::string& message = "", int attempt = 0) {
     v1::WorkerMessage m;
     m.mutable_done()->set_job_id(job);
-    m.mutable_done()->set_attempt(0);
+    m.mutable_done()->set_attempt(attempt);
     m.mutable_done()->set_rank(rank);
     m.mutable_done()->set_ok(ok);
     m.mutable_done()->set_message(message);
@@ -866,7 +866,7 @@ TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {
             absl::StatusCode::kNotFound);
 }
 
-TEST_F(CoordinatorTest, RestartFailsRunningJobsAndRequeuesPendingOnes) {
+TEST_F(CoordinatorTest, RestartRestartsRunningJobsFirstAndRequeuesPendingOnes) {
   std::shared_ptr<FakeConnection> c1;
   std::string w1 = Connect(&c1);
   std::string running = Submit(Spec(1));
@@ -877,13 +877,21 @@ TEST_F(CoordinatorTest, RestartFailsRunningJobsAndRequeuesPendingOnes) {
 
   Reopen();
   v1::Job r = Get(running);
-  EXPECT_EQ(r.state(), v1::FAILED);
-  EXPECT_EQ(r.message(), "coordinator restarted while the job was running");
+  EXPECT_EQ(r.state(), v1::RESTARTING);
+  EXPECT_EQ(r.attempt(), 1);
+  EXPECT_EQ(r.message().rfind("restarting: the coordinator restarted while the job ran", 0), 0u)
+      << r.message();
   EXPECT_EQ(r.steps_size(), 1);  // nothing stored was lost
   EXPECT_EQ(Get(pending).state(), v1::PENDING);
 
+  // The interrupted job goes first, as its next attempt; the pending one after it.
   std::shared_ptr<FakeConnection> again;
-  Connect(&again);
+  std::string w2 = Connect(&again);
+  EXPECT_EQ(Get(running).state(), v1::RUNNING);
+  EXPECT_EQ(Get(running).attempt(), 1);
+  EXPECT_EQ(Get(pending).state(), v1::PENDING);
+  Done(w2, running, 0, true, "", /*attempt=*/1);
+  EXPECT_EQ(Get(running).state(), v1::SUCCEEDED);
   EXPECT_EQ(Get(pending).state(), v1::RUNNING);
   // Job ids keep counting after a restart.
   EXPECT_EQ(Submit(Spec(1)), "job-000003");

@@ -439,10 +439,10 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string
   return events;
 }
 
-absl::StatusOr<std::vector<std::string>> JobStore::FailInterruptedJobs(int64_t now_ms,
-                                                                       const std::string& message) {
+absl::StatusOr<std::vector<v1::Job>> JobStore::RestartInterruptedJobs(
+    int64_t now_ms, const std::string& message) {
   absl::MutexLock lock(&mu_);
-  std::vector<std::string> failed;
+  std::vector<v1::Job> restarting;
   absl::Status s = InTransaction([&]() -> absl::Status {
     ASSIGN_OR_RETURN(std::vector<v1::Job> jobs,
                      QueryJobs(db_,
@@ -450,23 +450,24 @@ absl::StatusOr<std::vector<std::string>> JobStore::FailInterruptedJobs(int64_t n
                                             ", ", v1::RESTARTING, ")"),
                                nullptr));
     for (v1::Job& job : jobs) {
-      job.set_state(v1::FAILED);
+      // A RESTARTING job already counts its next attempt.
+      if (job.state() != v1::RESTARTING) job.set_attempt(job.attempt() + 1);
+      job.set_state(v1::RESTARTING);
       job.set_message(message);
-      job.set_end_time_ms(now_ms);
       job.clear_workers();
       RETURN_IF_ERROR(WriteJobRow(job));
       v1::JobEvent event;
       event.set_job_id(job.id());
       event.set_time_ms(now_ms);
-      event.set_state(v1::FAILED);
+      event.set_state(v1::RESTARTING);
       event.set_message(message);
       RETURN_IF_ERROR(InsertEvent(job.id(), job.attempt(), event));
-      failed.push_back(job.id());
+      restarting.push_back(std::move(job));
     }
     return absl::OkStatus();
   });
-  if (!s.ok()) return Annotate(s, "failing jobs interrupted by a coordinator restart");
-  return failed;
+  if (!s.ok()) return Annotate(s, "restarting jobs interrupted by a coordinator restart");
+  return restarting;
 }
 
 }  // namespace weft::coordinator

@@ -83,10 +83,11 @@ class JobStore {
   // Every event of the job in the order it was stored.
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id);
 
-  // After a coordinator restart: every job that was PLANNING, RUNNING or RESTARTING becomes
-  // FAILED with `message` (and an event). Returns the ids of those jobs.
-  absl::StatusOr<std::vector<std::string>> FailInterruptedJobs(int64_t now_ms,
-                                                               const std::string& message);
+  // After a coordinator restart: every job that was PLANNING or RUNNING becomes RESTARTING as
+  // its next attempt, with `message` and an event; one that was RESTARTING stays so. Returns
+  // those jobs, in submit order.
+  absl::StatusOr<std::vector<v1::Job>> RestartInterruptedJobs(int64_t now_ms,
+                                                              const std::string& message);
 
  private:
   explicit JobStore(sqlite3* db) : db_(db) {}

@@ -312,7 +312,7 @@ TEST(JobStoreTest, PagesOfStepsHoldEachStepOnceAsItsLatestAttemptRanIt) {
             absl::StatusCode::kNotFound);
 }
 
-TEST(JobStoreTest, RestartFailsRunningJobsAndKeepsPendingOnes) {
+TEST(JobStoreTest, RestartRestartsRunningJobsAndKeepsPendingOnes) {
   std::string dir = TempDir();
   auto store = JobStore::Open(dir + "/weft.db");
   ASSERT_TRUE(store.ok());
@@ -330,15 +330,22 @@ TEST(JobStoreTest, RestartFailsRunningJobsAndKeepsPendingOnes) {
 
   store = JobStore::Open(dir + "/weft.db");
   ASSERT_TRUE(store.ok());
-  auto failed = (*store)->FailInterruptedJobs(10, "coordinator restarted while the job was running");
-  ASSERT_TRUE(failed.ok()) << failed.status();
-  EXPECT_EQ(*failed, (std::vector<std::string>{running->id(), planning->id()}));
+  auto restarting = (*store)->RestartInterruptedJobs(10, "the coordinator restarted");
+  ASSERT_TRUE(restarting.ok()) << restarting.status();
+  ASSERT_EQ(restarting->size(), 2u);
+  EXPECT_EQ((*restarting)[0].id(), running->id());
+  EXPECT_EQ((*restarting)[1].id(), planning->id());
   auto r = (*store)->GetJob(running->id());
-  EXPECT_EQ(r->state(), v1::FAILED);
-  EXPECT_EQ(r->message(), "coordinator restarted while the job was running");
-  EXPECT_EQ(r->end_time_ms(), 10);
+  EXPECT_EQ(r->state(), v1::RESTARTING);
+  EXPECT_EQ(r->attempt(), 1);
+  EXPECT_EQ(r->message(), "the coordinator restarted");
+  EXPECT_EQ(r->end_time_ms(), 0);
   auto events = (*store)->ListEvents(running->id());
-  EXPECT_EQ(events->back().state(), v1::FAILED);
+  EXPECT_EQ(events->back().state(), v1::RESTARTING);
+  // Again (the coordinator restarted once more before the job ran): still the same attempt.
+  restarting = (*store)->RestartInterruptedJobs(20, "again");
+  ASSERT_TRUE(restarting.ok());
+  EXPECT_EQ((*store)->GetJob(running->id())->attempt(), 1);
   EXPECT_EQ((*store)->GetJob(done->id())->state(), v1::SUCCEEDED);
 
   auto still_pending = (*store)->ListJobsInState(v1::PENDING);

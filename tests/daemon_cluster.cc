@@ -1,9 +1,11 @@
 #include "tests/daemon_cluster.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
@@ -99,6 +101,23 @@ absl::Status DaemonCluster::StartWorker(const std::map<std::string, std::string>
         absl::StrCat("worker ", workers_.size() - 1, " did not register within 30 s (logs in ",
                      dir_, ")"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status DaemonCluster::RestartCoordinator() {
+  const std::string address = coordinator_->address();
+  coordinator_->process().Signal(SIGKILL);
+  coordinator_->process().Wait();
+  // The new one writes its own port file; the old log is kept beside.
+  std::filesystem::remove(dir_ + "/coordinator.port");
+  std::filesystem::rename(dir_ + "/coordinator.log",
+                          absl::StrCat(dir_, "/coordinator.log.", ++coordinator_restarts_));
+  std::vector<std::string> flags = options_.coordinator_flags;
+  flags.insert(flags.end(), {"--listen", address});
+  auto coord = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), dir_, flags,
+                                         options_.coordinator_env);
+  if (!coord.ok()) return coord.status();
+  coordinator_ = std::move(coord).value();
   return absl::OkStatus();
 }
 

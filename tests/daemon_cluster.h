@@ -67,6 +67,11 @@ class DaemonCluster {
   // returns once it is registered; it is worker(<the number started before it>).
   absl::Status StartWorker(const std::map<std::string, std::string>& env = {});
 
+  // Kills the coordinator (SIGKILL) and starts a new one on the same address and job store, as a
+  // crashed coordinator's supervisor would; returns once it serves. Workers reconnect by
+  // themselves.
+  absl::Status RestartCoordinator();
+
   grpc::Status Submit(const v1::JobSpec& spec, std::string* job_id = nullptr) const;
   // The job; fails the calling test if the call fails.
   v1::Job GetJob(const std::string& id) const;
@@ -88,6 +93,7 @@ class DaemonCluster {
   std::unique_ptr<CoordinatorProcess> coordinator_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   DaemonClusterOptions options_;
+  int coordinator_restarts_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
 };
 

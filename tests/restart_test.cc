@@ -140,6 +140,41 @@ TEST(RestartTest, AStoppedWorkersPeerIsFreeWithinFiveSecondsAndTheJobRestarts) {
   c.worker(1).Signal(SIGKILL);
 }
 
+// kill -9 of the coordinator mid-job, then a new one on the same job store: the job is
+// RESTARTING, resumes from its newest checkpoint once the workers reconnect, and SUCCEEDS, its
+// steps all recorded.
+TEST(RestartTest, AJobRunningWhenTheCoordinatorIsKilledResumesWhenItComesBack) {
+  const MlpJob job = MlpJob::Create();
+  constexpr int kSteps = 3000;
+  auto cluster = DaemonCluster::Start(FastLossDetection(2));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  DaemonCluster& c = **cluster;
+  std::string id;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: recovered, every: 100}", 0), &id).ok());
+  ASSERT_TRUE(
+      PollUntil([&] { return c.GetJob(id).steps_size() >= 150; }, absl::Seconds(120)).ok())
+      << c.Logs();
+
+  ASSERT_TRUE(c.RestartCoordinator().ok()) << c.Logs();
+  // The workers reconnect to the new coordinator by themselves.
+  ASSERT_TRUE(PollUntil([&] { return Alive(c) == 2; }, absl::Seconds(60)).ok()) << c.Logs();
+  const std::vector<v1::JobEvent> events = c.Watch(id, 240);
+  const JobOutcome outcome = JobOutcome::Of(events);
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << c.Logs();
+  EXPECT_EQ(c.GetJob(id).attempt(), 1);
+  EXPECT_EQ(outcome.losses.size(), static_cast<size_t>(kSteps));  // every step, once each
+  bool restarting = false, resumed = false;
+  for (const v1::JobEvent& e : events) {
+    restarting |= e.has_state() && e.state() == v1::RESTARTING &&
+                  e.message().find("the coordinator restarted") != std::string::npos;
+    resumed |= e.has_state() && e.state() == v1::RUNNING &&
+               e.message().find("resuming from ") != std::string::npos &&
+               e.message().find("recovered/step-") != std::string::npos;
+  }
+  EXPECT_TRUE(restarting);
+  EXPECT_TRUE(resumed) << "the second attempt did not resume from a checkpoint";
+}
+
 TEST(RestartTest, WithoutRestartsLeftTheJobFailsNamingTheCause) {
   const MlpJob job = MlpJob::Create();
   auto cluster = DaemonCluster::Start(FastLossDetection(1));

@@ -498,7 +498,23 @@ void Worker::StartTask(const v1::Assignment& assignment) {
   const int64_t current = session();
   std::unique_ptr<Task> previous;
   {
+    // A task cancelled when the stream to the coordinator broke (a restarted coordinator now
+    // assigns the job's next attempt) gets until kAbandonAfter to end, then is abandoned.
     absl::MutexLock lock(&mu_);
+    if (task_ != nullptr && !task_->finished()) {
+      if (const std::optional<absl::Time> cancelled = task_->cancelled_at()) {
+        Task* stuck = task_.get();
+        mu_.AwaitWithDeadline(absl::Condition(
+                                  +[](Task* t) { return t->finished(); }, stuck),
+                              *cancelled + kAbandonAfter);
+        if (!stuck->finished()) {
+          spdlog::warn("job {} attempt {}: still in a collective {} after its cancel: abandoned",
+                       stuck->job_id(), stuck->attempt(), absl::FormatDuration(kAbandonAfter));
+          stuck->Abandon();
+          abandoned_.push_back(std::move(task_));
+        }
+      }
+    }
     if (task_ != nullptr && !task_->finished()) {
       const std::string busy =
           absl::StrCat("rank ", program.rank(), ": worker busy with job ", task_->job_id(),
