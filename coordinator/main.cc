@@ -139,6 +139,9 @@ int Run() {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A write to a socket whose peer died (a Gloo pair, a gRPC connection) must fail with EPIPE,
+  // not kill this process: a survivor of a killed peer reports the error and is restarted.
+  signal(SIGPIPE, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
 
   // Flags first: a bad one must not touch the job store (opening it re-plans and fails jobs).

@@ -55,28 +55,6 @@ class CheckpointTest : public SharedClusterSuite<::testing::Test, 4> {
   static JobOutcome RunJob(const std::string& spec_path) { return cluster_->RunSpecFile(spec_path); }
 };
 
-// Every tensor of two checkpoints, read whole, is identical bit for bit.
-void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir) {
-  auto a = checkpoint::CheckpointReader::Open(a_dir);
-  auto b = checkpoint::CheckpointReader::Open(b_dir);
-  ASSERT_TRUE(a.ok()) << a.status();
-  ASSERT_TRUE(b.ok()) << b.status();
-  std::set<std::string> names_a, names_b;
-  for (const auto& [name, t] : a->index().tensors) names_a.insert(name);
-  for (const auto& [name, t] : b->index().tensors) names_b.insert(name);
-  EXPECT_EQ(names_a, names_b);
-  for (const auto& [name, t] : a->index().tensors) {
-    if (names_b.count(name) == 0) continue;
-    int64_t n = 1;
-    for (int64_t d : t.global_shape) n *= d;
-    std::vector<float> va(n), vb(n);
-    const std::vector<int64_t> zeros(t.global_shape.size(), 0);
-    ASSERT_TRUE(a->ReadBox(name, zeros, t.global_shape, va.data()).ok()) << name;
-    ASSERT_TRUE(b->ReadBox(name, zeros, t.global_shape, vb.data()).ok()) << name;
-    EXPECT_EQ(std::memcmp(va.data(), vb.data(), n * sizeof(float)), 0) << name << " differs";
-  }
-}
-
 void CopyDir(const std::string& from, const std::string& to) {
   fs::copy(from, to, fs::copy_options::recursive);
 }

@@ -87,6 +87,10 @@ std::string MlpSpec(const MlpJob& job, const std::string& mesh, int steps,
 // dir/readme.bin, which examples/gpt2_*.yaml read; fails the calling test unless it worked.
 bool WriteReadmeTokens(const std::string& dir);
 
+// Every tensor of two committed checkpoints (step folders), read whole, is identical bit for bit;
+// fails the calling test naming the tensor that differs.
+void ExpectSameTensors(const std::string& a_dir, const std::string& b_dir);
+
 // Losses parsed from `weftctl local --json` output; fails the calling test on a malformed line
 // and sets *final_state to the last state event.
 std::vector<double> ParseStepLosses(const std::string& json_lines, std::string* final_state);

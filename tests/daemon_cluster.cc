@@ -86,14 +86,14 @@ absl::Status DaemonCluster::SpawnWorker(const std::map<std::string, std::string>
 }
 
 absl::Status DaemonCluster::StartWorker(const std::map<std::string, std::string>& env) {
-  int registered = 0;
-  for (const v1::WorkerInfo& w : ListWorkers()) registered += w.state() != "lost";
   RETURN_IF_ERROR(SpawnWorker(env));
+  const pid_t pid = workers_.back()->pid();
   const absl::Status up = PollUntil(
       [&] {
-        int now = 0;
-        for (const v1::WorkerInfo& w : ListWorkers()) now += w.state() != "lost";
-        return now > registered;
+        for (const v1::WorkerInfo& w : ListWorkers()) {
+          if (w.pid() == pid && w.state() != "lost") return true;
+        }
+        return false;
       },
       absl::Seconds(30), absl::Milliseconds(50));
   if (!up.ok()) {
@@ -133,6 +133,9 @@ std::string DaemonCluster::Logs() const {
   for (size_t i = 0; i < workers_.size(); ++i) {
     absl::StrAppend(&out, "\nworker ", i, ":\n",
                     ReadFileOrEmpty(absl::StrCat(dir_, "/worker", i, ".log")));
+    if (!workers_[i]->Running() && workers_[i]->exit_status().has_value()) {
+      absl::StrAppend(&out, "(its process ", workers_[i]->exit_status()->Describe(), ")\n");
+    }
   }
   return out;
 }

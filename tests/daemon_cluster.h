@@ -59,6 +59,7 @@ class DaemonCluster {
   // The daemons, for tests that kill them or wait for them to end.
   Subprocess& coordinator() { return coordinator_->process(); }
   Subprocess& worker(int i) { return *workers_[i]; }
+  int worker_count() const { return static_cast<int>(workers_.size()); }
   std::string coordinator_log() const;
   // Every daemon's log, for failure messages.
   std::string Logs() const;

@@ -7,12 +7,15 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/jobspec/yaml.h"
+#include "common/test_seed.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -195,6 +198,62 @@ TEST(RestartTest, WithoutRestartsLeftTheJobFailsNamingTheCause) {
             std::string::npos)
       << outcome.message;
   EXPECT_NE(outcome.message.find("lost"), std::string::npos) << outcome.message;
+}
+
+// Chaos: a job with checkpoints while one to three workers, chosen at random among those running
+// it, are killed with SIGKILL at random points of its progress, each replaced by a new worker
+// (the seed is printed; WEFT_TEST_SEED reproduces the choices). It SUCCEEDS, and its final
+// parameters and optimizer states equal an uninterrupted run's bit for bit.
+TEST(ChaosTest, WorkersKilledAtRandomAndReplacedLeaveTheFinalStateUnchanged) {
+  const MlpJob job = MlpJob::Create();
+  constexpr int kSteps = 400;
+  auto cluster = DaemonCluster::Start(FastLossDetection(2));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  DaemonCluster& c = **cluster;
+  std::string calm;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: calm, every: 25}", 0), &calm).ok());
+  ASSERT_EQ(JobOutcome::Of(c.Watch(calm, 240)).state, v1::SUCCEEDED) << c.Logs();
+
+  std::mt19937_64 rng(TestSeed());
+  const int kills = 1 + static_cast<int>(rng() % 3);
+  std::string id;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: chaos, every: 25}", kills), &id).ok());
+  int killed = 0;
+  for (int k = 0; k < kills; ++k) {
+    // A point of the run's progress after the previous kill's.
+    const int at = static_cast<int>((k + 0.2 + 0.6 * (rng() % 1000) / 1000.0) * kSteps /
+                                    (kills + 1));
+    pid_t victim = 0;
+    const absl::Status found = PollUntil(
+        [&]() -> absl::StatusOr<bool> {
+          const v1::Job now = c.GetJob(id);
+          if (now.state() == v1::SUCCEEDED || now.state() == v1::FAILED) return true;
+          if (now.state() != v1::RUNNING || now.steps_size() < at) return false;
+          std::vector<pid_t> running;
+          for (const v1::WorkerInfo& w : c.ListWorkers()) {
+            if (w.state() == "busy" && w.job_id() == id) running.push_back(w.pid());
+          }
+          if (running.empty()) return false;
+          victim = running[rng() % running.size()];
+          return true;
+        },
+        absl::Seconds(120));
+    ASSERT_TRUE(found.ok()) << found << c.Logs();
+    if (victim == 0) break;  // the job ended first
+    for (int i = 0; i < c.worker_count(); ++i) {
+      if (c.worker(i).pid() == victim) c.worker(i).Signal(SIGKILL);
+    }
+    ++killed;
+    std::printf("[chaos] kill %d of %d: worker pid %d at step >= %d\n", k + 1, kills,
+                static_cast<int>(victim), at);
+    ASSERT_TRUE(c.StartWorker().ok()) << c.Logs();  // its replacement
+  }
+  const JobOutcome outcome = JobOutcome::Of(c.Watch(id, 240));
+  ASSERT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << c.Logs();
+  EXPECT_GT(killed, 0) << "the job ended before any worker was killed";
+  EXPECT_EQ(c.GetJob(id).attempt(), killed);
+  ExpectSameTensors(job.dir + "/calm/step-" + std::to_string(kSteps),
+                    job.dir + "/chaos/step-" + std::to_string(kSteps));
 }
 
 }  // namespace

@@ -122,6 +122,9 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // A write to a socket whose peer died (a Gloo pair, a gRPC connection) must fail with EPIPE,
+  // not kill this process: a survivor of a killed peer reports the error and is restarted.
+  signal(SIGPIPE, SIG_IGN);
 
   absl::StatusOr<weft::PathRoots> roots = weft::PathRoots::Resolve(
       absl::GetFlag(FLAGS_data_root), absl::GetFlag(FLAGS_checkpoint_root));
