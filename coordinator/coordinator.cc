@@ -691,6 +691,26 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   }
 }
 
+void Coordinator::DecideFailureLocked(const std::string& job_id) {
+  auto it = runs_.find(job_id);
+  if (it == runs_.end() || it->second.failures.empty() || it->second.cancelling) return;
+  std::vector<Run::Failure> failures = std::move(it->second.failures);
+  it->second.failures.clear();
+  std::stable_sort(failures.begin(), failures.end(),
+                   [](const Run::Failure& a, const Run::Failure& b) { return a.at_ms < b.at_ms; });
+  const Run::Failure& first = failures.front();
+  std::string cause = first.message;
+  constexpr size_t kListed = 8;
+  for (size_t i = 1; i < failures.size() && i < kListed; ++i) {
+    absl::StrAppend(&cause, i == 1 ? "; then " : "; ", failures[i].message.substr(0, 512), " (+",
+                    failures[i].at_ms - first.at_ms, " ms)");
+  }
+  if (failures.size() > kListed) {
+    absl::StrAppend(&cause, "; and ", failures.size() - kListed, " more");
+  }
+  FailRunLocked(job_id, first.rank, cause);
+}
+
 void Coordinator::FailRunLocked(const std::string& job_id, int rank, const std::string& cause) {
   auto it = runs_.find(job_id);
   if (it == runs_.end()) return;
@@ -766,7 +786,8 @@ void Coordinator::ReleaseWorkerLocked(Worker* worker) {
   worker->release_deadline_ms = 0;
 }
 
-void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure) {
+void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
+                                 int64_t failed_at_ms) {
   if (run->done[rank]) return;
   run->done[rank] = true;
   const bool all_done = std::all_of(run->done.begin(), run->done.end(), [](bool d) { return d; });
@@ -777,7 +798,12 @@ void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string&
     return;
   }
   if (!ok) {
-    FailRunLocked(run->job.id(), rank, failure);
+    run->failures.push_back({rank, failed_at_ms > 0 ? failed_at_ms : Now(), failure});
+    if (run->failures.size() == 1) run->settle_deadline_ms = Now() + options_.failure_settle_ms;
+  }
+  if (!run->failures.empty()) {
+    // Decided once every rank answered or the window closed (Tick).
+    if (all_done || options_.failure_settle_ms <= 0) DecideFailureLocked(run->job.id());
     return;
   }
   if (all_done) {
@@ -986,7 +1012,8 @@ void Coordinator::HandleDoneLocked(Worker* w, const v1::TaskDone& done) {
   }
   RankDoneLocked(&it->second, w->rank, done.ok(),
                  absl::StrCat("rank ", w->rank, " (", w->id, "): ",
-                              done.message().empty() ? "failed" : done.message()));
+                              done.message().empty() ? "failed" : done.message()),
+                 done.failed_at_ms());
 }
 
 void Coordinator::DisconnectWorker(const std::string& worker_id, const std::string& why) {
@@ -1050,6 +1077,13 @@ void Coordinator::Tick() {
       ReleaseWorkerLocked(w.get());
     }
   }
+  std::vector<std::string> settled;
+  for (const auto& [job_id, run] : runs_) {
+    if (!run.failures.empty() && !run.cancelling && run.settle_deadline_ms <= now) {
+      settled.push_back(job_id);
+    }
+  }
+  for (const std::string& job_id : settled) DecideFailureLocked(job_id);
   std::vector<std::string> expired;
   for (const auto& [job_id, run] : runs_) {
     if (run.cancelling && run.cancel_deadline_ms <= now) expired.push_back(job_id);

@@ -90,6 +90,11 @@ struct CoordinatorOptions {
   // How long a cancelled job's workers get to confirm (TaskDone) before the job is CANCELLED
   // anyway and they are counted idle again.
   int64_t cancel_grace_ms = 5000;
+  // After a rank's failure, how long the other ranks' failures are gathered before the attempt
+  // fails: the earliest by its time (TaskDone.failed_at_ms) is the cause, the others follow it
+  // in the message (a checksum error on rank 1, not rank 2's "connection closed" echo of it).
+  // 0: the first reported is the cause.
+  int64_t failure_settle_ms = 1000;
   // Wall-clock milliseconds; tests substitute a manual clock.
   std::function<int64_t()> now_ms;
   // Fills derived fields and checks a submitted spec (default: PrepareJobSpec:
@@ -211,6 +216,14 @@ class Coordinator {
     bool cancelling = false;
     std::string cancel_reason;
     int64_t cancel_deadline_ms = 0;
+    // Rank failures gathered since the first (failure_settle_ms), and when to decide.
+    struct Failure {
+      int rank = -1;
+      int64_t at_ms = 0;
+      std::string message;
+    };
+    std::vector<Failure> failures;
+    int64_t settle_deadline_ms = 0;
   };
   // A complete save waiting for the committer thread.
   struct Commit {
@@ -282,9 +295,11 @@ class Coordinator {
   // FinishRunLocked(FAILED).
   void FailRunLocked(const std::string& job_id, int rank, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank's TaskDone (or loss) for a running attempt.
-  void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank's TaskDone (or loss) for a running attempt; a failure at `failed_at_ms` (0: now).
+  void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
+                      int64_t failed_at_ms = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gathered failures decide: the earliest is the cause (FailRunLocked), the others follow.
+  void DecideFailureLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkLostLocked(Worker* worker, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps at most a bounded number of lost workers listed.
   void ForgetOldLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

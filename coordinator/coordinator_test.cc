@@ -129,6 +129,7 @@ class CoordinatorTest : public ::testing::Test {
     o.heartbeat_interval_ms = 100;
     o.worker_timeout_ms = 1000;
     o.cancel_grace_ms = 500;
+    o.failure_settle_ms = failure_settle_ms_;  // 0: the first failure decides
     o.now_ms = [this] { return now_.load(); };
     o.prepare_spec = [](v1::JobSpec* spec) -> absl::Status {
       if (spec->name() == "bad") {
@@ -205,8 +206,9 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   void Done(const std::string& worker, const std::string& job, int rank, bool ok,
-            const std::string& message = "", int attempt = 0) {
+            const std::string& message = "", int attempt = 0, int64_t failed_at_ms = 0) {
     v1::WorkerMessage m;
+    m.mutable_done()->set_failed_at_ms(failed_at_ms);
     m.mutable_done()->set_job_id(job);
     m.mutable_done()->set_attempt(attempt);
     m.mutable_done()->set_rank(rank);
@@ -242,6 +244,7 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string dir_;
   PageLimits pages_;  // Options() gives them; a test sets its own, then Reopen()
+  int64_t failure_settle_ms_ = 0;
   std::atomic<int64_t> now_{1000000};
   std::atomic<int> plans_{0};
   std::unique_ptr<Coordinator> coordinator_;
@@ -854,6 +857,38 @@ TEST_F(CoordinatorTest, WatchEndsWhenTheClientGoesAway) {
       job, [](const v1::JobEvent&) { return true; }, [&] { return ++polls == 2; });
   EXPECT_EQ(s.code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(polls, 2);
+}
+
+// The cause, not the echo: failures are gathered for failure_settle_ms and the earliest by its
+// time is the job's failure, the others after it; a lone failure decides when the window closes.
+TEST_F(CoordinatorTest, TheEarliestFailureOverTheRanksIsTheCause) {
+  failure_settle_ms_ = 1000;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  const int64_t t = now_.load();
+  // Rank 1's echo arrives first; rank 0's checksum error happened 40 ms before it.
+  Done(w2, job, 1, false, "all_reduce: Connection closed by peer", 0, t + 50);
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);  // gathering
+  Done(w1, job, 0, false, "loading fc0.weight: checksum mismatch", 0, t + 10);
+  v1::Job failed = Get(job);
+  EXPECT_EQ(failed.state(), v1::FAILED);
+  EXPECT_EQ(failed.message(),
+            "rank 0 (worker-1): loading fc0.weight: checksum mismatch; then rank 1 (worker-2): "
+            "all_reduce: Connection closed by peer (+40 ms)");
+
+  std::string lone = Submit(Spec(2));
+  ASSERT_EQ(Get(lone).state(), v1::RUNNING);
+  Done(w1, lone, 0, false, "step 3: out of memory", 0, now_.load());
+  now_ += 999;
+  coordinator_->Tick();
+  EXPECT_EQ(Get(lone).state(), v1::RUNNING);  // rank 1 is silent; the window is still open
+  now_ += 1;
+  coordinator_->Tick();
+  EXPECT_EQ(Get(lone).state(), v1::FAILED);
+  EXPECT_EQ(Get(lone).message(), "rank 0 (worker-1): step 3: out of memory");
 }
 
 TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {

@@ -38,6 +38,9 @@ ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here (atomically) once serving");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
 ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
+ABSL_FLAG(int64_t, failure_settle_ms, 1000,
+          "after a rank fails, how long the others' failures are gathered; the earliest is the "
+          "job's cause");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
 ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger ones are refused");
@@ -194,6 +197,7 @@ int Run() {
   options.heartbeat_interval_ms = absl::GetFlag(FLAGS_heartbeat_ms);
   options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
+  options.failure_settle_ms = absl::GetFlag(FLAGS_failure_settle_ms);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   options.roots = *std::move(roots);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {

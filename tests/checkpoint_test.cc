@@ -158,6 +158,47 @@ TEST_F(CheckpointTest, DataParallelWritesOneCopyOfReplicatedTensors) {
   EXPECT_TRUE(reader->VerifyAll().ok());
 }
 
+// The cause, not the echo: a checkpoint chunk only rank 1 reads is corrupt, so rank 1 fails with
+// a checksum error while rank 0, waiting for it in a collective, fails with the peer gone. The
+// job's failure message names rank 1's checksum error first, whichever report arrived first.
+TEST_F(CheckpointTest, AChecksumErrorOnRank1IsTheJobsFailure) {
+  MlpJob job = MlpJob::Create();
+  const std::string mp2 = "{shape: [2], dim_names: [mp]}";
+  JobOutcome saved = RunJob(job.WriteSpec(
+      "save.yaml", MlpSpec(job, mp2, 1, "{dir: corrupt}", false, ColRowOverMp())));
+  ASSERT_EQ(saved.saves.size(), 1u);
+  const std::string step_dir = job.dir + "/corrupt/step-1";
+  auto reader = checkpoint::CheckpointReader::Open(step_dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  // fc0.weight is Shard(1) over mp: rank 1 alone reads the columns from 8 on.
+  const checkpoint::TensorEntry& weight = reader->index().tensors.at("fc0.weight");
+  const checkpoint::Chunk* theirs = nullptr;
+  for (const checkpoint::Chunk& c : weight.chunks) {
+    if (c.offsets.size() == 2 && c.offsets[1] == MlpJob::kHidden / 2) theirs = &c;
+  }
+  ASSERT_NE(theirs, nullptr);
+  {
+    std::fstream f(step_dir + "/" + theirs->file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(theirs->begin + 4);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x5a);
+    f.seekp(theirs->begin + 4);
+    f.write(&byte, 1);
+  }
+  auto spec = LoadJobSpecFile(job.WriteSpec(
+      "load.yaml", MlpSpec(job, mp2, 2, "", false, ColRowOverMp(), "corrupt/step-1")));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  std::string id;
+  const grpc::Status submitted = cluster_->Submit(*spec, &id);
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  const JobOutcome loaded = JobOutcome::Of(cluster_->Watch(id, 120));
+  EXPECT_EQ(loaded.state, v1::FAILED);
+  EXPECT_EQ(loaded.message.rfind("rank 1 (", 0), 0u) << loaded.message;
+  EXPECT_NE(loaded.message.find("checksum"), std::string::npos) << loaded.message;
+  EXPECT_NE(loaded.message.find("fc0.weight"), std::string::npos) << loaded.message;
+}
+
 void ExpectLoadable(const std::string& dir, int64_t step) {
   absl::StatusOr<std::string> latest = checkpoint::FindLatestReadOnly(dir);
   ASSERT_TRUE(latest.ok()) << latest.status();
