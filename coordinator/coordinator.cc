@@ -678,6 +678,10 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   }
 
   if (state != v1::SUCCEEDED) SendCancelLocked(run, message);
+  ReleaseWorkersLocked(run);
+}
+
+void Coordinator::ReleaseWorkersLocked(const Run& run) {
   for (size_t r = 0; r < run.workers.size(); ++r) {
     Worker* w = FindWorker(run.workers[r]);
     if (w == nullptr || w->status == WorkerStatus::kLost) continue;
@@ -751,19 +755,10 @@ void Coordinator::FailRunLocked(const std::string& job_id, int rank, const std::
   if (!stored.ok()) spdlog::error("job {}: {}", job_id, stored.ToString());
   Publish(restart);
 
-  // Every rank of the attempt stops at once (the workers abort their communicators); each is
-  // free when it confirms, or after the grace period.
+  // Every rank of the attempt is told to stop; each is free when it confirms (a rank stuck in a
+  // collective is abandoned by its worker, Worker::AbandonStuckTask), or after the grace period.
   SendCancelLocked(run, absl::StrCat("restarting: ", cause));
-  for (size_t k = 0; k < run.workers.size(); ++k) {
-    Worker* w = FindWorker(run.workers[k]);
-    if (w == nullptr || w->status == WorkerStatus::kLost) continue;
-    if (run.done[k]) {
-      ReleaseWorkerLocked(w);
-    } else {
-      w->draining = true;
-      w->release_deadline_ms = Now() + options_.cancel_grace_ms;
-    }
-  }
+  ReleaseWorkersLocked(run);
 
   // The next attempt waits first in line, from the newest checkpoint (AttemptStartingState).
   v1::Job job = std::move(run.job);

@@ -304,6 +304,9 @@ class Coordinator {
   // Keeps at most a bounded number of lost workers listed.
   void ForgetOldLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWorkerLocked(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run's workers once it ended: those done are idle again, the others drain (told to cancel,
+  // idle when they confirm or after cancel_grace_ms).
+  void ReleaseWorkersLocked(const Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleStepLocked(Worker* worker, const v1::StepReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleDoneLocked(Worker* worker, const v1::TaskDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
