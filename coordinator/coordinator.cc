@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -270,6 +271,8 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
                                             (*plan)->world_size(), " ranks for ", world_size));
   }
 
+  RETURN_IF_ERROR(CheckFitsTheWorkers(checked, **plan));
+
   SchedulingLock lock(this);
   if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
   ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(checked, Now(), "submitted"));
@@ -279,6 +282,37 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   pending_.push_back(job);
   ScheduleLocked();
   return job.id();
+}
+
+absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan) {
+  const std::string kind = spec.device().empty() ? "cpu" : spec.device();
+  int64_t largest = 0;
+  std::string largest_id;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& w : workers_) {
+      if (w->status == WorkerStatus::kLost || w->hello.device().kind() != kind) continue;
+      if (w->hello.device().memory_bytes() > largest) {
+        largest = w->hello.device().memory_bytes();
+        largest_id = w->id;
+      }
+    }
+  }
+  if (largest <= 0) return absl::OkStatus();  // no worker of the kind says its memory yet
+  // Each rank's planned peak is its Program's arena (what its allocator holds), emitted off the
+  // lock; the first rank that cannot fit is refused.
+  for (int r = 0; r < plan.world_size(); ++r) {
+    absl::StatusOr<v1::Program> program = plan.Program(r, planner::Attempt{});
+    if (!program.ok()) return Annotate(program.status(), "planning the job");
+    if (program->arena_bytes() > largest) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", r, " needs ", absl::StrFormat("%.2f", program->arena_bytes() / 1073741824.0),
+          " GiB at its planned peak (`weftctl plan` shows it by role), more than the ",
+          absl::StrFormat("%.2f", largest / 1073741824.0), " GiB of the largest registered ",
+          kind, " worker (", largest_id, ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const v1::GetJobRequest& request) {

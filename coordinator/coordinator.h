@@ -275,6 +275,11 @@ class Coordinator {
   void DispatchStarted() ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t Now() const { return options_.now_ms(); }
+  // RESOURCE_EXHAUSTED with the figures when a rank's planned peak (its Program's arena) exceeds
+  // the memory of the largest registered worker of the job's kind: it could never run. OK when
+  // no such worker reports its memory.
+  absl::Status CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan)
+      ABSL_LOCKS_EXCLUDED(mu_);
   Worker* FindWorker(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::JobEvent StateEvent(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Stores the job (and the event when given), then hands the event to watchers.

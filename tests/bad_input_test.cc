@@ -176,6 +176,28 @@ TEST_F(BadInputTest, StageOutOfRange) {
                  {"stage", "fc2"});
 }
 
+// A job whose planned peak exceeds the memory of every registered worker could never run: it is
+// refused at submit with the figures (a 262144 x 262144 float32 weight with AdamW is 1 TiB).
+TEST_F(BadInputTest, AJobLargerThanItsWorkersMemoryIsRefusedAtSubmit) {
+  const std::string huge = R"(name: huge
+mesh: {shape: [2], dim_names: [dp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 262144, out_features: 262144, bias: false}
+  loss: mse
+data: {source: synthetic, sample_shape: [262144], label_shape: [262144], num_samples: 8,
+       batch_size: 4}
+optimizer: {type: adamw, lr: 1.0e-3, betas: [0.9, 0.999], eps: 1.0e-8, weight_decay: 0.0}
+train: {steps: 1, seed: 1}
+)";
+  const grpc::Status s = Submit(huge);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  for (const std::string word : {"rank 0 needs ", " GiB at its planned peak",
+                                 " GiB of the largest registered cpu worker (worker-"}) {
+    EXPECT_NE(s.error_message().find(word), std::string::npos) << s.error_message();
+  }
+}
+
 // A job larger than the cluster waits with its reason and does not hold back a smaller job
 // submitted after it, which runs to the end meanwhile; the large one can still be cancelled.
 TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonWhileASmallerJobRuns) {
