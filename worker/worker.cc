@@ -128,7 +128,11 @@ void Task::Run() {
   const v1::Program& program = assignment_.program();
   spdlog::info("job {} attempt {} rank {}: starting ({} steps)", program.job_id(),
                program.attempt(), program.rank(), program.steps());
-  const absl::Status status = RunSteps();
+  // The attempt's communicators and executor outlive RunSteps: closing their connections is what
+  // tells the peers, so the TaskDone (and the time of a failure in it) is made first.
+  AttemptComms comms;
+  std::unique_ptr<Executor> executor;
+  const absl::Status status = RunSteps(comms, executor);
   v1::WorkerMessage done;
   {
     absl::MutexLock lock(&mu_);
@@ -141,6 +145,8 @@ void Task::Run() {
                                                       status.message()));
     }
   }
+  executor.reset();
+  comms = AttemptComms();
   if (done.done().ok()) {
     spdlog::info("job {} attempt {} rank {}: done", program.job_id(), program.attempt(),
                  program.rank());
@@ -152,9 +158,9 @@ void Task::Run() {
   finished_.Notify();
 }
 
-absl::Status Task::RunSteps() {
+absl::Status Task::RunSteps(AttemptComms& comms, std::unique_ptr<Executor>& executor) {
   const v1::Program& program = assignment_.program();
-  ASSIGN_OR_RETURN(AttemptComms comms, env_->MakeComms(assignment_));
+  ASSIGN_OR_RETURN(comms, env_->MakeComms(assignment_));
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) return absl::CancelledError(cancel_reason_);
@@ -166,7 +172,7 @@ absl::Status Task::RunSteps() {
   };
   auto created = env_->MakeExecutor(program, comms.factory.get());
   if (!created.ok()) return Annotate(created.status(), "loading the program");
-  std::unique_ptr<Executor> executor = std::move(created).value();
+  executor = std::move(created).value();
   {
     absl::MutexLock lock(&mu_);
     executor_ = executor.get();

@@ -124,7 +124,9 @@ class Task {
 
  private:
   void Run();
-  absl::Status RunSteps();
+  // Makes the attempt's communicators and executor into `comms` and `executor` (the caller's, so
+  // that they outlive the error they may end with), then runs the steps.
+  absl::Status RunSteps(AttemptComms& comms, std::unique_ptr<Executor>& executor);
   // Writes this rank's shard of step `step` and sends its CheckpointReport.
   absl::Status SaveCheckpoint(Executor* executor, int64_t step);
   bool cancelled() const ABSL_LOCKS_EXCLUDED(mu_);
