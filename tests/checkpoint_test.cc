@@ -219,12 +219,17 @@ TEST_F(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
   const std::string dp2 = "{shape: [2], dim_names: [dp]}";
   const std::string dir = job.dir + "/ckpt";
   const std::string checkpoint = "{dir: ckpt, every: 1, keep: 5}";
-  const std::string spec = job.WriteSpec("job.yaml", MlpSpec(job, dp2, 3, checkpoint, false));
+  // The crash comes at the last step's save, four saves after step 1's: a killed process's last
+  // messages may not leave it, but step 1's report has long been sent.
+  constexpr int kSteps = 5;
+  const std::string spec =
+      job.WriteSpec("job.yaml", MlpSpec(job, dp2, kSteps, checkpoint, false));
   {
-    // Both workers kill themselves once their shard of step 3 is written, before reporting it.
+    // Both workers kill themselves once their shard of the last step is written, before
+    // reporting it.
     DaemonClusterOptions options;
     options.cpu_workers = 2;
-    options.worker_env = CrashAt(kWorkerAfterShard, 3);
+    options.worker_env = CrashAt(kWorkerAfterShard, kSteps);
     absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(options);
     ASSERT_TRUE(started.ok()) << started.status();
     DaemonCluster* cluster = started->get();
@@ -235,15 +240,16 @@ TEST_F(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
       ASSERT_TRUE(exit.has_value()) << "worker " << w << " did not crash\n" << cluster->Logs();
       EXPECT_EQ(exit->signal, SIGKILL) << exit->Describe() << "\n" << cluster->Logs();
     }
-    EXPECT_TRUE(fs::exists(checkpoint::StagingDir(dir, 3))) << "the shards of step 3 were written";
+    EXPECT_TRUE(fs::exists(checkpoint::StagingDir(dir, kSteps)))
+        << "the shards of the last step were written";
     ASSERT_TRUE(
         PollUntil([&] { return cluster->GetJob(id).state() == v1::FAILED; }, absl::Seconds(60))
             .ok())
         << cluster->Logs();
-    // The save of step 1 was reported a whole step and a save before the kill: it is committed
-    // (the commit may still be running). Step 2's report went out just before the kill, and a
-    // killed process's last messages may not reach the coordinator, so step 2 may or may not be
-    // committed; no rank reported step 3, so nothing can commit it.
+    // The save of step 1 was reported four steps and saves before the kill: it is committed (the
+    // commit may still be running). The later ones went out closer to the kill, and a killed
+    // process's last messages may not reach the coordinator, so they may or may not be
+    // committed; no rank reported the last step, so nothing can commit it.
     ASSERT_TRUE(PollUntil(
                     [&] {
                       return ReadFileOrEmpty(cluster->coordinator_log())
@@ -253,17 +259,19 @@ TEST_F(CheckpointTest, WorkersKilledDuringASaveLeaveThePreviousCheckpoint) {
                     .ok())
         << cluster->Logs();
     ASSERT_TRUE(fs::exists(checkpoint::StepDir(dir, 1)));
-    EXPECT_FALSE(fs::exists(checkpoint::StepDir(dir, 3))) << "a partial save was committed";
+    EXPECT_FALSE(fs::exists(checkpoint::StepDir(dir, kSteps))) << "a partial save was committed";
   }
-  const int64_t last = fs::exists(checkpoint::StepDir(dir, 2)) ? 2 : 1;
+  int64_t last = kSteps - 1;
+  while (last > 1 && !fs::exists(checkpoint::StepDir(dir, last))) --last;
   ExpectLoadable(dir, last);  // the newest committed step, whole
 
   // The resumed job goes on from the newest committed step.
-  JobOutcome resumed = RunJob(job.WriteSpec("job.yaml", MlpSpec(job, dp2, 3, checkpoint, true)));
-  EXPECT_EQ(resumed.losses.size(), static_cast<size_t>(3 - last));
+  JobOutcome resumed =
+      RunJob(job.WriteSpec("job.yaml", MlpSpec(job, dp2, kSteps, checkpoint, true)));
+  EXPECT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps - last));
   EXPECT_EQ(resumed.losses.count(last + 1), 1u);
-  ExpectLoadable(dir, 3);
-  EXPECT_FALSE(fs::exists(checkpoint::StagingDir(dir, 3))) << "leftover staging not removed";
+  ExpectLoadable(dir, kSteps);
+  EXPECT_FALSE(fs::exists(checkpoint::StagingDir(dir, kSteps))) << "leftover staging not removed";
 }
 
 TEST_F(CheckpointTest, CoordinatorKilledBeforeTheCommitLeavesThePreviousCheckpoint) {
