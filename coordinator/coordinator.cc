@@ -1,7 +1,6 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -123,12 +122,6 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> DefaultPlan(const v1::JobSpec& sp
       std::make_shared<PlannerJobPlan>(std::move(plan), std::move(hf_export)));
 }
 
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr<JobStore> store,
@@ -180,12 +173,12 @@ Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions opt
 Coordinator::~Coordinator() { Shutdown(); }
 
 absl::Duration Coordinator::SinceLastTick() const {
-  return absl::Nanoseconds(SteadyNowNs() - last_tick_ns_.load());
+  return last_tick_.Since();
 }
 
 void Coordinator::Start() {
   if (ticker_.joinable()) return;
-  last_tick_ns_ = SteadyNowNs();
+  last_tick_.Touch();
   // Heartbeats are checked a few times per timeout, and at least every 250 ms for cancel grace.
   const int64_t period_ms = std::max<int64_t>(
       10, std::min<int64_t>({250, options_.heartbeat_interval_ms, options_.worker_timeout_ms / 4}));
@@ -1089,7 +1082,7 @@ void Coordinator::ForgetOldLostWorkersLocked() {
 void Coordinator::Tick() {
   SchedulingLock lock(this);
   if (shutting_down_) return;
-  last_tick_ns_ = SteadyNowNs();
+  last_tick_.Touch();
   const int64_t now = Now();
   for (auto& w : workers_) {
     if (w->status == WorkerStatus::kLost) continue;

@@ -48,6 +48,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/path_roots.h"
+#include "common/steady_stamp.h"
 #include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/planner/planner.h"
@@ -351,8 +352,8 @@ class Coordinator {
   std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);  // started attempts, in start order
 
   absl::Notification stop_ticker_;
-  // steady_clock nanoseconds when Tick last got mu_ (or Start ran); read without it.
-  std::atomic<int64_t> last_tick_ns_{0};
+  // When Tick last got mu_ (or Start ran); read without it.
+  SteadyStamp last_tick_;
   std::thread ticker_;     // owned; joined by Shutdown
   std::thread committer_;  // owned; started by Create, joined by Shutdown
 };

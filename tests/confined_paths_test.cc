@@ -10,10 +10,10 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/yaml.h"
+#include "common/testing_files.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -22,15 +22,6 @@ namespace weft::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-void WriteText(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // A file shaped like /etc/shadow: what the daemons must never echo.
 constexpr char kSecret[] = "root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n";
@@ -138,7 +129,7 @@ TEST_F(ConfinedPathsTest, AFifoIsRefusedWithoutBlocking) {
 
 TEST_F(ConfinedPathsTest, NoErrorQuotesTheBytesOfAFile) {
   const std::string secret = root_ + "/shadow.safetensors";
-  WriteText(secret, kSecret);
+  WriteAll(secret, kSecret);
   // The first 8 bytes, read as a safetensors header length, are a number that spells them.
   uint64_t as_length = 0;
   std::memcpy(&as_length, kSecret, 8);
@@ -160,8 +151,8 @@ TEST_F(ConfinedPathsTest, NoErrorQuotesTheBytesOfAFile) {
   expect_no_secret(s);
   for (const char* format : {"llmc", "raw_u16", "megatron"}) {
     const std::string tokens = root_ + "/shadow.bin";
-    WriteText(tokens, std::string(kSecret) + std::string(2000, ':'));  // past llm.c's header
-    WriteText(root_ + "/shadow.idx", kSecret);
+    WriteAll(tokens, std::string(kSecret) + std::string(2000, ':'));  // past llm.c's header
+    WriteAll(root_ + "/shadow.idx", kSecret);
     v1::JobSpec t = Spec();
     t.mutable_data()->Clear();
     t.mutable_data()->set_source("tokens");
@@ -179,13 +170,13 @@ TEST_F(ConfinedPathsTest, NoErrorQuotesTheBytesOfAFile) {
 TEST_F(ConfinedPathsTest, ACheckpointFolderHoldingOthersFilesIsRefusedNotOverwritten) {
   const std::string mine = checkpoint_root_ + "/mine";
   fs::create_directories(mine);
-  WriteText(mine + "/latest", kSecret);
+  WriteAll(mine + "/latest", kSecret);
   v1::JobSpec spec = Spec();
   spec.mutable_checkpoint()->set_dir(mine);
   spec.mutable_checkpoint()->set_every(1);
   ExpectRefused(spec, grpc::StatusCode::INVALID_ARGUMENT,
                 {"checkpoint.dir: " + mine + ": holds 1 entry Weft did not write (latest)"});
-  EXPECT_EQ(ReadText(mine + "/latest"), kSecret);
+  EXPECT_EQ(ReadFileOrEmpty(mine + "/latest"), kSecret);
 
   // The daemons keep serving: a good job saves under the root.
   spec.mutable_checkpoint()->set_dir(checkpoint_root_ + "/run");

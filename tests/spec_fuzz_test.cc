@@ -53,14 +53,9 @@ using coordinator::Coordinator;
 using coordinator::CoordinatorOptions;
 using coordinator::JobStore;
 
-std::string TestTmpDirFile(const std::string& name) {
+std::string TestOutputsPath(const std::string& name) {
   const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
   return std::string(dir != nullptr ? dir : "/tmp") + "/" + name;
-}
-
-std::string ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 // Values a mutation puts where a scalar was: edges of every type the spec has.
@@ -313,7 +308,7 @@ TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
   for (const char* name :
        {"quickstart", "dp_mp", "tensor_parallel", "pipeline", "pipeline_dp", "residual", "zero",
         "zero_bf16", "gpt2_tiny", "gpt2_zero3", "llama_tiny"}) {
-    seeds.push_back(ReadText(BinaryPath(absl::StrCat("examples/", name, ".yaml"))));
+    seeds.push_back(ReadFileOrEmpty(BinaryPath(absl::StrCat("examples/", name, ".yaml"))));
     ASSERT_FALSE(seeds.back().empty()) << name;
   }
   // The integration tests' MLP job: npy data, init_from, a checkpoint folder.
@@ -348,7 +343,7 @@ TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
     const std::string text = mutator.Mutate(seeds[i % seeds.size()]);
     ++tally.specs;
     if (std::getenv("WEFT_FUZZ_DEBUG") != nullptr) {
-      std::ofstream(TestTmpDirFile("current.yaml")) << text;
+      std::ofstream(TestOutputsPath("current.yaml")) << text;
     }
     absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text, dir);
     absl::Status status = spec.status();

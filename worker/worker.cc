@@ -37,12 +37,6 @@ v1::WorkerMessage DoneMessage(const v1::Program& program, bool ok, const std::st
   return msg;
 }
 
-int64_t SteadyNowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 // ---- GlooTaskEnvironment ----
@@ -316,7 +310,7 @@ bool Worker::idle() const {
 absl::Status Worker::CheckAlive(absl::Duration window) const {
   const int64_t interval_ns = heartbeat_interval_ns_;
   if (interval_ns == 0) return absl::OkStatus();  // between streams: reconnecting
-  const absl::Duration silent = absl::Nanoseconds(SteadyNowNs() - last_heartbeat_ns_);
+  const absl::Duration silent = last_heartbeat_.Since();
   const absl::Duration limit = std::max(window, 2 * absl::Nanoseconds(interval_ns));
   if (silent <= limit) return absl::OkStatus();
   return absl::DeadlineExceededError(
@@ -432,7 +426,7 @@ absl::Status Worker::Serve() {
   }
   spdlog::info("connected to {} as {} (heartbeat every {})", options_.coordinator,
                first.welcome().worker_id(), absl::FormatDuration(interval));
-  last_heartbeat_ns_ = SteadyNowNs();
+  last_heartbeat_.Touch();
   heartbeat_interval_ns_ = absl::ToInt64Nanoseconds(interval);
   if (options_.on_connection) {
     options_.on_connection(true, absl::StrCat("registered with ", options_.coordinator, " as ",
@@ -445,7 +439,7 @@ absl::Status Worker::Serve() {
     beat.mutable_heartbeat();
     while (!stop_heartbeats.WaitForNotificationWithTimeout(interval)) {
       Send(beat, session);
-      last_heartbeat_ns_ = SteadyNowNs();
+      last_heartbeat_.Touch();
       AbandonStuckTask(session);
     }
   });

@@ -33,6 +33,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "common/path_roots.h"
+#include "common/steady_stamp.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "weft/v1/service.grpc.pb.h"
@@ -247,9 +248,9 @@ class Worker {
       ABSL_GUARDED_BY(write_mu_) = nullptr;  // owned by Serve
 
   // For CheckAlive, read without a lock: the current stream's heartbeat interval (0 between
-  // streams) and when its last heartbeat went out (or its Welcome came), steady_clock ns.
+  // streams) and when its last heartbeat went out (or its Welcome came).
   std::atomic<int64_t> heartbeat_interval_ns_{0};
-  std::atomic<int64_t> last_heartbeat_ns_{0};
+  SteadyStamp last_heartbeat_;
 };
 
 }  // namespace weft

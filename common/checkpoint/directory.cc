@@ -21,6 +21,7 @@
 #include "common/file_io.h"
 #include "common/safetensors.h"
 #include "common/status.h"
+#include "common/utf8.h"
 
 namespace weft::checkpoint {
 namespace {
@@ -97,7 +98,6 @@ using internal::CheckTensorName;
 using internal::Dims;
 using internal::kIndexFile;
 using internal::LoadIndex;
-using internal::ValidUtf8;
 
 absl::StatusOr<std::string> FindLatestImpl(const std::string& dir_arg, bool remove_staging) {
   std::string dir = dir_arg;
@@ -236,7 +236,7 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
     return fail(absl::StatusCode::kAlreadyExists, absl::StrCat(final_dir, " already exists"));
   }
   for (const auto& [k, v] : metadata) {
-    if (!ValidUtf8(k) || !ValidUtf8(v)) {
+    if (!IsValidUtf8(k) || !IsValidUtf8(v)) {
       return fail(absl::StatusCode::kInvalidArgument, absl::StrCat("metadata '", k, "' is not UTF-8"));
     }
   }

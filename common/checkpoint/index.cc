@@ -25,11 +25,9 @@ bool PlainFileName(const std::string& f) {
 
 std::string Hex(uint32_t v) { return absl::StrFormat("0x%08x", v); }
 
-bool ValidUtf8(const std::string& s) { return IsValidUtf8(s); }
-
 absl::Status CheckTensorName(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("a tensor has an empty name");
-  if (!ValidUtf8(name)) {
+  if (!IsValidUtf8(name)) {
     return absl::InvalidArgumentError(absl::StrCat("tensor name '", name, "' is not UTF-8"));
   }
   if (name == "__metadata__") {

@@ -77,8 +77,6 @@ inline constexpr char kIndexFile[] = "index.json";
 
 // "0x0000abcd"
 std::string Hex(uint32_t v);
-// Structural UTF-8 check (lead byte and continuation bytes), so names serialize as they are.
-bool ValidUtf8(const std::string& s);
 // Non-empty, UTF-8, not safetensors' reserved __metadata__.
 absl::Status CheckTensorName(const std::string& name);
 // No negative dim, and a volume whose bytes fit in int64.
