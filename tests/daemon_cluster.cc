@@ -90,8 +90,9 @@ absl::Status DaemonCluster::StartWorker(const std::map<std::string, std::string>
   const pid_t pid = workers_.back()->pid();
   const absl::Status up = PollUntil(
       [&] {
+        // Registered, whatever became of it since (a worker that crashes at once is lost).
         for (const v1::WorkerInfo& w : ListWorkers()) {
-          if (w.pid() == pid && w.state() != "lost") return true;
+          if (w.pid() == pid) return true;
         }
         return false;
       },
