@@ -586,6 +586,19 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   if (ready.ok() && (plan == plans_.end() || plan->second->world_size() != world)) {
     ready = absl::InternalError(absl::StrCat("no plan of ", world, " ranks for the job"));
   }
+  // The attempt's rendezvous scope, whose ticket only its workers get.
+  std::string ticket;
+  if (ready.ok()) {
+    const v1::Mesh& mesh = job.spec().mesh();
+    absl::StatusOr<std::string> opened = rendezvous_.Open(
+        RendezvousScope(job_id, job.attempt()),
+        RendezvousLimits::ForMesh(std::vector<int64_t>(mesh.shape().begin(), mesh.shape().end())));
+    if (opened.ok()) {
+      ticket = *std::move(opened);
+    } else {
+      ready = opened.status();
+    }
+  }
   if (!ready.ok()) {
     run.done.assign(world, true);  // nobody got anything to cancel
     FinishRunLocked(job_id, v1::FAILED, absl::StrCat("planning failed: ", ready.message()));
@@ -622,7 +635,8 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   dispatches_.push_back(Dispatch{job_id, job.attempt(), plan->second,
                                  planner::Attempt{job_id, job.attempt(), load->step,
                                                   load->step_dir, load->optimizer_states},
-                                 job.spec().trace(), RendezvousScope(job_id, job.attempt())});
+                                 job.spec().trace(), RendezvousScope(job_id, job.attempt()),
+                                 std::move(ticket)});
 }
 
 void Coordinator::DispatchStarted() {
@@ -659,6 +673,7 @@ void Coordinator::DispatchStarted() {
       v1::CoordinatorMessage msg;
       *msg.mutable_assignment()->mutable_program() = *std::move(program);
       msg.mutable_assignment()->set_rendezvous_scope(d.rendezvous_scope);
+      msg.mutable_assignment()->set_rendezvous_ticket(d.rendezvous_ticket);
       if (w == nullptr || w->connection == nullptr || !w->connection->Send(msg)) {
         for (int later = r; later < world; ++later) run.done[later] = true;
         FailRunLocked(d.job_id, r,
@@ -668,6 +683,13 @@ void Coordinator::DispatchStarted() {
       }
     }
   }
+}
+
+void Coordinator::EndRendezvousLocked(const std::string& job_id, int attempt) {
+  const std::string scope = RendezvousScope(job_id, attempt);
+  const RendezvousUsage held = rendezvous_.DropScope(scope);
+  spdlog::info("rendezvous scope {} ended: held {} keys and {} bytes at most", scope,
+                held.peak_keys, held.peak_bytes);
 }
 
 void Coordinator::SendCancelLocked(const Run& run, const std::string& reason) {
@@ -697,7 +719,7 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   run.job.clear_workers();
   v1::JobEvent event = StateEvent(run.job);
   SaveJob(run.job, &event);
-  rendezvous_.DropScope(RendezvousScope(job_id, run.job.attempt()));
+  EndRendezvousLocked(job_id, run.job.attempt());
   if (state == v1::SUCCEEDED) {
     spdlog::info("job {}: SUCCEEDED", job_id);
   } else {
@@ -758,7 +780,7 @@ void Coordinator::FailRunLocked(const std::string& job_id, int rank, const std::
   Run run = std::move(it->second);
   runs_.erase(it);
   traces_.Finish(job_id);
-  rendezvous_.DropScope(RendezvousScope(job_id, run.job.attempt()));
+  EndRendezvousLocked(job_id, run.job.attempt());
   // Saves of the failed attempt that every rank completed are still committed; the next attempt
   // waits for them (ScheduleLocked) and starts from the newest.
 

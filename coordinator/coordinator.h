@@ -251,6 +251,7 @@ class Coordinator {
     planner::Attempt start;  // job, attempt, starting state
     bool trace = false;
     std::string rendezvous_scope;
+    std::string rendezvous_ticket;
   };
 
   // mu_, for a call that may start jobs: when it ends, mu_ is released and then the started
@@ -327,6 +328,9 @@ class Coordinator {
   // waiting for it.
   void CommittedLocked(const Commit& commit, const absl::Status& status, double seconds,
                        const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Drops the attempt's rendezvous scope (its keys, and its ticket with them).
+  void EndRendezvousLocked(const std::string& job_id, int attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendCancelLocked(const Run& run, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

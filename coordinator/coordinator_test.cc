@@ -300,6 +300,11 @@ TEST_F(CoordinatorTest, PendingJobSaysWhatItWaitsForThenRunsWithStableRanks) {
   EXPECT_EQ(c2->assignments()[0].program().rank(), 1);
   EXPECT_EQ(c1->assignments()[0].program().job_id(), job);
   EXPECT_EQ(c1->assignments()[0].rendezvous_scope(), job + "/0");
+  // Both ranks get the scope's ticket, which opens it.
+  const std::string ticket = c1->assignments()[0].rendezvous_ticket();
+  EXPECT_EQ(ticket.size(), 32u);
+  EXPECT_EQ(c2->assignments()[0].rendezvous_ticket(), ticket);
+  EXPECT_TRUE(coordinator_->rendezvous()->Set(job + "/0", ticket, "k", "v").ok());
   EXPECT_EQ(WorkerState(w1), "busy");
 
   // Stored events: PENDING (submitted), PENDING (waiting ...), PLANNING, RUNNING.
@@ -895,10 +900,13 @@ TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {
   std::shared_ptr<FakeConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
-  ASSERT_TRUE(coordinator_->rendezvous()->Set(job + "/0", "gloo/0", "addr").ok());
+  ASSERT_EQ(c1->assignments().size(), 1u);
+  const std::string ticket = c1->assignments()[0].rendezvous_ticket();
+  ASSERT_TRUE(coordinator_->rendezvous()->Set(job + "/0", ticket, "gloo/0", "addr").ok());
   Done(w1, job, 0, true);
-  EXPECT_EQ(coordinator_->rendezvous()->Get(job + "/0", "gloo/0").status().code(),
+  EXPECT_EQ(coordinator_->rendezvous()->Get(job + "/0", ticket, "gloo/0").status().code(),
             absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->rendezvous()->ScopeCount(), 0);
 }
 
 TEST_F(CoordinatorTest, RestartRestartsRunningJobsFirstAndRequeuesPendingOnes) {

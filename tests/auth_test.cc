@@ -13,7 +13,13 @@
 // call through and says why; a coordinator given one of --tls_cert and --tls_key, or a file that
 // is missing, garbage or another certificate's key, stops at start naming the flag and the file.
 // With tokens and without TLS the coordinator warns at start that they travel in plaintext.
+//
+// The worker token alone does not open a job's rendezvous keys: while a job runs, a client with
+// it but without the attempt's ticket (which only the attempt's workers get) can neither read,
+// wait on nor write them, and once the attempt ends its scope is gone.
 #include <gtest/gtest.h>
+
+#include <grpcpp/grpcpp.h>
 
 #include <string>
 #include <vector>
@@ -25,6 +31,7 @@
 #include "common/testing_tls.h"
 #include "tests/cluster_fixture.h"
 #include "tests/process.h"
+#include "weft/v1/service.grpc.pb.h"
 
 namespace weft::testing {
 namespace {
@@ -144,6 +151,66 @@ TEST_F(AuthTest, EachRoleNeedsItsOwnToken) {
 
   // A job runs through the authenticated daemons to the float64 reference's losses.
   ExpectJobMatchesReference({"--token_file", client_token_}, 1, "worker.log");
+}
+
+TEST_F(AuthTest, TheWorkerTokenAloneOpensNoJobsRendezvousKeys) {
+  std::unique_ptr<Subprocess> worker = StartWorker(worker_token_, "worker.log");
+  ASSERT_NE(worker, nullptr);
+  MlpJob job = MlpJob::Create();
+  const std::string spec = job.WriteSpec("long.yaml", MlpSpec(job, "{shape: [1]}", 100000, "",
+                                                              false));
+  CommandResult submitted = Weftctl({"--token_file", client_token_, "submit", spec});
+  ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
+  const std::string id = std::string(absl::StripAsciiWhitespace(submitted.out));
+  bool running = false;
+  for (int i = 0; i < 600 && !running; ++i) {
+    CommandResult r = Weftctl({"--token_file", client_token_, "get", id});
+    running = absl::StrContains(r.out, "RUNNING");
+    if (!running) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(running) << ReadFileOrEmpty(dir_ + "/worker.log");
+
+  // A client with the worker token, guessing the scope's name (job/attempt) but not its ticket.
+  std::string token = ReadFileOrEmpty(worker_token_);
+  token = std::string(absl::StripAsciiWhitespace(token));
+  auto stub = v1::RendezvousService::NewStub(
+      grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+  auto get = [&](const std::string& ticket) {
+    grpc::ClientContext c;
+    c.AddMetadata("authorization", "Bearer " + token);
+    v1::RendezvousGetRequest request;
+    request.set_scope(id + "/0");
+    request.set_key("group-0-0/0");
+    request.set_ticket(ticket);
+    v1::RendezvousGetResponse response;
+    return stub->Get(&c, request, &response);
+  };
+  for (const std::string& ticket : {std::string(), std::string(32, '0')}) {
+    grpc::Status s = get(ticket);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_TRUE(absl::StrContains(s.error_message(), "ticket does not match")) << s.error_message();
+  }
+  {
+    grpc::ClientContext c;
+    c.AddMetadata("authorization", "Bearer " + token);
+    v1::RendezvousSetRequest request;
+    request.set_scope(id + "/0");
+    request.set_key("group-0-0/0");
+    request.set_value("forged");
+    v1::RendezvousSetResponse response;
+    EXPECT_EQ(stub->Set(&c, request, &response).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  }
+
+  // The attempt ends: its scope with it.
+  CommandResult cancelled = Weftctl({"--token_file", client_token_, "cancel", id});
+  ASSERT_EQ(cancelled.exit_code, 0) << cancelled.err;
+  grpc::Status gone = get(std::string(32, '0'));
+  for (int i = 0; i < 600 && gone.error_code() != grpc::StatusCode::NOT_FOUND; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    gone = get(std::string(32, '0'));
+  }
+  EXPECT_EQ(gone.error_code(), grpc::StatusCode::NOT_FOUND) << gone.error_message();
+  EXPECT_TRUE(absl::StrContains(gone.error_message(), "is not open")) << gone.error_message();
 }
 
 TEST_F(AuthTest, TokenFilesThatCannotServeStopTheCoordinatorAtStart) {

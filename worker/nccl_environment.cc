@@ -24,6 +24,7 @@ NcclTaskEnvironment::NcclTaskEnvironment(std::shared_ptr<grpc::ChannelInterface>
 absl::StatusOr<AttemptComms> NcclTaskEnvironment::MakeComms(const v1::Assignment& assignment) {
   auto factory = std::make_unique<RendezvousNcclFactory>(
       std::make_unique<RendezvousStore>(coordinator_, assignment.rendezvous_scope(),
+                                        assignment.rendezvous_ticket(),
                                         collective_timeout_),
       assignment.program().rank(), device_index_, collective_timeout_);
   RendezvousStore* store = factory->store();

@@ -4,7 +4,8 @@
 //
 // E.g.
 //   auto factory = std::make_unique<RendezvousFactory<GlooCommunicatorFactory>>(
-//       std::make_unique<RendezvousStore>(coordinator, scope, timeout), rank, host, timeout);
+//       std::make_unique<RendezvousStore>(coordinator, scope, ticket, timeout), rank, host,
+//       timeout);
 //   comms.cancel = [store = factory->store()] { store->Cancel(); };
 #ifndef WEFT_WORKER_RENDEZVOUS_FACTORY_H_
 #define WEFT_WORKER_RENDEZVOUS_FACTORY_H_

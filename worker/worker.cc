@@ -52,6 +52,7 @@ GlooTaskEnvironment::GlooTaskEnvironment(std::shared_ptr<grpc::ChannelInterface>
 absl::StatusOr<AttemptComms> GlooTaskEnvironment::MakeComms(const v1::Assignment& assignment) {
   auto factory = std::make_unique<RendezvousFactory<GlooCommunicatorFactory>>(
       std::make_unique<RendezvousStore>(coordinator_, assignment.rendezvous_scope(),
+                                        assignment.rendezvous_ticket(),
                                         collective_timeout_),
       assignment.program().rank(), host_, collective_timeout_);
   RendezvousStore* store = factory->store();

@@ -120,6 +120,7 @@ class FakeEnvironment : public TaskEnvironment {
 v1::Assignment MakeAssignment(const std::string& job, int attempt, int rank, int64_t steps) {
   v1::Assignment a;
   a.set_rendezvous_scope(job + "/" + std::to_string(attempt));
+  a.set_rendezvous_ticket("ticket-" + job);
   v1::Program* p = a.mutable_program();
   p->set_job_id(job);
   p->set_attempt(attempt);

@@ -279,53 +279,64 @@ TEST_F(GrpcServerTest, WorkerIsWelcomedListedAndLostWhenItLeaves) {
   EXPECT_EQ(list().workers(0).state(), "lost");
 }
 
+// Through the server: the scope's ticket sets, gets and waits; another ticket, a scope that is
+// not open, and a value past the attempt's bounds are refused with their own codes.
 TEST_F(GrpcServerTest, RendezvousSetGetWait) {
+  absl::StatusOr<std::string> opened =
+      coordinator_->rendezvous()->Open("job-000001/0", RendezvousLimits::ForMesh({2}));
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const std::string ticket = *opened;
   auto stub = v1::RendezvousService::NewStub(channel_);
-  {
+  auto set = [&](const std::string& scope, const std::string& with, const std::string& value) {
     grpc::ClientContext c;
     v1::RendezvousSetRequest set;
-    set.set_scope("job-000001/0");
+    set.set_scope(scope);
+    set.set_ticket(with);
     set.set_key("a");
-    set.set_value("1");
+    set.set_value(value);
     v1::RendezvousSetResponse r;
-    ASSERT_TRUE(stub->Set(&c, set, &r).ok());
-  }
-  {
+    return stub->Set(&c, set, &r);
+  };
+  auto get = [&](const std::string& with, const std::string& key, std::string* value) {
     grpc::ClientContext c;
     v1::RendezvousGetRequest get;
     get.set_scope("job-000001/0");
-    get.set_key("a");
+    get.set_ticket(with);
+    get.set_key(key);
     v1::RendezvousGetResponse r;
-    ASSERT_TRUE(stub->Get(&c, get, &r).ok());
-    EXPECT_EQ(r.value(), "1");
-  }
-  {
-    grpc::ClientContext c;
-    v1::RendezvousGetRequest get;
-    get.set_scope("job-000001/0");
-    get.set_key("b");
-    v1::RendezvousGetResponse r;
-    EXPECT_EQ(stub->Get(&c, get, &r).error_code(), grpc::StatusCode::NOT_FOUND);
-  }
-  {
+    grpc::Status s = stub->Get(&c, get, &r);
+    *value = r.value();
+    return s;
+  };
+  auto wait = [&](const std::vector<std::string>& keys, int64_t timeout_ms) {
     grpc::ClientContext c;
     v1::RendezvousWaitRequest wait;
     wait.set_scope("job-000001/0");
-    wait.add_keys("a");
-    wait.add_keys("b");
-    wait.set_timeout_ms(100);
+    wait.set_ticket(ticket);
+    for (const std::string& k : keys) wait.add_keys(k);
+    wait.set_timeout_ms(timeout_ms);
     v1::RendezvousWaitResponse r;
-    EXPECT_EQ(stub->Wait(&c, wait, &r).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
-  }
-  {
-    grpc::ClientContext c;
-    v1::RendezvousWaitRequest wait;
-    wait.set_scope("job-000001/0");
-    wait.add_keys("a");
-    wait.set_timeout_ms(1000);
-    v1::RendezvousWaitResponse r;
-    EXPECT_TRUE(stub->Wait(&c, wait, &r).ok());
-  }
+    return stub->Wait(&c, wait, &r);
+  };
+  ASSERT_TRUE(set("job-000001/0", ticket, "1").ok());
+  std::string value;
+  ASSERT_TRUE(get(ticket, "a", &value).ok());
+  EXPECT_EQ(value, "1");
+  EXPECT_EQ(get(ticket, "b", &value).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(wait({"a", "b"}, 100).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_TRUE(wait({"a"}, 1000).ok());
+
+  grpc::Status forged = get("0123456789abcdef0123456789abcdef", "a", &value);
+  EXPECT_EQ(forged.error_code(), grpc::StatusCode::PERMISSION_DENIED) << forged.error_message();
+  EXPECT_EQ(value, "");
+  EXPECT_EQ(set("job-000001/0", "", "2").error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(set("job-000002/0", ticket, "2").error_code(), grpc::StatusCode::NOT_FOUND);
+  grpc::Status big = set("job-000001/0", ticket, std::string(1 << 20, 'x'));
+  EXPECT_EQ(big.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << big.error_message();
+  EXPECT_NE(big.error_message().find("1048576 bytes, over the attempt's limit"),
+            std::string::npos) << big.error_message();
+  ASSERT_TRUE(get(ticket, "a", &value).ok());
+  EXPECT_EQ(value, "1");
 }
 
 TEST_F(GrpcServerTest, ShutdownEndsOpenStreams) {
@@ -420,14 +431,20 @@ class GrpcServerAuthTest : public ::testing::Test {
     return stream->Finish();
   }
   // Set, Get and Wait of RendezvousService with `token`.
-  std::vector<grpc::Status> RendezvousCalls(const std::string& token) const {
+  std::vector<grpc::Status> RendezvousCalls(const std::string& token) {
     auto stub = v1::RendezvousService::NewStub(Channel(token));
     std::vector<grpc::Status> out;
+    if (ticket_.empty()) {
+      ticket_ = coordinator_->rendezvous()
+                    ->Open("job-000001/0", RendezvousLimits::ForMesh({1}))
+                    .value_or("");
+    }
     {
       grpc::ClientContext c;
       c.set_deadline(In(10000));
       v1::RendezvousSetRequest set;
       set.set_scope("job-000001/0");
+      set.set_ticket(ticket_);
       set.set_key("k");
       set.set_value("v");
       v1::RendezvousSetResponse r;
@@ -438,6 +455,7 @@ class GrpcServerAuthTest : public ::testing::Test {
       c.set_deadline(In(10000));
       v1::RendezvousGetRequest get;
       get.set_scope("job-000001/0");
+      get.set_ticket(ticket_);
       get.set_key("k");
       v1::RendezvousGetResponse r;
       out.push_back(stub->Get(&c, get, &r));
@@ -447,6 +465,7 @@ class GrpcServerAuthTest : public ::testing::Test {
       c.set_deadline(In(10000));
       v1::RendezvousWaitRequest wait;
       wait.set_scope("job-000001/0");
+      wait.set_ticket(ticket_);
       wait.add_keys("k");
       wait.set_timeout_ms(1000);
       v1::RendezvousWaitResponse r;
@@ -457,6 +476,7 @@ class GrpcServerAuthTest : public ::testing::Test {
 
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorServer> server_;
+  std::string ticket_;  // of the scope RendezvousCalls use, once opened
 };
 
 void ExpectRefused(const grpc::Status& s, const std::string& service, const std::string& what) {

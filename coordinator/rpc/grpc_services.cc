@@ -199,14 +199,16 @@ grpc::Status GrpcRendezvousService::Set(grpc::ServerContext* context,
                                         const v1::RendezvousSetRequest* request,
                                         v1::RendezvousSetResponse*) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
-  return ToGrpcStatus(rendezvous_->Set(request->scope(), request->key(), request->value()));
+  return ToGrpcStatus(
+      rendezvous_->Set(request->scope(), request->ticket(), request->key(), request->value()));
 }
 
 grpc::Status GrpcRendezvousService::Get(grpc::ServerContext* context,
                                         const v1::RendezvousGetRequest* request,
                                         v1::RendezvousGetResponse* response) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
-  absl::StatusOr<std::string> value = rendezvous_->Get(request->scope(), request->key());
+  absl::StatusOr<std::string> value =
+      rendezvous_->Get(request->scope(), request->ticket(), request->key());
   if (!value.ok()) return ToGrpcStatus(value.status());
   response->set_value(std::move(*value));
   return grpc::Status::OK;
@@ -217,7 +219,7 @@ grpc::Status GrpcRendezvousService::Wait(grpc::ServerContext* context,
                                          v1::RendezvousWaitResponse*) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   std::vector<std::string> keys(request->keys().begin(), request->keys().end());
-  return ToGrpcStatus(rendezvous_->Wait(request->scope(), keys,
+  return ToGrpcStatus(rendezvous_->Wait(request->scope(), request->ticket(), keys,
                                         absl::Milliseconds(request->timeout_ms()),
                                         [context] { return context->IsCancelled(); }));
 }

@@ -1,5 +1,6 @@
 // FakeRendezvousService: an in-memory RendezvousService for tests (the coordinator's contract,
-// kept minimal): a map per scope; Wait blocks until every key is set or timeout_ms passes.
+// kept minimal): a map per scope; Wait blocks until every key is set or timeout_ms passes. A
+// scope belongs to the ticket its first call carried: a call with another is PERMISSION_DENIED.
 //
 // E.g.
 //   FakeRendezvousService service;
@@ -23,12 +24,14 @@ class FakeRendezvousService final : public v1::RendezvousService::Service {
   grpc::Status Set(grpc::ServerContext*, const v1::RendezvousSetRequest* req,
                    v1::RendezvousSetResponse*) override {
     absl::MutexLock lock(&mu_);
+    if (!TicketFits(req->scope(), req->ticket())) return WrongTicket();
     kv_[req->scope()][req->key()] = req->value();
     return grpc::Status::OK;
   }
   grpc::Status Get(grpc::ServerContext*, const v1::RendezvousGetRequest* req,
                    v1::RendezvousGetResponse* resp) override {
     absl::MutexLock lock(&mu_);
+    if (!TicketFits(req->scope(), req->ticket())) return WrongTicket();
     auto scope = kv_.find(req->scope());
     if (scope == kv_.end() || scope->second.count(req->key()) == 0) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, req->key());
@@ -40,6 +43,7 @@ class FakeRendezvousService final : public v1::RendezvousService::Service {
                     v1::RendezvousWaitResponse*) override {
     const absl::Time deadline = absl::Now() + absl::Milliseconds(req->timeout_ms());
     absl::MutexLock lock(&mu_);
+    if (!TicketFits(req->scope(), req->ticket())) return WrongTicket();
     auto all_present = [&]() {
       auto scope = kv_.find(req->scope());
       for (const std::string& k : req->keys()) {
@@ -59,7 +63,16 @@ class FakeRendezvousService final : public v1::RendezvousService::Service {
   }
 
  private:
+  bool TicketFits(const std::string& scope, const std::string& ticket)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return tickets_.emplace(scope, ticket).first->second == ticket;
+  }
+  static grpc::Status WrongTicket() {
+    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "the ticket does not match");
+  }
+
   absl::Mutex mu_;
+  std::map<std::string, std::string> tickets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::map<std::string, std::string>> kv_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -24,14 +24,17 @@ std::chrono::system_clock::time_point Deadline(std::chrono::milliseconds d) {
 }  // namespace
 
 RendezvousStore::RendezvousStore(std::shared_ptr<grpc::ChannelInterface> channel,
-                                 std::string scope, absl::Duration wait_timeout)
+                                 std::string scope, std::string ticket,
+                                 absl::Duration wait_timeout)
     : RendezvousStore(v1::RendezvousService::NewStub(std::move(channel)), std::move(scope),
-                      wait_timeout) {}
+                      std::move(ticket), wait_timeout) {}
 
 RendezvousStore::RendezvousStore(std::unique_ptr<v1::RendezvousService::StubInterface> stub,
-                                 std::string scope, absl::Duration wait_timeout)
+                                 std::string scope, std::string ticket,
+                                 absl::Duration wait_timeout)
     : stub_(std::move(stub)),
       scope_(std::move(scope)),
+      ticket_(std::move(ticket)),
       wait_timeout_(std::max<int64_t>(1, absl::ToInt64Milliseconds(wait_timeout))) {}
 
 RendezvousStore::~RendezvousStore() = default;
@@ -63,6 +66,7 @@ void RendezvousStore::set(const std::string& key, const std::vector<char>& data)
   absl::Cleanup untrack = [&] { Untrack(&ctx); };
   v1::RendezvousSetRequest req;
   req.set_scope(scope_);
+  req.set_ticket(ticket_);
   req.set_key(key);
   req.set_value(std::string(data.begin(), data.end()));
   v1::RendezvousSetResponse resp;
@@ -82,6 +86,7 @@ std::vector<char> RendezvousStore::get(const std::string& key) {
   absl::Cleanup untrack = [&] { Untrack(&ctx); };
   v1::RendezvousGetRequest req;
   req.set_scope(scope_);
+  req.set_ticket(ticket_);
   req.set_key(key);
   v1::RendezvousGetResponse resp;
   grpc::Status s = stub_->Get(&ctx, req, &resp);
@@ -105,6 +110,7 @@ void RendezvousStore::wait(const std::vector<std::string>& keys,
   absl::Cleanup untrack = [&] { Untrack(&ctx); };
   v1::RendezvousWaitRequest req;
   req.set_scope(scope_);
+  req.set_ticket(ticket_);
   for (const std::string& k : keys) req.add_keys(k);
   req.set_timeout_ms(t.count());
   v1::RendezvousWaitResponse resp;

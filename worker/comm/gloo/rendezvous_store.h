@@ -1,7 +1,8 @@
 // RendezvousStore: a gloo::rendezvous::Store over the coordinator's RendezvousService, so Gloo
 // bootstraps each job attempt through the coordinator instead of a shared file system or Redis.
-// Keys live in the attempt's scope (Assignment.rendezvous_scope); GlooCommunicatorFactory adds
-// a "group-<id>/" prefix per group on top.
+// Keys live in the attempt's scope (Assignment.rendezvous_scope), every call carrying the scope's
+// ticket (Assignment.rendezvous_ticket); GlooCommunicatorFactory adds a "group-<id>/" prefix per
+// group on top.
 //
 // Gloo's Store contract is blocking and exception-based: `get` waits until the key exists (here
 // Wait then Get), and failures throw gloo::IoException, which GlooCommunicatorFactory turns back
@@ -10,7 +11,8 @@
 // E.g.
 //   RendezvousStore store(grpc::CreateChannel("127.0.0.1:7070",
 //                                             grpc::InsecureChannelCredentials()),
-//                         assignment.rendezvous_scope(), absl::Seconds(300));
+//                         assignment.rendezvous_scope(), assignment.rendezvous_ticket(),
+//                         absl::Seconds(300));
 //   GlooCommunicatorFactory factory(&store, program.rank(), "127.0.0.1", absl::Seconds(300));
 #ifndef WEFT_WORKER_COMM_GLOO_RENDEZVOUS_STORE_H_
 #define WEFT_WORKER_COMM_GLOO_RENDEZVOUS_STORE_H_
@@ -36,9 +38,9 @@ class RendezvousStore : public gloo::rendezvous::Store {
   // `wait_timeout` bounds `get` and the timeout-less `wait`; Gloo passes its own timeout to the
   // other `wait`.
   RendezvousStore(std::shared_ptr<grpc::ChannelInterface> channel, std::string scope,
-                  absl::Duration wait_timeout);
+                  std::string ticket, absl::Duration wait_timeout);
   RendezvousStore(std::unique_ptr<v1::RendezvousService::StubInterface> stub, std::string scope,
-                  absl::Duration wait_timeout);
+                  std::string ticket, absl::Duration wait_timeout);
   ~RendezvousStore() override;
 
   void set(const std::string& key, const std::vector<char>& data) override;
@@ -60,6 +62,7 @@ class RendezvousStore : public gloo::rendezvous::Store {
 
   const std::unique_ptr<v1::RendezvousService::StubInterface> stub_;
   const std::string scope_;
+  const std::string ticket_;
   const std::chrono::milliseconds wait_timeout_;
 
   absl::Mutex mu_;

@@ -2,6 +2,7 @@
 // time), and two Gloo ranks bootstrapping through it.
 #include "worker/comm/gloo/rendezvous_store.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,11 +29,12 @@ class RendezvousStoreTest : public ::testing::Test {
   }
   void TearDown() override { server_->Shutdown(); }
 
-  std::unique_ptr<RendezvousStore> Store(const std::string& scope, absl::Duration timeout) {
+  std::unique_ptr<RendezvousStore> Store(const std::string& scope, absl::Duration timeout,
+                                         const std::string& ticket = "ticket") {
     return std::make_unique<RendezvousStore>(
         grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                             grpc::InsecureChannelCredentials()),
-        scope, timeout);
+        scope, ticket, timeout);
   }
 
   FakeRendezvousService service_;
@@ -91,10 +93,31 @@ TEST_F(RendezvousStoreTest, CancelStopsAWaitInFlight) {
   EXPECT_THROW(a->set("k", {'1'}), gloo::IoException);
 }
 
+// Every call carries the store's ticket: a store holding another one for the scope neither
+// reads, waits on nor writes its keys.
+TEST_F(RendezvousStoreTest, EveryCallCarriesTheTicket) {
+  auto owner = Store("job-1/0", absl::Seconds(5), "right");
+  auto other = Store("job-1/0", absl::Seconds(5), "wrong");
+  owner->set("k", {'1'});
+  EXPECT_EQ(owner->get("k"), std::vector<char>{'1'});
+  for (auto call : std::vector<std::function<void()>>{
+           [&] { other->get("k"); }, [&] { other->wait({"k"}); },
+           [&] { other->set("k", {'2'}); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "a call with the wrong ticket succeeded";
+    } catch (const gloo::IoException& e) {
+      EXPECT_NE(std::string(e.what()).find("ticket does not match"), std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(owner->get("k"), std::vector<char>{'1'});
+}
+
 TEST_F(RendezvousStoreTest, UnreachableCoordinatorIsAnError) {
   // Port 1 on loopback: nothing listens there.
   RendezvousStore store(
-      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), "s",
+      grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), "s", "ticket",
       absl::Seconds(1));
   EXPECT_THROW(store.wait({"k"}, std::chrono::milliseconds(100)), gloo::IoException);
 }
