@@ -800,13 +800,13 @@ void Coordinator::DecideFailureLocked(const std::string& job_id) {
   std::vector<Run::Failure> failures = std::move(it->second.failures);
   it->second.failures.clear();
   std::stable_sort(failures.begin(), failures.end(),
-                   [](const Run::Failure& a, const Run::Failure& b) { return a.at_ms < b.at_ms; });
+                   [](const Run::Failure& a, const Run::Failure& b) { return a.at_us < b.at_us; });
   const Run::Failure& first = failures.front();
   std::string cause = first.message;
   constexpr size_t kListed = 8;
   for (size_t i = 1; i < failures.size() && i < kListed; ++i) {
     absl::StrAppend(&cause, i == 1 ? "; then " : "; ", failures[i].message.substr(0, 512), " (+",
-                    failures[i].at_ms - first.at_ms, " ms)");
+                    (failures[i].at_us - first.at_us) / 1000, " ms)");
   }
   if (failures.size() > kListed) {
     absl::StrAppend(&cause, "; and ", failures.size() - kListed, " more");
@@ -903,7 +903,7 @@ void Coordinator::ReleaseWorkerLocked(Worker* worker) {
 }
 
 void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
-                                 const std::string& error, int64_t failed_at_ms) {
+                                 const std::string& error, int64_t failed_at_us) {
   if (run->done[rank]) return;
   run->done[rank] = true;
   const bool all_done = std::all_of(run->done.begin(), run->done.end(), [](bool d) { return d; });
@@ -914,9 +914,10 @@ void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string&
     return;
   }
   if (!ok) {
-    const int64_t at_ms = failed_at_ms > 0 ? failed_at_ms : Now();
-    run->failures.push_back({rank, at_ms, failure,
-                             RankErrorLocked(*run, rank, at_ms, error.empty() ? failure : error)});
+    const int64_t at_us = failed_at_us > 0 ? failed_at_us : Now() * 1000;
+    run->failures.push_back(
+        {rank, at_us, failure,
+         RankErrorLocked(*run, rank, at_us / 1000, error.empty() ? failure : error)});
     if (run->failures.size() == 1) run->settle_deadline_ms = Now() + options_.failure_settle_ms;
   }
   if (!run->failures.empty()) {
@@ -1165,7 +1166,8 @@ void Coordinator::HandleDoneLocked(Worker* w, const v1::TaskDone& done) {
   const std::string message = done.message().empty() ? "failed" : done.message();
   RankDoneLocked(&it->second, w->rank, done.ok(),
                  absl::StrCat("rank ", w->rank, " (", w->id, "): ", message),
-                 WithoutRankPrefix(message, w->rank), done.failed_at_ms());
+                 WithoutRankPrefix(message, w->rank),
+                 done.failed_at_us() > 0 ? done.failed_at_us() : done.failed_at_ms() * 1000);
 }
 
 void Coordinator::DisconnectWorker(const std::string& worker_id, const std::string& why) {

@@ -245,7 +245,7 @@ class Coordinator {
     // Rank failures gathered since the first (failure_settle_ms), and when to decide.
     struct Failure {
       int rank = -1;
-      int64_t at_ms = 0;
+      int64_t at_us = 0;  // when it failed, Unix microseconds
       std::string message;  // for Job.message: "rank 1 (worker-2): ..."
       v1::RankError error;  // for Job.rank_errors
     };
@@ -327,10 +327,11 @@ class Coordinator {
   // FinishRunLocked(FAILED).
   void FailRunLocked(const std::string& job_id, int rank, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank's TaskDone (or loss) for a running attempt; a failure at `failed_at_ms` (0: now),
-  // `failure` as the job's message names it, `error` as the rank's own words (RankError.message).
+  // A rank's TaskDone (or loss) for a running attempt; a failure at `failed_at_us` (Unix
+  // microseconds; 0: now), `failure` as the job's message names it, `error` as the rank's own
+  // words (RankError.message).
   void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
-                      const std::string& error = "", int64_t failed_at_ms = 0)
+                      const std::string& error = "", int64_t failed_at_us = 0)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The rank's error in the run's attempt: its worker, that worker's host, the message cut.
   v1::RankError RankErrorLocked(const Run& run, int rank, int64_t at_ms,

@@ -891,6 +891,39 @@ TEST_F(CoordinatorTest, TheEarliestFailureOverTheRanksIsTheCause) {
   EXPECT_EQ(Get(lone).message(), "rank 0 (worker-1): step 3: out of memory");
 }
 
+// An echo on a peer of the same host often fails within the millisecond of its cause: the
+// microseconds order them, whichever report arrives first.
+TEST_F(CoordinatorTest, FailuresWithinAMillisecondAreOrderedByTheirMicroseconds) {
+  failure_settle_ms_ = 1000;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  const int64_t t_us = now_.load() * 1000;
+  auto fail_at_us = [&](const std::string& worker, int rank, const std::string& message,
+                        int64_t us) {
+    v1::WorkerMessage m;
+    m.mutable_done()->set_job_id(job);
+    m.mutable_done()->set_rank(rank);
+    m.mutable_done()->set_message(message);
+    m.mutable_done()->set_failed_at_ms(us / 1000);
+    m.mutable_done()->set_failed_at_us(us);
+    coordinator_->HandleWorkerMessage(worker, m);
+  };
+  fail_at_us(w1, 0, "rank 0: all_reduce: Connection reset by peer", t_us + 900);
+  fail_at_us(w2, 1, "rank 1: loading fc0.weight: checksum mismatch", t_us + 300);
+  v1::Job failed = Get(job);
+  ASSERT_EQ(failed.state(), v1::FAILED);
+  EXPECT_EQ(failed.message(),
+            "rank 1 (worker-2): rank 1: loading fc0.weight: checksum mismatch; then rank 0 "
+            "(worker-1): rank 0: all_reduce: Connection reset by peer (+0 ms)");
+  ASSERT_EQ(failed.rank_errors_size(), 2);
+  EXPECT_EQ(failed.rank_errors(0).rank(), 1);
+  EXPECT_EQ(failed.rank_errors(0).failed_at_ms(), t_us / 1000);
+  EXPECT_EQ(failed.rank_errors(1).rank(), 0);
+}
+
 // Every rank's error of the failed attempt is in the job record, earliest first, with its worker,
 // host, attempt and time: a TaskDone's message without the worker's "rank R: " prefix, a lost
 // worker's reason. The record keeps them across a coordinator restart.

@@ -33,7 +33,11 @@ v1::WorkerMessage DoneMessage(const v1::Program& program, bool ok, const std::st
   done->set_rank(program.rank());
   done->set_ok(ok);
   done->set_message(message);
-  if (!ok) done->set_failed_at_ms(absl::ToUnixMillis(absl::Now()));
+  if (!ok) {
+    const absl::Time now = absl::Now();
+    done->set_failed_at_ms(absl::ToUnixMillis(now));
+    done->set_failed_at_us(absl::ToUnixMicros(now));
+  }
   return msg;
 }
 
