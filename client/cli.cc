@@ -24,6 +24,7 @@ const std::map<std::string, CommandInfo>& Commands() {
   static const auto* commands = new std::map<std::string, CommandInfo>{
       {"submit", {1, 1, "SPEC"}}, {"get", {1, 1, "JOB"}},     {"list", {0, 0, ""}},
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
+      {"logs", {1, 1, "JOB"}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
       {"trace", {2, 2, "JOB FILE"}},      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT"}},
       {"data", {2, 3, "tokenize --bytes IN OUT or inspect FILE"}},
@@ -38,8 +39,8 @@ struct FlagInfo {
 
 // The commands that call a coordinator given by --coordinator, with its credentials.
 const std::set<std::string>& ConnectingCommands() {
-  static const auto* commands = new std::set<std::string>{"submit", "get",     "list", "cancel",
-                                                          "watch",  "workers", "trace"};
+  static const auto* commands = new std::set<std::string>{
+      "submit", "get", "list", "cancel", "watch", "logs", "workers", "trace"};
   return *commands;
 }
 
@@ -49,7 +50,8 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"token_file", {true, ConnectingCommands()}},
       {"tls_ca", {true, ConnectingCommands()}},
       {"tls_server_name", {true, ConnectingCommands()}},
-      {"json", {false, {"submit", "get", "list", "watch", "workers", "local", "plan", "ckpt"}}},
+      {"json",
+       {false, {"submit", "get", "list", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
       {"watch", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
       {"coordinator_bin", {true, {"local"}}},
@@ -62,6 +64,9 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"reason", {true, {"cancel"}}},
       {"limit", {true, {"list"}}},
       {"state", {true, {"list"}}},
+      {"rank", {true, {"logs"}}},
+      {"attempt", {true, {"logs"}}},
+      {"follow", {false, {"logs"}}},
       {"bytes", {false, {"data"}}},
       {"format", {true, {"data", "ckpt"}}},
       {"with_optimizer", {false, {"ckpt"}}},
@@ -222,6 +227,17 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
         return absl::InvalidArgumentError(
             absl::StrCat("--limit: expected a number of jobs, at least 1, got \"", value, "\""));
       }
+    } else if (name == "rank" || name == "attempt") {
+      int* field = name == "rank" ? &cl.rank : &cl.attempt;
+      if (!absl::SimpleAtoi(value, field) || *field < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--", name, ": expected a", name == "rank" ? " rank" : "n attempt",
+            " (0 or more), got \"", value, "\""));
+      }
+    } else if (name == "follow") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.follow = *v;
     } else if (name == "state") {
       absl::StatusOr<v1::JobState> state = ParseJobState(value);
       if (!state.ok()) return state.status();
@@ -340,8 +356,10 @@ std::string UsageText() {
 Commands:
   submit SPEC [--watch] [--json]   validate SPEC (YAML) locally, submit it, print the job id;
                                    --watch then streams its events like 'watch'
-  get JOB [--json]                 show one job; --json: with every step of its current
-                                   attempt (read from the coordinator a page at a time)
+  get JOB [--json]                 show one job, and each rank's error in its latest failed
+                                   attempt, earliest (the cause) first; --json: with every step
+                                   of its current attempt (read from the coordinator a page at
+                                   a time)
   list [--limit N] [--state S]     list jobs in submit order: id, name, state, steps done, last
        [--json]                    loss, age; the first N (default 100), read from the
                                    coordinator a page at a time; --state: only jobs in state S
@@ -350,6 +368,11 @@ Commands:
   cancel JOB [--reason TEXT]       cancel a job
   watch JOB [--json]               stream a job's events until it ends; exits 0 only if it
                                    SUCCEEDED
+  logs JOB [--rank R] [--attempt A] [--follow] [--json]
+                                   the lines the job's workers logged while they ran its ranks,
+                                   by attempt, then time: "attempt A rank R  HH:MM:SS.mmm level
+                                   text"; --rank, --attempt: only those; --follow: poll every
+                                   second for new lines until the job has ended
   workers [--json]                 list workers: id, host, device, state, job/rank, heartbeat
   local [--ranks N] [--json] SPEC  start a coordinator and N workers on 127.0.0.1 as child
                                    processes, run SPEC on them, stop them; exits 0 only if the
@@ -409,7 +432,9 @@ Flags:
                            the host of --coordinator
   --json                   one JSON object per line: {"type":"step","step":S,"loss":L,
                            "step_seconds":T,"samples_per_second":X} per step and
-                           {"type":"state","state":...,"message":...} per state change
+                           {"type":"state","state":...,"message":...} per state change;
+                           logs: {"type":"log","attempt":A,"rank":R,"seq":N,"time_ms":T,
+                           "level":...,"text":...} per line
 )";
 }
 

@@ -23,8 +23,8 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 inline constexpr int kDefaultListLimit = 100;
 
 struct CommandLine {
-  std::string command;  // submit | get | list | cancel | watch | workers | local | plan | trace |
-                        // ckpt | data | help
+  std::string command;  // submit | get | list | cancel | watch | logs | workers | local | plan |
+                        // trace | ckpt | data | help
   // ckpt: positional[0] is inspect | verify | export; data: tokenize | inspect; each checked
   // with its arguments.
   std::vector<std::string> positional;  // after the command
@@ -45,6 +45,9 @@ struct CommandLine {
   std::string reason;                   // cancel
   int limit = kDefaultListLimit;        // list: at most this many jobs
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // list: only jobs in this state (else all)
+  int rank = -1;                        // logs: only this rank's lines; -1: every rank's
+  int attempt = -1;                     // logs: only this attempt's; -1: every attempt's
+  bool follow = false;                  // logs: poll for new lines until the job is final
   bool bytes = false;                   // data tokenize: byte-level tokens (the only tokenizer)
   std::string format;                   // data inspect: llmc | raw_u16 | megatron; ckpt export:
                                         // weft | hf

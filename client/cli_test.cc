@@ -123,6 +123,38 @@ TEST(CliTest, ListLimitAndState) {
               HasSubstr("--limit does not apply to 'get'"));
 }
 
+TEST(CliTest, LogsRankAttemptFollow) {
+  absl::StatusOr<CommandLine> cl = Parse({"logs", "job-1"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->command, "logs");
+  EXPECT_THAT(cl->positional, ElementsAre("job-1"));
+  EXPECT_EQ(cl->rank, -1);
+  EXPECT_EQ(cl->attempt, -1);
+  EXPECT_FALSE(cl->follow);
+  cl = Parse({"logs", "--rank", "1", "job-1", "--attempt=0", "--follow", "--json",
+              "--token_file", "t"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->rank, 1);
+  EXPECT_EQ(cl->attempt, 0);
+  EXPECT_TRUE(cl->follow);
+  EXPECT_TRUE(cl->json);
+  EXPECT_EQ(cl->token_file, "t");
+  for (const std::string bad : {"-1", "one", ""}) {
+    EXPECT_THAT(std::string(Parse({"logs", "j", "--rank", bad}).status().message()),
+                HasSubstr("--rank: expected a rank (0 or more)"))
+        << bad;
+    EXPECT_THAT(std::string(Parse({"logs", "j", "--attempt", bad}).status().message()),
+                HasSubstr("--attempt: expected an attempt (0 or more)"))
+        << bad;
+  }
+  EXPECT_THAT(std::string(Parse({"get", "j", "--rank", "1"}).status().message()),
+              HasSubstr("--rank does not apply to 'get'"));
+  EXPECT_THAT(std::string(Parse({"watch", "j", "--follow"}).status().message()),
+              HasSubstr("--follow does not apply to 'watch'"));
+  EXPECT_THAT(std::string(Parse({"logs"}).status().message()), HasSubstr("'logs' needs JOB"));
+  EXPECT_THAT(UsageText(), HasSubstr("logs JOB [--rank R] [--attempt A] [--follow] [--json]"));
+}
+
 TEST(CliTest, PlanTakesASpecAndJson) {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"plan", "--json", "job.yaml"},

@@ -18,6 +18,7 @@ constexpr auto kUnaryDeadline = std::chrono::seconds(30);
 // where its bound is lower).
 constexpr int kStepsPerCall = 10000;
 constexpr int kJobsPerCall = 1000;
+constexpr int kLogLinesPerCall = 10000;
 
 // What to check when gRPC's words say a connection failed the way TLS on one side only, or a
 // certificate the client does not trust, makes it fail; empty otherwise.
@@ -115,6 +116,21 @@ absl::StatusOr<v1::JobTrace> CoordinatorClient::GetJobTrace(const std::string& j
   absl::Status s = FromGrpc(stub_->GetJobTrace(&ctx, req, &trace), address_, tls_);
   if (!s.ok()) return s;
   return trace;
+}
+
+absl::Status CoordinatorClient::ReadJobLogs(
+    v1::GetJobLogsRequest request, const std::function<void(const v1::JobLogLine&)>& on_line) {
+  request.set_page_size(kLogLinesPerCall);
+  while (true) {
+    grpc::ClientContext ctx;
+    SetDeadline(&ctx);
+    v1::GetJobLogsResponse page;
+    RETURN_IF_ERROR(FromGrpc(stub_->GetJobLogs(&ctx, request, &page), address_, tls_));
+    for (const v1::JobLogLine& line : page.lines()) on_line(line);
+    // An empty page ends the reading whatever its token says: no call without progress.
+    if (page.next_page_token().empty() || page.lines().empty()) return absl::OkStatus();
+    request.set_page_token(page.next_page_token());
+  }
 }
 
 absl::StatusOr<JobList> CoordinatorClient::ListJobs(v1::JobState state, int limit) {

@@ -58,6 +58,10 @@ class CoordinatorClient {
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
   absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);
+  // Every log line the request matches from its page_token on, read a page (GetJobLogs call)
+  // at a time, each handed to on_line in the coordinator's order.
+  absl::Status ReadJobLogs(v1::GetJobLogsRequest request,
+                           const std::function<void(const v1::JobLogLine&)>& on_line);
 
   // Streams the job's events (the replay, then new ones) to on_event until the job is final,
   // the stream breaks, or ctx is cancelled (TryCancel from another thread). The caller owns ctx

@@ -242,7 +242,42 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms) {
   if (job.workers_size() > 0) {
     lines.push_back(absl::StrCat("workers:  ", absl::StrJoin(job.workers(), ", ")));
   }
+  if (job.rank_errors_size() > 0) {
+    const int failed = job.rank_errors_size() + job.rank_errors_omitted();
+    const v1::RankError& first = job.rank_errors(0);
+    lines.push_back(absl::StrCat("errors:   ", failed, " rank", failed == 1 ? "" : "s",
+                                 " failed in attempt ", first.attempt(), ", earliest first"));
+    for (const v1::RankError& error : job.rank_errors()) {
+      lines.push_back(absl::StrCat("  ", FormatRankError(error, first.failed_at_ms())));
+    }
+    if (job.rank_errors_omitted() > 0) {
+      lines.push_back(absl::StrCat("  and ", job.rank_errors_omitted(), " more (not kept)"));
+    }
+  }
   return absl::StrCat(absl::StrJoin(lines, "\n"), "\n");
+}
+
+std::string FormatRankError(const v1::RankError& error, int64_t first_ms) {
+  std::string where = absl::StrCat("rank ", error.rank(), " (");
+  if (!error.worker().empty()) absl::StrAppend(&where, "worker ", error.worker());
+  if (!error.host().empty()) absl::StrAppend(&where, " on host ", error.host());
+  if (!error.worker().empty() || !error.host().empty()) absl::StrAppend(&where, ", ");
+  return absl::StrCat(where, "attempt ", error.attempt(), ", +",
+                      error.failed_at_ms() - first_ms, " ms): ", error.message());
+}
+
+std::string FormatLogLineText(const v1::JobLogLine& line, absl::TimeZone tz) {
+  const absl::Time time = absl::FromUnixMillis(line.time_ms());
+  return absl::StrCat("attempt ", line.attempt(), " rank ", line.rank(), "  ",
+                      absl::FormatTime("%H:%M:%E3S", time, tz), " ",
+                      absl::StrFormat("%-7s", line.level()), "  ", line.text());
+}
+
+std::string FormatLogLineJson(const v1::JobLogLine& line) {
+  return absl::StrCat("{\"type\":\"log\",\"attempt\":", line.attempt(), ",\"rank\":", line.rank(),
+                      ",\"seq\":", line.seq(), ",\"time_ms\":", line.time_ms(),
+                      ",\"level\":", JsonString(line.level()),
+                      ",\"text\":", JsonString(line.text()), "}");
 }
 
 }  // namespace weft::client

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/service.pb.h"
 
@@ -70,8 +71,21 @@ std::string FormatJobsTable(const std::vector<v1::JobSummary>& jobs, int64_t now
 std::string FormatDevice(const v1::DeviceInfo& device);
 
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64_t now_ms);
-// A few "key: value" lines about one job.
+// A few "key: value" lines about one job; then its rank errors, one line each, earliest first:
+//   errors:   2 ranks failed in attempt 0, earliest first
+//     rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +0 ms): step 1: loading ...
+//     rank 0 (worker worker-2 on host 10.0.0.4, attempt 0, +4 ms): step 1: all_reduce ...
 std::string FormatJobDetails(const v1::Job& job, int64_t now_ms);
+// "rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +4 ms): <message>", the time after
+// `first_ms` (the earliest error's).
+std::string FormatRankError(const v1::RankError& error, int64_t first_ms);
+
+// A line of `weftctl logs`: "attempt 0 rank 1  14:03:07.215 error    <text>", the time of day
+// in `tz` (weftctl: the local zone) with milliseconds, the level padded to 7 ("warning").
+std::string FormatLogLineText(const v1::JobLogLine& line, absl::TimeZone tz);
+// {"type":"log","attempt":0,"rank":1,"seq":12,"time_ms":1700000000123,"level":"error",
+//  "text":"..."}
+std::string FormatLogLineJson(const v1::JobLogLine& line);
 
 }  // namespace weft::client
 

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -12,6 +15,7 @@ namespace weft::client {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::JobEvent StepEvent(int64_t step, double loss, double seconds, double sps) {
   v1::JobEvent e;
@@ -189,6 +193,61 @@ TEST(EventFormatTest, Tables) {
   const std::string details = FormatJobDetails(job, 31000);
   EXPECT_THAT(details, HasSubstr("state:    RUNNING"));
   EXPECT_THAT(details, HasSubstr("steps:    4/10"));
+  EXPECT_THAT(details, Not(HasSubstr("errors:")));
+}
+
+// Every rank's error, one line each, in the order the job holds them (earliest first), with the
+// delay after the first; the ones not kept are counted.
+TEST(EventFormatTest, JobDetailsListEveryRanksError) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.set_state(v1::FAILED);
+  job.set_message("rank 1 (worker-3): rank 1: step 1: checksum mismatch; then ...");
+  for (const auto& [rank, worker, at, message] :
+       std::vector<std::tuple<int, std::string, int64_t, std::string>>{
+           {1, "worker-3", 5000, "step 1: loading fc0.weight: checksum mismatch"},
+           {0, "worker-2", 5012, "step 1: all_reduce on group 0: Connection closed by peer"}}) {
+    v1::RankError* e = job.add_rank_errors();
+    e->set_rank(rank);
+    e->set_worker(worker);
+    e->set_host("10.0.0.5");
+    e->set_attempt(2);
+    e->set_failed_at_ms(at);
+    e->set_message(message);
+  }
+  job.set_rank_errors_omitted(3);
+  const std::string details = FormatJobDetails(job, 31000);
+  EXPECT_THAT(details,
+              HasSubstr("errors:   5 ranks failed in attempt 2, earliest first\n"
+                        "  rank 1 (worker worker-3 on host 10.0.0.5, attempt 2, +0 ms): step 1: "
+                        "loading fc0.weight: checksum mismatch\n"
+                        "  rank 0 (worker worker-2 on host 10.0.0.5, attempt 2, +12 ms): step 1: "
+                        "all_reduce on group 0: Connection closed by peer\n"
+                        "  and 3 more (not kept)\n"));
+  v1::RankError bare;
+  bare.set_rank(4);
+  bare.set_message("worker lost");
+  EXPECT_EQ(FormatRankError(bare, 0), "rank 4 (attempt 0, +0 ms): worker lost");
+}
+
+TEST(EventFormatTest, LogLines) {
+  v1::JobLogLine line;
+  line.set_attempt(1);
+  line.set_rank(3);
+  line.set_seq(12);
+  line.set_time_ms(int64_t{1700000000} * 1000 + 215);  // 2023-11-14 22:13:20.215 UTC
+  line.set_level("error");
+  line.set_text("job-000001 attempt 1: rank 3: \"checksum\" mismatch");
+  EXPECT_EQ(FormatLogLineText(line, absl::UTCTimeZone()),
+            "attempt 1 rank 3  22:13:20.215 error    job-000001 attempt 1: rank 3: \"checksum\" "
+            "mismatch");
+  line.set_level("warning");
+  EXPECT_THAT(FormatLogLineText(line, absl::UTCTimeZone()),
+              HasSubstr("22:13:20.215 warning  job-000001"));
+  EXPECT_EQ(FormatLogLineJson(line),
+            "{\"type\":\"log\",\"attempt\":1,\"rank\":3,\"seq\":12,\"time_ms\":1700000000215,"
+            "\"level\":\"warning\",\"text\":\"job-000001 attempt 1: rank 3: \\\"checksum\\\" "
+            "mismatch\"}");
 }
 
 }  // namespace

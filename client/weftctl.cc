@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "client/ckpt.h"
 #include "client/cli.h"
 #include "client/coordinator_client.h"
@@ -32,6 +34,7 @@
 #include "client/trace_format.h"
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
+#include "common/job_state.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
@@ -246,6 +249,50 @@ int RunWatch(const CommandLine& cl) {
   absl::Status s = WatchAndPrint(client, cl.positional[0], cl.json, &state);
   if (!s.ok()) return Fail(s);
   return state == v1::SUCCEEDED ? 0 : 1;
+}
+
+// `weftctl logs --follow` reads again from this long before the last line it printed: a rank's
+// lines reach the coordinator up to a flush (250 ms) after they were logged, later than other
+// ranks' lines logged after them (or a worker's clock runs behind).
+constexpr int64_t kFollowOverlapMs = 10000;
+
+int RunLogs(const CommandLine& cl) {
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
+  v1::GetJobLogsRequest request;
+  request.set_job_id(cl.positional[0]);
+  if (cl.rank >= 0) request.set_rank(cl.rank);
+  if (cl.attempt >= 0) request.set_attempt(cl.attempt);
+  const absl::TimeZone local = absl::LocalTimeZone();
+  // Lines of one rank's attempt are numbered in the order they arrive: a line is new when its
+  // number is above the last printed of its rank's attempt.
+  std::map<std::pair<int, int>, int64_t> printed;
+  int64_t latest_ms = 0;
+  auto print = [&](const v1::JobLogLine& line) {
+    int64_t& last = printed[{line.attempt(), line.rank()}];
+    if (line.seq() <= last) return;
+    last = line.seq();
+    latest_ms = std::max(latest_ms, line.time_ms());
+    PrintLine(cl.json ? FormatLogLineJson(line) : FormatLogLineText(line, local));
+  };
+  if (!cl.follow) {
+    const absl::Status s = client.ReadJobLogs(request, print);
+    return s.ok() ? 0 : Fail(s);
+  }
+  while (true) {
+    // The state first: the lines read after a final state include every line logged before it.
+    v1::GetJobRequest get;
+    get.set_job_id(request.job_id());
+    get.set_steps_page_size(1);
+    absl::StatusOr<v1::Job> job = client.GetJobPage(get);
+    if (!job.ok()) return Fail(job.status());
+    request.set_since_ms(std::max<int64_t>(0, latest_ms - kFollowOverlapMs));
+    const absl::Status s = client.ReadJobLogs(request, print);
+    if (!s.ok()) return Fail(s);
+    if (IsFinalState(job->state())) return 0;
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
 }
 
 int RunTrace(const CommandLine& cl) {
@@ -485,6 +532,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "list") return RunList(*cl);
   if (cl->command == "cancel") return RunCancel(*cl);
   if (cl->command == "watch") return RunWatch(*cl);
+  if (cl->command == "logs") return RunLogs(*cl);
   if (cl->command == "workers") return RunWorkers(*cl);
   if (cl->command == "local") return RunLocal(*cl, argv[0]);
   if (cl->command == "plan") return RunPlan(*cl);

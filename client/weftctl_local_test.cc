@@ -27,6 +27,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 using ::weft::ExitStatus;
 using ::weft::PollUntil;
 using ::weft::ReadAll;
@@ -250,6 +251,36 @@ TEST_F(WeftctlLocalTest, OtherCommandsAgainstTheFake) {
   EXPECT_EQ(ReadAll(dir_ + "/err"), "weftctl: NOT_FOUND: no job job-9\n");
   EXPECT_EQ(run({"cancel", "job-1"}), 0);
   EXPECT_EQ(ReadAll(dir_ + "/out"), "job-1 CANCELLED\n");
+  // logs: every page (the fake's hold 2 lines), in the coordinator's order; one rank's; as JSON;
+  // --follow on an ended job prints them once and returns.
+  auto lines_out = [&] {
+    std::vector<std::string> lines = absl::StrSplit(ReadAll(dir_ + "/out"), '\n');
+    if (!lines.empty() && lines.back().empty()) lines.pop_back();
+    return lines;
+  };
+  EXPECT_EQ(run({"logs", "job-1"}), 0) << ReadAll(dir_ + "/err");
+  {
+    const std::vector<std::string> lines = lines_out();
+    ASSERT_EQ(lines.size(), 12u) << ReadAll(dir_ + "/out");
+    EXPECT_THAT(lines[0], MatchesRegex("attempt 0 rank 0  [0-9:.]{12} info     rank 0 line 1"));
+    EXPECT_THAT(lines[11], MatchesRegex("attempt 0 rank 3  [0-9:.]{12} error    rank 3 line 3"));
+  }
+  EXPECT_EQ(run({"logs", "job-1", "--rank", "1", "--json"}), 0) << ReadAll(dir_ + "/err");
+  {
+    const std::vector<std::string> lines = lines_out();
+    ASSERT_EQ(lines.size(), 3u) << ReadAll(dir_ + "/out");
+    for (int i = 0; i < 3; ++i) {
+      const nlohmann::json line = nlohmann::json::parse(lines[i]);
+      EXPECT_EQ(line["type"], "log");
+      EXPECT_EQ(line["rank"], 1);
+      EXPECT_EQ(line["seq"], i + 1);
+      EXPECT_EQ(line["text"], "rank 1 line " + std::to_string(i + 1));
+    }
+  }
+  EXPECT_EQ(run({"logs", "job-1", "--follow"}), 0) << ReadAll(dir_ + "/err");
+  EXPECT_EQ(lines_out().size(), 12u) << ReadAll(dir_ + "/out");
+  EXPECT_EQ(run({"logs", "job-9"}), 1);
+  EXPECT_EQ(ReadAll(dir_ + "/err"), "weftctl: NOT_FOUND: no job job-9\n");
   EXPECT_EQ(run({"workers"}), 0);
   EXPECT_THAT(ReadAll(dir_ + "/out"), HasSubstr("w-63"));
   // trace: a job submitted without trace is a clear error; with it, a file.

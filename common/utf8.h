@@ -8,42 +8,65 @@
 #define WEFT_COMMON_UTF8_H_
 
 #include <cstddef>
+#include <string>
 
 #include "absl/strings/string_view.h"
 
 namespace weft {
 
+// The length of the well-formed UTF-8 sequence that starts at s[i] (i < s.size()); 0 when none
+// does (a stray or overlong byte, a surrogate, a cut sequence).
+inline size_t Utf8SequenceLength(absl::string_view s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  int extra;
+  unsigned char low = 0x80, high = 0xbf;  // the range of the byte after the lead
+  if (c >= 0xc2 && c <= 0xdf) {
+    extra = 1;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    extra = 2;
+    if (c == 0xe0) low = 0xa0;   // overlong
+    if (c == 0xed) high = 0x9f;  // surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    extra = 3;
+    if (c == 0xf0) low = 0x90;   // overlong
+    if (c == 0xf4) high = 0x8f;  // above U+10FFFF
+  } else {
+    return 0;  // a continuation byte, an overlong 2-byte lead, or above 0xf4
+  }
+  if (s.size() - i <= static_cast<size_t>(extra)) return 0;
+  for (int k = 1; k <= extra; ++k) {
+    const unsigned char b = static_cast<unsigned char>(s[i + k]);
+    if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xbf)) return 0;
+  }
+  return 1 + extra;
+}
+
 inline bool IsValidUtf8(absl::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    int extra;
-    unsigned char low = 0x80, high = 0xbf;  // the range of the byte after the lead
-    if (c >= 0xc2 && c <= 0xdf) {
-      extra = 1;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      extra = 2;
-      if (c == 0xe0) low = 0xa0;   // overlong
-      if (c == 0xed) high = 0x9f;  // surrogates
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      extra = 3;
-      if (c == 0xf0) low = 0x90;   // overlong
-      if (c == 0xf4) high = 0x8f;  // above U+10FFFF
-    } else {
-      return false;  // a continuation byte, an overlong 2-byte lead, or above 0xf4
-    }
-    if (s.size() - i <= static_cast<size_t>(extra)) return false;
-    for (int k = 1; k <= extra; ++k) {
-      const unsigned char b = static_cast<unsigned char>(s[i + k]);
-      if (b < (k == 1 ? low : 0x80) || b > (k == 1 ? high : 0xbf)) return false;
-    }
-    i += 1 + extra;
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) return false;
+    i += n;
   }
   return true;
+}
+
+// `s` with every byte that starts no well-formed sequence replaced by U+FFFD, so that text from
+// outside (a log line quoting a path) can go into a proto3 string.
+inline std::string ReplaceInvalidUtf8(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) {
+      out.append("\xef\xbf\xbd");
+      ++i;
+    } else {
+      out.append(s.data() + i, n);
+      i += n;
+    }
+  }
+  return out;
 }
 
 // The longest prefix of `s` (valid UTF-8) of at most max_bytes that ends between characters.

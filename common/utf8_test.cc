@@ -51,5 +51,19 @@ TEST(Utf8Test, PrefixEndsBetweenCharacters) {
   }
 }
 
+// Each byte that starts no character becomes U+FFFD; the rest is kept, and protobuf takes it.
+TEST(Utf8Test, ReplaceInvalidKeepsCharactersAndReplacesStrayBytes) {
+  EXPECT_EQ(ReplaceInvalidUtf8("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(ReplaceInvalidUtf8("pipeli\x96ne"), "pipeli\xef\xbf\xbdne");
+  EXPECT_EQ(ReplaceInvalidUtf8("\xe2\x82"), "\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(ReplaceInvalidUtf8("\xed\xa0\x80!"), "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd!");
+  for (int a = 0; a < 256; ++a) {
+    for (int b = 0; b < 256; b += 7) {
+      const std::string two = {static_cast<char>(a), static_cast<char>(b)};
+      ASSERT_TRUE(ProtobufAccepts(ReplaceInvalidUtf8(two))) << a << " " << b;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -18,6 +19,7 @@
 #include "common/jobspec/starting_state.h"
 #include "common/jobspec/validate.h"
 #include "common/status.h"
+#include "common/utf8.h"
 #include "coordinator/planner/arch/hf_export.h"
 #include "coordinator/planner/planner.h"
 #include "coordinator/planner/submit.h"
@@ -91,6 +93,31 @@ absl::StatusOr<int> PageSize(int asked, int default_size, int max_size, const ch
 
 // GetJob's steps_page_token: the last step of the page before, in decimal.
 std::string StepsPageToken(int64_t after_step) { return absl::StrCat(after_step); }
+
+// GetJobLogs' page_token: the position of the page before's last line, "attempt:time:rank:seq".
+std::string LogsPageToken(const v1::JobLogLine& last) {
+  return absl::StrCat(last.attempt(), ":", last.time_ms(), ":", last.rank(), ":", last.seq());
+}
+
+absl::StatusOr<LogLinePosition> ParseLogsPageToken(const std::string& token) {
+  std::vector<std::string> parts = absl::StrSplit(token, ':');
+  LogLinePosition after;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[0], &after.attempt) ||
+      !absl::SimpleAtoi(parts[1], &after.time_ms) || !absl::SimpleAtoi(parts[2], &after.rank) ||
+      !absl::SimpleAtoi(parts[3], &after.seq) || after.attempt < 0 || after.rank < 0 ||
+      after.seq <= 0) {
+    return absl::InvalidArgumentError(
+        "page_token: not a next_page_token of GetJobLogs (leave it empty for the first page)");
+  }
+  return after;
+}
+
+// A worker's TaskDone message says "rank R: <error>" (Task::Run); a RankError names the rank
+// already.
+std::string WithoutRankPrefix(const std::string& message, int rank) {
+  const std::string prefix = absl::StrCat("rank ", rank, ": ");
+  return absl::StartsWith(message, prefix) ? message.substr(prefix.size()) : message;
+}
 
 absl::Status BadStepsPageToken() {
   return absl::InvalidArgumentError(
@@ -507,6 +534,48 @@ absl::StatusOr<v1::JobTrace> Coordinator::GetJobTrace(const std::string& job_id)
       "it restarted since, or forgot the trace to make room for newer ones)"));
 }
 
+absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(
+    const v1::GetJobLogsRequest& request) {
+  const PageLimits& limits = options_.pages;
+  ASSIGN_OR_RETURN(const int page_size, PageSize(request.page_size(), limits.logs_default,
+                                                 limits.logs_max, "page_size"));
+  ASSIGN_OR_RETURN(const v1::Job job, store_->GetJob(request.job_id()));
+  LogLineQuery query;
+  query.job_id = job.id();
+  query.limit = page_size;
+  query.max_bytes = limits.logs_max_bytes;
+  if (request.has_rank()) {
+    const int64_t world = options_.world_size(job.spec());
+    if (request.rank() < 0 || request.rank() >= world) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank: ", request.rank(), " is not a rank of job ", job.id(), " (ranks 0..",
+                       world - 1, "; leave it unset for every rank)"));
+    }
+    query.rank = request.rank();
+  }
+  if (request.has_attempt()) {
+    if (request.attempt() < 0 || request.attempt() > job.attempt()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attempt: ", request.attempt(), " is not an attempt of job ", job.id(),
+                       " (attempts 0..", job.attempt(), "; leave it unset for every attempt)"));
+    }
+    query.attempt = request.attempt();
+  }
+  if (request.since_ms() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("since_ms: ", request.since_ms(), " is negative (0: every line)"));
+  }
+  query.since_ms = request.since_ms();
+  if (!request.page_token().empty()) {
+    ASSIGN_OR_RETURN(query.after, ParseLogsPageToken(request.page_token()));
+  }
+  ASSIGN_OR_RETURN(LogLinesPage page, store_->GetLogLines(query));
+  v1::GetJobLogsResponse response;
+  for (v1::JobLogLine& line : page.lines) *response.add_lines() = std::move(line);
+  if (page.more) response.set_next_page_token(LogsPageToken(*response.lines().rbegin()));
+  return response;
+}
+
 // ---- Scheduling ----
 
 void Coordinator::ScheduleLocked() {
@@ -676,9 +745,12 @@ void Coordinator::DispatchStarted() {
       msg.mutable_assignment()->set_rendezvous_ticket(d.rendezvous_ticket);
       if (w == nullptr || w->connection == nullptr || !w->connection->Send(msg)) {
         for (int later = r; later < world; ++later) run.done[later] = true;
-        FailRunLocked(d.job_id, r,
-                      absl::StrCat("sending the program of rank ", r, " to worker ",
-                                   run.workers[r], ": the worker's stream is closed"));
+        const std::string cause = absl::StrCat("sending the program of rank ", r, " to worker ",
+                                               run.workers[r], ": the worker's stream is closed");
+        run.job.clear_rank_errors();
+        run.job.set_rank_errors_omitted(0);
+        *run.job.add_rank_errors() = RankErrorLocked(run, r, Now(), cause);
+        FailRunLocked(d.job_id, r, cause);
         break;
       }
     }
@@ -750,18 +822,40 @@ void Coordinator::DecideFailureLocked(const std::string& job_id) {
   std::vector<Run::Failure> failures = std::move(it->second.failures);
   it->second.failures.clear();
   std::stable_sort(failures.begin(), failures.end(),
-                   [](const Run::Failure& a, const Run::Failure& b) { return a.at_ms < b.at_ms; });
+                   [](const Run::Failure& a, const Run::Failure& b) { return a.at_us < b.at_us; });
   const Run::Failure& first = failures.front();
   std::string cause = first.message;
   constexpr size_t kListed = 8;
   for (size_t i = 1; i < failures.size() && i < kListed; ++i) {
     absl::StrAppend(&cause, i == 1 ? "; then " : "; ", failures[i].message.substr(0, 512), " (+",
-                    failures[i].at_ms - first.at_ms, " ms)");
+                    (failures[i].at_us - first.at_us) / 1000, " ms)");
   }
   if (failures.size() > kListed) {
     absl::StrAppend(&cause, "; and ", failures.size() - kListed, " more");
   }
+  // Every rank's error, in the same order, replaces those of an earlier failed attempt.
+  v1::Job& job = it->second.job;
+  job.clear_rank_errors();
+  for (size_t i = 0; i < failures.size() && i < static_cast<size_t>(kMaxRankErrors); ++i) {
+    *job.add_rank_errors() = std::move(failures[i].error);
+  }
+  job.set_rank_errors_omitted(
+      static_cast<int32_t>(failures.size() - static_cast<size_t>(job.rank_errors_size())));
   FailRunLocked(job_id, first.rank, cause);
+}
+
+v1::RankError Coordinator::RankErrorLocked(const Run& run, int rank, int64_t at_ms,
+                                           const std::string& message) {
+  v1::RankError error;
+  error.set_rank(rank);
+  error.set_attempt(run.job.attempt());
+  error.set_failed_at_ms(at_ms);
+  error.set_message(std::string(Utf8Prefix(message, kRankErrorMessageBytes)));
+  if (rank >= 0 && rank < static_cast<int>(run.workers.size())) {
+    error.set_worker(run.workers[rank]);
+    if (const Worker* w = FindWorker(run.workers[rank])) error.set_host(w->host);
+  }
+  return error;
 }
 
 void Coordinator::FailRunLocked(const std::string& job_id, int rank, const std::string& cause) {
@@ -831,7 +925,7 @@ void Coordinator::ReleaseWorkerLocked(Worker* worker) {
 }
 
 void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
-                                 int64_t failed_at_ms) {
+                                 const std::string& error, int64_t failed_at_us) {
   if (run->done[rank]) return;
   run->done[rank] = true;
   const bool all_done = std::all_of(run->done.begin(), run->done.end(), [](bool d) { return d; });
@@ -842,7 +936,10 @@ void Coordinator::RankDoneLocked(Run* run, int rank, bool ok, const std::string&
     return;
   }
   if (!ok) {
-    run->failures.push_back({rank, failed_at_ms > 0 ? failed_at_ms : Now(), failure});
+    const int64_t at_us = failed_at_us > 0 ? failed_at_us : Now() * 1000;
+    run->failures.push_back(
+        {rank, at_us, failure,
+         RankErrorLocked(*run, rank, at_us / 1000, error.empty() ? failure : error)});
     if (run->failures.size() == 1) run->settle_deadline_ms = Now() + options_.failure_settle_ms;
   }
   if (!run->failures.empty()) {
@@ -891,6 +988,10 @@ absl::StatusOr<std::string> Coordinator::ConnectWorker(const v1::Hello& hello,
 }
 
 void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::WorkerMessage& msg) {
+  if (msg.has_logs()) {
+    HandleLogLines(worker_id, msg.logs());
+    return;
+  }
   SchedulingLock lock(this);
   Worker* w = FindWorker(worker_id);
   if (w == nullptr || w->status == WorkerStatus::kLost) return;
@@ -912,6 +1013,36 @@ void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::Wo
       break;  // heartbeat
   }
   ScheduleLocked();
+}
+
+void Coordinator::HandleLogLines(const std::string& worker_id, const v1::LogLines& logs) {
+  {
+    absl::MutexLock lock(&mu_);
+    Worker* w = FindWorker(worker_id);
+    if (w == nullptr || w->status == WorkerStatus::kLost) return;
+    w->last_heartbeat_ms = Now();
+    // A worker logs only for the rank it runs (or, its attempt ended, still winds down).
+    if (w->status != WorkerStatus::kBusy || w->job_id != logs.job_id() ||
+        w->attempt != logs.attempt() || w->rank != logs.rank()) {
+      spdlog::warn("{}: ignoring {} log line(s) for {} attempt {} rank {} (it runs {} attempt {} "
+                   "rank {})",
+                   w->id, logs.lines_size(), logs.job_id(), logs.attempt(), logs.rank(),
+                   w->job_id, w->attempt, w->rank);
+      return;
+    }
+  }
+  // Off mu_: the store has its own lock and log lines need no order with the job's events (a
+  // worker's messages are handled one at a time, so its lines still precede its TaskDone).
+  google::protobuf::RepeatedPtrField<v1::LogLine> lines = logs.lines();
+  for (v1::LogLine& line : lines) {
+    if (line.text().size() > kLogLineBytes) {
+      line.set_text(std::string(Utf8Prefix(line.text(), kLogLineBytes)));
+    }
+    if (line.level().size() > 16) line.set_level(std::string(Utf8Prefix(line.level(), 16)));
+  }
+  const absl::Status s = store_->AppendLogLines(logs.job_id(), logs.attempt(), logs.rank(), lines,
+                                                options_.max_log_lines);
+  if (!s.ok()) spdlog::error("{}: {}", worker_id, s.ToString());
 }
 
 void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
@@ -1054,10 +1185,11 @@ void Coordinator::HandleDoneLocked(Worker* w, const v1::TaskDone& done) {
     ReleaseWorkerLocked(w);
     return;
   }
+  const std::string message = done.message().empty() ? "failed" : done.message();
   RankDoneLocked(&it->second, w->rank, done.ok(),
-                 absl::StrCat("rank ", w->rank, " (", w->id, "): ",
-                              done.message().empty() ? "failed" : done.message()),
-                 done.failed_at_ms());
+                 absl::StrCat("rank ", w->rank, " (", w->id, "): ", message),
+                 WithoutRankPrefix(message, w->rank),
+                 done.failed_at_us() > 0 ? done.failed_at_us() : done.failed_at_ms() * 1000);
 }
 
 void Coordinator::DisconnectWorker(const std::string& worker_id, const std::string& why) {
@@ -1083,7 +1215,8 @@ void Coordinator::MarkLostLocked(Worker* w, const std::string& why) {
     if (it != runs_.end() && it->second.job.attempt() == w->attempt) {
       RankDoneLocked(&it->second, w->rank, false,
                      absl::StrCat("worker ", w->id, " (rank ", w->rank, ", host ", w->host,
-                                  ") lost: ", why));
+                                  ") lost: ", why),
+                     absl::StrCat("worker lost: ", why));
     }
   }
 }

@@ -10,6 +10,12 @@
 // registration order. Tick() (called by the background thread Start() launches, or by tests with
 // a fake clock) finds workers whose heartbeats stopped and cancellations whose grace ran out.
 //
+// Failures: the ranks' failures of an attempt are gathered for failure_settle_ms and ordered by
+// when they happened; the earliest is the job's cause, and every one is kept in the job record
+// (Job.rank_errors, bounded). Logs: the lines a worker logs while it runs a rank come on its
+// stream (LogLines) and are stored per job, attempt and rank (bounded by max_log_lines), for
+// GetJobLogs; lines from a worker for a rank it does not run are ignored.
+//
 // Checkpoints: a job with checkpoint.dir has its ranks write their shards into a staging folder
 // and report the chunks (CheckpointReport); once every rank of the attempt reported a step, a
 // committer thread runs checkpoint::CommitCheckpoint off the main lock and the job gets a
@@ -81,7 +87,18 @@ struct PageLimits {
   int jobs_max = 1000;
   int steps_default = 1000;
   int steps_max = 10000;
+  // GetJobLogs' lines; a page also ends after logs_max_bytes of text (lines are up to 4 KiB).
+  int logs_default = 1000;
+  int logs_max = 10000;
+  size_t logs_max_bytes = 2 << 20;
 };
+
+// Job.rank_errors keeps at most this many errors of an attempt, each message cut to this many
+// bytes (a job of many ranks fails on all of them at once).
+inline constexpr int kMaxRankErrors = 256;
+inline constexpr size_t kRankErrorMessageBytes = 4096;
+// A stored log line's text is cut to this many bytes (workers cut theirs already).
+inline constexpr size_t kLogLineBytes = 4096;
 
 struct CoordinatorOptions {
   // Told to workers in Welcome; how often they send a Heartbeat.
@@ -121,6 +138,9 @@ struct CoordinatorOptions {
   // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
   TraceLimits trace_limits;
   PageLimits pages;
+  // --max_log_lines: the most log lines stored of one rank's attempt; the ones after are
+  // dropped, and one line says how many.
+  int64_t max_log_lines = 10000;
 };
 
 class Coordinator {
@@ -173,6 +193,11 @@ class Coordinator {
   // pending). FAILED_PRECONDITION when the job is not traced, NOT_FOUND for an unknown job or a
   // trace no longer held (the coordinator restarted, or it was forgotten to bound memory).
   absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);
+  // One page of the lines the job's workers logged while they ran its ranks (options.pages bounds
+  // it), ordered by attempt, time, rank and seq. NOT_FOUND for an unknown job; INVALID_ARGUMENT
+  // names a rank or attempt the job does not have, a negative page_size or since_ms, or a
+  // page_token GetJobLogs did not give.
+  absl::StatusOr<v1::GetJobLogsResponse> GetJobLogs(const v1::GetJobLogsRequest& request);
 
   // ---- WorkerService ----
   // Registers a worker that said Hello from `peer` (gRPC's "ipv4:1.2.3.4:5678" form); sends it
@@ -220,8 +245,9 @@ class Coordinator {
     // Rank failures gathered since the first (failure_settle_ms), and when to decide.
     struct Failure {
       int rank = -1;
-      int64_t at_ms = 0;
-      std::string message;
+      int64_t at_us = 0;  // when it failed, Unix microseconds
+      std::string message;  // for Job.message: "rank 1 (worker-2): ..."
+      v1::RankError error;  // for Job.rank_errors
     };
     std::vector<Failure> failures;
     int64_t settle_deadline_ms = 0;
@@ -302,11 +328,21 @@ class Coordinator {
   // FinishRunLocked(FAILED).
   void FailRunLocked(const std::string& job_id, int rank, const std::string& cause)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank's TaskDone (or loss) for a running attempt; a failure at `failed_at_ms` (0: now).
+  // A rank's TaskDone (or loss) for a running attempt; a failure at `failed_at_us` (Unix
+  // microseconds; 0: now), `failure` as the job's message names it, `error` as the rank's own
+  // words (RankError.message).
   void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
-                      int64_t failed_at_ms = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The gathered failures decide: the earliest is the cause (FailRunLocked), the others follow.
+                      const std::string& error = "", int64_t failed_at_us = 0)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rank's error in the run's attempt: its worker, that worker's host, the message cut.
+  v1::RankError RankErrorLocked(const Run& run, int rank, int64_t at_ms,
+                                const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The gathered failures decide: the earliest is the cause (FailRunLocked), the others follow;
+  // all of them (bounded) become the job's rank_errors.
   void DecideFailureLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's LogLines: stored, off mu_, when the worker runs that rank of that attempt.
+  void HandleLogLines(const std::string& worker_id, const v1::LogLines& logs)
+      ABSL_LOCKS_EXCLUDED(mu_);
   void MarkLostLocked(Worker* worker, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps at most a bounded number of lost workers listed.
   void ForgetOldLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -896,6 +896,252 @@ TEST_F(CoordinatorTest, TheEarliestFailureOverTheRanksIsTheCause) {
   EXPECT_EQ(Get(lone).message(), "rank 0 (worker-1): step 3: out of memory");
 }
 
+// An echo on a peer of the same host often fails within the millisecond of its cause: the
+// microseconds order them, whichever report arrives first.
+TEST_F(CoordinatorTest, FailuresWithinAMillisecondAreOrderedByTheirMicroseconds) {
+  failure_settle_ms_ = 1000;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  const int64_t t_us = now_.load() * 1000;
+  auto fail_at_us = [&](const std::string& worker, int rank, const std::string& message,
+                        int64_t us) {
+    v1::WorkerMessage m;
+    m.mutable_done()->set_job_id(job);
+    m.mutable_done()->set_rank(rank);
+    m.mutable_done()->set_message(message);
+    m.mutable_done()->set_failed_at_ms(us / 1000);
+    m.mutable_done()->set_failed_at_us(us);
+    coordinator_->HandleWorkerMessage(worker, m);
+  };
+  fail_at_us(w1, 0, "rank 0: all_reduce: Connection reset by peer", t_us + 900);
+  fail_at_us(w2, 1, "rank 1: loading fc0.weight: checksum mismatch", t_us + 300);
+  v1::Job failed = Get(job);
+  ASSERT_EQ(failed.state(), v1::FAILED);
+  EXPECT_EQ(failed.message(),
+            "rank 1 (worker-2): rank 1: loading fc0.weight: checksum mismatch; then rank 0 "
+            "(worker-1): rank 0: all_reduce: Connection reset by peer (+0 ms)");
+  ASSERT_EQ(failed.rank_errors_size(), 2);
+  EXPECT_EQ(failed.rank_errors(0).rank(), 1);
+  EXPECT_EQ(failed.rank_errors(0).failed_at_ms(), t_us / 1000);
+  EXPECT_EQ(failed.rank_errors(1).rank(), 0);
+}
+
+// Every rank's error of the failed attempt is in the job record, earliest first, with its worker,
+// host, attempt and time: a TaskDone's message without the worker's "rank R: " prefix, a lost
+// worker's reason. The record keeps them across a coordinator restart.
+TEST_F(CoordinatorTest, EveryRanksErrorIsRecordedEarliestFirst) {
+  failure_settle_ms_ = 1000;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1, c2, c3;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2), w3 = Connect(&c3);
+  std::string job = Submit(Spec(3));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  const int64_t t = now_.load();
+  Done(w3, job, 2, false, "rank 2: step 1: all_reduce: Connection closed by peer", 0, t + 50);
+  Done(w2, job, 1, false, "rank 1: step 1: loading fc0.weight: checksum mismatch", 0, t + 10);
+  EXPECT_EQ(Get(job).rank_errors_size(), 0) << "recorded before the attempt was decided";
+  now_ += 70;
+  coordinator_->DisconnectWorker(w1, "its stream broke");
+  v1::Job failed = Get(job);
+  ASSERT_EQ(failed.state(), v1::FAILED);
+  EXPECT_EQ(failed.message().rfind("rank 1 (" + w2 + "): rank 1: step 1: loading", 0), 0u)
+      << failed.message();
+  ASSERT_EQ(failed.rank_errors_size(), 3);
+  EXPECT_EQ(failed.rank_errors_omitted(), 0);
+  const v1::RankError& cause = failed.rank_errors(0);
+  EXPECT_EQ(cause.rank(), 1);
+  EXPECT_EQ(cause.worker(), w2);
+  EXPECT_EQ(cause.host(), "127.0.0.1");
+  EXPECT_EQ(cause.attempt(), 0);
+  EXPECT_EQ(cause.failed_at_ms(), t + 10);
+  EXPECT_EQ(cause.message(), "step 1: loading fc0.weight: checksum mismatch");
+  EXPECT_EQ(failed.rank_errors(1).rank(), 2);
+  EXPECT_EQ(failed.rank_errors(1).worker(), w3);
+  EXPECT_EQ(failed.rank_errors(1).failed_at_ms(), t + 50);
+  EXPECT_EQ(failed.rank_errors(1).message(), "step 1: all_reduce: Connection closed by peer");
+  EXPECT_EQ(failed.rank_errors(2).rank(), 0);
+  EXPECT_EQ(failed.rank_errors(2).worker(), w1);
+  EXPECT_EQ(failed.rank_errors(2).failed_at_ms(), t + 70);
+  EXPECT_EQ(failed.rank_errors(2).message(), "worker lost: its stream broke");
+
+  Reopen();
+  v1::Job reread = Get(job);
+  ASSERT_EQ(reread.rank_errors_size(), 3);
+  EXPECT_EQ(reread.rank_errors(0).message(), cause.message());
+  EXPECT_EQ(reread.rank_errors(2).message(), "worker lost: its stream broke");
+}
+
+// A restarted job keeps the errors of its latest failed attempt: attempt 0's while it restarts,
+// then attempt 1's.
+TEST_F(CoordinatorTest, RankErrorsAreThoseOfTheLatestFailedAttempt) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_train()->set_max_restarts(1);
+  std::string job = Submit(spec);
+  Done(w1, job, 0, false, "rank 0: step 2: out of memory", 0, now_.load());
+  v1::Job restarted = Get(job);
+  ASSERT_EQ(restarted.attempt(), 1);
+  ASSERT_EQ(restarted.rank_errors_size(), 1);
+  EXPECT_EQ(restarted.rank_errors(0).attempt(), 0);
+  EXPECT_EQ(restarted.rank_errors(0).message(), "step 2: out of memory");
+  ASSERT_EQ(restarted.state(), v1::RUNNING) << restarted.message();
+  Done(w1, job, 0, false, "rank 0: step 5: nan loss", 1, now_.load());
+  v1::Job failed = Get(job);
+  ASSERT_EQ(failed.state(), v1::FAILED);
+  ASSERT_EQ(failed.rank_errors_size(), 1);
+  EXPECT_EQ(failed.rank_errors(0).attempt(), 1);
+  EXPECT_EQ(failed.rank_errors(0).message(), "step 5: nan loss");
+}
+
+// At most kMaxRankErrors errors are kept, the earliest, each cut at kRankErrorMessageBytes; the
+// rest are counted.
+TEST_F(CoordinatorTest, RankErrorsAreBounded) {
+  failure_settle_ms_ = 1000;
+  Reopen();
+  constexpr int kRanks = kMaxRankErrors + 44;
+  std::vector<std::shared_ptr<FakeConnection>> connections(kRanks);
+  std::vector<std::string> workers;
+  for (auto& c : connections) workers.push_back(Connect(&c));
+  std::string job = Submit(Spec(kRanks));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  const int64_t t = now_.load();
+  for (int r = kRanks - 1; r >= 0; --r) {  // the later ranks fail later, report first
+    Done(workers[r], job, r, false, std::string(5000, 'x'), 0, t + r);
+  }
+  v1::Job failed = Get(job);
+  ASSERT_EQ(failed.state(), v1::FAILED);
+  ASSERT_EQ(failed.rank_errors_size(), kMaxRankErrors);
+  EXPECT_EQ(failed.rank_errors_omitted(), 44);
+  for (int r = 0; r < kMaxRankErrors; ++r) {
+    EXPECT_EQ(failed.rank_errors(r).rank(), r);
+    EXPECT_EQ(failed.rank_errors(r).message().size(), kRankErrorMessageBytes);
+  }
+}
+
+v1::WorkerMessage LogLines(const std::string& job, int attempt, int rank,
+                           const std::vector<std::string>& texts, int64_t time_ms) {
+  v1::WorkerMessage m;
+  v1::LogLines* logs = m.mutable_logs();
+  logs->set_job_id(job);
+  logs->set_attempt(attempt);
+  logs->set_rank(rank);
+  for (const std::string& text : texts) {
+    v1::LogLine* line = logs->add_lines();
+    line->set_time_ms(time_ms++);
+    line->set_level("info");
+    line->set_text(text);
+  }
+  return m;
+}
+
+// The texts of the job's lines GetJobLogs returns for `request` (every page), "rR: text".
+std::vector<std::string> LogTexts(Coordinator* coordinator, v1::GetJobLogsRequest request) {
+  std::vector<std::string> texts;
+  while (true) {
+    auto page = coordinator->GetJobLogs(request);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) return texts;
+    for (const v1::JobLogLine& line : page->lines()) {
+      texts.push_back(absl::StrCat("r", line.rank(), ": ", line.text()));
+    }
+    if (page->next_page_token().empty()) return texts;
+    request.set_page_token(page->next_page_token());
+  }
+}
+
+// A worker's lines are stored only for the rank it runs (while it runs it, or winds it down
+// after its attempt ended); lines for another rank, attempt or job, or after it confirmed the
+// end, are ignored.
+TEST_F(CoordinatorTest, LogLinesAreStoredOnlyFromTheWorkerRunningThatRank) {
+  pages_.logs_default = 2;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1, c2, c3;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  std::string idle = Connect(&c3);
+  const int64_t t = 1700000000000;
+  coordinator_->HandleWorkerMessage(w1, LogLines(job, 0, 0, {"starting", "step 1"}, t));
+  coordinator_->HandleWorkerMessage(w2, LogLines(job, 0, 1, {"starting"}, t + 5));
+  coordinator_->HandleWorkerMessage(w2, LogLines(job, 0, 0, {"w2 posing as rank 0"}, t + 1));
+  coordinator_->HandleWorkerMessage(w1, LogLines(job, 1, 0, {"another attempt"}, t + 2));
+  coordinator_->HandleWorkerMessage(idle, LogLines(job, 0, 1, {"an idle worker"}, t + 3));
+  coordinator_->HandleWorkerMessage(w1, LogLines("job-999999", 0, 0, {"another job"}, t + 4));
+  // Rank 1 fails; rank 0 winds down: its lines until it confirms are kept, none after.
+  coordinator_->HandleWorkerMessage(w2, LogLines(job, 0, 1, {"checksum mismatch"}, t + 10));
+  Done(w2, job, 1, false, "rank 1: checksum mismatch");
+  ASSERT_EQ(Get(job).state(), v1::FAILED);
+  coordinator_->HandleWorkerMessage(w2, LogLines(job, 0, 1, {"after its TaskDone"}, t + 11));
+  coordinator_->HandleWorkerMessage(w1, LogLines(job, 0, 0, {"cancelled"}, t + 12));
+  Done(w1, job, 0, false, "cancelled");
+  coordinator_->HandleWorkerMessage(w1, LogLines(job, 0, 0, {"after its TaskDone"}, t + 13));
+
+  v1::GetJobLogsRequest all;
+  all.set_job_id(job);
+  EXPECT_EQ(LogTexts(coordinator_.get(), all),
+            (std::vector<std::string>{"r0: starting", "r0: step 1", "r1: starting",
+                                      "r1: checksum mismatch", "r0: cancelled"}));
+  v1::GetJobLogsRequest rank1 = all;
+  rank1.set_rank(1);
+  EXPECT_EQ(LogTexts(coordinator_.get(), rank1),
+            (std::vector<std::string>{"r1: starting", "r1: checksum mismatch"}));
+  v1::GetJobLogsRequest since = all;
+  since.set_since_ms(t + 5);
+  EXPECT_EQ(LogTexts(coordinator_.get(), since),
+            (std::vector<std::string>{"r1: starting", "r1: checksum mismatch", "r0: cancelled"}));
+  v1::GetJobLogsRequest attempt0 = rank1;
+  attempt0.set_attempt(0);
+  auto page = coordinator_->GetJobLogs(attempt0);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->lines_size(), 2);
+  EXPECT_EQ(page->lines(1).seq(), 2);
+  EXPECT_EQ(page->lines(1).time_ms(), t + 10);
+  EXPECT_EQ(page->lines(1).level(), "info");
+  EXPECT_TRUE(page->next_page_token().empty());
+}
+
+TEST_F(CoordinatorTest, GetJobLogsNamesWhatIsWrongWithTheRequest) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  v1::GetJobLogsRequest unknown;
+  unknown.set_job_id("job-999999");
+  EXPECT_EQ(coordinator_->GetJobLogs(unknown).status().code(), absl::StatusCode::kNotFound);
+  auto expect_invalid = [&](const v1::GetJobLogsRequest& request, const std::string& field) {
+    auto got = coordinator_->GetJobLogs(request);
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_EQ(got.status().message().rfind(field + ":", 0), 0u) << got.status();
+  };
+  v1::GetJobLogsRequest request;
+  request.set_job_id(job);
+  EXPECT_TRUE(coordinator_->GetJobLogs(request).ok());
+  for (int rank : {-1, 1}) {
+    v1::GetJobLogsRequest bad = request;
+    bad.set_rank(rank);
+    expect_invalid(bad, "rank");
+  }
+  for (int attempt : {-1, 1}) {
+    v1::GetJobLogsRequest bad = request;
+    bad.set_attempt(attempt);
+    expect_invalid(bad, "attempt");
+  }
+  for (const std::string token : {"x", "0:1:2", "0:1:2:0", "-1:5:0:1", "0:a:0:1"}) {
+    v1::GetJobLogsRequest bad = request;
+    bad.set_page_token(token);
+    expect_invalid(bad, "page_token");
+  }
+  v1::GetJobLogsRequest negative = request;
+  negative.set_page_size(-1);
+  expect_invalid(negative, "page_size");
+  negative = request;
+  negative.set_since_ms(-5);
+  expect_invalid(negative, "since_ms");
+}
+
 TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {
   std::shared_ptr<FakeConnection> c1;
   std::string w1 = Connect(&c1);

@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <utility>
@@ -27,7 +28,9 @@ CREATE TABLE IF NOT EXISTS jobs (
   start_time_ms INTEGER NOT NULL DEFAULT 0,
   end_time_ms INTEGER NOT NULL DEFAULT 0,
   attempt INTEGER NOT NULL DEFAULT 0,
-  workers TEXT NOT NULL DEFAULT ''
+  workers TEXT NOT NULL DEFAULT '',
+  -- A Job holding only rank_errors and rank_errors_omitted, serialized; NULL: none.
+  rank_errors BLOB
 );
 CREATE TABLE IF NOT EXISTS events (
   job_id TEXT NOT NULL,
@@ -44,6 +47,22 @@ CREATE INDEX IF NOT EXISTS steps_by_attempt ON events (job_id, attempt, seq)
 -- GetJob's pages of steps: each step's runs, the latest last.
 CREATE INDEX IF NOT EXISTS steps_by_number ON events (job_id, step, seq)
   WHERE step IS NOT NULL;
+-- The lines workers logged while they ran a job's ranks; seq numbers a rank's lines in an attempt
+-- from 1. A marker row (seq = the bound + 1) counts the lines dropped beyond the bound.
+CREATE TABLE IF NOT EXISTS log_lines (
+  job_id TEXT NOT NULL,
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  seq INTEGER NOT NULL,
+  time_ms INTEGER NOT NULL,
+  level TEXT NOT NULL,
+  text TEXT NOT NULL,
+  dropped INTEGER NOT NULL DEFAULT 0,
+  PRIMARY KEY (job_id, attempt, rank, seq)
+) WITHOUT ROWID;
+-- GetJobLogs' pages: every rank's lines in order of time, and one rank's.
+CREATE INDEX IF NOT EXISTS log_lines_by_time ON log_lines (job_id, attempt, time_ms, rank, seq);
+CREATE INDEX IF NOT EXISTS log_lines_by_rank ON log_lines (job_id, rank, attempt, time_ms, seq);
 )sql";
 
 // One prepared statement, finalized when it goes out of scope.
@@ -68,6 +87,8 @@ class Statement {
   }
   void BindInt(int i, int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
   void BindNull(int i) { sqlite3_bind_null(stmt_, i); }
+  // For the next run of the statement, its bindings replaced one by one.
+  void Reset() { sqlite3_reset(stmt_); }
 
   // True while there is a row; an error ends the loop and is kept in status().
   bool Step() {
@@ -102,8 +123,33 @@ class Statement {
 
 constexpr char kJobColumns[] =
     "id, spec, state, message, create_time_ms, start_time_ms, end_time_ms, attempt, workers";
+// kJobColumns and the rank errors: a whole job record (summaries leave them out).
+constexpr char kFullJobColumns[] =
+    "id, spec, state, message, create_time_ms, start_time_ms, end_time_ms, attempt, workers, "
+    "rank_errors";
 
-absl::StatusOr<v1::Job> JobFromRow(const Statement& row) {
+// The rank_errors column: a Job holding only them, so no storage message of its own is needed.
+std::string RankErrorsBlob(const v1::Job& job) {
+  v1::Job holder;
+  *holder.mutable_rank_errors() = job.rank_errors();
+  holder.set_rank_errors_omitted(job.rank_errors_omitted());
+  return holder.SerializeAsString();
+}
+
+absl::Status ReadRankErrors(const std::string& blob, v1::Job* job) {
+  if (blob.empty()) return absl::OkStatus();
+  v1::Job holder;
+  if (!holder.ParseFromString(blob)) {
+    return absl::DataLossError(
+        absl::StrCat("job ", job->id(), ": its stored rank errors do not parse"));
+  }
+  job->mutable_rank_errors()->Swap(holder.mutable_rank_errors());
+  job->set_rank_errors_omitted(holder.rank_errors_omitted());
+  return absl::OkStatus();
+}
+
+// A row of kJobColumns (of kFullJobColumns, with_rank_errors) as a Job.
+absl::StatusOr<v1::Job> JobFromRow(const Statement& row, bool with_rank_errors) {
   v1::Job job;
   job.set_id(row.Bytes(0));
   if (!job.mutable_spec()->ParseFromString(row.Bytes(1))) {
@@ -119,6 +165,7 @@ absl::StatusOr<v1::Job> JobFromRow(const Statement& row) {
   if (!workers.empty()) {
     for (absl::string_view w : absl::StrSplit(workers, ',')) job.add_workers(std::string(w));
   }
+  if (with_rank_errors) RETURN_IF_ERROR(ReadRankErrors(row.Bytes(9), &job));
   return job;
 }
 
@@ -156,12 +203,13 @@ absl::StatusOr<int64_t> FillSteps(sqlite3* db, int64_t after_step, int limit, v1
 // Jobs matching `where_sql` (whose parameters `bind` sets), in submit order, without steps.
 absl::StatusOr<std::vector<v1::Job>> QueryJobs(sqlite3* db, const std::string& where_sql,
                                                const std::function<void(Statement*)>& bind) {
-  Statement st(db, absl::StrCat("SELECT ", kJobColumns, " FROM jobs ", where_sql, " ORDER BY seq;"));
+  Statement st(db,
+               absl::StrCat("SELECT ", kFullJobColumns, " FROM jobs ", where_sql, " ORDER BY seq;"));
   RETURN_IF_ERROR(st.status());
   if (bind) bind(&st);
   std::vector<v1::Job> jobs;
   while (st.Step()) {
-    ASSIGN_OR_RETURN(v1::Job job, JobFromRow(st));
+    ASSIGN_OR_RETURN(v1::Job job, JobFromRow(st, /*with_rank_errors=*/true));
     jobs.push_back(std::move(job));
   }
   RETURN_IF_ERROR(st.done_status());
@@ -175,7 +223,7 @@ constexpr char kLastStepColumn[] =
 
 // A row of kJobColumns and kLastStepColumn as a summary.
 absl::StatusOr<v1::JobSummary> SummaryFromRow(const Statement& row) {
-  ASSIGN_OR_RETURN(v1::Job job, JobFromRow(row));
+  ASSIGN_OR_RETURN(v1::Job job, JobFromRow(row, /*with_rank_errors=*/false));
   v1::JobSummary summary;
   summary.set_id(job.id());
   summary.set_state(job.state());
@@ -191,6 +239,14 @@ absl::StatusOr<v1::JobSummary> SummaryFromRow(const Statement& row) {
     ASSIGN_OR_RETURN(*summary.mutable_last_step(), StepFromEvent(job.id(), last_step));
   }
   return summary;
+}
+
+// The marker line of a rank's attempt that dropped `dropped` lines beyond max_lines.
+std::string DroppedLinesText(int64_t dropped, int64_t max_lines) {
+  return absl::StrCat("[weft] ", dropped, " more line", dropped == 1 ? "" : "s",
+                      " of this rank dropped: the coordinator keeps at most ", max_lines,
+                      " lines of a rank's attempt (--max_log_lines); the worker's own log has "
+                      "them all");
 }
 
 }  // namespace
@@ -240,8 +296,24 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
         "to start with no jobs"));
   }
   absl::Status s = store->Exec(kSchema);
+  if (s.ok()) s = store->Migrate();
   if (!s.ok()) return Annotate(s, absl::StrCat("opening job store ", path));
   return store;
+}
+
+absl::Status JobStore::Migrate() {
+  // kSchema made the tables and indexes an older store lacks; the columns added to a table since
+  // it was first made are added here (SQLite has no ADD COLUMN IF NOT EXISTS).
+  Statement columns(db_, "SELECT name FROM pragma_table_info('jobs');");
+  RETURN_IF_ERROR(columns.status());
+  bool has_rank_errors = false;
+  while (columns.Step()) has_rank_errors |= columns.Bytes(0) == "rank_errors";
+  RETURN_IF_ERROR(columns.done_status());
+  if (!has_rank_errors) {
+    RETURN_IF_ERROR(Annotate(Exec("ALTER TABLE jobs ADD COLUMN rank_errors BLOB;"),
+                             "adding the rank_errors column to the jobs table"));
+  }
+  return absl::OkStatus();
 }
 
 JobStore::~JobStore() {
@@ -271,7 +343,7 @@ absl::Status JobStore::InTransaction(Body body) {
 absl::Status JobStore::WriteJobRow(const v1::Job& job) {
   Statement st(db_,
                "UPDATE jobs SET state = ?1, message = ?2, create_time_ms = ?3, start_time_ms = ?4, "
-               "end_time_ms = ?5, attempt = ?6, workers = ?7 WHERE id = ?8;");
+               "end_time_ms = ?5, attempt = ?6, workers = ?7, rank_errors = ?9 WHERE id = ?8;");
   RETURN_IF_ERROR(st.status());
   st.BindInt(1, job.state());
   st.BindText(2, job.message());
@@ -281,6 +353,11 @@ absl::Status JobStore::WriteJobRow(const v1::Job& job) {
   st.BindInt(6, job.attempt());
   st.BindText(7, absl::StrJoin(job.workers(), ","));
   st.BindText(8, job.id());
+  if (job.rank_errors_size() > 0 || job.rank_errors_omitted() > 0) {
+    st.BindBlob(9, RankErrorsBlob(job));
+  } else {
+    st.BindNull(9);
+  }
   RETURN_IF_ERROR(st.Run());
   if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job ", job.id()));
   return absl::OkStatus();
@@ -437,6 +514,120 @@ absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string
   }
   RETURN_IF_ERROR(st.done_status());
   return events;
+}
+
+absl::Status JobStore::AppendLogLines(const std::string& job_id, int attempt, int rank,
+                                      const google::protobuf::RepeatedPtrField<v1::LogLine>& lines,
+                                      int64_t max_lines) {
+  if (max_lines <= 0) return absl::InvalidArgumentError("a bound of log lines must be positive");
+  if (lines.empty()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  absl::Status s = InTransaction([&]() -> absl::Status {
+    // The rank's last line (the primary key's last entry for it: no scan).
+    Statement last(db_,
+                   "SELECT COALESCE(MAX(seq), 0) FROM log_lines WHERE job_id = ?1 AND "
+                   "attempt = ?2 AND rank = ?3;");
+    RETURN_IF_ERROR(last.status());
+    last.BindText(1, job_id);
+    last.BindInt(2, attempt);
+    last.BindInt(3, rank);
+    if (!last.Step()) return last.done_status();
+    int64_t seq = std::min(last.Int(0), max_lines);  // past the bound: the marker's
+    Statement ins(db_,
+                  "INSERT INTO log_lines (job_id, attempt, rank, seq, time_ms, level, text) "
+                  "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7);");
+    RETURN_IF_ERROR(ins.status());
+    int kept = 0;
+    for (const v1::LogLine& line : lines) {
+      if (seq == max_lines) break;
+      ins.Reset();
+      ins.BindText(1, job_id);
+      ins.BindInt(2, attempt);
+      ins.BindInt(3, rank);
+      ins.BindInt(4, ++seq);
+      ins.BindInt(5, line.time_ms());
+      ins.BindText(6, line.level());
+      ins.BindText(7, line.text());
+      RETURN_IF_ERROR(ins.Run());
+      ++kept;
+    }
+    const int64_t dropped = lines.size() - kept;
+    if (dropped == 0) return absl::OkStatus();
+    // One marker line counts every line dropped so far.
+    Statement marker(db_,
+                     "SELECT dropped FROM log_lines WHERE job_id = ?1 AND attempt = ?2 AND "
+                     "rank = ?3 AND seq = ?4;");
+    RETURN_IF_ERROR(marker.status());
+    marker.BindText(1, job_id);
+    marker.BindInt(2, attempt);
+    marker.BindInt(3, rank);
+    marker.BindInt(4, max_lines + 1);
+    const int64_t before = marker.Step() ? marker.Int(0) : 0;
+    RETURN_IF_ERROR(marker.done_status());
+    Statement put(db_,
+                  "INSERT OR REPLACE INTO log_lines (job_id, attempt, rank, seq, time_ms, level, "
+                  "text, dropped) VALUES (?1, ?2, ?3, ?4, ?5, 'warning', ?6, ?7);");
+    RETURN_IF_ERROR(put.status());
+    put.BindText(1, job_id);
+    put.BindInt(2, attempt);
+    put.BindInt(3, rank);
+    put.BindInt(4, max_lines + 1);
+    put.BindInt(5, lines.rbegin()->time_ms());
+    put.BindText(6, DroppedLinesText(before + dropped, max_lines));
+    put.BindInt(7, before + dropped);
+    return put.Run();
+  });
+  return Annotate(s, absl::StrCat("storing log lines of job ", job_id, " attempt ", attempt,
+                                  " rank ", rank));
+}
+
+absl::StatusOr<LogLinesPage> JobStore::GetLogLines(const LogLineQuery& query) {
+  if (query.limit <= 0) return absl::InvalidArgumentError("a page of log lines needs a limit");
+  // One rank's lines are a range of log_lines_by_rank, where the rank is fixed and the order
+  // is (attempt, time, seq); every rank's, of log_lines_by_time.
+  std::string sql =
+      "SELECT attempt, rank, seq, time_ms, level, text FROM log_lines WHERE job_id = ?1 AND "
+      "time_ms >= ?2";
+  if (query.rank.has_value()) absl::StrAppend(&sql, " AND rank = ?3");
+  if (query.attempt.has_value()) absl::StrAppend(&sql, " AND attempt = ?4");
+  if (query.after.has_value()) {
+    absl::StrAppend(&sql, query.rank.has_value()
+                              ? " AND (attempt, time_ms, seq) > (?5, ?6, ?8)"
+                              : " AND (attempt, time_ms, rank, seq) > (?5, ?6, ?7, ?8)");
+  }
+  absl::StrAppend(&sql, " ORDER BY attempt, time_ms, rank, seq LIMIT ?9;");
+  absl::MutexLock lock(&mu_);
+  Statement st(db_, sql);
+  RETURN_IF_ERROR(st.status());
+  st.BindText(1, query.job_id);
+  st.BindInt(2, query.since_ms);
+  if (query.rank.has_value()) st.BindInt(3, *query.rank);
+  if (query.attempt.has_value()) st.BindInt(4, *query.attempt);
+  if (query.after.has_value()) {
+    st.BindInt(5, query.after->attempt);
+    st.BindInt(6, query.after->time_ms);
+    st.BindInt(7, query.after->rank);
+    st.BindInt(8, query.after->seq);
+  }
+  st.BindInt(9, int64_t{query.limit} + 1);  // one more says whether a next page exists
+  LogLinesPage page;
+  size_t bytes = 0;
+  while (st.Step()) {
+    if (static_cast<int>(page.lines.size()) == query.limit || bytes >= query.max_bytes) {
+      page.more = true;
+      break;
+    }
+    v1::JobLogLine& line = page.lines.emplace_back();
+    line.set_attempt(static_cast<int32_t>(st.Int(0)));
+    line.set_rank(static_cast<int32_t>(st.Int(1)));
+    line.set_seq(st.Int(2));
+    line.set_time_ms(st.Int(3));
+    line.set_level(st.Bytes(4));
+    line.set_text(st.Bytes(5));
+    bytes += line.text().size();
+  }
+  RETURN_IF_ERROR(st.done_status());
+  return page;
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::RestartInterruptedJobs(

@@ -1,7 +1,10 @@
 // The coordinator's durable record of jobs: an embedded SQLite database (WAL mode) holding every
-// job (its spec as a serialized proto, state, message, times, attempt, assigned workers) and every
-// JobEvent it emitted. Each state change is written, together with its event, in one transaction
-// before the coordinator publishes it, so a coordinator restart loses no job record.
+// job (its spec as a serialized proto, state, message, times, attempt, assigned workers, the rank
+// errors of its latest failed attempt), every JobEvent it emitted and the lines its workers logged
+// while they ran its ranks. Each state change is written, together with its event, in one
+// transaction before the coordinator publishes it, so a coordinator restart loses no job record.
+// A store made by an older coordinator opens as is: Open adds what it lacks (the log table, the
+// rank_errors column). Jobs are never deleted, so neither are their lines.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(data_dir + "/weft.db"));
@@ -10,12 +13,19 @@
 //   RETURN_IF_ERROR(store->UpdateJob(job, &running_event));
 //   ASSIGN_OR_RETURN(JobStepsPage page, store->GetJobSteps(job.id(), 0, 1000));  // 1000 steps
 //   ASSIGN_OR_RETURN(JobSummaryPage jobs, store->ListJobSummaries(v1::RUNNING, "", 100));
+//   RETURN_IF_ERROR(store->AppendLogLines(job.id(), /*attempt=*/0, /*rank=*/1, batch.lines(),
+//                                         /*max_lines=*/10000));
+//   LogLineQuery query;
+//   query.job_id = job.id();
+//   query.rank = 1;
+//   ASSIGN_OR_RETURN(LogLinesPage logs, store->GetLogLines(query));  // rank 1's first 1000
 #ifndef WEFT_COORDINATOR_JOB_STORE_H_
 #define WEFT_COORDINATOR_JOB_STORE_H_
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "weft/v1/job.pb.h"
+#include "weft/v1/service.pb.h"
 
 struct sqlite3;
 
@@ -48,6 +59,31 @@ struct JobStepsPage {
   int64_t next_after_step = 0;
 };
 
+// Where a page of log lines starts: after this line, in GetLogLines' order.
+struct LogLinePosition {
+  int32_t attempt = 0;
+  int64_t time_ms = 0;
+  int32_t rank = 0;
+  int64_t seq = 0;
+};
+
+// Which of a job's log lines GetLogLines returns.
+struct LogLineQuery {
+  std::string job_id;
+  std::optional<int32_t> rank;     // absent: every rank
+  std::optional<int32_t> attempt;  // absent: every attempt
+  int64_t since_ms = 0;            // only lines logged at or after this time
+  std::optional<LogLinePosition> after;  // absent: from the first line
+  int limit = 1000;                // lines, > 0
+  size_t max_bytes = 2 << 20;      // of text: the page ends after the line that passes it
+};
+
+// One page of GetLogLines.
+struct LogLinesPage {
+  std::vector<v1::JobLogLine> lines;
+  bool more = false;  // lines follow the last of these
+};
+
 class JobStore {
  public:
   // Opens (creating if needed) the database at `path`; its folder must exist.
@@ -60,8 +96,8 @@ class JobStore {
   absl::StatusOr<v1::Job> CreateJob(const v1::JobSpec& spec, int64_t now_ms,
                                     const std::string& message);
 
-  // Writes job's mutable fields (state, message, times, attempt, workers; not spec or steps)
-  // and, when `event` is set, appends it: one transaction. NOT_FOUND for an unknown id.
+  // Writes job's mutable fields (state, message, times, attempt, workers, rank errors; not spec
+  // or steps) and, when `event` is set, appends it: one transaction. NOT_FOUND for an unknown id.
   absl::Status UpdateJob(const v1::Job& job, const v1::JobEvent* event);
 
   // Appends one event (e.g. a step) of the job's given attempt.
@@ -83,6 +119,18 @@ class JobStore {
   // Every event of the job in the order it was stored.
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id);
 
+  // Appends lines a worker logged as `rank` of the job's `attempt`, numbered on from that rank's
+  // last (seq from 1), in one transaction. A rank's attempt keeps at most max_lines (> 0) lines;
+  // the ones after are dropped and counted by one marker line (seq max_lines + 1, level
+  // "warning", the time of the last dropped line) that says how many.
+  absl::Status AppendLogLines(const std::string& job_id, int attempt, int rank,
+                              const google::protobuf::RepeatedPtrField<v1::LogLine>& lines,
+                              int64_t max_lines);
+  // At most query.limit of the job's lines that match the query, ordered by attempt, time, rank
+  // and seq (each page a range of the (job, attempt, time, rank, seq) index, or its per-rank
+  // twin, so a page costs its rows). Does not check that the job exists.
+  absl::StatusOr<LogLinesPage> GetLogLines(const LogLineQuery& query);
+
   // After a coordinator restart: every job that was PLANNING or RUNNING becomes RESTARTING as
   // its next attempt, with `message` and an event; one that was RESTARTING stays so. Returns
   // those jobs, in submit order.
@@ -93,6 +141,8 @@ class JobStore {
   explicit JobStore(sqlite3* db) : db_(db) {}
 
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Brings a store made by an older coordinator up to this schema.
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<v1::Job> GetJobLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

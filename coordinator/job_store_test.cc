@@ -1,6 +1,7 @@
 #include "coordinator/job_store.h"
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <cstdio>
@@ -352,6 +353,260 @@ TEST(JobStoreTest, RestartRestartsRunningJobsAndKeepsPendingOnes) {
   ASSERT_TRUE(still_pending.ok());
   ASSERT_EQ(still_pending->size(), 1u);
   EXPECT_EQ((*still_pending)[0].id(), pending->id());
+}
+
+v1::RankError RankErrorOf(int rank, int64_t at_ms, const std::string& message) {
+  v1::RankError e;
+  e.set_rank(rank);
+  e.set_worker(absl::StrCat("worker-", rank + 1));
+  e.set_host("10.0.0.5");
+  e.set_attempt(1);
+  e.set_failed_at_ms(at_ms);
+  e.set_message(message);
+  return e;
+}
+
+// The rank errors are part of the job record: written by UpdateJob, read by every whole-job read
+// (and a restart's), replaced or cleared by the next UpdateJob; summaries leave them out.
+TEST(JobStoreTest, RankErrorsAreStoredWithTheJob) {
+  const std::string path = TempDir() + "/weft.db";
+  std::string id;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto job = (*store)->CreateJob(Spec("a"), 100, "submitted");
+    ASSERT_TRUE(job.ok());
+    id = job->id();
+    job->set_state(v1::RUNNING);
+    *job->add_rank_errors() = RankErrorOf(1, 500, "step 1: loading fc0.weight: checksum mismatch");
+    *job->add_rank_errors() = RankErrorOf(0, 504, "worker lost: its stream broke");
+    job->set_rank_errors_omitted(7);
+    ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->GetJob(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_EQ(job->rank_errors_size(), 2);
+  EXPECT_EQ(job->rank_errors(0).rank(), 1);
+  EXPECT_EQ(job->rank_errors(0).worker(), "worker-2");
+  EXPECT_EQ(job->rank_errors(0).host(), "10.0.0.5");
+  EXPECT_EQ(job->rank_errors(0).attempt(), 1);
+  EXPECT_EQ(job->rank_errors(0).failed_at_ms(), 500);
+  EXPECT_EQ(job->rank_errors(0).message(), "step 1: loading fc0.weight: checksum mismatch");
+  EXPECT_EQ(job->rank_errors(1).message(), "worker lost: its stream broke");
+  EXPECT_EQ(job->rank_errors_omitted(), 7);
+  auto steps = (*store)->GetJobSteps(id, 0, 10);
+  ASSERT_TRUE(steps.ok());
+  EXPECT_EQ(steps->job.rank_errors_size(), 2);
+  auto running = (*store)->ListJobsInState(v1::RUNNING);
+  ASSERT_TRUE(running.ok());
+  ASSERT_EQ(running->size(), 1u);
+  EXPECT_EQ((*running)[0].rank_errors_size(), 2);
+  auto restarted = (*store)->RestartInterruptedJobs(900, "restarting");
+  ASSERT_TRUE(restarted.ok());
+  ASSERT_EQ(restarted->size(), 1u);
+  EXPECT_EQ((*restarted)[0].rank_errors_size(), 2);
+  EXPECT_EQ((*store)->GetJob(id)->rank_errors_size(), 2) << "a restart keeps them";
+
+  v1::Job cleared = *job;
+  cleared.clear_rank_errors();
+  cleared.set_rank_errors_omitted(0);
+  ASSERT_TRUE((*store)->UpdateJob(cleared, nullptr).ok());
+  EXPECT_EQ((*store)->GetJob(id)->rank_errors_size(), 0);
+  EXPECT_EQ((*store)->GetJob(id)->rank_errors_omitted(), 0);
+}
+
+google::protobuf::RepeatedPtrField<v1::LogLine> Lines(int64_t first_ms, int n,
+                                                       const std::string& prefix) {
+  google::protobuf::RepeatedPtrField<v1::LogLine> lines;
+  for (int i = 0; i < n; ++i) {
+    v1::LogLine* line = lines.Add();
+    line->set_time_ms(first_ms + i);
+    line->set_level(i == n - 1 ? "error" : "info");
+    line->set_text(absl::StrCat(prefix, " ", i));
+  }
+  return lines;
+}
+
+// Every line GetLogLines gives for `query`, page after page of query.limit, as "aA rR #S text".
+std::vector<std::string> ReadAllLines(JobStore& store, LogLineQuery query, int* pages = nullptr) {
+  std::vector<std::string> out;
+  if (pages != nullptr) *pages = 0;
+  while (true) {
+    absl::StatusOr<LogLinesPage> page = store.GetLogLines(query);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) return out;
+    if (pages != nullptr) ++*pages;
+    for (const v1::JobLogLine& line : page->lines) {
+      out.push_back(absl::StrCat("a", line.attempt(), " r", line.rank(), " #", line.seq(), " ",
+                                 line.text()));
+    }
+    if (!page->more) return out;
+    EXPECT_FALSE(page->lines.empty());
+    const v1::JobLogLine& last = page->lines.back();
+    query.after = LogLinePosition{last.attempt(), last.time_ms(), last.rank(), last.seq()};
+  }
+}
+
+// A rank's lines are numbered from 1 per attempt; pages go by attempt, then time, then rank,
+// then number, and cover every matching line once, whatever the page size.
+TEST(JobStoreTest, LogLinesArePagedByAttemptTimeRankAndNumber) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->CreateJob(Spec("a"), 100, "submitted");
+  ASSERT_TRUE(job.ok());
+  const std::string id = job->id();
+  // Attempt 1's lines are stored first: the order is by attempt, not arrival.
+  ASSERT_TRUE((*store)->AppendLogLines(id, 1, 0, Lines(9000, 1, "restart"), 100).ok());
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 1, Lines(1000, 2, "r1"), 100).ok());
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 0, Lines(1001, 3, "r0"), 100).ok());
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 1, Lines(1001, 1, "r1 more"), 100).ok());
+  auto other = (*store)->CreateJob(Spec("b"), 100, "submitted");
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE((*store)->AppendLogLines(other->id(), 0, 0, Lines(1000, 4, "other"), 100).ok());
+
+  const std::vector<std::string> every = {
+      "a0 r1 #1 r1 0",  // 1000
+      "a0 r0 #1 r0 0",  // 1001
+      "a0 r1 #2 r1 1",  // 1001
+      "a0 r1 #3 r1 more 0",  // 1001
+      "a0 r0 #2 r0 1",  // 1002
+      "a0 r0 #3 r0 2",  // 1003
+      "a1 r0 #1 restart 0",  // 9000
+  };
+  for (int limit : {1, 2, 3, 100}) {
+    LogLineQuery query;
+    query.job_id = id;
+    query.limit = limit;
+    int pages = 0;
+    EXPECT_EQ(ReadAllLines(**store, query, &pages), every) << limit;
+    EXPECT_EQ(pages, (7 + limit - 1) / limit) << limit;
+  }
+  LogLineQuery rank1;
+  rank1.job_id = id;
+  rank1.rank = 1;
+  rank1.limit = 1;
+  EXPECT_EQ(ReadAllLines(**store, rank1),
+            (std::vector<std::string>{"a0 r1 #1 r1 0", "a0 r1 #2 r1 1", "a0 r1 #3 r1 more 0"}));
+  LogLineQuery attempt1;
+  attempt1.job_id = id;
+  attempt1.attempt = 1;
+  EXPECT_EQ(ReadAllLines(**store, attempt1), (std::vector<std::string>{"a1 r0 #1 restart 0"}));
+  LogLineQuery since;
+  since.job_id = id;
+  since.since_ms = 1002;
+  since.limit = 2;
+  EXPECT_EQ(ReadAllLines(**store, since),
+            (std::vector<std::string>{"a0 r0 #2 r0 1", "a0 r0 #3 r0 2", "a1 r0 #1 restart 0"}));
+  // A page ends after max_bytes of text too (each text here is 4 or more bytes).
+  LogLineQuery small;
+  small.job_id = id;
+  small.max_bytes = 4;
+  auto page = (*store)->GetLogLines(small);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->lines.size(), 1u);
+  EXPECT_TRUE(page->more);
+  auto levels = (*store)->GetLogLines(rank1);
+  ASSERT_TRUE(levels.ok());
+  EXPECT_EQ(levels->lines[0].level(), "info");
+  EXPECT_EQ(levels->lines[0].time_ms(), 1000);
+}
+
+// A rank's attempt keeps at most max_lines lines; one marker line after them counts every line
+// dropped, with the time of the last; other ranks and attempts keep their own.
+TEST(JobStoreTest, LogLinesBeyondTheBoundAreDroppedAndCounted) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->CreateJob(Spec("a"), 100, "submitted");
+  ASSERT_TRUE(job.ok());
+  const std::string id = job->id();
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 0, Lines(1000, 3, "x"), 5).ok());
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 0, Lines(2000, 4, "y"), 5).ok());  // 2 dropped
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 0, Lines(3000, 3, "z"), 5).ok());  // 3 more
+  ASSERT_TRUE((*store)->AppendLogLines(id, 0, 1, Lines(4000, 5, "r1"), 5).ok());
+  LogLineQuery rank0;
+  rank0.job_id = id;
+  rank0.rank = 0;
+  auto page = (*store)->GetLogLines(rank0);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->lines.size(), 6u);
+  EXPECT_EQ(page->lines[4].text(), "y 1");
+  const v1::JobLogLine& marker = page->lines[5];
+  EXPECT_EQ(marker.seq(), 6);
+  EXPECT_EQ(marker.level(), "warning");
+  EXPECT_EQ(marker.time_ms(), 3002);
+  EXPECT_NE(marker.text().find("5 more lines of this rank dropped"), std::string::npos)
+      << marker.text();
+  EXPECT_NE(marker.text().find("at most 5 lines"), std::string::npos) << marker.text();
+  LogLineQuery rank1 = rank0;
+  rank1.rank = 1;
+  page = (*store)->GetLogLines(rank1);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->lines.size(), 5u) << "exactly the bound: no marker";
+  ASSERT_TRUE((*store)->AppendLogLines(id, 1, 0, Lines(5000, 1, "next attempt"), 5).ok());
+  LogLineQuery attempt1 = rank0;
+  attempt1.attempt = 1;
+  page = (*store)->GetLogLines(attempt1);
+  ASSERT_TRUE(page.ok());
+  ASSERT_EQ(page->lines.size(), 1u);
+  EXPECT_EQ(page->lines[0].seq(), 1);
+}
+
+// A store made before the log table and the rank_errors column existed opens, keeps its jobs and
+// takes both.
+TEST(JobStoreTest, AStoreOfAnOlderSchemaOpensAndGainsLogsAndRankErrors) {
+  const std::string path = TempDir() + "/weft.db";
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    v1::JobSpec spec = Spec("old");
+    std::string spec_hex;
+    for (unsigned char c : spec.SerializeAsString()) {
+      absl::StrAppend(&spec_hex, absl::Hex(c, absl::kZeroPad2));
+    }
+    // The schema as coordinators before issue 14's logs made it.
+    const std::string sql = absl::StrCat(R"sql(
+      CREATE TABLE jobs (
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec BLOB NOT NULL,
+        state INTEGER NOT NULL, message TEXT NOT NULL DEFAULT '',
+        create_time_ms INTEGER NOT NULL DEFAULT 0, start_time_ms INTEGER NOT NULL DEFAULT 0,
+        end_time_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0,
+        workers TEXT NOT NULL DEFAULT '');
+      CREATE TABLE events (
+        job_id TEXT NOT NULL, seq INTEGER NOT NULL, attempt INTEGER NOT NULL, step INTEGER,
+        event BLOB NOT NULL, PRIMARY KEY (job_id, seq));
+      CREATE INDEX jobs_by_state ON jobs (state, seq);
+      INSERT INTO jobs (seq, id, spec, state, message, create_time_ms)
+        VALUES (1, 'job-000001', X')sql",
+                                         spec_hex, R"sql(', 5, 'rank 1 failed', 100);)sql");
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << (err != nullptr ? err : "");
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // and again, migrated
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto job = (*store)->GetJob("job-000001");
+    ASSERT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(job->spec().name(), "old");
+    EXPECT_EQ(job->state(), v1::FAILED);
+    EXPECT_EQ(job->message(), "rank 1 failed");
+    if (open == 0) {
+      EXPECT_EQ(job->rank_errors_size(), 0);
+      *job->add_rank_errors() = RankErrorOf(1, 500, "checksum mismatch");
+      ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
+      ASSERT_TRUE((*store)->AppendLogLines(job->id(), 0, 1, Lines(1000, 2, "l"), 10).ok());
+    } else {
+      ASSERT_EQ(job->rank_errors_size(), 1);
+      EXPECT_EQ(job->rank_errors(0).message(), "checksum mismatch");
+      LogLineQuery query;
+      query.job_id = job->id();
+      EXPECT_EQ(ReadAllLines(**store, query),
+                (std::vector<std::string>{"a0 r1 #1 l 0", "a0 r1 #2 l 1"}));
+    }
+  }
 }
 
 TEST(JobStoreTest, UpdateOfUnknownJobIsNotFound) {

@@ -44,6 +44,9 @@ ABSL_FLAG(int64_t, failure_settle_ms, 1000,
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
 ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger ones are refused");
+ABSL_FLAG(int64_t, max_log_lines, 10000,
+          "the most log lines stored of one rank's attempt (weftctl logs); later ones are dropped "
+          "and one line says how many");
 ABSL_FLAG(std::string, data_root, "",
           "absolute folder: a job's data and init_from are read only from under it (symlinks and "
           ".. resolved first); empty: anywhere");
@@ -199,9 +202,14 @@ int Run() {
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
   options.failure_settle_ms = absl::GetFlag(FLAGS_failure_settle_ms);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  options.max_log_lines = absl::GetFlag(FLAGS_max_log_lines);
   options.roots = *std::move(roots);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
+    return 2;
+  }
+  if (options.max_log_lines <= 0) {
+    spdlog::error("--max_log_lines must be positive");
     return 2;
   }
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =

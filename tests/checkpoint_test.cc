@@ -21,7 +21,9 @@
 #include <memory>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/crash_point.h"
 #include "common/jobspec/starting_state.h"
@@ -160,7 +162,9 @@ TEST_F(CheckpointTest, DataParallelWritesOneCopyOfReplicatedTensors) {
 
 // The cause, not the echo: a checkpoint chunk only rank 1 reads is corrupt, so rank 1 fails with
 // a checksum error while rank 0, waiting for it in a collective, fails with the peer gone. The
-// job's failure message names rank 1's checksum error first, whichever report arrived first.
+// job's failure message names rank 1's checksum error first, whichever report arrived first;
+// the job record (and `weftctl get`) lists every rank's error, rank 1's first; `weftctl logs
+// --rank 1` shows the line rank 1's worker logged about it, `--rank 0` only rank 0's lines.
 TEST_F(CheckpointTest, AChecksumErrorOnRank1IsTheJobsFailure) {
   MlpJob job = MlpJob::Create();
   const std::string mp2 = "{shape: [2], dim_names: [mp]}";
@@ -197,6 +201,50 @@ TEST_F(CheckpointTest, AChecksumErrorOnRank1IsTheJobsFailure) {
   EXPECT_EQ(loaded.message.rfind("rank 1 (", 0), 0u) << loaded.message;
   EXPECT_NE(loaded.message.find("checksum"), std::string::npos) << loaded.message;
   EXPECT_NE(loaded.message.find("fc0.weight"), std::string::npos) << loaded.message;
+
+  // Every rank's error, the cause first.
+  const v1::Job failed = cluster_->GetJob(id);
+  ASSERT_GE(failed.rank_errors_size(), 1) << failed.DebugString();
+  const v1::RankError& cause = failed.rank_errors(0);
+  EXPECT_EQ(cause.rank(), 1);
+  EXPECT_EQ(cause.attempt(), 0);
+  EXPECT_FALSE(cause.worker().empty());
+  EXPECT_EQ(cause.host(), "127.0.0.1");
+  EXPECT_NE(cause.message().find("checksum"), std::string::npos) << cause.message();
+  // Rank 0 fails on the peer gone within the settle window (its echo came 1 ms after rank 1's
+  // failure when it was measured); it is listed after.
+  ASSERT_EQ(failed.rank_errors_size(), 2) << failed.DebugString() << cluster_->Logs();
+  EXPECT_EQ(failed.rank_errors(1).rank(), 0);
+  EXPECT_GE(failed.rank_errors(1).failed_at_ms(), cause.failed_at_ms());
+  const CommandResult got = cluster_->Weftctl({"get", id});
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  const size_t errors = got.out.find("errors:   2 ranks failed in attempt 0, earliest first\n");
+  ASSERT_NE(errors, std::string::npos) << got.out;
+  const size_t rank1 = got.out.find("\n  rank 1 (worker " + cause.worker() + " on host 127.0.0.1, "
+                                    "attempt 0, +0 ms): ", errors);
+  const size_t rank0 = got.out.find("\n  rank 0 (worker ", errors);
+  EXPECT_NE(rank1, std::string::npos) << got.out;
+  EXPECT_NE(rank0, std::string::npos) << got.out;
+  EXPECT_LT(rank1, rank0) << got.out;
+
+  // Rank 1's worker logged its error (and sent it before its TaskDone); rank 0's lines are its
+  // own.
+  const CommandResult rank1_logs = cluster_->Weftctl({"logs", id, "--rank", "1"});
+  ASSERT_EQ(rank1_logs.exit_code, 0) << rank1_logs.err;
+  bool error_line = false;
+  for (absl::string_view line : absl::StrSplit(rank1_logs.out, '\n', absl::SkipEmpty())) {
+    EXPECT_EQ(line.rfind("attempt 0 rank 1  ", 0), 0u) << line;
+    error_line |= absl::StrContains(line, "rank 1: ") && absl::StrContains(line, "checksum") &&
+                  absl::StrContains(line, "fc0.weight");
+  }
+  EXPECT_TRUE(error_line) << rank1_logs.out;
+  const CommandResult rank0_logs = cluster_->Weftctl({"logs", id, "--rank", "0", "--follow"});
+  ASSERT_EQ(rank0_logs.exit_code, 0) << rank0_logs.err;
+  EXPECT_NE(rank0_logs.out.find("attempt 0 rank 0  "), std::string::npos) << rank0_logs.out;
+  for (absl::string_view line : absl::StrSplit(rank0_logs.out, '\n', absl::SkipEmpty())) {
+    EXPECT_EQ(line.rfind("attempt 0 rank 0  ", 0), 0u) << line;
+    EXPECT_FALSE(absl::StrContains(line, "checksum")) << line;
+  }
 }
 
 void ExpectLoadable(const std::string& dir, int64_t step) {

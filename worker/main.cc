@@ -34,6 +34,7 @@
 #include "spdlog/spdlog.h"
 #include "worker/executor/executor.h"
 #include "worker/kernels/backend.h"
+#include "worker/task_log.h"
 #include "worker/worker.h"
 #ifdef WEFT_CUDA
 #include "worker/nccl_environment.h"
@@ -74,6 +75,10 @@ int main(int argc, char** argv) {
 
   auto logger = spdlog::stderr_logger_mt("weft-worker");
   logger->set_pattern("%Y-%m-%d %H:%M:%S.%e %L weft-worker] %v");
+  // What is logged while a task runs also goes to the coordinator (weftctl logs). Added before
+  // any other thread starts: a logger's sinks are not to change while it logs.
+  auto task_log = std::make_shared<weft::TaskLogSink>();
+  logger->sinks().push_back(task_log);
   spdlog::set_default_logger(logger);
 
   // libgomp reads its wait policy when it loads, so only the environment can set it.
@@ -139,6 +144,7 @@ int main(int argc, char** argv) {
   options.host = absl::GetFlag(FLAGS_host);
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));
+  options.task_log = task_log;
   // Ready once registered: systemd then counts the unit started. Called on Run's thread only.
   options.on_connection = [ready = false](bool connected, const std::string& what) mutable {
     absl::Status s = connected && !ready ? weft::systemd::NotifyReady(what)

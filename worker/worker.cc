@@ -33,7 +33,11 @@ v1::WorkerMessage DoneMessage(const v1::Program& program, bool ok, const std::st
   done->set_rank(program.rank());
   done->set_ok(ok);
   done->set_message(message);
-  if (!ok) done->set_failed_at_ms(absl::ToUnixMillis(absl::Now()));
+  if (!ok) {
+    const absl::Time now = absl::Now();
+    done->set_failed_at_ms(absl::ToUnixMillis(now));
+    done->set_failed_at_us(absl::ToUnixMicros(now));
+  }
   return msg;
 }
 
@@ -538,8 +542,20 @@ void Worker::StartTask(const v1::Assignment& assignment) {
   }
   // The environment checks the program's device (CheckProgramDevice): a GPU worker's runs cuda
   // programs, a CPU worker's cpu ones.
+  auto send = [this, current](const v1::WorkerMessage& m) { Send(m, current); };
+  if (options_.task_log != nullptr) {
+    options_.task_log->Begin(program.job_id(), program.attempt(), program.rank(), send);
+  }
   auto task = std::make_unique<Task>(
-      assignment, env_, [this, current](const v1::WorkerMessage& m) { Send(m, current); });
+      assignment, env_,
+      [this, send, job_id = program.job_id(), attempt = program.attempt(),
+       rank = program.rank()](const v1::WorkerMessage& m) {
+        // The rank's lines, its error among them, reach the coordinator before its TaskDone.
+        if (m.has_done() && options_.task_log != nullptr) {
+          options_.task_log->End(job_id, attempt, rank);
+        }
+        send(m);
+      });
   task->Start();
   absl::MutexLock lock(&mu_);
   task_ = std::move(task);
@@ -569,6 +585,10 @@ void Worker::AbandonStuckTask(int64_t session) {
       absl::FormatDuration(kAbandonAfter),
       " later: abandoned; its thread ends at the collective timeout)");
   spdlog::warn("job {} attempt {}: {}", stuck->job_id(), stuck->attempt(), why);
+  // Its thread's later lines are not the task's any more; this one is.
+  if (options_.task_log != nullptr) {
+    options_.task_log->End(stuck->job_id(), stuck->attempt(), stuck->rank());
+  }
   v1::Program program;
   program.set_job_id(stuck->job_id());
   program.set_attempt(stuck->attempt());
@@ -596,14 +616,15 @@ int64_t Worker::session() const {
 
 void Worker::Send(const v1::WorkerMessage& msg, int64_t session) {
   absl::MutexLock lock(&write_mu_);
+  // Nothing is logged about log lines: the task's sink would take that line and send it too.
   if (stream_ == nullptr || session != session_) {
-    if (!msg.has_heartbeat()) {
+    if (!msg.has_heartbeat() && !msg.has_logs()) {
       spdlog::warn("dropping a {} message: its stream to the coordinator is gone",
                    msg.has_done() ? "task-done" : msg.has_checkpoint() ? "checkpoint" : "step");
     }
     return;
   }
-  if (!stream_->Write(msg)) {
+  if (!stream_->Write(msg) && !msg.has_logs()) {
     spdlog::debug("write to the coordinator failed; the stream is closing");
   }
 }

@@ -6,6 +6,8 @@
 //  - Worker: the WorkerService stream client. Says Hello, sends heartbeats, turns Assignment and
 //    Cancel into Task calls, forwards the task's messages, and reconnects with backoff when the
 //    coordinator goes away (cancelling the running task: its peers are being torn down too).
+//    With a TaskLogSink it sends the lines the process logs while a task runs as that task's
+//    (LogLines), the last of them before the task's TaskDone.
 //
 // E.g.
 //   GlooTaskEnvironment env(channel, "127.0.0.1", absl::Seconds(300), &Executor::Create);
@@ -40,6 +42,7 @@
 #include "worker/comm/communicator.h"
 #include "worker/executor/executor.h"
 #include "worker/kernels/kernels.h"
+#include "worker/task_log.h"
 
 namespace weft {
 
@@ -178,6 +181,9 @@ struct WorkerOptions {
   // HOST:PORT as worker-1") and when it ends or an attempt to open one fails (not connected: why,
   // and when the next try is): the daemon's systemd READY=1 and STATUS=. Empty: nobody.
   std::function<void(bool connected, const std::string& what)> on_connection;
+  // The sink on the default logger that takes the lines logged while a task runs (the daemon
+  // adds it to its logger); each task's go to the coordinator. Null: none are sent.
+  std::shared_ptr<TaskLogSink> task_log;
 };
 
 // The WorkerService stream client. One assignment at a time: another one while a task runs is

@@ -14,6 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/stdout_sinks.h"
+#include "spdlog/spdlog.h"
 #include "worker/comm/gloo/fake_rendezvous_service.h"
 
 namespace weft {
@@ -511,6 +513,53 @@ TEST_F(WorkerTest, CancelAndBusy) {
                     m.done().message() == "cancelled: user asked";
            }) == 1;
   }));
+}
+
+// With a TaskLogSink on the default logger (as the daemon has it), what the process logs while a
+// task runs reaches the coordinator as that task's lines, its error line before its TaskDone,
+// and nothing of it after.
+TEST_F(WorkerTest, SendsTheTasksLogLinesBeforeItsTaskDone) {
+  auto task_log = std::make_shared<TaskLogSink>();
+  const std::shared_ptr<spdlog::logger> before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "worker_test",
+      spdlog::sinks_init_list{std::make_shared<spdlog::sinks::stderr_sink_mt>(), task_log}));
+  options_.task_log = task_log;
+  StartWorker();
+  v1::CoordinatorMessage assign;
+  *assign.mutable_assignment() = MakeAssignment("fail-at-2", 4, 1, 5);
+  coordinator_.Push(assign);
+  ASSERT_TRUE(coordinator_.WaitFor([](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) { return m.has_done(); }) == 1;
+  }));
+  worker_->Shutdown();
+  runner_.join();
+  worker_.reset();
+  spdlog::set_default_logger(before);
+
+  const std::vector<v1::WorkerMessage> received = coordinator_.received();
+  int done_at = -1, error_at = -1, started_at = -1, lines_after_done = 0;
+  for (int i = 0; i < static_cast<int>(received.size()); ++i) {
+    const v1::WorkerMessage& m = received[i];
+    if (m.has_done()) done_at = i;
+    if (!m.has_logs()) continue;
+    EXPECT_EQ(m.logs().job_id(), "fail-at-2");
+    EXPECT_EQ(m.logs().attempt(), 4);
+    EXPECT_EQ(m.logs().rank(), 1);
+    if (done_at >= 0) ++lines_after_done;
+    for (const v1::LogLine& line : m.logs().lines()) {
+      if (absl::StrContains(line.text(), "starting (5 steps)")) started_at = i;
+      if (absl::StrContains(line.text(), "rank 1: step 2: all_reduce on group 1")) {
+        error_at = i;
+        EXPECT_EQ(line.level(), "warning");
+      }
+    }
+  }
+  ASSERT_GE(done_at, 0);
+  EXPECT_GE(started_at, 0) << "the task's first line was not sent";
+  EXPECT_GE(error_at, 0) << "the task's error line was not sent";
+  EXPECT_LT(error_at, done_at) << "the error line came after the TaskDone";
+  EXPECT_EQ(lines_after_done, 0);
 }
 
 TEST_F(WorkerTest, ReconnectsAfterTheStreamBreaks) {

@@ -5,7 +5,8 @@
 // ends FAILED. ListJobs gives pages of at most 2 jobs (ids in string order) and GetJob pages of
 // at most 4 of the scripted run's steps, so that weftctl follows page tokens. GetJobTrace of a
 // job submitted with trace returns a scripted timeline: per rank of the mesh and train step, a
-// forward slice and an all-reduce.
+// forward slice and an all-reduce. GetJobLogs returns three scripted lines per rank ("rank R line
+// I", one second apart, the ranks' interleaved by time) in pages of at most 2 lines.
 //
 // E.g.
 //   fake_coordinator --listen 127.0.0.1:0 --port_file /tmp/port --data_dir /tmp/data
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 #include "weft/v1/service.grpc.pb.h"
@@ -171,6 +173,38 @@ class FakeJobService final : public weft::v1::JobService::Service {
         ar->set_chunk(-1);
       }
     }
+    return grpc::Status::OK;
+  }
+  grpc::Status GetJobLogs(grpc::ServerContext*, const weft::v1::GetJobLogsRequest* req,
+                          weft::v1::GetJobLogsResponse* resp) override {
+    Job job;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = jobs_.find(req->job_id());
+      if (it == jobs_.end()) {
+        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
+      }
+      job = it->second;
+    }
+    int64_t ranks = 1;
+    for (int64_t d : job.spec().mesh().shape()) ranks *= d;
+    std::vector<weft::v1::JobLogLine> lines;  // in time order
+    for (int i = 1; i <= 3; ++i) {
+      for (int64_t r = 0; r < ranks; ++r) {
+        if (req->has_rank() && req->rank() != r) continue;
+        weft::v1::JobLogLine& line = lines.emplace_back();
+        line.set_rank(static_cast<int32_t>(r));
+        line.set_seq(i);
+        line.set_time_ms(1700000000000 + i * 1000 + r);
+        line.set_level(i == 3 ? "error" : "info");
+        line.set_text("rank " + std::to_string(r) + " line " + std::to_string(i));
+      }
+    }
+    // The token is the index of the page's first line.
+    const size_t first = req->page_token().empty() ? 0 : std::stoul(req->page_token());
+    const size_t end = std::min(lines.size(), first + kPageSize);
+    for (size_t i = first; i < end; ++i) *resp->add_lines() = lines[i];
+    if (end < lines.size()) resp->set_next_page_token(std::to_string(end));
     return grpc::Status::OK;
   }
   grpc::Status ListWorkers(grpc::ServerContext*, const weft::v1::ListWorkersRequest*,

@@ -111,6 +111,14 @@ TEST(GrpcPagingTest, ListJobsAndGetJobPageOverTheWire) {
     job->set_state(v1::SUCCEEDED);
     ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
   }
+  google::protobuf::RepeatedPtrField<v1::LogLine> lines;
+  for (int i = 0; i < 3; ++i) {
+    v1::LogLine* line = lines.Add();
+    line->set_time_ms(2000 + i);
+    line->set_level("info");
+    line->set_text(absl::StrCat("line ", i));
+  }
+  ASSERT_TRUE((*store)->AppendLogLines(ids[0], 0, 0, lines, 100).ok());
   CoordinatorOptions options;
   options.pages.jobs_default = 2;
   options.pages.jobs_max = 2;
@@ -147,6 +155,7 @@ TEST(GrpcPagingTest, ListJobsAndGetJobPageOverTheWire) {
   EXPECT_EQ(as_old_client_reads_it.create_time_ms(), 1000);
   ASSERT_EQ(as_old_client_reads_it.steps_size(), 1);
   EXPECT_EQ(as_old_client_reads_it.steps(0).step(), 5);
+  EXPECT_EQ(as_old_client_reads_it.rank_errors_size(), 0);  // Job reserves the summary's fields
 
   v1::ListJobsRequest next;
   next.set_page_size(5000);
@@ -188,6 +197,32 @@ TEST(GrpcPagingTest, ListJobsAndGetJobPageOverTheWire) {
   refused = get(request, &job);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(refused.error_message().rfind("steps_page_token: ", 0), 0u) << refused.error_message();
+
+  // GetJobLogs: a page of 2, then the last line; a bad rank names the field.
+  auto logs = [&](const v1::GetJobLogsRequest& request, v1::GetJobLogsResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(In(10000));
+    return stub->GetJobLogs(&context, request, response);
+  };
+  v1::GetJobLogsRequest log_request;
+  log_request.set_job_id(ids[0]);
+  log_request.set_rank(0);
+  log_request.set_page_size(2);
+  v1::GetJobLogsResponse log_page;
+  ASSERT_TRUE(logs(log_request, &log_page).ok());
+  ASSERT_EQ(log_page.lines_size(), 2);
+  EXPECT_EQ(log_page.lines(0).text(), "line 0");
+  EXPECT_EQ(log_page.lines(1).seq(), 2);
+  ASSERT_FALSE(log_page.next_page_token().empty());
+  log_request.set_page_token(log_page.next_page_token());
+  ASSERT_TRUE(logs(log_request, &log_page).ok());
+  ASSERT_EQ(log_page.lines_size(), 1);
+  EXPECT_EQ(log_page.lines(0).text(), "line 2");
+  EXPECT_EQ(log_page.next_page_token(), "");
+  log_request.set_rank(7);
+  refused = logs(log_request, &log_page);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.error_message().rfind("rank: ", 0), 0u) << refused.error_message();
   (*server)->Shutdown();
 }
 
@@ -407,6 +442,11 @@ class GrpcServerAuthTest : public ::testing::Test {
     call(&v1::JobService::Stub::ListWorkers, v1::ListWorkersRequest(), &workers);
     v1::JobTrace trace;
     call(&v1::JobService::Stub::GetJobTrace, get, &trace);
+    v1::GetJobLogsRequest logs;
+    logs.set_job_id("job-000001");
+    logs.set_rank(0);
+    v1::GetJobLogsResponse lines;
+    call(&v1::JobService::Stub::GetJobLogs, logs, &lines);
     grpc::ClientContext watch_context;
     watch_context.set_deadline(In(10000));
     v1::WatchJobRequest watch;
@@ -492,7 +532,7 @@ TEST_F(GrpcServerAuthTest, JobServiceTakesOnlyTheClientToken) {
                                     {kWorker, "the worker token"},
                                     {"client-secret-", "a prefix of the client token"}}) {
     const std::vector<grpc::Status> calls = JobCalls(token);
-    ASSERT_EQ(calls.size(), 7u);
+    ASSERT_EQ(calls.size(), 8u);
     for (size_t i = 0; i < calls.size(); ++i) {
       ExpectRefused(calls[i], "weft.v1.JobService", what + ", call " + std::to_string(i));
     }
@@ -502,6 +542,7 @@ TEST_F(GrpcServerAuthTest, JobServiceTakesOnlyTheClientToken) {
   EXPECT_EQ(calls[1].error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_TRUE(calls[2].ok()) << calls[2].error_message();
   EXPECT_TRUE(calls[4].ok()) << calls[4].error_message();
+  EXPECT_EQ(calls[6].error_code(), grpc::StatusCode::NOT_FOUND);  // GetJobLogs: no such job
 }
 
 TEST_F(GrpcServerAuthTest, WorkerServicesTakeOnlyTheWorkerToken) {

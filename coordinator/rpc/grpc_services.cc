@@ -148,6 +148,16 @@ grpc::Status GrpcJobService::GetJobTrace(
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcJobService::GetJobLogs(grpc::ServerContext* context,
+                                        const v1::GetJobLogsRequest* request,
+                                        v1::GetJobLogsResponse* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::GetJobLogsResponse> logs = coordinator_->GetJobLogs(*request);
+  if (!logs.ok()) return ToGrpcStatus(logs.status());
+  *response = std::move(*logs);
+  return grpc::Status::OK;
+}
+
 // ---- WorkerService ----
 
 grpc::Status GrpcWorkerService::Connect(

@@ -45,6 +45,8 @@ class GrpcJobService final : public v1::JobService::Service {
                            v1::ListWorkersResponse* response) override;
   grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobRequest* request,
                            v1::JobTrace* response) override;
+  grpc::Status GetJobLogs(grpc::ServerContext* context, const v1::GetJobLogsRequest* request,
+                          v1::GetJobLogsResponse* response) override;
 
  private:
   grpc::Status Denied(const grpc::ServerContext& c) const {
