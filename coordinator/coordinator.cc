@@ -195,7 +195,26 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
 }
 
 Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options)
-    : options_(std::move(options)), store_(std::move(store)), traces_(options_.trace_limits) {}
+    : options_(std::move(options)), store_(std::move(store)), traces_(options_.trace_limits) {
+  // Jobs and workers are counted at scrape time: every state is listed, 0 included.
+  metrics_.registry().AddCollector([this] {
+    absl::StatusOr<std::map<v1::JobState, int64_t>> counts = store_->CountJobsByState();
+    if (!counts.ok()) return;
+    for (int s = v1::PENDING; s <= v1::JobState_MAX; ++s) {
+      if (!v1::JobState_IsValid(s)) continue;
+      auto it = counts->find(static_cast<v1::JobState>(s));
+      metrics_.jobs()->Set({v1::JobState_Name(s)}, it == counts->end() ? 0 : it->second);
+    }
+  });
+  metrics_.registry().AddCollector([this] {
+    std::map<LabelValues, int> counts;
+    for (const v1::WorkerInfo& w : ListWorkers()) counts[{w.state(), w.device().kind()}]++;
+    metrics_.workers()->Clear();
+    for (const auto& [labels, n] : counts) metrics_.workers()->Set(labels, n);
+  });
+}
+
+std::string Coordinator::RenderMetrics() { return metrics_.registry().Render(); }
 
 Coordinator::~Coordinator() { Shutdown(); }
 
@@ -501,6 +520,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
     info.set_host(w->host);
     *info.mutable_device() = w->hello.device();
     info.set_pid(w->hello.pid());
+    info.set_metrics_address(w->hello.metrics_address());
     info.set_last_heartbeat_ms(w->last_heartbeat_ms);
     switch (w->status) {
       case WorkerStatus::kIdle:
@@ -791,6 +811,7 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   run.job.clear_workers();
   v1::JobEvent event = StateEvent(run.job);
   SaveJob(run.job, &event);
+  metrics_.Ended(run.job);
   EndRendezvousLocked(job_id, run.job.attempt());
   if (state == v1::SUCCEEDED) {
     spdlog::info("job {}: SUCCEEDED", job_id);
@@ -887,6 +908,7 @@ void Coordinator::FailRunLocked(const std::string& job_id, int rank, const std::
   r->set_restarts_left(max_restarts - restarts - 1);
   r->set_rank(rank);
   r->set_cause(cause);
+  metrics_.Restart(run.job);
   if (rank >= 0 && rank < static_cast<int>(run.workers.size())) {
     r->set_worker(run.workers[rank]);
     if (const Worker* w = FindWorker(run.workers[rank])) r->set_host(w->host);
@@ -969,6 +991,10 @@ absl::StatusOr<std::string> Coordinator::ConnectWorker(const v1::Hello& hello,
   w->id = absl::StrCat("worker-", ++next_worker_);
   w->hello = hello;
   if (w->hello.device().kind().empty()) w->hello.mutable_device()->set_kind("cpu");
+  // Listed by ListWorkers for scrapers to find: a HOST:PORT, nothing longer or stranger.
+  if (hello.metrics_address().size() > 256 || !IsValidUtf8(hello.metrics_address())) {
+    w->hello.clear_metrics_address();
+  }
   w->host = hello.host().empty() ? HostOfPeer(peer) : hello.host();
   w->connection = std::move(connection);
   w->last_heartbeat_ms = Now();
@@ -1066,6 +1092,7 @@ void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
   event.set_job_id(run.job.id());
   event.set_time_ms(Now());
   *event.mutable_step() = **metrics;
+  metrics_.Step(run.job, event.step());
   absl::Status s = store_->AppendEvent(run.job.id(), run.job.attempt(), event);
   if (!s.ok()) {
     spdlog::error("job {}: {}", run.job.id(), s.ToString());
@@ -1160,6 +1187,7 @@ void Coordinator::CommittedLocked(const Commit& commit, const absl::Status& stat
   saved->set_bytes(commit.save.bytes);
   saved->set_seconds(commit.save.write_seconds + seconds);
   saved->set_path(path);
+  metrics_.Checkpoint(run.job, *saved);
   absl::Status s = store_->AppendEvent(commit.job_id, commit.attempt, event);
   if (!s.ok()) {
     spdlog::error("job {}: {}", commit.job_id, s.ToString());

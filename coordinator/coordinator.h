@@ -58,6 +58,7 @@
 #include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/planner/planner.h"
+#include "coordinator/coordinator_metrics.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/step_aggregator.h"
 #include "coordinator/trace_store.h"
@@ -211,6 +212,10 @@ class Coordinator {
 
   // ---- RendezvousService ----
   Rendezvous* rendezvous() { return &rendezvous_; }
+
+  // ---- Metrics (--metrics_listen; coordinator_metrics.h) ----
+  // The Prometheus text of the coordinator's metrics; takes mu_ (do not call under it).
+  std::string RenderMetrics() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   enum class WorkerStatus { kIdle, kBusy, kLost };
@@ -372,6 +377,8 @@ class Coordinator {
 
   const CoordinatorOptions options_;
   Rendezvous rendezvous_;
+  // Its families have locks of their own; updated under mu_, rendered without it.
+  CoordinatorMetrics metrics_;
 
   absl::Mutex mu_;
   // Written under mu_ (so the stored order is the published order); it has its own lock.

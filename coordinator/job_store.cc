@@ -499,6 +499,16 @@ absl::StatusOr<std::vector<v1::Job>> JobStore::ListJobsInState(v1::JobState stat
   return QueryJobs(db_, "WHERE state = ?1", [&](Statement* st) { st->BindInt(1, state); });
 }
 
+absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState() {
+  absl::MutexLock lock(&mu_);
+  Statement st(db_, "SELECT state, COUNT(*) FROM jobs GROUP BY state;");
+  RETURN_IF_ERROR(st.status());
+  std::map<v1::JobState, int64_t> counts;
+  while (st.Step()) counts[static_cast<v1::JobState>(st.Int(0))] = st.Int(1);
+  RETURN_IF_ERROR(st.done_status());
+  return counts;
+}
+
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   Statement st(db_, "SELECT event FROM events WHERE job_id = ?1 ORDER BY seq;");

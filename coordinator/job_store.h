@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -116,6 +117,8 @@ class JobStore {
                                                   int limit);
   // Jobs in `state`, in submit order, without step metrics.
   absl::StatusOr<std::vector<v1::Job>> ListJobsInState(v1::JobState state);
+  // How many jobs are in each state (states with none are absent).
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState();
   // Every event of the job in the order it was stored.
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id);
 

@@ -100,6 +100,27 @@ TEST(JobStoreTest, CreatesSortableIdsAndKeepsSpec) {
   EXPECT_EQ((*events)[0].state(), v1::PENDING);
 }
 
+// What the metrics' weft_jobs gauge shows: jobs counted by their stored state.
+TEST(JobStoreTest, CountsJobsByState) {
+  auto store = JobStore::Open(":memory:");
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->CountJobsByState()->empty());
+  std::vector<v1::Job> jobs;
+  for (const char* name : {"a", "b", "c"}) {
+    auto job = (*store)->CreateJob(Spec(name), 1, "submitted");
+    ASSERT_TRUE(job.ok()) << job.status();
+    jobs.push_back(*job);
+  }
+  jobs[0].set_state(v1::RUNNING);
+  ASSERT_TRUE((*store)->UpdateJob(jobs[0], nullptr).ok());
+  jobs[1].set_state(v1::FAILED);
+  ASSERT_TRUE((*store)->UpdateJob(jobs[1], nullptr).ok());
+  auto counts = (*store)->CountJobsByState();
+  ASSERT_TRUE(counts.ok()) << counts.status();
+  EXPECT_EQ(*counts, (std::map<v1::JobState, int64_t>{
+                         {v1::PENDING, 1}, {v1::RUNNING, 1}, {v1::FAILED, 1}}));
+}
+
 TEST(JobStoreTest, PersistsStateEventsAndStepsAcrossReopen) {
   std::string dir = TempDir();
   std::string id;

@@ -23,6 +23,7 @@
 #include "common/crash_point.h"
 #include "common/file_io.h"
 #include "common/help_flags.h"
+#include "common/metrics_server.h"
 #include "common/path_roots.h"
 #include "common/systemd_notify.h"
 #include "common/tls.h"
@@ -36,6 +37,10 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "HOST:PORT to serve on; port 0 
 ABSL_FLAG(std::string, data_dir, "", "folder of the job store (weft.db); created if missing");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here (atomically) once serving");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on at /metrics (port 0 picks one); empty: none");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "after the metrics server starts, write its port here (tests, scripts)");
 ABSL_FLAG(int64_t, heartbeat_ms, 1000, "heartbeat interval told to workers");
 ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost");
 ABSL_FLAG(int64_t, failure_settle_ms, 1000,
@@ -249,6 +254,27 @@ int Run() {
       return 1;
     }
   }
+  std::unique_ptr<MetricsServer> metrics;
+  if (const std::string metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+      !metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsServer>> started = MetricsServer::Start(
+        metrics_listen, [c = coordinator->get()] { return c->RenderMetrics(); });
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      (*server)->Shutdown();
+      return 2;
+    }
+    metrics = *std::move(started);
+    spdlog::info("serving metrics on {}", metrics->url());
+    if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file); !file.empty()) {
+      absl::Status s = WriteFileAtomically(file, {absl::StrCat(metrics->port(), "\n")});
+      if (!s.ok()) {
+        spdlog::error("--metrics_port_file: {}", s.ToString());
+        (*server)->Shutdown();
+        return 1;
+      }
+    }
+  }
   // What clients dial: --listen with the port it got (port 0 picks one).
   const std::string address =
       IsUnixAddress(listen)
@@ -273,6 +299,7 @@ int Run() {
   spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
   if (absl::Status s = systemd::NotifyStopping(); !s.ok()) spdlog::warn("{}", s.ToString());
   watchdog.reset();
+  metrics.reset();
   (*server)->Shutdown();
   server->reset();
   coordinator->reset();

@@ -268,14 +268,22 @@ TEST(DaemonFlagsTest, BadListenIsRefusedAndHelpListsTheFlags) {
   EXPECT_NE(bad.err.find("--listen 127.0.0.1:99999: expected HOST:PORT with a port from 0"),
             std::string::npos)
       << bad.err;
+  CommandResult bad_metrics = RunCommand(
+      {BinaryPath("coordinator/weft-coordinator"), "--listen", "127.0.0.1:0", "--metrics_listen",
+       "127.0.0.1:99999", "--data_dir", dir + "/data"},
+      30);
+  EXPECT_EQ(bad_metrics.exit_code, 2);
+  EXPECT_NE(bad_metrics.err.find("--metrics_listen 127.0.0.1:99999: expected HOST:PORT"),
+            std::string::npos)
+      << bad_metrics.err;
   for (const auto& [binary, flags] :
        {std::pair<std::string, std::vector<std::string>>{
             "coordinator/weft-coordinator",
             {"--listen", "--data_dir", "--max_ranks", "--client_token_file", "--worker_token_file",
-             "--tls_cert", "--tls_key"}},
+             "--tls_cert", "--tls_key", "--metrics_listen", "--metrics_port_file"}},
         {"worker/weft-worker",
          {"--coordinator", "--device", "--host", "--token_file", "--tls_ca",
-          "--tls_server_name"}}}) {
+          "--tls_server_name", "--metrics_listen"}}}) {
     CommandResult help = RunCommand({BinaryPath(binary), "--help"}, 30);
     const std::string text = help.out + help.err;
     for (const std::string& flag : flags) {

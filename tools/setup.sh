@@ -8,7 +8,7 @@ packages=(
   g++ pkg-config
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgloo-dev libopenblas-dev libsqlite3-dev libssl-dev libsystemd-dev
+  libgloo-dev libopenblas-dev libsqlite3-dev libssl-dev libsystemd-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   openssl
 )

@@ -21,11 +21,13 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
 #include "common/crash_point.h"
 #include "common/help_flags.h"
+#include "common/metrics_server.h"
 #include "common/path_roots.h"
 #include "common/systemd_notify.h"
 #include "common/tls.h"
@@ -46,6 +48,9 @@ ABSL_FLAG(std::string, device, "cpu",
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address the other workers reach this worker's collectives on.");
 ABSL_FLAG(int, heartbeat_ms, 0, "Heartbeat interval; 0 uses the coordinator's.");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on at /metrics (port 0 picks one); empty: none. "
+          "The coordinator lists where (weftctl workers --json: metrics_address)");
 ABSL_FLAG(int, collective_timeout_s, 300,
           "Bound on every collective and on the rendezvous of each communicator.");
 ABSL_FLAG(int, reconnect_deadline_s, 600,
@@ -190,6 +195,28 @@ int main(int argc, char** argv) {
                                                       collective_timeout);
 #endif
   }
+  std::unique_ptr<weft::MetricsServer> metrics_server;
+  if (const std::string listen = absl::GetFlag(FLAGS_metrics_listen); !listen.empty()) {
+    auto metrics = std::make_shared<weft::WorkerMetrics>(parsed->first);
+    absl::StatusOr<std::unique_ptr<weft::MetricsServer>> started = weft::MetricsServer::Start(
+        listen, [metrics] { return metrics->registry().Render(); });
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      return 2;
+    }
+    metrics_server = *std::move(started);
+    // A wildcard listen address is no address to scrape: peers reach this worker at --host.
+    const std::string& bound = metrics_server->host();
+    const bool wildcard = bound == "0.0.0.0" || bound == "::" || bound == "*";
+    options.metrics = metrics;
+    options.metrics_address =
+        wildcard ? absl::StrCat(options.host.find(':') != std::string::npos
+                                    ? absl::StrCat("[", options.host, "]")
+                                    : options.host,
+                                ":", metrics_server->port())
+                 : metrics_server->address();
+    spdlog::info("serving metrics on http://{}/metrics", options.metrics_address);
+  }
   weft::Worker worker(options, weft::ToDeviceInfo(*described), env.get(),
                       weft::v1::WorkerService::NewStub(channel));
   spdlog::info("pid {}, coordinator {} ({}), device {} ({}), collectives on {}", getpid(),
@@ -218,6 +245,7 @@ int main(int argc, char** argv) {
   }
   runner.join();
   watchdog.reset();
+  metrics_server.reset();
   if (!status.ok()) {
     spdlog::error("{}", std::string(status.message()));
     return 1;

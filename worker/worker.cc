@@ -210,6 +210,9 @@ absl::Status Task::RunSteps(AttemptComms& comms, std::unique_ptr<Executor>& exec
     report->set_step_seconds(took.count());
     report->set_bytes_sent(bytes_sent() - sent_before);
     report->set_peak_bytes(executor->last_step_peak_bytes());
+    const StepTimes times = executor->last_step_times();
+    report->set_data_seconds(times.data_seconds);
+    report->set_communication_seconds(times.communication_seconds);
     // The step's timeline (Program.trace), sent with its report.
     for (v1::TraceSpan& span : executor->TakeSpans()) *report->add_spans() = std::move(span);
     Emit(msg);
@@ -399,6 +402,7 @@ absl::Status Worker::Serve() {
   hello.mutable_hello()->set_host(options_.host);
   *hello.mutable_hello()->mutable_device() = device_;
   hello.mutable_hello()->set_pid(getpid());
+  hello.mutable_hello()->set_metrics_address(options_.metrics_address);
   v1::CoordinatorMessage first;
   if (!stream->Write(hello) || !stream->Read(&first)) {
     // The call has ended (a failed write or read means so): Finish gives the server's status,
@@ -422,6 +426,7 @@ absl::Status Worker::Serve() {
   {
     absl::MutexLock lock(&mu_);
     worker_id_ = first.welcome().worker_id();
+    if (options_.metrics != nullptr) options_.metrics->Registered(worker_id_);
   }
   int64_t session;
   {
@@ -615,6 +620,8 @@ int64_t Worker::session() const {
 }
 
 void Worker::Send(const v1::WorkerMessage& msg, int64_t session) {
+  // What the worker did counts whether or not the coordinator hears of it.
+  if (options_.metrics != nullptr) options_.metrics->Observe(msg);
   absl::MutexLock lock(&write_mu_);
   // Nothing is logged about log lines: the task's sink would take that line and send it too.
   if (stream_ == nullptr || session != session_) {

@@ -43,6 +43,7 @@
 #include "worker/executor/executor.h"
 #include "worker/kernels/kernels.h"
 #include "worker/task_log.h"
+#include "worker/worker_metrics.h"
 
 namespace weft {
 
@@ -184,6 +185,10 @@ struct WorkerOptions {
   // The sink on the default logger that takes the lines logged while a task runs (the daemon
   // adds it to its logger); each task's go to the coordinator. Null: none are sent.
   std::shared_ptr<TaskLogSink> task_log;
+  // Observes every message the worker sends (its Prometheus metrics, worker_metrics.h), and
+  // where they are served (Hello.metrics_address). Null / empty: none.
+  std::shared_ptr<WorkerMetrics> metrics;
+  std::string metrics_address;
 };
 
 // The WorkerService stream client. One assignment at a time: another one while a task runs is

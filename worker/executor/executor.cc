@@ -3,6 +3,7 @@
 #include "worker/executor/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <utility>
 
@@ -22,6 +23,11 @@
 namespace weft {
 namespace {
 
+double Seconds(std::chrono::steady_clock::time_point from,
+               std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
 using v1::Instruction;
 
 class ProgramExecutor final : public Executor {
@@ -40,6 +46,7 @@ class ProgramExecutor final : public Executor {
   absl::Status Initialize() override;
   absl::StatusOr<float> RunStep(int64_t step) override;
   int64_t last_step_peak_bytes() const override { return last_step_peak_bytes_; }
+  StepTimes last_step_times() const override { return last_step_times_; }
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const override;
   absl::StatusOr<std::vector<checkpoint::IndexedChunk>> WriteCheckpointShard(
       int64_t step) override;
@@ -97,6 +104,8 @@ class ProgramExecutor final : public Executor {
   std::vector<v1::TraceSpan> span_templates_;
   std::vector<v1::TraceSpan> spans_;
   int64_t last_step_peak_bytes_ = 0;
+  StepTimes step_times_;       // the step in progress
+  StepTimes last_step_times_;  // the last successful one
   bool initialized_ = false;
   std::atomic<bool> cancelled_{false};
   // Collectives on their communicators' threads (CPU kernels, unless the program asks for
@@ -314,6 +323,7 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
     return absl::InvalidArgumentError(absl::StrCat("step ", step, " (steps count from 1)"));
   }
   spans_.clear();
+  step_times_ = {};
   kernels_->ResetPeakMemoryStats();
   const RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, host_staging_.data()};
   absl::Status status;
@@ -333,13 +343,16 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   }
   // Every started collective finishes within the step, whatever happened (they touch the arena).
   if (async_ != nullptr) {
+    const auto wait_start = std::chrono::steady_clock::now();
     const absl::Status collectives = async_->WaitAll();
+    step_times_.communication_seconds += Seconds(wait_start, std::chrono::steady_clock::now());
     if (status.ok()) status = collectives;
     if (program_.trace()) AppendCollectiveSpans(program_, steps_, async_->TakeTimings(), &spans_);
   }
   RETURN_IF_ERROR(status);
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));
   last_step_peak_bytes_ = kernels_->memory_stats().peak_bytes_in_use;
+  last_step_times_ = step_times_;
   float loss = 0.0f;
   kernels_->CopyToHost(buffers_.data(program_.loss_buffer()), &loss, sizeof(loss));
   return loss;
@@ -350,8 +363,19 @@ absl::Status ProgramExecutor::RunInstruction(const Step& s, const RunContext& ct
     return absl::CancelledError(
         absl::StrCat("step ", ctx.step, " cancelled before instruction ", s.index));
   }
+  const auto wait_start = std::chrono::steady_clock::now();
   RETURN_IF_ERROR(WaitBefore(s));
-  return Execute(s, ctx);
+  const auto start = std::chrono::steady_clock::now();
+  step_times_.communication_seconds += Seconds(wait_start, start);
+  const bool data = s.op == Instruction::LOAD_INPUT || s.op == Instruction::LOAD_LABEL;
+  const bool blocking_communication =
+      IsCommunication(s.op) && (async_ == nullptr || !starts_async_[s.index]);
+  const absl::Status status = Execute(s, ctx);
+  if (data || blocking_communication) {
+    (data ? step_times_.data_seconds : step_times_.communication_seconds) +=
+        Seconds(start, std::chrono::steady_clock::now());
+  }
+  return status;
 }
 
 absl::StatusOr<std::vector<float>> ProgramExecutor::ReadBuffer(const std::string& name) const {

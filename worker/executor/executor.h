@@ -52,6 +52,15 @@ namespace weft {
 // `device_index` of its kind.
 KernelOptions KernelOptionsFor(const v1::Program& program, int device_index);
 
+// Where the host's time in one RunStep went, besides compute: loading the batch (LOAD_INPUT,
+// LOAD_LABEL), and communication the executor waited for (a collective, SEND or RECV run where
+// it stands, or a wait for collectives started on their communicators' threads). Host time: on
+// a GPU a blocking call's time includes the queued kernels it waits behind.
+struct StepTimes {
+  double data_seconds = 0;
+  double communication_seconds = 0;
+};
+
 class Executor {
  public:
   // Checks the program (buffer ids in range, shapes and element types consistent with each
@@ -77,6 +86,8 @@ class Executor {
   // reset as it starts): see "Memory" above. 0 before the first step, and for executors that do
   // not measure.
   virtual int64_t last_step_peak_bytes() const { return 0; }
+  // The last successful RunStep's StepTimes; zeros before, and for executors that do not measure.
+  virtual StepTimes last_step_times() const { return {}; }
   // The timeline of the last successful RunStep when Program.trace is set, in instruction order
   // (wall clock, Unix microseconds); empty otherwise. Moves them out: a second call returns none.
   // One span per maximal run of consecutive compute instructions with the same phase,

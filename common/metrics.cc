@@ -1,0 +1,236 @@
+#include "common/metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace weft {
+namespace {
+
+// A sample value as the text format writes it: integers without a fraction, +Inf, -Inf, NaN.
+std::string FormatValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrFormat("%.0f", v);
+  return absl::StrFormat("%.17g", v);
+}
+
+// A label value escaped as the text format asks: backslash, double quote and newline.
+std::string EscapeLabelValue(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// HELP text escapes backslash and newline.
+std::string EscapeHelp(const std::string& help) {
+  std::string out;
+  for (char c : help) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+// {a="x",b="y"} with `extra` (a histogram's le) last; empty when there are no labels at all.
+std::string LabelSet(const std::vector<std::string>& names, const LabelValues& values,
+                     const std::string& extra = "") {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", names[i], "=\"", EscapeLabelValue(values[i]),
+                    "\"");
+  }
+  if (!extra.empty()) absl::StrAppend(&out, out.empty() ? "" : ",", extra);
+  return out.empty() ? "" : absl::StrCat("{", out, "}");
+}
+
+}  // namespace
+
+std::vector<double> ExponentialBuckets(double start, double factor, int count) {
+  std::vector<double> bounds;
+  double b = start;
+  for (int i = 0; i < count; ++i, b *= factor) bounds.push_back(b);
+  return bounds;
+}
+
+MetricFamily::MetricFamily(std::string name, std::string help,
+                           std::vector<std::string> label_names, Kind kind,
+                           std::vector<double> bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      label_names_(std::move(label_names)),
+      kind_(kind),
+      bounds_(std::move(bounds)) {}
+
+MetricFamily::Series& MetricFamily::SeriesOf(const LabelValues& labels) {
+  LabelValues key = labels;
+  key.resize(label_names_.size());
+  auto [it, made] = series_.try_emplace(std::move(key));
+  if (made && kind_ == Kind::kHistogram) it->second.counts.assign(bounds_.size() + 1, 0);
+  return it->second;
+}
+
+void MetricFamily::Remove(const LabelValues& labels) {
+  LabelValues key = labels;
+  key.resize(label_names_.size());
+  absl::MutexLock lock(&mu_);
+  series_.erase(key);
+}
+
+void MetricFamily::Clear() {
+  absl::MutexLock lock(&mu_);
+  series_.clear();
+}
+
+int MetricFamily::SeriesCount() {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(series_.size());
+}
+
+void MetricFamily::Render(std::string* out) {
+  absl::MutexLock lock(&mu_);
+  if (series_.empty()) return;
+  const char* type = kind_ == Kind::kCounter ? "counter"
+                     : kind_ == Kind::kGauge ? "gauge"
+                                             : "histogram";
+  absl::StrAppend(out, "# HELP ", name_, " ", EscapeHelp(help_), "\n# TYPE ", name_, " ", type,
+                  "\n");
+  for (const auto& [labels, s] : series_) {
+    if (kind_ != Kind::kHistogram) {
+      absl::StrAppend(out, name_, LabelSet(label_names_, labels), " ", FormatValue(s.value), "\n");
+      continue;
+    }
+    uint64_t cumulative = 0;
+    for (size_t b = 0; b <= bounds_.size(); ++b) {
+      cumulative += s.counts[b];
+      const std::string le = b < bounds_.size() ? FormatValue(bounds_[b]) : "+Inf";
+      absl::StrAppend(out, name_, "_bucket",
+                      LabelSet(label_names_, labels, absl::StrCat("le=\"", le, "\"")), " ",
+                      cumulative, "\n");
+    }
+    absl::StrAppend(out, name_, "_sum", LabelSet(label_names_, labels), " ", FormatValue(s.sum),
+                    "\n", name_, "_count", LabelSet(label_names_, labels), " ", cumulative, "\n");
+  }
+}
+
+void CounterFamily::Add(const LabelValues& labels, double amount) {
+  if (!(amount >= 0)) return;
+  absl::MutexLock lock(&mu_);
+  SeriesOf(labels).value += amount;
+}
+
+double CounterFamily::Value(const LabelValues& labels) {
+  absl::MutexLock lock(&mu_);
+  return SeriesOf(labels).value;
+}
+
+void GaugeFamily::Set(const LabelValues& labels, double value) {
+  absl::MutexLock lock(&mu_);
+  SeriesOf(labels).value = value;
+}
+
+void GaugeFamily::Add(const LabelValues& labels, double amount) {
+  absl::MutexLock lock(&mu_);
+  SeriesOf(labels).value += amount;
+}
+
+double GaugeFamily::Value(const LabelValues& labels) {
+  absl::MutexLock lock(&mu_);
+  return SeriesOf(labels).value;
+}
+
+HistogramFamily::HistogramFamily(std::string name, std::string help,
+                                 std::vector<std::string> label_names, std::vector<double> bounds)
+    : MetricFamily(std::move(name), std::move(help), std::move(label_names), Kind::kHistogram,
+                   [&] {
+                     std::sort(bounds.begin(), bounds.end());
+                     bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+                     return bounds;
+                   }()) {}
+
+void HistogramFamily::Observe(const LabelValues& labels, double value) {
+  if (std::isnan(value)) return;
+  const size_t bucket =
+      std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();  // le: <=
+  absl::MutexLock lock(&mu_);
+  Series& s = SeriesOf(labels);
+  ++s.counts[bucket];
+  s.sum += value;
+}
+
+uint64_t HistogramFamily::Count(const LabelValues& labels) {
+  absl::MutexLock lock(&mu_);
+  uint64_t total = 0;
+  for (uint64_t c : SeriesOf(labels).counts) total += c;
+  return total;
+}
+
+CounterFamily* MetricsRegistry::AddCounter(const std::string& name, const std::string& help,
+                                           std::vector<std::string> label_names) {
+  auto family = std::make_unique<CounterFamily>(name, help, std::move(label_names));
+  CounterFamily* raw = family.get();
+  absl::MutexLock lock(&mu_);
+  families_.push_back(std::move(family));
+  return raw;
+}
+
+GaugeFamily* MetricsRegistry::AddGauge(const std::string& name, const std::string& help,
+                                       std::vector<std::string> label_names) {
+  auto family = std::make_unique<GaugeFamily>(name, help, std::move(label_names));
+  GaugeFamily* raw = family.get();
+  absl::MutexLock lock(&mu_);
+  families_.push_back(std::move(family));
+  return raw;
+}
+
+HistogramFamily* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
+                                               std::vector<std::string> label_names,
+                                               std::vector<double> bounds) {
+  auto family =
+      std::make_unique<HistogramFamily>(name, help, std::move(label_names), std::move(bounds));
+  HistogramFamily* raw = family.get();
+  absl::MutexLock lock(&mu_);
+  families_.push_back(std::move(family));
+  return raw;
+}
+
+void MetricsRegistry::AddCollector(std::function<void()> collect) {
+  absl::MutexLock lock(&mu_);
+  collectors_.push_back(std::move(collect));
+}
+
+std::string MetricsRegistry::Render() {
+  std::vector<std::function<void()>> collectors;
+  std::vector<MetricFamily*> families;
+  {
+    absl::MutexLock lock(&mu_);
+    collectors = collectors_;
+    for (const auto& f : families_) families.push_back(f.get());
+  }
+  // Outside mu_: a collector may take its owner's locks.
+  for (const auto& collect : collectors) collect();
+  std::string out;
+  for (MetricFamily* f : families) f->Render(&out);
+  return out;
+}
+
+}  // namespace weft

@@ -1,0 +1,95 @@
+#include "coordinator/coordinator_metrics.h"
+
+#include <algorithm>
+
+namespace weft::coordinator {
+namespace {
+
+// Ended jobs whose series are kept (see the header).
+constexpr size_t kEndedJobsKept = 64;
+
+LabelValues JobLabels(const v1::Job& job) { return {job.id(), job.spec().name()}; }
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics()
+    : jobs_(registry_.AddGauge("weft_jobs", "Jobs in the job store, by state.", {"state"})),
+      workers_(registry_.AddGauge("weft_workers", "Registered workers, by state and device kind.",
+                                  {"state", "device"})),
+      steps_(registry_.AddCounter("weft_steps_total", "Steps completed, over every job.")),
+      restarts_(registry_.AddCounter("weft_restarts_total", "Job restarts, over every job.")),
+      job_steps_(registry_.AddCounter("weft_job_steps_total",
+                                      "Steps the job completed, over its attempts.",
+                                      {"job", "name"})),
+      job_step_seconds_(registry_.AddHistogram(
+          "weft_job_step_seconds", "Step time of the job (its slowest rank's), seconds.",
+          {"job", "name"}, ExponentialBuckets(0.001, 2, 18))),
+      job_samples_per_second_(registry_.AddGauge(
+          "weft_job_samples_per_second", "Samples per second in the job's last step.",
+          {"job", "name"})),
+      job_tokens_per_second_(registry_.AddGauge(
+          "weft_job_tokens_per_second",
+          "Tokens per second in the job's last step (jobs on token data).", {"job", "name"})),
+      job_bytes_sent_(registry_.AddGauge(
+          "weft_job_bytes_sent_per_step",
+          "Payload bytes all ranks' communicators sent in the job's last step.", {"job", "name"})),
+      job_loss_(registry_.AddGauge("weft_job_loss", "The job's loss in its last step.",
+                                   {"job", "name"})),
+      job_peak_bytes_(registry_.AddGauge(
+          "weft_job_peak_bytes",
+          "The most bytes any rank's allocator held in the job's last step.", {"job", "name"})),
+      job_restarts_(registry_.AddCounter("weft_job_restarts_total", "Restarts of the job.",
+                                         {"job", "name"})),
+      checkpoint_seconds_(registry_.AddHistogram(
+          "weft_checkpoint_seconds",
+          "Checkpoint time (the slowest rank's write plus the commit), seconds.", {"job", "name"},
+          ExponentialBuckets(0.01, 2, 16))),
+      checkpoint_bytes_(registry_.AddCounter(
+          "weft_checkpoint_bytes_total", "Tensor bytes of the job's committed checkpoints.",
+          {"job", "name"})) {}
+
+void CoordinatorMetrics::Step(const v1::Job& job, const v1::StepMetrics& step) {
+  const LabelValues labels = JobLabels(job);
+  steps_->Add({});
+  job_steps_->Add(labels);
+  job_step_seconds_->Observe(labels, step.step_seconds());
+  job_samples_per_second_->Set(labels, step.samples_per_second());
+  if (job.spec().data().source() == "tokens" && job.spec().data().seq_len() > 0) {
+    job_tokens_per_second_->Set(
+        labels, step.samples_per_second() * static_cast<double>(job.spec().data().seq_len()));
+  }
+  job_bytes_sent_->Set(labels, static_cast<double>(step.bytes_sent()));
+  job_loss_->Set(labels, step.loss());
+  job_peak_bytes_->Set(labels, static_cast<double>(step.peak_bytes()));
+}
+
+void CoordinatorMetrics::Checkpoint(const v1::Job& job, const v1::CheckpointSaved& saved) {
+  const LabelValues labels = JobLabels(job);
+  checkpoint_seconds_->Observe(labels, saved.seconds());
+  checkpoint_bytes_->Add(labels, static_cast<double>(saved.bytes()));
+}
+
+void CoordinatorMetrics::Restart(const v1::Job& job) {
+  restarts_->Add({});
+  job_restarts_->Add(JobLabels(job));
+}
+
+void CoordinatorMetrics::Ended(const v1::Job& job) {
+  LabelValues gone;
+  {
+    absl::MutexLock lock(&mu_);
+    const LabelValues labels = JobLabels(job);
+    if (std::find(ended_.begin(), ended_.end(), labels) == ended_.end()) ended_.push_back(labels);
+    if (ended_.size() <= kEndedJobsKept) return;
+    gone = std::move(ended_.front());
+    ended_.pop_front();
+  }
+  for (MetricFamily* f : std::initializer_list<MetricFamily*>{
+           job_steps_, job_step_seconds_, job_samples_per_second_, job_tokens_per_second_,
+           job_bytes_sent_, job_loss_, job_peak_bytes_, job_restarts_, checkpoint_seconds_,
+           checkpoint_bytes_}) {
+    f->Remove(gone);
+  }
+}
+
+}  // namespace weft::coordinator
