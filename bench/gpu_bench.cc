@@ -475,7 +475,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_bench [--sections=matmul,allreduce] [--iters=N] [--warmup=N] [--device_index=N] "
       "[--devices=N]: the CUDA backend's matmuls against cuBLAS, NCCL all-reduce bandwidth");
-  weft::HelpListsFlagsOf("bench/gpu_bench.cc");
+  weft::HelpListsFlagsOf("bench/gpu_bench.cc", "gpu_bench");
   absl::ParseCommandLine(argc, argv);
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows appear as they are measured, also in a pipe
   const std::vector<std::string> sections = absl::GetFlag(FLAGS_sections);

@@ -26,6 +26,7 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
       {"logs", {1, 1, "JOB"}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
+      {"version", {0, 0, ""}},
       {"trace", {2, 2, "JOB FILE"}},      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT"}},
       {"data", {2, 3, "tokenize --bytes IN OUT or inspect FILE"}},
   };
@@ -72,6 +73,7 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"with_optimizer", {false, {"ckpt"}}},
       {"list_ranks", {true, {"plan"}}},
       {"help", {false, {}}},
+      {"version", {false, {}}},
   };
   return *flags;
 }
@@ -161,6 +163,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   for (const auto& [name, value] : flags) {
     if (name == "help") {
       cl.help = true;
+      continue;
+    }
+    if (name == "version") {
+      cl.version = true;
       continue;
     }
     const FlagInfo& info = Flags().at(name);
@@ -272,6 +278,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       cl.command = "help";
       return cl;
     }
+    if (cl.version) {
+      cl.command = "version";
+      return cl;
+    }
     return absl::InvalidArgumentError("no command given");
   }
   auto it = Commands().find(cl.command);
@@ -281,7 +291,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     return absl::InvalidArgumentError(absl::StrCat("unknown command '", cl.command,
                                                    "'; known: ", absl::StrJoin(names, ", ")));
   }
-  if (cl.help) return cl;
+  if (cl.help || cl.version) return cl;
   const CommandInfo& info = it->second;
   const int n = static_cast<int>(cl.positional.size());
   if (n < info.min_positional) {
@@ -418,6 +428,7 @@ Commands:
                                    llmc (default), raw_u16, or megatron (FILE the prefix of
                                    FILE.idx and FILE.bin)
   help                             this text
+  version, --version               print weftctl's version
 
 Flags:
   --coordinator HOST:PORT  the coordinator to talk to (default $WEFT_COORDINATOR, else

@@ -24,7 +24,7 @@ inline constexpr int kDefaultListLimit = 100;
 
 struct CommandLine {
   std::string command;  // submit | get | list | cancel | watch | logs | workers | local | plan |
-                        // trace | ckpt | data | help
+                        // trace | ckpt | data | help | version
   // ckpt: positional[0] is inspect | verify | export; data: tokenize | inspect; each checked
   // with its arguments.
   std::vector<std::string> positional;  // after the command
@@ -57,6 +57,7 @@ struct CommandLine {
   std::vector<int> list_ranks;
   bool list_all_ranks = false;
   bool help = false;
+  bool version = false;  // --version (any command): print the version and exit
 };
 
 // The coordinator address to use when --coordinator is absent: $WEFT_COORDINATOR if set and

@@ -217,6 +217,16 @@ TEST(CliTest, Help) {
   EXPECT_THAT(UsageText(), HasSubstr("local [--ranks N] [--json] SPEC"));
 }
 
+TEST(CliTest, Version) {
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"version"}, {"--version"}, {"list", "--version"}}) {
+    absl::StatusOr<CommandLine> cl = Parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    EXPECT_TRUE(cl->version || cl->command == "version");
+  }
+  EXPECT_FALSE(Parse({"version", "extra"}).ok());
+}
+
 TEST(CliTest, Errors) {
   struct Case {
     std::vector<std::string> args;

@@ -35,6 +35,7 @@
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
 #include "common/job_state.h"
+#include "common/version.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
@@ -525,6 +526,10 @@ int Main(int argc, char** argv) {
   }
   if (cl->help || cl->command == "help") {
     std::cout << UsageText();
+    return 0;
+  }
+  if (cl->version || cl->command == "version") {
+    std::cout << VersionLine("weftctl") << "\n";
     return 0;
   }
   if (cl->command == "submit") return RunSubmit(*cl);

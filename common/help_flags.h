@@ -1,9 +1,10 @@
 // --help of a daemon: absl lists the flags of the files it takes for the program's own (by the
 // program's name, which finds none for weft-coordinator's coordinator/main.cc); this names the
-// file instead. Call before absl::ParseCommandLine.
+// file instead. --version prints "<program> <version>" (common/version.h). Call before
+// absl::ParseCommandLine.
 //
 // E.g.
-//   HelpListsFlagsOf("coordinator/main.cc");
+//   HelpListsFlagsOf("coordinator/main.cc", "weft-coordinator");
 //   absl::ParseCommandLine(argc, argv);
 #ifndef WEFT_COMMON_HELP_FLAGS_H_
 #define WEFT_COMMON_HELP_FLAGS_H_
@@ -13,11 +14,13 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "common/version.h"
 
 namespace weft {
 
-inline void HelpListsFlagsOf(absl::string_view main_file) {
+inline void HelpListsFlagsOf(absl::string_view main_file, absl::string_view program) {
   absl::FlagsUsageConfig usage;
+  usage.version_string = [line = VersionLine(program)] { return line + "\n"; };
   usage.contains_help_flags = [file = std::string(main_file)](absl::string_view path) {
     return absl::EndsWith(path, file);
   };

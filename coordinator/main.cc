@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE] "
       "[--client_token_file F --worker_token_file G] [--tls_cert CERT --tls_key KEY]");
-  weft::HelpListsFlagsOf("coordinator/main.cc");
+  weft::HelpListsFlagsOf("coordinator/main.cc", "weft-coordinator");
   absl::ParseCommandLine(argc, argv);
   spdlog::set_default_logger(spdlog::stderr_color_mt("weft-coordinator"));
   spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e %^%l%$ %v");

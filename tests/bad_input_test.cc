@@ -16,6 +16,7 @@
 #include "common/jobspec/yaml.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
+#include "common/version.h"
 #include "tests/process.h"
 #include "weft/v1/service.grpc.pb.h"
 
@@ -291,6 +292,20 @@ TEST(DaemonFlagsTest, BadListenIsRefusedAndHelpListsTheFlags) {
     }
     EXPECT_EQ(text.find("No flags matched"), std::string::npos) << binary;
   }
+}
+
+// Every binary prints its name and Weft's version for --version, and exits 0.
+TEST(DaemonFlagsTest, EveryBinaryPrintsItsVersion) {
+  for (const auto& [binary, program] : std::vector<std::pair<std::string, std::string>>{
+           {"coordinator/weft-coordinator", "weft-coordinator"},
+           {"worker/weft-worker", "weft-worker"},
+           {"client/weftctl", "weftctl"}}) {
+    CommandResult version = RunCommand({BinaryPath(binary), "--version"}, 30);
+    EXPECT_EQ(version.exit_code, 0) << binary << ": " << version.err;
+    EXPECT_EQ(version.out, absl::StrCat(program, " ", kWeftVersion, "\n")) << binary;
+  }
+  CommandResult command = RunCommand({BinaryPath("client/weftctl"), "version"}, 30);
+  EXPECT_EQ(command.out, absl::StrCat("weftctl ", kWeftVersion, "\n"));
 }
 
 // The job ids of `weftctl list`'s table, in its order.

@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "weft-worker --coordinator=HOST:PORT [--device=cpu] [--host=ADDR] [--token_file=F] "
       "[--tls_ca=CA]");
-  weft::HelpListsFlagsOf("worker/main.cc");
+  weft::HelpListsFlagsOf("worker/main.cc", "weft-worker");
   absl::ParseCommandLine(argc, argv);
 
   auto logger = spdlog::stderr_logger_mt("weft-worker");
