@@ -219,7 +219,15 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64
   return FormatTable(rows);
 }
 
-std::string FormatJobDetails(const v1::Job& job, int64_t now_ms) {
+std::string FormatDuration(int64_t ms) {
+  if (ms < 0) ms = 0;
+  const int64_t s = ms / 1000;
+  if (s < 60) return absl::StrFormat("%.1fs", static_cast<double>(ms) / 1000);
+  if (s < 3600) return absl::StrFormat("%dm %02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh %02dm %02ds", s / 3600, s / 60 % 60, s % 60);
+}
+
+std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone tz) {
   std::vector<std::string> lines;
   lines.push_back(absl::StrCat("id:       ", job.id()));
   lines.push_back(absl::StrCat("name:     ", job.spec().name()));
@@ -230,8 +238,22 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms) {
     absl::StrAppend(&mesh, " (", absl::StrJoin(job.spec().mesh().dim_names(), ","), ")");
   }
   lines.push_back(absl::StrCat("mesh:     ", mesh));
-  lines.push_back(absl::StrCat("attempt:  ", job.attempt()));
-  lines.push_back(absl::StrCat("created:  ", FormatAge(job.create_time_ms(), now_ms), " ago"));
+  lines.push_back(absl::StrCat("attempt:  ", job.attempt(), " (", job.attempt() + 1, " run",
+                               job.attempt() == 0 ? "" : "s", ", train.max_restarts ",
+                               job.spec().train().max_restarts(), ")"));
+  auto when = [&](int64_t ms) {
+    return absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", absl::FromUnixMillis(ms), tz);
+  };
+  lines.push_back(absl::StrCat("created:  ", when(job.create_time_ms()), " (",
+                               FormatAge(job.create_time_ms(), now_ms), " ago)"));
+  if (job.start_time_ms() > 0) {
+    lines.push_back(absl::StrCat("started:  ", when(job.start_time_ms())));
+    const bool ended = job.end_time_ms() > 0;
+    if (ended) lines.push_back(absl::StrCat("ended:    ", when(job.end_time_ms())));
+    lines.push_back(absl::StrCat(
+        "duration: ", FormatDuration((ended ? job.end_time_ms() : now_ms) - job.start_time_ms()),
+        ended ? "" : " so far"));
+  }
   std::string steps = absl::StrCat(job.steps_size() > 0 ? job.steps().rbegin()->step() : 0, "/",
                                    job.spec().train().steps());
   lines.push_back(absl::StrCat("steps:    ", steps));
@@ -240,7 +262,11 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms) {
                                                                job.spec().train().steps())));
   }
   if (job.workers_size() > 0) {
-    lines.push_back(absl::StrCat("workers:  ", absl::StrJoin(job.workers(), ", ")));
+    std::vector<std::string> ranks;
+    for (int r = 0; r < job.workers_size(); ++r) {
+      ranks.push_back(absl::StrCat(r, ": ", job.workers(r)));
+    }
+    lines.push_back(absl::StrCat("workers:  ", absl::StrJoin(ranks, ", "), " (rank: worker)"));
   }
   if (job.rank_errors_size() > 0) {
     const int failed = job.rank_errors_size() + job.rank_errors_omitted();

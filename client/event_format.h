@@ -75,7 +75,12 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64
 //   errors:   2 ranks failed in attempt 0, earliest first
 //     rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +0 ms): step 1: loading ...
 //     rank 0 (worker worker-2 on host 10.0.0.4, attempt 0, +4 ms): step 1: all_reduce ...
-std::string FormatJobDetails(const v1::Job& job, int64_t now_ms);
+// Times (created, started, ended) in `tz`; the duration from start to end, or to now while it
+// runs; the ranks' workers (kept after the job ended: its last attempt's).
+std::string FormatJobDetails(const v1::Job& job, int64_t now_ms,
+                             absl::TimeZone tz = absl::LocalTimeZone());
+// "1h 02m 03s", "2m 05s", "4.2s".
+std::string FormatDuration(int64_t ms);
 // "rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +4 ms): <message>", the time after
 // `first_ms` (the earliest error's).
 std::string FormatRankError(const v1::RankError& error, int64_t first_ms);

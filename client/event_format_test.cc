@@ -198,6 +198,38 @@ TEST(EventFormatTest, Tables) {
 
 // Every rank's error, one line each, in the order the job holds them (earliest first), with the
 // delay after the first; the ones not kept are counted.
+// Times in the given zone, the duration from start to end (or to now while it runs), the runs so
+// far, and which worker ran each rank.
+TEST(EventFormatTest, JobDetailsShowTimesDurationAndWorkers) {
+  v1::Job job;
+  job.set_id("job-7");
+  job.set_state(v1::SUCCEEDED);
+  job.mutable_spec()->mutable_train()->set_max_restarts(2);
+  job.set_attempt(1);
+  const int64_t t0 = int64_t{1700000000} * 1000;  // 2023-11-14 22:13:20 UTC
+  job.set_create_time_ms(t0);
+  job.set_start_time_ms(t0 + 1500);
+  job.set_end_time_ms(t0 + 1500 + 3723400);  // 1 h 2 min 3.4 s later
+  job.add_workers("worker-2");
+  job.add_workers("worker-5");
+  const std::string details = FormatJobDetails(job, t0 + 7200 * 1000, absl::UTCTimeZone());
+  EXPECT_THAT(details, HasSubstr("attempt:  1 (2 runs, train.max_restarts 2)\n"));
+  EXPECT_THAT(details, HasSubstr("created:  2023-11-14 22:13:20.000 UTC (2h ago)\n"));
+  EXPECT_THAT(details, HasSubstr("started:  2023-11-14 22:13:21.500 UTC\n"));
+  EXPECT_THAT(details, HasSubstr("ended:    2023-11-14 23:15:24.900 UTC\n"));
+  EXPECT_THAT(details, HasSubstr("duration: 1h 02m 03s\n"));
+  EXPECT_THAT(details, HasSubstr("workers:  0: worker-2, 1: worker-5 (rank: worker)\n"));
+
+  job.set_end_time_ms(0);
+  job.set_state(v1::RUNNING);
+  EXPECT_THAT(FormatJobDetails(job, t0 + 1500 + 4200, absl::UTCTimeZone()),
+              HasSubstr("duration: 4.2s so far\n"));
+  EXPECT_EQ(FormatDuration(125000), "2m 05s");
+  EXPECT_EQ(FormatDuration(-5), "0.0s");
+  job.set_start_time_ms(0);
+  EXPECT_THAT(FormatJobDetails(job, t0, absl::UTCTimeZone()), Not(HasSubstr("duration:")));
+}
+
 TEST(EventFormatTest, JobDetailsListEveryRanksError) {
   v1::Job job;
   job.set_id("job-1");

@@ -808,7 +808,7 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   run.job.set_state(state);
   run.job.set_message(message);
   run.job.set_end_time_ms(Now());
-  run.job.clear_workers();
+  // The workers stay in the record: which worker ran which rank of its last attempt.
   v1::JobEvent event = StateEvent(run.job);
   SaveJob(run.job, &event);
   metrics_.Ended(run.job);

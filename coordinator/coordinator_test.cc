@@ -353,7 +353,10 @@ TEST_F(CoordinatorTest, AggregatesStepsAndSucceeds) {
   Done(w2, job, 1, true);
   j = Get(job);
   EXPECT_EQ(j.state(), v1::SUCCEEDED);
-  EXPECT_EQ(j.workers_size(), 0);
+  // Which worker ran which rank stays in the record.
+  ASSERT_EQ(j.workers_size(), 2);
+  EXPECT_EQ(j.workers(0), w1);
+  EXPECT_EQ(j.workers(1), w2);
   EXPECT_GT(j.end_time_ms(), 0);
   EXPECT_EQ(WorkerState(w1), "idle");
   EXPECT_EQ(WorkerState(w2), "idle");
