@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
 namespace weft::client {
@@ -217,6 +219,56 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64
                     w.state().empty() ? "-" : w.state(), job, beat});
   }
   return FormatTable(rows);
+}
+
+namespace {
+
+// Proto3's JSON mapping writes 64-bit integers as strings; these become numbers again, walking
+// the JSON alongside the message's descriptor.
+void Int64sAsNumbers(const google::protobuf::Descriptor& descriptor, nlohmann::json* json) {
+  using google::protobuf::FieldDescriptor;
+  if (!json->is_object()) return;
+  for (int i = 0; i < descriptor.field_count(); ++i) {
+    const FieldDescriptor& field = *descriptor.field(i);
+    auto it = json->find(field.name());
+    if (it == json->end()) continue;
+    const FieldDescriptor* value = field.is_map() ? field.message_type()->map_value() : &field;
+    auto convert = [&](nlohmann::json* v) {
+      if (value->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        Int64sAsNumbers(*value->message_type(), v);
+      } else if (v->is_string() && (value->cpp_type() == FieldDescriptor::CPPTYPE_INT64 ||
+                                    value->cpp_type() == FieldDescriptor::CPPTYPE_UINT64)) {
+        const std::string text = v->get<std::string>();
+        int64_t i64 = 0;
+        uint64_t u64 = 0;
+        if (value->cpp_type() == FieldDescriptor::CPPTYPE_INT64 && absl::SimpleAtoi(text, &i64)) {
+          *v = i64;
+        } else if (absl::SimpleAtoi(text, &u64)) {
+          *v = u64;
+        }
+      }
+    };
+    if (field.is_map()) {
+      for (auto& [key, v] : it->items()) convert(&v);
+    } else if (field.is_repeated()) {
+      for (auto& v : *it) convert(&v);
+    } else {
+      convert(&*it);
+    }
+  }
+}
+
+}  // namespace
+
+std::string ProtoToJson(const google::protobuf::Message& message) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(message, &out, options).ok()) return "{}";
+  nlohmann::json json = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return out;
+  Int64sAsNumbers(*message.GetDescriptor(), &json);
+  return json.dump();
 }
 
 std::string FormatDuration(int64_t ms) {

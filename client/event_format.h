@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "google/protobuf/message.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/service.pb.h"
 
@@ -79,6 +80,9 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64
 // runs; the ranks' workers (kept after the job ended: its last attempt's).
 std::string FormatJobDetails(const v1::Job& job, int64_t now_ms,
                              absl::TimeZone tz = absl::LocalTimeZone());
+// A message as `--json` prints it: proto3's JSON mapping with the .proto's field names (as the
+// event lines use), except that 64-bit integers are JSON numbers rather than strings.
+std::string ProtoToJson(const google::protobuf::Message& message);
 // "1h 02m 03s", "2m 05s", "4.2s".
 std::string FormatDuration(int64_t ms);
 // "rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +4 ms): <message>", the time after

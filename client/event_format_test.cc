@@ -230,6 +230,29 @@ TEST(EventFormatTest, JobDetailsShowTimesDurationAndWorkers) {
   EXPECT_THAT(FormatJobDetails(job, t0, absl::UTCTimeZone()), Not(HasSubstr("duration:")));
 }
 
+// --json: 64-bit integers are numbers (proto3's mapping makes them strings), nested and
+// repeated ones too; field names are the .proto's, as in the event lines.
+TEST(EventFormatTest, ProtoJsonHas64BitIntegersAsNumbers) {
+  v1::Job job;
+  job.set_id("job-1");
+  job.set_create_time_ms(int64_t{1700000000123});
+  job.set_attempt(2);
+  v1::StepMetrics* step = job.add_steps();
+  step->set_step(3);
+  step->set_bytes_sent(int64_t{9007199254740993});  // 2^53 + 1: exact, not a double
+  step->set_loss(0.5);
+  job.add_workers("worker-1");
+  EXPECT_EQ(ProtoToJson(job),
+            "{\"attempt\":2,\"create_time_ms\":1700000000123,\"id\":\"job-1\",\"steps\":[{"
+            "\"bytes_sent\":9007199254740993,\"loss\":0.5,\"step\":3}],\"workers\":[\"worker-1\"]}");
+  v1::ListWorkersResponse workers;
+  v1::WorkerInfo* w = workers.add_workers();
+  w->mutable_device()->set_memory_bytes(int64_t{25325268992});
+  w->set_last_heartbeat_ms(5);
+  EXPECT_EQ(ProtoToJson(workers),
+            "{\"workers\":[{\"device\":{\"memory_bytes\":25325268992},\"last_heartbeat_ms\":5}]}");
+}
+
 TEST(EventFormatTest, JobDetailsListEveryRanksError) {
   v1::Job job;
   job.set_id("job-1");

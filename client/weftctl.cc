@@ -68,14 +68,6 @@ void PrintLine(const std::string& line) {
   std::fflush(stdout);
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  std::string out;
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
 // The spec as written, after the checks SubmitJob makes (the model is checked by planning it).
 absl::StatusOr<v1::JobSpec> LoadAndValidate(const std::string& path) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(path);
@@ -204,7 +196,7 @@ int RunGet(const CommandLine& cl) {
   absl::StatusOr<v1::Job> job = client.GetJob(cl.positional[0]);
   if (!job.ok()) return Fail(job.status());
   if (cl.json) {
-    PrintLine(ToJson(*job));
+    PrintLine(ProtoToJson(*job));
   } else {
     std::cout << FormatJobDetails(*job, NowMs()) << std::flush;
   }
@@ -220,7 +212,7 @@ int RunList(const CommandLine& cl) {
   if (cl.json) {
     v1::ListJobsResponse resp;
     for (const v1::JobSummary& j : list->jobs) *resp.add_jobs() = j;
-    PrintLine(ToJson(resp));
+    PrintLine(ProtoToJson(resp));
   } else {
     std::cout << FormatJobsTable(list->jobs, NowMs()) << std::flush;
   }
@@ -317,7 +309,7 @@ int RunWorkers(const CommandLine& cl) {
   if (cl.json) {
     v1::ListWorkersResponse resp;
     for (const v1::WorkerInfo& w : *workers) *resp.add_workers() = w;
-    PrintLine(ToJson(resp));
+    PrintLine(ProtoToJson(resp));
   } else {
     std::cout << FormatWorkersTable(*workers, NowMs()) << std::flush;
   }
