@@ -44,12 +44,7 @@ class FakeJobService final : public weft::v1::JobService::Service {
   }
   grpc::Status GetJob(grpc::ServerContext*, const weft::v1::GetJobRequest* req,
                       Job* job) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = jobs_.find(req->job_id());
-    if (it == jobs_.end()) {
-      return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
-    }
-    *job = it->second;
+    if (grpc::Status found = CopyJob(req->job_id(), job); !found.ok()) return found;
     // The scripted run's steps, at most kPageSize * 2 a page; the token is the last step's number.
     int64_t after = 0;
     if (!req->steps_page_token().empty()) after = std::stoll(req->steps_page_token());
@@ -96,14 +91,7 @@ class FakeJobService final : public weft::v1::JobService::Service {
   grpc::Status WatchJob(grpc::ServerContext* ctx, const weft::v1::WatchJobRequest* req,
                         grpc::ServerWriter<weft::v1::JobEvent>* writer) override {
     Job job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = jobs_.find(req->job_id());
-      if (it == jobs_.end()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
-      }
-      job = it->second;
-    }
+    if (grpc::Status found = CopyJob(req->job_id(), &job); !found.ok()) return found;
     weft::v1::JobEvent e;
     e.set_job_id(job.id());
     e.set_state(weft::v1::RUNNING);
@@ -137,14 +125,7 @@ class FakeJobService final : public weft::v1::JobService::Service {
   grpc::Status GetJobTrace(grpc::ServerContext*, const weft::v1::GetJobRequest* req,
                            weft::v1::JobTrace* trace) override {
     Job job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = jobs_.find(req->job_id());
-      if (it == jobs_.end()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
-      }
-      job = it->second;
-    }
+    if (grpc::Status found = CopyJob(req->job_id(), &job); !found.ok()) return found;
     if (!job.spec().trace()) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           "job " + job.id() + " was not submitted with trace: true");
@@ -178,14 +159,7 @@ class FakeJobService final : public weft::v1::JobService::Service {
   grpc::Status GetJobLogs(grpc::ServerContext*, const weft::v1::GetJobLogsRequest* req,
                           weft::v1::GetJobLogsResponse* resp) override {
     Job job;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      auto it = jobs_.find(req->job_id());
-      if (it == jobs_.end()) {
-        return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + req->job_id());
-      }
-      job = it->second;
-    }
+    if (grpc::Status found = CopyJob(req->job_id(), &job); !found.ok()) return found;
     int64_t ranks = 1;
     for (int64_t d : job.spec().mesh().shape()) ranks *= d;
     std::vector<weft::v1::JobLogLine> lines;  // in time order
@@ -218,6 +192,15 @@ class FakeJobService final : public weft::v1::JobService::Service {
   }
 
  private:
+  // The job, copied; NOT_FOUND naming it when there is none.
+  grpc::Status CopyJob(const std::string& id, Job* job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) return grpc::Status(grpc::StatusCode::NOT_FOUND, "no job " + id);
+    *job = it->second;
+    return grpc::Status::OK;
+  }
+
   std::mutex mu_;
   std::map<std::string, Job> jobs_;
 };
