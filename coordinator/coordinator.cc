@@ -532,7 +532,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
         info.set_rank(w->rank);
         break;
       case WorkerStatus::kLost:
-        info.set_state("lost");
+        info.set_state(w->drained ? "drained" : "lost");
         break;
     }
     out.push_back(std::move(info));
@@ -1035,6 +1035,13 @@ void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::Wo
     case v1::WorkerMessage::kHello:
       spdlog::warn("{}: ignoring a second Hello", worker_id);
       break;
+    case v1::WorkerMessage::kGoodbye: {
+      // The worker's own words: kept short and valid UTF-8.
+      std::string reason = ReplaceInvalidUtf8(msg.goodbye().reason().substr(0, 256));
+      MarkLostLocked(w, reason.empty() ? "the worker left" : reason, /*drained=*/true);
+      ForgetOldLostWorkersLocked();
+      break;
+    }
     default:
       break;  // heartbeat
   }
@@ -1229,22 +1236,28 @@ void Coordinator::DisconnectWorker(const std::string& worker_id, const std::stri
   ScheduleLocked();
 }
 
-void Coordinator::MarkLostLocked(Worker* w, const std::string& why) {
+void Coordinator::MarkLostLocked(Worker* w, const std::string& why, bool drained) {
   const WorkerStatus before = w->status;
+  const char* gone = drained ? "drained" : "lost";
   w->status = WorkerStatus::kLost;
+  w->drained = drained;
   if (w->connection != nullptr) {
-    w->connection->Close(absl::UnavailableError(absl::StrCat(w->id, " lost: ", why)));
+    w->connection->Close(absl::UnavailableError(absl::StrCat(w->id, " ", gone, ": ", why)));
     w->connection = nullptr;
   }
   if (shutting_down_) return;
-  spdlog::warn("{} lost: {}", w->id, why);
+  if (drained) {
+    spdlog::info("{} drained: {}", w->id, why);
+  } else {
+    spdlog::warn("{} lost: {}", w->id, why);
+  }
   if (before == WorkerStatus::kBusy) {
     auto it = runs_.find(w->job_id);
     if (it != runs_.end() && it->second.job.attempt() == w->attempt) {
       RankDoneLocked(&it->second, w->rank, false,
-                     absl::StrCat("worker ", w->id, " (rank ", w->rank, ", host ", w->host,
-                                  ") lost: ", why),
-                     absl::StrCat("worker lost: ", why));
+                     absl::StrCat("worker ", w->id, " (rank ", w->rank, ", host ", w->host, ") ",
+                                  gone, ": ", why),
+                     absl::StrCat("worker ", gone, ": ", why));
     }
   }
 }

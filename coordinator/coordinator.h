@@ -232,6 +232,7 @@ class Coordinator {
     bool draining = false;            // its job ended; waiting for its TaskDone
     int64_t release_deadline_ms = 0;  // draining: counted idle again after this
     int64_t last_heartbeat_ms = 0;
+    bool drained = false;  // kLost because it said Goodbye: listed as drained
   };
   // A job attempt between PLANNING and its final state.
   struct Run {
@@ -348,7 +349,10 @@ class Coordinator {
   // A worker's LogLines: stored, off mu_, when the worker runs that rank of that attempt.
   void HandleLogLines(const std::string& worker_id, const v1::LogLines& logs)
       ABSL_LOCKS_EXCLUDED(mu_);
-  void MarkLostLocked(Worker* worker, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker is gone: its rank (if any) fails with `why`. `drained`: it left on purpose
+  // (Goodbye), and is listed as drained rather than lost.
+  void MarkLostLocked(Worker* worker, const std::string& why, bool drained = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Keeps at most a bounded number of lost workers listed.
   void ForgetOldLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWorkerLocked(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

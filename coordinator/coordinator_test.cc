@@ -605,6 +605,33 @@ TEST_F(CoordinatorTest, BrokenStreamLosesTheWorkerAndFailsItsJob) {
   EXPECT_TRUE(c2->closed());
 }
 
+// A worker that says Goodbye (SIGTERM) is drained, not lost: the rank it ran fails naming the
+// reason, its stream's end afterwards changes nothing, and an idle one leaves quietly.
+TEST_F(CoordinatorTest, AWorkerThatSaysGoodbyeIsDrainedNotLost) {
+  std::shared_ptr<FakeConnection> c1, c2, c3;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2), w3 = Connect(&c3);
+  std::string job = Submit(Spec(2));
+  v1::WorkerMessage bye;
+  bye.mutable_goodbye()->set_reason("SIGTERM: the worker is shutting down\xff");
+  coordinator_->HandleWorkerMessage(w2, bye);
+  v1::Job j = Get(job);
+  EXPECT_EQ(j.state(), v1::FAILED);
+  EXPECT_NE(j.message().find(absl::StrCat("worker ", w2, " (rank 1, host ")), std::string::npos)
+      << j.message();
+  EXPECT_NE(j.message().find(") drained: SIGTERM: the worker is shutting down\xEF\xBF\xBD"),
+            std::string::npos)
+      << j.message();  // the stray byte replaced
+  EXPECT_EQ(WorkerState(w2), "drained");
+  EXPECT_TRUE(c2->closed());
+  EXPECT_EQ(c1->cancels(), 1);
+  coordinator_->DisconnectWorker(w2, "its stream broke");
+  EXPECT_EQ(WorkerState(w2), "drained");
+
+  coordinator_->HandleWorkerMessage(w3, bye);
+  EXPECT_EQ(WorkerState(w3), "drained");
+  EXPECT_EQ(Get(job).state(), v1::FAILED);  // nothing else changed
+}
+
 TEST_F(CoordinatorTest, MissedHeartbeatsLoseTheWorker) {
   std::shared_ptr<FakeConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);

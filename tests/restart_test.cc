@@ -43,10 +43,11 @@ v1::JobSpec Spec(const MlpJob& job, int steps, const std::string& checkpoint, in
   return spec.ok() ? *spec : v1::JobSpec();
 }
 
+// Workers idle or busy (in `state` when given): neither lost nor drained.
 int Alive(const DaemonCluster& cluster, const std::string& state = "") {
   int n = 0;
   for (const v1::WorkerInfo& w : cluster.ListWorkers()) {
-    n += w.state() != "lost" && (state.empty() || w.state() == state);
+    n += (w.state() == "idle" || w.state() == "busy") && (state.empty() || w.state() == state);
   }
   return n;
 }
@@ -68,6 +69,14 @@ TEST(RestartTest, AKilledWorkerIsReplacedAndTheLossesAreThoseOfAnUninterruptedRu
   // before reporting it: checkpoint 3 is never committed, step 2 is the newest.
   c.worker(1).Signal(SIGTERM);
   ASSERT_TRUE(PollUntil([&] { return Alive(c) == 1; }, absl::Seconds(30)).ok());
+  // It said Goodbye on its way out: drained, not lost.
+  int drained = 0, lost = 0;
+  for (const v1::WorkerInfo& w : c.ListWorkers()) {
+    drained += w.state() == "drained";
+    lost += w.state() == "lost";
+  }
+  EXPECT_EQ(drained, 1) << c.Logs();
+  EXPECT_EQ(lost, 0);
   ASSERT_TRUE(c.StartWorker({{"WEFT_DEBUG_CRASH_AT", "worker_after_shard@3"}}).ok());
   std::string restarted;
   ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: restarted, every: 1}", 2), &restarted).ok());

@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
       if (absl::Status s = weft::systemd::NotifyStopping(); !s.ok()) {
         spdlog::warn("{}", s.ToString());
       }
-      worker.Shutdown();
+      worker.Shutdown(sig == SIGTERM ? "SIGTERM: the worker is shutting down"
+                                      : "SIGINT: the worker is shutting down");
       break;
     }
   }

@@ -328,11 +328,18 @@ absl::Status Worker::CheckAlive(absl::Duration window) const {
                    ")"));
 }
 
-void Worker::Shutdown() {
+void Worker::Shutdown(const std::string& reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutdown_) return;
+    // Before the Goodbye: the stream the coordinator then closes must not be reconnected.
+    shutdown_ = true;
+    shutdown_requested_.Notify();
+  }
+  v1::WorkerMessage bye;
+  bye.mutable_goodbye()->set_reason(reason);
+  Send(bye, session());
   absl::MutexLock lock(&mu_);
-  if (shutdown_) return;
-  shutdown_ = true;
-  shutdown_requested_.Notify();
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
 
@@ -625,7 +632,7 @@ void Worker::Send(const v1::WorkerMessage& msg, int64_t session) {
   absl::MutexLock lock(&write_mu_);
   // Nothing is logged about log lines: the task's sink would take that line and send it too.
   if (stream_ == nullptr || session != session_) {
-    if (!msg.has_heartbeat() && !msg.has_logs()) {
+    if (!msg.has_heartbeat() && !msg.has_logs() && !msg.has_goodbye()) {
       spdlog::warn("dropping a {} message: its stream to the coordinator is gone",
                    msg.has_done() ? "task-done" : msg.has_checkpoint() ? "checkpoint" : "step");
     }

@@ -205,8 +205,11 @@ class Worker {
   // Serves until Shutdown() (then OK) or until no stream could be opened for
   // reconnect_deadline (UNAVAILABLE).
   absl::Status Run();
-  // Cancels the running task and the stream; Run returns soon after. Thread-safe.
-  void Shutdown() ABSL_LOCKS_EXCLUDED(mu_);
+  // Says Goodbye (`reason`) on the stream, so that the coordinator lists this worker as drained,
+  // not lost, and fails the rank it runs with the reason; then cancels the running task and the
+  // stream. Run returns soon after. Thread-safe.
+  void Shutdown(const std::string& reason = "the worker is shutting down")
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The id the coordinator gave this worker on the current stream ("" before the first Welcome).
   std::string worker_id() const ABSL_LOCKS_EXCLUDED(mu_);
