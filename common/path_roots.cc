@@ -121,6 +121,11 @@ absl::Status CheckSpecPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   return CheckPath(spec.checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots);
 }
 
+absl::Status CheckDataFile(const std::string& path, absl::string_view field,
+                           const PathRoots& roots) {
+  return CheckPath(path, field, Use::kData, roots);
+}
+
 absl::Status CheckProgramPaths(const v1::Program& program, const PathRoots& roots) {
   RETURN_IF_ERROR(CheckDataPaths(program.data(), roots));
   RETURN_IF_ERROR(CheckPath(program.init_from(), "init_from", Use::kDataOrCheckpoint, roots));

@@ -1,6 +1,7 @@
 #include "coordinator/coordinator.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -18,6 +19,7 @@
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/starting_state.h"
 #include "common/jobspec/validate.h"
+#include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/utf8.h"
 #include "coordinator/planner/arch/hf_export.h"
@@ -321,6 +323,36 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   pending_.push_back(job);
   ScheduleLocked();
   return job.id();
+}
+
+absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
+  if (request.spec_yaml().empty()) {
+    if (!request.spec_dir().empty()) {
+      return absl::InvalidArgumentError("spec_dir: only with spec_yaml");
+    }
+    return SubmitJob(request.spec());
+  }
+  if (request.has_spec()) {
+    return absl::InvalidArgumentError("spec_yaml: give the job as spec or as spec_yaml, not both");
+  }
+  if (request.spec_yaml().size() > kMaxJobSpecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("spec_yaml: ", request.spec_yaml().size(),
+                                                   " bytes; at most ", kMaxJobSpecBytes,
+                                                   " (1 MiB)"));
+  }
+  // A relative spec_dir would resolve against wherever the coordinator runs.
+  if (!std::filesystem::path(request.spec_dir()).is_absolute()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec_dir: \"", request.spec_dir(),
+        "\" must be the absolute folder the spec_yaml's relative paths are resolved against"));
+  }
+  JobSpecYamlOptions reading;
+  reading.before_reading = [this](absl::string_view field, const std::string& path) {
+    return CheckDataFile(path, field, options_.roots);
+  };
+  ASSIGN_OR_RETURN(v1::JobSpec spec,
+                   ParseJobSpecYaml(request.spec_yaml(), request.spec_dir(), reading));
+  return SubmitJob(spec);
 }
 
 absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan) {

@@ -170,6 +170,11 @@ class Coordinator {
   // ---- JobService ----
   // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.
   absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
+  // The request's spec, or its spec_yaml read as weftctl reads a spec file (ParseJobSpecYaml,
+  // relative paths against spec_dir; a model.config_file only under options.roots.data), then
+  // SubmitJob(spec). INVALID_ARGUMENT for both, a spec_yaml over 1 MiB, a spec_dir that is not
+  // absolute (or given without spec_yaml), or a YAML error (naming the field and the line).
+  absl::StatusOr<std::string> SubmitJob(const v1::SubmitJobRequest& request);
   // The job with one page of its steps in step order, each as its latest attempt ran it
   // (options.pages bounds its size); next_steps_page_token names the next page, empty after the
   // last. INVALID_ARGUMENT names a negative steps_page_size or a token GetJob did not give.

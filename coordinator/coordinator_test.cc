@@ -1,22 +1,31 @@
 #include "coordinator/coordinator.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/jobspec/validate.h"
+#include "common/jobspec/yaml.h"
+#include "common/path_roots.h"
 
 namespace weft::coordinator {
 namespace {
+
+using ::testing::HasSubstr;
 
 std::string TempDir() {
   const char* base = getenv("TEST_TMPDIR");
@@ -1285,6 +1294,109 @@ TEST(RealSpecAndPlannerTest, SubmitJobRejectsAnUnknownLayerType) {
   auto job = (*c)->GetJob(get);
   EXPECT_EQ(job->state(), v1::PENDING);
   EXPECT_EQ(job->message(), "waiting for 1 idle cpu worker, 0 registered");
+  (*c)->Shutdown();
+}
+
+// A SubmitJobRequest's spec_yaml is read as weftctl reads a spec file: the same reader, relative
+// paths against spec_dir, the same errors; the job stored equals the one weftctl's JobSpec makes.
+TEST(RealSpecAndPlannerTest, SubmitJobReadsSpecYamlAsWeftctlReadsAFile) {
+  const std::string dir = TempDir();
+  std::filesystem::create_directories(dir + "/data");
+  CoordinatorOptions options;
+  auto roots = PathRoots::Resolve(dir + "/data", "");
+  ASSERT_TRUE(roots.ok()) << roots.status();
+  options.roots = *roots;
+  auto store = JobStore::Open(dir + "/weft.db");
+  ASSERT_TRUE(store.ok());
+  auto c = Coordinator::Create(std::move(*store), options);
+  ASSERT_TRUE(c.ok());
+  const std::string yaml = R"(name: from-yaml
+mesh: {shape: [2], dim_names: [dp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 16}
+    - {name: act0, type: relu}
+    - {name: fc1, type: linear, in_features: 16, out_features: 4}
+  loss: mse
+data: {source: synthetic, sample_shape: [8], label_shape: [4], num_samples: 32, batch_size: 4}
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+checkpoint: {dir: ckpt/run1}
+)";
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(yaml);
+  request.set_spec_dir(dir + "/jobs");
+  auto id = (*c)->SubmitJob(request);
+  ASSERT_TRUE(id.ok()) << id.status();
+  v1::GetJobRequest get;
+  get.set_job_id(*id);
+  auto job = (*c)->GetJob(get);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().checkpoint().dir(), dir + "/jobs/ckpt/run1");
+
+  // weftctl's way: the file parsed on the client, its JobSpec submitted.
+  auto parsed = ParseJobSpecYaml(yaml, dir + "/jobs");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  v1::SubmitJobRequest as_spec;
+  *as_spec.mutable_spec() = *parsed;
+  auto id2 = (*c)->SubmitJob(as_spec);
+  ASSERT_TRUE(id2.ok()) << id2.status();
+  get.set_job_id(*id2);
+  auto job2 = (*c)->GetJob(get);
+  ASSERT_TRUE(job2.ok()) << job2.status();
+  EXPECT_EQ(job->spec().SerializeAsString(), job2->spec().SerializeAsString());
+
+  auto refused = [&](const v1::SubmitJobRequest& r) {
+    auto bad = (*c)->SubmitJob(r);
+    EXPECT_FALSE(bad.ok());
+    return bad.ok() ? absl::OkStatus() : bad.status();
+  };
+  // The reader's error, naming the field and the line.
+  v1::SubmitJobRequest typo = request;
+  typo.set_spec_yaml(absl::StrReplaceAll(yaml, {{"in_features: 16", "in_feature: 16"}}));
+  absl::Status s = refused(typo);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("model.layers[2] (fc1)"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("in_feature"));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("line 7"));
+
+  v1::SubmitJobRequest both = request;
+  *both.mutable_spec() = *parsed;
+  EXPECT_EQ(refused(both).message(), "spec_yaml: give the job as spec or as spec_yaml, not both");
+  v1::SubmitJobRequest relative = request;
+  relative.set_spec_dir("jobs");
+  EXPECT_THAT(std::string(refused(relative).message()), HasSubstr("spec_dir: \"jobs\" must be"));
+  relative.clear_spec_dir();
+  EXPECT_THAT(std::string(refused(relative).message()), HasSubstr("spec_dir: \"\" must be"));
+  v1::SubmitJobRequest dir_alone = as_spec;
+  dir_alone.set_spec_dir(dir);
+  EXPECT_EQ(refused(dir_alone).message(), "spec_dir: only with spec_yaml");
+  v1::SubmitJobRequest big = request;
+  big.set_spec_yaml(yaml + "#" + std::string(kMaxJobSpecBytes, 'x') + "\n");
+  EXPECT_THAT(std::string(refused(big).message()), HasSubstr("bytes; at most 1048576 (1 MiB)"));
+  // Aliases inside aliases are not expanded (ParseJobSpecYaml counts what they stand for).
+  std::string laughs = "name: &l0 [x, x]\n";
+  for (int i = 1; i < 30; ++i) {
+    absl::StrAppend(&laughs, "a", i, ": &l", i, " [*l", i - 1, ", *l", i - 1, "]\n");
+  }
+  v1::SubmitJobRequest bomb = request;
+  bomb.set_spec_yaml(laughs);
+  EXPECT_THAT(std::string(refused(bomb).message()),
+              HasSubstr("more than 1048576 YAML nodes with its aliases expanded"));
+
+  // The coordinator reads a model.config_file itself: only under its data root.
+  std::ofstream(dir + "/config.json") << R"({"vocab_size": 64, "n_positions": 16, "n_embd": 8,
+                                             "n_layer": 1, "n_head": 2})";
+  v1::SubmitJobRequest outside = request;
+  outside.set_spec_yaml(yaml.substr(0, yaml.find("model:")) +
+                        "model: {arch: gpt2, config_file: ../config.json}\n" +
+                        yaml.substr(yaml.find("data:")));
+  s = refused(outside);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr(absl::StrCat("model.config_file: ", dir, "/config.json")));
+  EXPECT_THAT(std::string(s.message()), HasSubstr("is outside --data_root"));
+  EXPECT_EQ((*c)->ListJobs({})->jobs_size(), 2);
   (*c)->Shutdown();
 }
 

@@ -271,6 +271,52 @@ TEST_F(SpecTest, LoadResolvesPathsAgainstTheSpecFolder) {
   EXPECT_EQ(abs->data().input(), "/abs/x.npy");
 }
 
+// Aliases read as the nodes they name; text that stands for more than kMaxJobSpecYamlNodes nodes
+// with its aliases expanded (a few nested aliases stand for exponentially many), or an alias
+// inside the node it names, is refused before it is read: the coordinator parses spec_yaml.
+TEST_F(SpecTest, AliasesAreBoundedByWhatTheyStandFor) {
+  absl::StatusOr<v1::JobSpec> plain = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  absl::StatusOr<v1::JobSpec> aliased = ParseJobSpecYaml(
+      absl::StrReplaceAll(kSyntheticSpec, {{"out_features: 16", "out_features: &width 16"},
+                                           {"in_features: 16", "in_features: *width"}}),
+      dir_);
+  ASSERT_TRUE(aliased.ok()) << aliased.status();
+  EXPECT_EQ(aliased->SerializeAsString(), plain->SerializeAsString());
+
+  std::string laughs = "name: &l0 [lol, lol]\n";
+  for (int i = 1; i < 40; ++i) {
+    absl::StrAppend(&laughs, "l", i, ": &l", i, " [*l", i - 1, ", *l", i - 1, "]\n");
+  }
+  absl::StatusOr<v1::JobSpec> bomb = ParseJobSpecYaml(laughs, dir_);
+  EXPECT_EQ(bomb.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bomb.status().message(),
+            "job spec: more than 1048576 YAML nodes with its aliases expanded");
+
+  absl::StatusOr<v1::JobSpec> cycle = ParseJobSpecYaml("name: x\nmesh: &m {shape: [*m]}\n", dir_);
+  EXPECT_EQ(cycle.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(cycle.status().message()),
+              HasSubstr("job spec: an alias inside the node it names (line 2, column "));
+}
+
+// JobSpecYamlOptions.before_reading sees every file the parser would open (a config_file),
+// resolved, and its error stops the parse before the file is read.
+TEST_F(SpecTest, BeforeReadingIsAskedForTheConfigFile) {
+  const std::string synthetic = kSyntheticSpec;
+  const std::string yaml = synthetic.substr(0, synthetic.find("  layers:")) +
+                           "  arch: gpt2\n  config_file: hf/config.json\n" +
+                           synthetic.substr(synthetic.find("data:"));
+  std::vector<std::string> asked;
+  JobSpecYamlOptions options;
+  options.before_reading = [&](absl::string_view field, const std::string& path) {
+    asked.push_back(absl::StrCat(field, " ", path));
+    return absl::PermissionDeniedError("not here");
+  };
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml, dir_, options);
+  EXPECT_EQ(spec.status(), absl::PermissionDeniedError("not here"));
+  EXPECT_THAT(asked, ::testing::ElementsAre("model.config_file " + Path("hf/config.json")));
+}
+
 TEST_F(SpecTest, UnknownKeysAreErrorsNamingThem) {
   struct Case {
     std::string from, to, field;

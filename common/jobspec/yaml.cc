@@ -23,6 +23,8 @@
 #include "common/jobspec/transformer_config.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
+#include "yaml-cpp/anchor.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace weft {
@@ -398,7 +400,7 @@ absl::Status ParsePatternPlacements(const YAML::Node& node, const std::string& p
 // resolved against base_dir and the file read here, so that the spec carries the config itself.
 absl::Status ParseTransformer(const MapReader& m, const YAML::Node& node, const std::string& path,
                               const v1::Mesh& mesh, const std::string& base_dir,
-                              v1::Model* model) {
+                              const JobSpecYamlOptions& options, v1::Model* model) {
   if (m.Has("layers")) {
     return Invalid(Join(path, "layers"), m.Get("layers"),
                    "not allowed with model.arch (a transformer's layers come from its config)");
@@ -436,6 +438,9 @@ absl::Status ParseTransformer(const MapReader& m, const YAML::Node& node, const 
     ASSIGN_OR_RETURN(std::string file, ReadString(m.Get("config_file"), file_path));
     if (file.empty()) return Invalid(file_path, m.Get("config_file"), "must not be empty");
     model->set_config_file(ResolvePath(file, base_dir));
+    if (options.before_reading) {
+      RETURN_IF_ERROR(options.before_reading(file_path, model->config_file()));
+    }
     ASSIGN_OR_RETURN(*model->mutable_config(),
                      LoadTransformerConfigFile(arch, model->config_file()));
   } else {
@@ -456,7 +461,8 @@ absl::Status ParseTransformer(const MapReader& m, const YAML::Node& node, const 
 
 // model: {layers, loss}, or a transformer (ParseTransformer).
 absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
-                        const std::string& base_dir, v1::Model* model, ImplicitDims* implicit) {
+                        const std::string& base_dir, const JobSpecYamlOptions& options,
+                        v1::Model* model, ImplicitDims* implicit) {
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(node, path, {"layers", "loss", "arch", "config", "config_file",
                                                 "placements", "recompute"}));
@@ -464,7 +470,7 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v
     ASSIGN_OR_RETURN(*model->mutable_recompute(),
                      ReadString(m.Get("recompute"), Join(path, "recompute")));
   }
-  if (m.Has("arch")) return ParseTransformer(m, node, path, mesh, base_dir, model);
+  if (m.Has("arch")) return ParseTransformer(m, node, path, mesh, base_dir, options, model);
   for (const std::string key : {"config", "config_file", "placements"}) {
     if (m.Has(key)) {
       return Invalid(Join(path, key), m.Get(key),
@@ -722,7 +728,8 @@ absl::Status ParseSharding(const YAML::Node& node, const std::string& path,
   return absl::OkStatus();
 }
 
-absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobSpec* spec) {
+absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
+                       const JobSpecYamlOptions& options, JobSpec* spec) {
   if (!root.IsDefined() || root.IsNull()) {
     return absl::InvalidArgumentError("job spec is empty");
   }
@@ -740,7 +747,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   // Placements by mesh dim name need the names, defaulted or not, before the model is read.
   DefaultMeshDimNames(spec->mutable_mesh());
   ImplicitDims implicit;
-  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), base_dir,
+  RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), base_dir, options,
                              spec->mutable_model(), &implicit));
   RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mesh(), spec->mutable_data()));
   RETURN_IF_ERROR(ParseOptimizer(m.Get("optimizer"), "optimizer", spec->mutable_optimizer()));
@@ -794,12 +801,98 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir, JobS
   ApplyJobSpecDefaults(spec);
   return ExpandParallelize(spec, implicit);
 }
+
+// Counts the first document's nodes as a reader that follows every alias sees them (an alias
+// counts the nodes of what it names), from yaml-cpp's parse events, without building the nodes.
+// Counts are capped at kMaxJobSpecYamlNodes + 1, so no sum overflows.
+class ExpandedNodeCounter final : public YAML::EventHandler {
+ public:
+  int64_t total() const { return total_; }
+  // The first alias met inside the node it names (yaml-cpp would build a cycle), or null.
+  const YAML::Mark* self_alias() const { return self_alias_ ? &self_alias_mark_ : nullptr; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { Leaf(anchor); }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                const std::string&) override {
+    Leaf(anchor);
+  }
+  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
+    auto it = sizes_.find(anchor);
+    if (it == sizes_.end()) {  // its node has not ended: the alias is inside it
+      if (!self_alias_) self_alias_mark_ = mark;
+      self_alias_ = true;
+      return;
+    }
+    Add(it->second);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                       YAML::EmitterStyle::value) override {
+    open_.push_back({anchor, 1});
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor,
+                  YAML::EmitterStyle::value) override {
+    open_.push_back({anchor, 1});
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  static constexpr int64_t kCap = kMaxJobSpecYamlNodes + 1;
+
+  void Add(int64_t n) {
+    int64_t& into = open_.empty() ? total_ : open_.back().second;
+    into = std::min(kCap, into + n);
+  }
+  void Leaf(YAML::anchor_t anchor) {
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = 1;
+    Add(1);
+  }
+  void Close() {
+    const auto [anchor, size] = open_.back();
+    open_.pop_back();
+    if (anchor != YAML::NullAnchor) sizes_[anchor] = size;
+    Add(size);
+  }
+
+  // The collections not yet ended, outermost first, with their nodes so far.
+  std::vector<std::pair<YAML::anchor_t, int64_t>> open_;
+  std::map<YAML::anchor_t, int64_t> sizes_;  // the nodes of each anchored node that has ended
+  int64_t total_ = 0;
+  bool self_alias_ = false;
+  YAML::Mark self_alias_mark_;
+};
+
+absl::Status CheckExpandedSize(const std::string& text) {
+  // Without an anchor (`&name`) there is no alias: the nodes are the ones the text shows, and the
+  // second parse (most of a parse's time) is skipped.
+  if (text.find('&') == std::string::npos) return absl::OkStatus();
+  std::istringstream in(text);
+  YAML::Parser parser(in);
+  ExpandedNodeCounter counter;
+  parser.HandleNextDocument(counter);
+  if (const YAML::Mark* mark = counter.self_alias()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec: an alias inside the node it names (line ", mark->line + 1,
+                     ", column ", mark->column + 1, ")"));
+  }
+  if (counter.total() > kMaxJobSpecYamlNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job spec: more than ", kMaxJobSpecYamlNodes,
+                     " YAML nodes with its aliases expanded"));
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
-absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir) {
+absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir,
+                                         const JobSpecYamlOptions& options) {
   JobSpec spec;
   try {
-    YAML::Node root = YAML::Load(std::string(yaml));
+    const std::string text(yaml);
+    RETURN_IF_ERROR(CheckExpandedSize(text));
+    YAML::Node root = YAML::Load(text);
     if (!root.IsDefined() || root.IsNull()) {
       // yaml-cpp reads some malformed text (a leading ",") as no document at all: say where the
       // text begins rather than that it is empty.
@@ -813,7 +906,7 @@ absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::stri
         }
       }
     }
-    RETURN_IF_ERROR(ParseRoot(root, base_dir, &spec));
+    RETURN_IF_ERROR(ParseRoot(root, base_dir, options, &spec));
   } catch (const YAML::Exception& e) {
     std::string where;
     if (!e.mark.is_null()) {

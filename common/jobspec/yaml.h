@@ -8,19 +8,37 @@
 #ifndef WEFT_COMMON_JOBSPEC_YAML_H_
 #define WEFT_COMMON_JOBSPEC_YAML_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "weft/v1/job.pb.h"
 
 namespace weft {
 
-// Parses YAML text. Relative paths (data.input, data.label, init_from, checkpoint.dir) are
-// resolved against base_dir. Applies the documented defaults (ApplyJobSpecDefaults) and the
-// parallelize shortcut (ApplyParallelize). Placements given by mesh dim name (`{mp: Shard(1)}`,
-// unnamed dims Replicate()) become the positional list, the one representation in JobSpec.
-absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir);
+// The most YAML nodes a spec may hold, counted as a reader that follows every alias sees them:
+// a few aliases nested in each other stand for exponentially many nodes ("billion laughs"), and
+// the coordinator parses the spec_yaml of a SubmitJob.
+inline constexpr int64_t kMaxJobSpecYamlNodes = int64_t{1} << 20;
+
+struct JobSpecYamlOptions {
+  // Called before the parser opens a file the spec names (model.config_file, which it reads),
+  // with the field and the resolved path; an error stops the parse with it. Empty: none. The
+  // coordinator confines such a file to its --data_root.
+  std::function<absl::Status(absl::string_view field, const std::string& path)> before_reading;
+};
+
+// Parses YAML text. Relative paths (data.input, data.label, data.path, init_from,
+// checkpoint.dir, model.config_file) are resolved against base_dir. Applies the documented
+// defaults (ApplyJobSpecDefaults) and the parallelize shortcut (ApplyParallelize). Placements
+// given by mesh dim name (`{mp: Shard(1)}`, unnamed dims Replicate()) become the positional list,
+// the one representation in JobSpec. Text of more than kMaxJobSpecYamlNodes nodes (aliases
+// expanded), or with an alias inside the node it names, is refused before it is read.
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir,
+                                             const JobSpecYamlOptions& options = {});
 
 // Reads and parses a spec file; base_dir is the file's folder.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);

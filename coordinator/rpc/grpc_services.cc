@@ -85,7 +85,7 @@ grpc::Status GrpcJobService::SubmitJob(
     grpc::ServerContext* context, const v1::SubmitJobRequest* request,
     v1::SubmitJobResponse* response) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
-  absl::StatusOr<std::string> id = coordinator_->SubmitJob(request->spec());
+  absl::StatusOr<std::string> id = coordinator_->SubmitJob(*request);
   if (!id.ok()) {
     spdlog::info("SubmitJob rejected: {}", id.status().ToString());
     return ToGrpcStatus(id.status());
