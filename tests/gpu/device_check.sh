@@ -7,7 +7,8 @@
 #  - communicator_conformance_test (NCCL's cases that fit the GPUs there; more skip);
 #  - device_test with WEFT_REQUIRE_GPU=1 (the MLP on cuda against cpu and float64, bf16);
 #  - the quickstart and gpt2_tiny jobs on 1 rank on cuda:0 and on cpu, losses compared;
-#  - a restart and a cancel on cuda workers (gpu_faults below);
+#  - a restart and a cancel on cuda workers (tests/gpu/faults.sh), and a cuda worker's metrics
+#    (tests/gpu/metrics.sh);
 #  - gpu_bench (matmul TFLOP/s against cuBLAS; NCCL where there are GPUs for it).
 # Prints one line per part and a summary; exits non-zero if any part fails.
 set -uo pipefail
@@ -97,6 +98,10 @@ done
 
 # A restart and a cancel on cuda workers (tests/gpu/faults.sh).
 part faults 240 bash "$repo/tests/gpu/faults.sh" "$bundle/bazel-bin" cuda "$logs/faults"
+cat "$logs/faults.log"
+# Metrics of a cuda worker: counters against the job, the step split (tests/gpu/metrics.sh).
+part metrics 120 bash "$repo/tests/gpu/metrics.sh" "$bundle/bazel-bin" cuda "$logs/metrics"
+cat "$logs/metrics.log"
 
 part gpu_bench 200 bazel-bin/bench/gpu_bench
 tail -40 "$logs/gpu_bench.log"
