@@ -8,6 +8,7 @@
 //   weft-coordinator --listen 127.0.0.1:0 --data_dir /tmp/weft --port_file /tmp/weft/port
 #include <signal.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -30,11 +31,15 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rpc/grpc_server.h"
+#include "coordinator/state_dir.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070", "HOST:PORT to serve on; port 0 picks one");
-ABSL_FLAG(std::string, data_dir, "", "folder of the job store (weft.db); created if missing");
+ABSL_FLAG(std::string, data_dir, "",
+          "folder of the job store (weft.db); created if missing. Default: $STATE_DIRECTORY "
+          "(systemd's StateDirectory=), else $XDG_STATE_HOME/weft, else "
+          "$HOME/.local/state/weft");
 ABSL_FLAG(std::string, port_file, "",
           "if set, the bound port is written here (atomically) once serving");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -123,10 +128,14 @@ absl::StatusOr<rpc::ServerTls> ReadServerTls() {
 }
 
 int Run() {
-  const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+  std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   if (data_dir.empty()) {
-    spdlog::error("--data_dir is required");
-    return 2;
+    absl::StatusOr<std::string> state = DefaultStateDir(&std::getenv);
+    if (!state.ok()) {
+      spdlog::error("{}", std::string(state.status().message()));
+      return 2;
+    }
+    data_dir = *std::move(state);
   }
   // Crash tests arm a crash point through the environment; a misspelt one fails here.
   if (absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {
@@ -312,7 +321,7 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "weft-coordinator --listen HOST:PORT --data_dir DIR [--port_file FILE] "
+      "weft-coordinator --listen HOST:PORT [--data_dir DIR] [--port_file FILE] "
       "[--client_token_file F --worker_token_file G] [--tls_cert CERT --tls_key KEY]");
   weft::HelpListsFlagsOf("coordinator/main.cc", "weft-coordinator");
   absl::ParseCommandLine(argc, argv);

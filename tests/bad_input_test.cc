@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -292,6 +293,23 @@ TEST(DaemonFlagsTest, BadListenIsRefusedAndHelpListsTheFlags) {
     }
     EXPECT_EQ(text.find("No flags matched"), std::string::npos) << binary;
   }
+}
+
+// Without --data_dir the coordinator keeps its job store in the user's XDG state folder (no root
+// needed): $XDG_STATE_HOME/weft here.
+TEST(DaemonFlagsTest, TheJobStoreDefaultsToTheUsersStateFolder) {
+  const std::string dir = MakeTempDir("state");
+  auto coordinator = StartDaemon(
+      {BinaryPath("coordinator/weft-coordinator"), "--listen", "127.0.0.1:0", "--port_file",
+       dir + "/port"},
+      dir + "/coordinator.log", {{"XDG_STATE_HOME", dir + "/xdg"}, {"STATE_DIRECTORY", ""}});
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  ASSERT_TRUE(PollUntil([&] { return !ReadFileOrEmpty(dir + "/port").empty(); },
+                        absl::Seconds(30))
+                  .ok())
+      << ReadFileOrEmpty(dir + "/coordinator.log");
+  EXPECT_TRUE(std::filesystem::exists(dir + "/xdg/weft/weft.db"))
+      << ReadFileOrEmpty(dir + "/coordinator.log");
 }
 
 // Every binary prints its name and Weft's version for --version, and exits 0.
