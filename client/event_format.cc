@@ -101,12 +101,17 @@ std::string FormatThousands(double value) {
   return negative ? "-" + out : out;
 }
 
-std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps) {
+std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps,
+                           int64_t tokens_per_sample) {
   std::string out = total_steps > 0 ? absl::StrCat("step ", step.step(), "/", total_steps)
                                      : absl::StrCat("step ", step.step());
   absl::StrAppend(&out, "  loss ", absl::StrFormat("%.6g", step.loss()));
   if (step.samples_per_second() > 0) {
     absl::StrAppend(&out, "  ", FormatThousands(step.samples_per_second()), " samples/s");
+    if (tokens_per_sample > 0) {
+      absl::StrAppend(&out, "  ", FormatThousands(step.samples_per_second() * tokens_per_sample),
+                      " tokens/s");
+    }
   }
   if (step.bytes_sent() > 0) {
     absl::StrAppend(&out, "  ", absl::StrFormat("%.1f", step.bytes_sent() / 1e6), " MB/step");
@@ -116,6 +121,26 @@ std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps) {
   }
   if (step.step_seconds() > 0) {
     absl::StrAppend(&out, "  (", absl::StrFormat("%.3f", step.step_seconds()), " s)");
+  }
+  return out;
+}
+
+StepProgress::StepProgress(const v1::JobSpec& spec)
+    : total_steps_(spec.train().steps()),
+      tokens_per_sample_(spec.data().source() == "tokens" ? spec.data().seq_len() : 0) {}
+
+std::string StepProgress::Line(const v1::StepMetrics& step) {
+  std::string out = FormatStepText(step, total_steps_, tokens_per_sample_);
+  if (step.step_seconds() > 0) {
+    constexpr double kWeight = 0.2;
+    average_seconds_ = average_seconds_ == 0
+                           ? step.step_seconds()
+                           : kWeight * step.step_seconds() + (1 - kWeight) * average_seconds_;
+  }
+  const int64_t left = total_steps_ - step.step();
+  if (left > 0 && average_seconds_ > 0) {
+    absl::StrAppend(&out, "  ETA ",
+                    FormatDuration(static_cast<int64_t>(left * average_seconds_ * 1000)));
   }
   return out;
 }

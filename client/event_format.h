@@ -44,7 +44,28 @@ std::string FormatEventJson(const v1::JobEvent& event);
 // "step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  12.6 MB peak  (0.014 s)"
 // (total_steps 0: "step 3"; MB = 10^6 bytes: sent by all ranks, and the largest rank's memory
 // peak; each left out when 0)
-std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps);
+// With tokens_per_sample (a job on token data: its seq_len), tokens per second after samples.
+std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps,
+                           int64_t tokens_per_sample = 0);
+
+// The progress lines of a watched job: FormatStepText, then tokens per second for a job on
+// token data (samples/s x seq_len) and the time left, "ETA 1m 05s": the steps left times an
+// exponential moving average of the step time (weight 0.2 on the newest, so one slow step, a
+// checkpoint's, moves it little). No ETA on the last step, or without a step time.
+//
+// E.g.
+//   StepProgress progress(job.spec());
+//   PrintLine(progress.Line(event.step()));  // "step 3/10  loss 0.5 ... ETA 2.1s"
+class StepProgress {
+ public:
+  explicit StepProgress(const v1::JobSpec& spec);
+  std::string Line(const v1::StepMetrics& step);
+
+ private:
+  const int64_t total_steps_;
+  const int64_t tokens_per_sample_;  // 0: not a token job
+  double average_seconds_ = 0;       // 0: no step seen yet
+};
 // "state RUNNING" or "state FAILED: <message>"
 std::string FormatStateText(v1::JobState state, const std::string& message);
 // "checkpoint step 100  12.3 MB  (0.045 s)  /data/ckpt/step-100"

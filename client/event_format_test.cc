@@ -253,6 +253,35 @@ TEST(EventFormatTest, ProtoJsonHas64BitIntegersAsNumbers) {
             "{\"workers\":[{\"device\":{\"memory_bytes\":25325268992},\"last_heartbeat_ms\":5}]}");
 }
 
+// Watch lines: tokens/s for a job on token data, and the time left from a moving average of the
+// step time (one slow step moves it by a fifth of the difference).
+TEST(EventFormatTest, ProgressLinesHaveTokensPerSecondAndAnEta) {
+  v1::JobSpec spec;
+  spec.mutable_train()->set_steps(100);
+  spec.mutable_data()->set_source("tokens");
+  spec.mutable_data()->set_seq_len(64);
+  StepProgress progress(spec);
+  v1::StepMetrics step;
+  step.set_step(1);
+  step.set_loss(2.5);
+  step.set_step_seconds(0.5);
+  step.set_samples_per_second(16);
+  EXPECT_THAT(progress.Line(step), HasSubstr("16 samples/s  1,024 tokens/s"));
+  EXPECT_THAT(progress.Line(step), HasSubstr("ETA 49.5s"));  // 99 steps x 0.5 s
+  step.set_step(2);
+  step.set_step_seconds(3.0);  // 0.2 x 3 + 0.8 x 0.5 = 1.0 s a step, 98 left
+  EXPECT_THAT(progress.Line(step), HasSubstr("ETA 1m 38s"));
+  step.set_step(100);
+  EXPECT_THAT(progress.Line(step), Not(HasSubstr("ETA")));
+
+  v1::JobSpec synthetic;
+  synthetic.mutable_train()->set_steps(10);
+  StepProgress plain(synthetic);
+  step.set_step(1);
+  EXPECT_THAT(plain.Line(step), Not(HasSubstr("tokens/s")));
+  EXPECT_THAT(plain.Line(step), HasSubstr("ETA 27.0s"));  // 9 x 3 s
+}
+
 TEST(EventFormatTest, JobDetailsListEveryRanksError) {
   v1::Job job;
   job.set_id("job-1");

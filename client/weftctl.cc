@@ -117,6 +117,7 @@ absl::Status WatchAndPrint(CoordinatorClient& client, const std::string& job_id,
   absl::StatusOr<v1::Job> job = client.GetJobPage(request);
   if (!job.ok()) return job.status();
   const int64_t total = job->spec().train().steps();
+  StepProgress progress(job->spec());
   grpc::ClientContext ctx;
   {
     std::lock_guard<std::mutex> lock(g_watch_mu);
@@ -124,7 +125,11 @@ absl::Status WatchAndPrint(CoordinatorClient& client, const std::string& job_id,
     if (g_interrupted) ctx.TryCancel();
   }
   absl::StatusOr<WatchResult> result = client.Watch(job_id, &ctx, [&](const v1::JobEvent& e) {
-    PrintLine(json ? FormatEventJson(e) : FormatEventText(e, total));
+    if (json) {
+      PrintLine(FormatEventJson(e));
+    } else {
+      PrintLine(e.has_step() ? progress.Line(e.step()) : FormatEventText(e, total));
+    }
   });
   {
     std::lock_guard<std::mutex> lock(g_watch_mu);
