@@ -219,6 +219,7 @@ void MetricsRegistry::AddCollector(std::function<void()> collect) {
 }
 
 std::string MetricsRegistry::Render() {
+  absl::MutexLock rendering(&render_mu_);
   std::vector<std::function<void()>> collectors;
   std::vector<MetricFamily*> families;
   {
@@ -226,7 +227,7 @@ std::string MetricsRegistry::Render() {
     collectors = collectors_;
     for (const auto& f : families_) families.push_back(f.get());
   }
-  // Outside mu_: a collector may take its owner's locks.
+  // Outside mu_ (render_mu_ only serializes renders): a collector may take its owner's locks.
   for (const auto& collect : collectors) collect();
   std::string out;
   for (MetricFamily* f : families) f->Render(&out);

@@ -116,10 +116,12 @@ class MetricsRegistry {
   // Runs before every Render, in the order added (e.g. sets gauges from the current state).
   void AddCollector(std::function<void()> collect);
 
-  // Every family with series, in the order added.
-  std::string Render();
+  // Every family with series, in the order added. One render at a time: two scrapes never run
+  // their collectors interleaved (a collector that clears and refills a family).
+  std::string Render() ABSL_LOCKS_EXCLUDED(render_mu_, mu_);
 
  private:
+  absl::Mutex render_mu_;  // taken before mu_
   absl::Mutex mu_;
   std::vector<std::unique_ptr<MetricFamily>> families_ ABSL_GUARDED_BY(mu_);
   std::vector<std::function<void()>> collectors_ ABSL_GUARDED_BY(mu_);
