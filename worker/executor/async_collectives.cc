@@ -1,5 +1,7 @@
 #include "worker/executor/async_collectives.h"
 
+#include <chrono>
+
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -102,7 +104,12 @@ absl::Status AsyncCollectives::WaitWhere(const CoversFn& covers) {
       ++i;
       continue;
     }
-    while (!p->done) finished_.Wait(&mu_);
+    if (!p->done) {
+      const auto start = std::chrono::steady_clock::now();
+      while (!p->done) finished_.Wait(&mu_);
+      blocked_seconds_ +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     if (record_timings_) timings_.push_back(p->timing);
     if (first.ok()) first = p->status;
     in_flight_.erase(in_flight_.begin() + static_cast<std::ptrdiff_t>(i));
@@ -120,6 +127,12 @@ absl::Status AsyncCollectives::WaitFor(absl::Span<const ByteRange> ranges, int c
 absl::Status AsyncCollectives::WaitAll() {
   absl::MutexLock lock(&mu_);
   return WaitWhere([](const Pending&) { return true; });
+}
+
+double AsyncCollectives::TakeBlockedSeconds() {
+  const double out = blocked_seconds_;
+  blocked_seconds_ = 0;
+  return out;
 }
 
 std::vector<CollectiveTiming> AsyncCollectives::TakeTimings() {

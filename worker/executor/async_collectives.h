@@ -76,6 +76,9 @@ class AsyncCollectives {
   // With record_timings, the timings of the collectives waited for since the last call, in the
   // order they were waited for; empty otherwise.
   std::vector<CollectiveTiming> TakeTimings();
+  // Seconds the waits spent blocked since the last call (only a wait that found a collective
+  // unfinished reads the clock). The executor's thread only.
+  double TakeBlockedSeconds();
  private:
   struct Pending {
     int comm = 0;
@@ -108,6 +111,7 @@ class AsyncCollectives {
   // in_flight_.size(), read and written by the executor's thread only (Start and the waits), so
   // it reads it without the lock.
   size_t in_flight_count_ = 0;
+  double blocked_seconds_ = 0;  // executor's thread only (the waits)
   std::vector<CollectiveTiming> timings_ ABSL_GUARDED_BY(mu_);
 };
 

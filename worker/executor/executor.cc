@@ -23,11 +23,6 @@
 namespace weft {
 namespace {
 
-double Seconds(std::chrono::steady_clock::time_point from,
-               std::chrono::steady_clock::time_point to) {
-  return std::chrono::duration<double>(to - from).count();
-}
-
 using v1::Instruction;
 
 class ProgramExecutor final : public Executor {
@@ -106,6 +101,10 @@ class ProgramExecutor final : public Executor {
   int64_t last_step_peak_bytes_ = 0;
   StepTimes step_times_;       // the step in progress
   StepTimes last_step_times_;  // the last successful one
+  // By step index, what its time counts as in StepTimes (waits for asynchronous collectives are
+  // timed by AsyncCollectives itself).
+  enum class TimedAs : uint8_t { kNone, kData, kCommunication };
+  std::vector<TimedAs> timed_as_;
   bool initialized_ = false;
   std::atomic<bool> cancelled_{false};
   // Collectives on their communicators' threads (CPU kernels, unless the program asks for
@@ -234,6 +233,16 @@ absl::Status ProgramExecutor::Initialize() {
     async_ = std::make_unique<AsyncCollectives>(static_cast<int>(comms_.size()), program_.trace());
     PlanAsyncCollectives();
   }
+  // What each step's time counts as in StepTimes, decided once: the loop reads the clock only
+  // around these.
+  timed_as_.assign(steps_.size(), TimedAs::kNone);
+  for (const Step& s : steps_) {
+    if (s.op == Instruction::LOAD_INPUT || s.op == Instruction::LOAD_LABEL) {
+      timed_as_[s.index] = TimedAs::kData;
+    } else if (IsCommunication(s.op) && (async_ == nullptr || !starts_async_[s.index])) {
+      timed_as_[s.index] = TimedAs::kCommunication;
+    }
+  }
   if (program_.trace()) {
     span_templates_ =
         BuildSpanTemplates(program_, &steps_, async_ != nullptr ? &starts_async_ : nullptr);
@@ -343,9 +352,8 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   }
   // Every started collective finishes within the step, whatever happened (they touch the arena).
   if (async_ != nullptr) {
-    const auto wait_start = std::chrono::steady_clock::now();
     const absl::Status collectives = async_->WaitAll();
-    step_times_.communication_seconds += Seconds(wait_start, std::chrono::steady_clock::now());
+    step_times_.communication_seconds += async_->TakeBlockedSeconds();
     if (status.ok()) status = collectives;
     if (program_.trace()) AppendCollectiveSpans(program_, steps_, async_->TakeTimings(), &spans_);
   }
@@ -363,18 +371,15 @@ absl::Status ProgramExecutor::RunInstruction(const Step& s, const RunContext& ct
     return absl::CancelledError(
         absl::StrCat("step ", ctx.step, " cancelled before instruction ", s.index));
   }
-  const auto wait_start = std::chrono::steady_clock::now();
-  RETURN_IF_ERROR(WaitBefore(s));
+  RETURN_IF_ERROR(WaitBefore(s));  // AsyncCollectives times what it blocks
+  const TimedAs timed = timed_as_[s.index];
+  if (timed == TimedAs::kNone) return Execute(s, ctx);
   const auto start = std::chrono::steady_clock::now();
-  step_times_.communication_seconds += Seconds(wait_start, start);
-  const bool data = s.op == Instruction::LOAD_INPUT || s.op == Instruction::LOAD_LABEL;
-  const bool blocking_communication =
-      IsCommunication(s.op) && (async_ == nullptr || !starts_async_[s.index]);
   const absl::Status status = Execute(s, ctx);
-  if (data || blocking_communication) {
-    (data ? step_times_.data_seconds : step_times_.communication_seconds) +=
-        Seconds(start, std::chrono::steady_clock::now());
-  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  (timed == TimedAs::kData ? step_times_.data_seconds : step_times_.communication_seconds) +=
+      seconds;
   return status;
 }
 
