@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs every Debian package that building, testing and running Weft needs. Idempotent: a
-# second run installs nothing. Pass --bench to add the packages the benchmarks compare against.
+# Installs every Debian package that building, testing and running Weft needs, and the npm
+# packages that validate the Kubernetes manifests (tools/k8s). Idempotent: a second run installs
+# nothing. Pass --bench to add the packages the benchmarks compare against.
 set -euo pipefail
 
 packages=(
@@ -18,6 +19,11 @@ packages=(
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch time bc)
 fi
+# node and npm for the manifests' validator: Debian's, only where PATH has no node and npm
+# already (Debian's npm would conflict with a Node.js that bundles its own, as NodeSource's does).
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  packages+=(nodejs npm)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -25,11 +31,23 @@ for p in "${packages[@]}"; do
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo=""
+  [[ $(id -u) -eq 0 ]] || sudo="sudo"
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo=""
-[[ $(id -u) -eq 0 ]] || sudo="sudo"
-echo "setup: installing ${missing[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The npm packages of tools/k8s exactly as package-lock.json pins them (npm ci), unless
+# node_modules was installed from this very lock: a copy of the lock marks that it was, and
+# //deploy/kubernetes:manifests_test checks the same copy.
+k8s="$(dirname "$0")/k8s"
+if cmp -s "$k8s/package-lock.json" "$k8s/node_modules/.weft-package-lock.json"; then
+  echo "setup: tools/k8s/node_modules matches its package-lock.json"
+else
+  echo "setup: installing tools/k8s/node_modules (npm ci)"
+  # The packages declare Node.js 22; they run on 20 and 18 (Debian's), so npm's warning is muted.
+  (cd "$k8s" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+  cp "$k8s/package-lock.json" "$k8s/node_modules/.weft-package-lock.json"
+fi
