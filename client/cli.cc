@@ -24,6 +24,7 @@ const std::map<std::string, CommandInfo>& Commands() {
   static const auto* commands = new std::map<std::string, CommandInfo>{
       {"submit", {1, 1, "SPEC"}}, {"get", {1, 1, "JOB"}},     {"list", {0, 0, ""}},
       {"cancel", {1, 1, "JOB"}},  {"watch", {1, 1, "JOB"}},   {"workers", {0, 0, ""}},
+      {"delete", {1, 1000, "JOB..."}},
       {"logs", {1, 1, "JOB"}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
       {"version", {0, 0, ""}},
@@ -41,7 +42,7 @@ struct FlagInfo {
 // The commands that call a coordinator given by --coordinator, with its credentials.
 const std::set<std::string>& ConnectingCommands() {
   static const auto* commands = new std::set<std::string>{
-      "submit", "get", "list", "cancel", "watch", "logs", "workers", "trace"};
+      "submit", "get", "list", "cancel", "delete", "watch", "logs", "workers", "trace"};
   return *commands;
 }
 
@@ -52,8 +53,10 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"tls_ca", {true, ConnectingCommands()}},
       {"tls_server_name", {true, ConnectingCommands()}},
       {"json",
-       {false, {"submit", "get", "list", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
+       {false,
+        {"submit", "get", "list", "delete", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
       {"watch", {false, {"submit"}}},
+      {"check_local_files", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
       {"coordinator_bin", {true, {"local"}}},
       {"worker_bin", {true, {"local"}}},
@@ -195,6 +198,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
       cl.watch = *v;
+    } else if (name == "check_local_files") {
+      auto v = ParseBoolValue(name, value);
+      if (!v.ok()) return v.status();
+      cl.check_local_files = *v;
     } else if (name == "bytes") {
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
@@ -364,8 +371,14 @@ std::string UsageText() {
   return R"(usage: weftctl [--coordinator HOST:PORT] COMMAND [ARGS] [FLAGS]
 
 Commands:
-  submit SPEC [--watch] [--json]   validate SPEC (YAML) locally, submit it, print the job id;
-                                   --watch then streams its events like 'watch'
+  submit SPEC [--watch] [--json]   check SPEC's YAML here, send it to the coordinator, print the
+         [--check-local-files]     job id; --watch then streams its events like 'watch'. The
+                                   paths SPEC names are the cluster's: the coordinator resolves
+                                   relative ones against its --data_root (checkpoint.dir against
+                                   its --checkpoint_root) and checks the files.
+                                   --check-local-files: the cluster sees this machine's files at
+                                   the same paths: resolve relative paths against SPEC's folder,
+                                   and check the files and plan the job here first
   get JOB [--json]                 show one job, and each rank's error in its latest failed
                                    attempt, earliest (the cause) first; --json: with every step
                                    of its current attempt (read from the coordinator a page at
@@ -375,7 +388,10 @@ Commands:
                                    coordinator a page at a time; --state: only jobs in state S
                                    (PENDING, PLANNING, RUNNING, SUCCEEDED, FAILED, CANCELLED or
                                    RESTARTING)
-  cancel JOB [--reason TEXT]       cancel a job
+  cancel JOB [--reason TEXT]       cancel a job; prints its state after the call
+  delete JOB... [--json]           delete jobs that ended (SUCCEEDED, FAILED or CANCELLED) with
+                                   their events and logs; their checkpoints stay. A job still
+                                   running is refused (cancel it first). Exits 1 if any failed
   watch JOB [--json]               stream a job's events until it ends; exits 0 only if it
                                    SUCCEEDED
   logs JOB [--rank R] [--attempt A] [--follow] [--json]

@@ -23,7 +23,7 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 inline constexpr int kDefaultListLimit = 100;
 
 struct CommandLine {
-  std::string command;  // submit | get | list | cancel | watch | logs | workers | local | plan |
+  std::string command;  // submit | get | list | cancel | delete | watch | logs | workers | local | plan |
                         // trace | ckpt | data | help | version
   // ckpt: positional[0] is inspect | verify | export; data: tokenize | inspect; each checked
   // with its arguments.
@@ -34,6 +34,9 @@ struct CommandLine {
   std::string tls_server_name;          // the name the coordinator's certificate holds
   bool json = false;
   bool watch = false;                   // submit
+  // submit: resolve relative paths against SPEC's folder and check the files here (the cluster
+  // sees them at the same paths) rather than leaving the paths to the cluster.
+  bool check_local_files = false;
   int ranks = 0;                        // local; 0: the spec's world size
   std::string coordinator_bin;          // local
   std::string worker_bin;               // local

@@ -92,6 +92,29 @@ TEST(CliTest, SubmitWatchAndCancel) {
   EXPECT_THAT(cl->positional, ElementsAre("--odd-job-id"));
 }
 
+TEST(CliTest, SubmitCheckLocalFilesAndDelete) {
+  absl::StatusOr<CommandLine> cl = Parse({"submit", "spec.yaml"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_FALSE(cl->check_local_files);  // the cluster's paths by default
+  cl = Parse({"submit", "--check-local-files", "spec.yaml"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->check_local_files);
+  EXPECT_THAT(cl->positional, ElementsAre("spec.yaml"));
+  EXPECT_THAT(std::string(Parse({"get", "--check-local-files", "job-1"}).status().message()),
+              HasSubstr("--check_local_files does not apply to 'get' (only to submit)"));
+
+  cl = Parse({"delete", "job-1", "job-2", "--json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->positional, ElementsAre("job-1", "job-2"));
+  EXPECT_TRUE(cl->json);
+  EXPECT_THAT(std::string(Parse({"delete"}).status().message()), HasSubstr("needs JOB..."));
+  cl = Parse({"delete", "job-1", "--token_file", "t", "--tls_ca", "ca.pem"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->token_file, "t");
+  EXPECT_THAT(UsageText(), HasSubstr("delete JOB..."));
+  EXPECT_THAT(UsageText(), HasSubstr("--check-local-files"));
+}
+
 TEST(CliTest, ListLimitAndState) {
   absl::StatusOr<CommandLine> cl = Parse({"list"});
   ASSERT_TRUE(cl.ok()) << cl.status();

@@ -72,10 +72,22 @@ void CoordinatorClient::SetDeadline(grpc::ClientContext* ctx) const {
 }
 
 absl::StatusOr<std::string> CoordinatorClient::Submit(const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  SetDeadline(&ctx);
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
+  return Submit(req);
+}
+
+absl::StatusOr<std::string> CoordinatorClient::SubmitYaml(const std::string& yaml,
+                                                          const std::string& spec_dir) {
+  v1::SubmitJobRequest req;
+  req.set_spec_yaml(yaml);
+  req.set_spec_dir(spec_dir);
+  return Submit(req);
+}
+
+absl::StatusOr<std::string> CoordinatorClient::Submit(const v1::SubmitJobRequest& req) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
   v1::SubmitJobResponse resp;
   absl::Status s = FromGrpc(stub_->SubmitJob(&ctx, req, &resp), address_, tls_);
   if (!s.ok()) return s;
@@ -165,6 +177,17 @@ absl::StatusOr<v1::Job> CoordinatorClient::CancelJob(const std::string& job_id,
   req.set_reason(reason);
   v1::Job job;
   absl::Status s = FromGrpc(stub_->CancelJob(&ctx, req, &job), address_, tls_);
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<v1::Job> CoordinatorClient::DeleteJob(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::DeleteJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  absl::Status s = FromGrpc(stub_->DeleteJob(&ctx, req, &job), address_, tls_);
   if (!s.ok()) return s;
   return job;
 }

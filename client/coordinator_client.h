@@ -48,6 +48,9 @@ class CoordinatorClient {
   const std::string& address() const { return address_; }
 
   absl::StatusOr<std::string> Submit(const v1::JobSpec& spec);
+  // A spec's YAML text, parsed by the coordinator; its relative paths resolved against spec_dir
+  // (absolute) or, empty, under the cluster's --data_root and --checkpoint_root.
+  absl::StatusOr<std::string> SubmitYaml(const std::string& yaml, const std::string& spec_dir);
   // The job with every step of its current attempt, read a page (GetJob call) at a time.
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   // One GetJob call: the job with one page of its steps.
@@ -56,6 +59,8 @@ class CoordinatorClient {
   // (ListJobs call) at a time.
   absl::StatusOr<JobList> ListJobs(v1::JobState state, int limit);
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // The job as it was before it was deleted.
+  absl::StatusOr<v1::Job> DeleteJob(const std::string& job_id);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
   absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);
   // Every log line the request matches from its page_token on, read a page (GetJobLogs call)
@@ -71,6 +76,7 @@ class CoordinatorClient {
 
  private:
   void SetDeadline(grpc::ClientContext* ctx) const;
+  absl::StatusOr<std::string> Submit(const v1::SubmitJobRequest& request);
 
   std::string address_;
   bool tls_ = false;

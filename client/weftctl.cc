@@ -34,9 +34,11 @@
 #include "client/trace_format.h"
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
+#include "common/file_io.h"
 #include "common/job_state.h"
 #include "common/version.h"
 #include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/tls.h"
@@ -174,13 +176,38 @@ absl::StatusOr<CoordinatorChannelOptions> Connection(const CommandLine& cl) {
   return connection;
 }
 
+// `submit`'s job id. By default the spec is checked here for its structure only and sent as
+// YAML: its paths are the cluster's, which the coordinator resolves under its roots and checks.
+// With --check-local-files it is read, checked and planned here against this machine's files,
+// its relative paths resolved against its folder, and sent as a JobSpec.
+absl::StatusOr<std::string> Submit(const CommandLine& cl, CoordinatorClient& client) {
+  const std::string& path = cl.positional[0];
+  if (cl.check_local_files) {
+    ASSIGN_OR_RETURN(v1::JobSpec spec, LoadAndValidate(path));
+    return client.Submit(spec);
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job spec"));
+  }
+  ASSIGN_OR_RETURN(const std::string yaml, ReadSmallRegularFile(path, kMaxJobSpecBytes));
+  JobSpecYamlOptions syntax_only;
+  syntax_only.read_files = false;
+  RETURN_IF_ERROR(Annotate(ParseJobSpecYaml(yaml, "", syntax_only).status(), path));
+  absl::StatusOr<std::string> id = client.SubmitYaml(yaml, /*spec_dir=*/"");
+  // The coordinator's reasons name a field of the spec: say which spec.
+  if (absl::IsInvalidArgument(id.status()) || absl::IsNotFound(id.status()) ||
+      absl::IsPermissionDenied(id.status()) || absl::IsResourceExhausted(id.status())) {
+    return Annotate(id.status(), path);
+  }
+  return id;
+}
+
 int RunSubmit(const CommandLine& cl) {
-  absl::StatusOr<v1::JobSpec> spec = LoadAndValidate(cl.positional[0]);
-  if (!spec.ok()) return Fail(spec.status());
   absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
   if (!connection.ok()) return Fail(connection.status());
   CoordinatorClient client(cl.coordinator, *connection);
-  absl::StatusOr<std::string> id = client.Submit(*spec);
+  absl::StatusOr<std::string> id = Submit(cl, client);
   if (!id.ok()) return Fail(id.status());
   if (cl.json) {
     PrintLine(absl::StrCat("{\"type\":\"submitted\",\"job_id\":", JsonString(*id), "}"));
@@ -237,6 +264,27 @@ int RunCancel(const CommandLine& cl) {
   if (!job.ok()) return Fail(job.status());
   PrintLine(absl::StrCat(job->id(), " ", StateName(job->state())));
   return 0;
+}
+
+int RunDelete(const CommandLine& cl) {
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
+  int failed = 0;
+  for (const std::string& job_id : cl.positional) {
+    absl::StatusOr<v1::Job> job = client.DeleteJob(job_id);
+    if (!job.ok()) {
+      failed += Fail(job.status());
+      continue;
+    }
+    if (cl.json) {
+      PrintLine(absl::StrCat("{\"type\":\"deleted\",\"job_id\":", JsonString(job->id()),
+                             ",\"state\":", JsonString(StateName(job->state())), "}"));
+    } else {
+      PrintLine(absl::StrCat(job->id(), " deleted (", StateName(job->state()), ")"));
+    }
+  }
+  return failed == 0 ? 0 : 1;
 }
 
 int RunWatch(const CommandLine& cl) {
@@ -533,6 +581,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "get") return RunGet(*cl);
   if (cl->command == "list") return RunList(*cl);
   if (cl->command == "cancel") return RunCancel(*cl);
+  if (cl->command == "delete") return RunDelete(*cl);
   if (cl->command == "watch") return RunWatch(*cl);
   if (cl->command == "logs") return RunLogs(*cl);
   if (cl->command == "workers") return RunWorkers(*cl);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -325,6 +326,22 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   return job.id();
 }
 
+namespace {
+
+// A path of a spec_yaml after its relative paths were resolved (against spec_dir, or the roots):
+// one still relative had no root to resolve against.
+absl::Status CheckResolved(absl::string_view field, const std::string& path,
+                           absl::string_view root) {
+  if (std::filesystem::path(path).is_absolute()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": \"", path, "\" is relative, and this coordinator has no --", root,
+      "_root to resolve it against: name it as an absolute path, as the cluster's machines see "
+      "it, or send spec_dir (weftctl submit --check-local-files), the folder to resolve it "
+      "against"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
   if (request.spec_yaml().empty()) {
     if (!request.spec_dir().empty()) {
@@ -340,18 +357,35 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& r
                                                    " bytes; at most ", kMaxJobSpecBytes,
                                                    " (1 MiB)"));
   }
-  // A relative spec_dir would resolve against wherever the coordinator runs.
-  if (!std::filesystem::path(request.spec_dir()).is_absolute()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec_dir: \"", request.spec_dir(),
-        "\" must be the absolute folder the spec_yaml's relative paths are resolved against"));
-  }
   JobSpecYamlOptions reading;
+  std::string base_dir;
+  if (!request.spec_dir().empty()) {
+    // A relative spec_dir would resolve against wherever the coordinator runs.
+    if (!std::filesystem::path(request.spec_dir()).is_absolute()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "spec_dir: \"", request.spec_dir(),
+          "\" must be the absolute folder the spec_yaml's relative paths are resolved against"));
+    }
+    base_dir = request.spec_dir();
+  } else {
+    // Paths as the cluster sees them: relative ones under its roots.
+    base_dir = options_.roots.data;
+    reading.checkpoint_base_dir = options_.roots.checkpoint;
+  }
   reading.before_reading = [this](absl::string_view field, const std::string& path) {
+    RETURN_IF_ERROR(CheckResolved(field, path, "data"));
     return CheckDataFile(path, field, options_.roots);
   };
-  ASSIGN_OR_RETURN(v1::JobSpec spec,
-                   ParseJobSpecYaml(request.spec_yaml(), request.spec_dir(), reading));
+  ASSIGN_OR_RETURN(v1::JobSpec spec, ParseJobSpecYaml(request.spec_yaml(), base_dir, reading));
+  for (const auto& [field, path, root] :
+       std::initializer_list<std::tuple<const char*, const std::string&, const char*>>{
+           {"data.input", spec.data().input(), "data"},
+           {"data.label", spec.data().label(), "data"},
+           {"data.path", spec.data().path(), "data"},
+           {"init_from", spec.init_from(), "data"},
+           {"checkpoint.dir", spec.checkpoint().dir(), "checkpoint"}}) {
+    if (!path.empty()) RETURN_IF_ERROR(CheckResolved(field, path, root));
+  }
   return SubmitJob(spec);
 }
 
@@ -443,6 +477,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
     job.set_end_time_ms(Now());
     v1::JobEvent event = StateEvent(job);
     SaveJob(job, &event);
+    retention_due_ = true;
     spdlog::info("job {}: {}", job_id, job.message());
     ScheduleLocked();
     return store_->GetJob(job_id);
@@ -844,6 +879,7 @@ void Coordinator::FinishRunLocked(std::string job_id, v1::JobState state,
   v1::JobEvent event = StateEvent(run.job);
   SaveJob(run.job, &event);
   metrics_.Ended(run.job);
+  retention_due_ = true;
   EndRendezvousLocked(job_id, run.job.attempt());
   if (state == v1::SUCCEEDED) {
     spdlog::info("job {}: SUCCEEDED", job_id);
@@ -1308,6 +1344,63 @@ void Coordinator::ForgetOldLostWorkersLocked() {
 }
 
 void Coordinator::Tick() {
+  CheckDeadlines();
+  ApplyRetention();
+}
+
+absl::StatusOr<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
+  absl::StatusOr<v1::Job> job = store_->DeleteJob(job_id);
+  if (absl::IsFailedPrecondition(job.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        job.status().message(), "; cancel it first (weftctl cancel ", job_id, ")"));
+  }
+  if (!job.ok()) return job.status();
+  ForgetDeletedJob(*job);
+  spdlog::info("job {}: deleted ({})", job_id, v1::JobState_Name(job->state()));
+  return job;
+}
+
+void Coordinator::ForgetDeletedJob(const v1::Job& job) {
+  // The store had the job final, which the thread that ended it wrote under mu_ before it told
+  // the trace store and the metrics: once mu_ is ours, they were told, and forgetting is last.
+  { absl::MutexLock lock(&mu_); }
+  traces_.Forget(job.id());
+  metrics_.Forget(job);
+}
+
+void Coordinator::ApplyRetention() {
+  if (options_.job_retention_ms <= 0 && options_.max_ended_jobs <= 0) return;
+  const int64_t now = Now();
+  if (!retention_due_.exchange(false) && now < next_retention_ms_) return;
+  next_retention_ms_ = now + options_.retention_interval_ms;
+  constexpr int kBatch = 64;  // a batch a tick: deleting many jobs' events takes a while
+  const int64_t ended_before =
+      options_.job_retention_ms > 0 ? now - options_.job_retention_ms : 0;
+  absl::StatusOr<std::vector<std::string>> expired =
+      store_->ListExpiredJobs(ended_before, options_.max_ended_jobs, kBatch);
+  if (!expired.ok()) {
+    spdlog::error("retention: {}", expired.status().ToString());
+    return;
+  }
+  for (const std::string& job_id : *expired) {
+    absl::StatusOr<v1::Job> job = store_->DeleteJob(job_id);
+    if (!job.ok()) {
+      spdlog::error("retention: deleting job {}: {}", job_id, job.status().ToString());
+      continue;
+    }
+    ForgetDeletedJob(*job);
+    const bool by_age = ended_before > 0 && job->end_time_ms() < ended_before;
+    spdlog::info("job {}: deleted by retention ({}, ended {} s ago): {}", job_id,
+                 v1::JobState_Name(job->state()), (now - job->end_time_ms()) / 1000,
+                 by_age ? absl::StrCat("older than --job_retention (",
+                                       options_.job_retention_ms / 1000, " s)")
+                        : absl::StrCat("beyond the ", options_.max_ended_jobs,
+                                       " jobs that ended last (--max_ended_jobs)"));
+  }
+  if (static_cast<int>(expired->size()) == kBatch) retention_due_ = true;
+}
+
+void Coordinator::CheckDeadlines() {
   SchedulingLock lock(this);
   if (shutting_down_) return;
   last_tick_.Touch();

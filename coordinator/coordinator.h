@@ -142,6 +142,13 @@ struct CoordinatorOptions {
   // --max_log_lines: the most log lines stored of one rank's attempt; the ones after are
   // dropped, and one line says how many.
   int64_t max_log_lines = 10000;
+  // Retention of ended jobs (--job_retention, --max_ended_jobs): a job that ended more than
+  // job_retention_ms ago, or that is not among the max_ended_jobs that ended last, is deleted
+  // with its events and log lines (0: no such bound). Checked every retention_interval_ms and
+  // after each job ends.
+  int64_t job_retention_ms = 0;
+  int64_t max_ended_jobs = 0;
+  int64_t retention_interval_ms = 60000;
 };
 
 class Coordinator {
@@ -160,7 +167,8 @@ class Coordinator {
   // Ends every worker stream and watch, wakes rendezvous waiters, stops the background thread.
   // Running jobs stay RUNNING in the store (the next start restarts them). Idempotent.
   void Shutdown();
-  // Heartbeat timeouts and cancel deadlines as of now_ms(), then a scheduling pass.
+  // Heartbeat timeouts and cancel deadlines as of now_ms(), then a scheduling pass; then, when
+  // due, retention (ApplyRetention).
   void Tick();
   // How long ago Tick last got the lock (or Start ran), on the steady clock whatever now_ms
   // says. The daemon's systemd watchdog pings only while this stays short: the background thread
@@ -170,10 +178,14 @@ class Coordinator {
   // ---- JobService ----
   // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.
   absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
-  // The request's spec, or its spec_yaml read as weftctl reads a spec file (ParseJobSpecYaml,
-  // relative paths against spec_dir; a model.config_file only under options.roots.data), then
-  // SubmitJob(spec). INVALID_ARGUMENT for both, a spec_yaml over 1 MiB, a spec_dir that is not
-  // absolute (or given without spec_yaml), or a YAML error (naming the field and the line).
+  // The request's spec, or its spec_yaml read as weftctl reads a spec file (ParseJobSpecYaml),
+  // then SubmitJob(spec). A spec_yaml's relative paths are resolved against spec_dir when given
+  // (the client sees the cluster's files at the same paths), else as the cluster sees them:
+  // data paths, init_from and model.config_file against options.roots.data, checkpoint.dir
+  // against options.roots.checkpoint. A model.config_file is read only under roots.data.
+  // INVALID_ARGUMENT for both spec and spec_yaml, a spec_yaml over 1 MiB, a spec_dir that is not
+  // absolute (or given without spec_yaml), a relative path with no root to resolve it against
+  // (naming the field and the flag), or a YAML error (naming the field and the line).
   absl::StatusOr<std::string> SubmitJob(const v1::SubmitJobRequest& request);
   // The job with one page of its steps in step order, each as its latest attempt ran it
   // (options.pages bounds its size); next_steps_page_token names the next page, empty after the
@@ -188,6 +200,10 @@ class Coordinator {
   // when they confirm or after cancel_grace_ms. Final jobs: FAILED_PRECONDITION. Returns the job
   // without its steps.
   absl::StatusOr<v1::Job> CancelJob(const std::string& job_id, const std::string& reason);
+  // Deletes a job that ended with its events, log lines and trace (its checkpoints stay), and
+  // returns it as it was, without its steps. FAILED_PRECONDITION for a job that has not ended;
+  // NOT_FOUND for an unknown job.
+  absl::StatusOr<v1::Job> DeleteJob(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Calls `emit` with every stored event of the job, then with live ones until the job is final.
   // Returns OK then, or as soon as `emit` returns false or `cancelled` (polled) returns true.
   // NOT_FOUND for an unknown job; UNAVAILABLE when the coordinator shuts down first.
@@ -378,6 +394,13 @@ class Coordinator {
   // waiting for it.
   void CommittedLocked(const Commit& commit, const absl::Status& status, double seconds,
                        const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tick's part under mu_.
+  void CheckDeadlines() ABSL_LOCKS_EXCLUDED(mu_);
+  // Deletes the ended jobs that retention no longer keeps, at most a batch a call, when a job
+  // ended since the last call or retention_interval_ms passed (or the last batch was full).
+  void ApplyRetention() ABSL_LOCKS_EXCLUDED(mu_);
+  // The store deleted the job: its trace and metric series go too.
+  void ForgetDeletedJob(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the attempt's rendezvous scope (its keys, and its ticket with them).
   void EndRendezvousLocked(const std::string& job_id, int attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -406,6 +429,10 @@ class Coordinator {
   std::deque<Commit> commits_ ABSL_GUARDED_BY(mu_);  // for the committer thread, in order
   std::string committing_ ABSL_GUARDED_BY(mu_);      // the job whose commit is in progress
   std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);  // started attempts, in start order
+
+  // Set when a job ends (retention by count may then delete one), cleared by ApplyRetention.
+  std::atomic<bool> retention_due_{true};
+  int64_t next_retention_ms_ = 0;  // ApplyRetention's, which the ticker alone calls
 
   absl::Notification stop_ticker_;
   // When Tick last got mu_ (or Start ran); read without it.

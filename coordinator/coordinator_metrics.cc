@@ -84,11 +84,24 @@ void CoordinatorMetrics::Ended(const v1::Job& job) {
     gone = std::move(ended_.front());
     ended_.pop_front();
   }
+  RemoveJobSeries(gone);
+}
+
+void CoordinatorMetrics::Forget(const v1::Job& job) {
+  const LabelValues labels = JobLabels(job);
+  {
+    absl::MutexLock lock(&mu_);
+    ended_.erase(std::remove(ended_.begin(), ended_.end(), labels), ended_.end());
+  }
+  RemoveJobSeries(labels);
+}
+
+void CoordinatorMetrics::RemoveJobSeries(const LabelValues& labels) {
   for (MetricFamily* f : std::initializer_list<MetricFamily*>{
            job_steps_, job_step_seconds_, job_samples_per_second_, job_tokens_per_second_,
            job_bytes_sent_, job_loss_, job_peak_bytes_, job_restarts_, checkpoint_seconds_,
            checkpoint_bytes_}) {
-    f->Remove(gone);
+    f->Remove(labels);
   }
 }
 

@@ -13,7 +13,8 @@
 //   weft_checkpoint_seconds{job, name}    histogram of its checkpoints' write + commit time
 //   weft_checkpoint_bytes_total{job, name}
 // A job's series stay while it runs and for the 64 jobs that ended last (a final scrape sees its
-// last step), then go, so that the series do not grow with every job ever run.
+// last step), then go, so that the series do not grow with every job ever run; a deleted job's go
+// at once.
 //
 // E.g.
 //   CoordinatorMetrics metrics;
@@ -49,8 +50,12 @@ class CoordinatorMetrics {
   void Restart(const v1::Job& job);
   // The job reached a final state: its series go once 64 later jobs have ended too.
   void Ended(const v1::Job& job);
+  // The job was deleted: its series go now.
+  void Forget(const v1::Job& job);
 
  private:
+  void RemoveJobSeries(const LabelValues& labels);
+
   MetricsRegistry registry_;
   GaugeFamily* const jobs_;
   GaugeFamily* const workers_;

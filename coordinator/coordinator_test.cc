@@ -26,6 +26,7 @@ namespace weft::coordinator {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempDir() {
   const char* base = getenv("TEST_TMPDIR");
@@ -155,6 +156,9 @@ class CoordinatorTest : public ::testing::Test {
     };
     o.world_size = Ranks;
     o.pages = pages_;
+    o.job_retention_ms = job_retention_ms_;
+    o.max_ended_jobs = max_ended_jobs_;
+    o.retention_interval_ms = 5000;
     return o;
   }
 
@@ -254,6 +258,8 @@ class CoordinatorTest : public ::testing::Test {
   std::string dir_;
   PageLimits pages_;  // Options() gives them; a test sets its own, then Reopen()
   int64_t failure_settle_ms_ = 0;
+  int64_t job_retention_ms_ = 0;  // Options() gives them; a test sets its own, then Reopen()
+  int64_t max_ended_jobs_ = 0;
   std::atomic<int64_t> now_{1000000};
   std::atomic<int> plans_{0};
   std::unique_ptr<Coordinator> coordinator_;
@@ -717,6 +723,90 @@ TEST_F(CoordinatorTest, CancelPendingAndFinalJobs) {
   Connect(&c1);
   Connect(&c2);
   EXPECT_TRUE(c1->assignments().empty());
+}
+
+// A job that ended is deleted with its events, trace and metric series; one still running is
+// refused with what to do; an id never given and one deleted are told apart.
+TEST_F(CoordinatorTest, DeleteJobRemovesAnEndedJobAndRefusesARunningOne) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  v1::JobSpec traced = Spec(1);
+  traced.set_trace(true);
+  std::string done = Submit(traced);
+  coordinator_->HandleWorkerMessage(w1, TracedStep(done, 0, 1, {"F mb0 c0"}));
+  Done(w1, done, 0, true);
+  ASSERT_EQ(Get(done).state(), v1::SUCCEEDED);
+  std::string running = Submit(Spec(1));
+  ASSERT_EQ(Get(running).state(), v1::RUNNING);
+  ASSERT_TRUE(coordinator_->GetJobTrace(done).ok());
+  ASSERT_THAT(coordinator_->RenderMetrics(), HasSubstr(absl::StrCat("job=\"", done, "\"")));
+
+  auto refused = coordinator_->DeleteJob(running);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.status().message(),
+            absl::StrCat("job ", running, " is RUNNING: only a job that ended is deleted; cancel "
+                         "it first (weftctl cancel ", running, ")"));
+  EXPECT_EQ(Get(running).state(), v1::RUNNING);
+
+  auto deleted = coordinator_->DeleteJob(done);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->id(), done);
+  EXPECT_EQ(deleted->state(), v1::SUCCEEDED);
+  v1::GetJobRequest get;
+  get.set_job_id(done);
+  EXPECT_EQ(coordinator_->GetJob(get).status().message(), absl::StrCat("job ", done, " was deleted"));
+  EXPECT_EQ(coordinator_->GetJobTrace(done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->WatchJob(done, [](const v1::JobEvent&) { return true; },
+                                   [] { return false; })
+                .code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(coordinator_->RenderMetrics(),
+              Not(HasSubstr(absl::StrCat("job=\"", done, "\""))));
+  EXPECT_EQ(Ids(*coordinator_->ListJobs({})), std::vector<std::string>{running});
+  EXPECT_EQ(coordinator_->DeleteJob(done).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->DeleteJob("job-424242").status().message(), "no job job-424242");
+
+  // The running job ends; its worker is free for the next job, whose id is new.
+  Done(w1, running, 0, true);
+  ASSERT_TRUE(coordinator_->DeleteJob(running).ok());
+  EXPECT_EQ(Submit(Spec(1)), "job-000003");
+}
+
+// Retention deletes the ended jobs beyond the newest max_ended_jobs as soon as one ends, and
+// those that ended job_retention_ms ago once its interval comes round; never a job that runs.
+TEST_F(CoordinatorTest, RetentionDeletesEndedJobsPastTheCountOrAge) {
+  max_ended_jobs_ = 2;
+  job_retention_ms_ = 60000;
+  Reopen();
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::vector<std::string> jobs;
+  auto stored = [&] {
+    std::vector<std::string> ids;
+    for (const std::string& id : Ids(*coordinator_->ListJobs({}))) ids.push_back(id);
+    return ids;
+  };
+  for (int i = 0; i < 4; ++i) {
+    jobs.push_back(Submit(Spec(1)));
+    now_ += 1000;
+    Done(w1, jobs.back(), 0, true);
+    coordinator_->Tick();
+  }
+  EXPECT_EQ(stored(), (std::vector<std::string>{jobs[2], jobs[3]}));
+  v1::GetJobRequest get;
+  get.set_job_id(jobs[0]);
+  EXPECT_EQ(coordinator_->GetJob(get).status().message(),
+            absl::StrCat("job ", jobs[0], " was deleted"));
+  // A running job is not counted, nor deleted however old.
+  const std::string running = Submit(Spec(1));
+  ASSERT_EQ(Get(running).state(), v1::RUNNING);
+  // jobs[2] ended at T+3000, jobs[3] at T+4000: at T+63500 the first is past 60 s.
+  now_ = 1000000 + 63500;
+  coordinator_->Tick();
+  EXPECT_EQ(stored(), (std::vector<std::string>{jobs[3], running}));
+  now_ += 5000;  // the next check
+  coordinator_->Tick();
+  EXPECT_EQ(stored(), std::vector<std::string>{running});
 }
 
 TEST_F(CoordinatorTest, CancelRunningEndsWhenWorkersConfirm) {
@@ -1366,8 +1456,13 @@ checkpoint: {dir: ckpt/run1}
   v1::SubmitJobRequest relative = request;
   relative.set_spec_dir("jobs");
   EXPECT_THAT(std::string(refused(relative).message()), HasSubstr("spec_dir: \"jobs\" must be"));
+  // Without spec_dir the paths are the cluster's: this coordinator has no checkpoint root.
   relative.clear_spec_dir();
-  EXPECT_THAT(std::string(refused(relative).message()), HasSubstr("spec_dir: \"\" must be"));
+  EXPECT_EQ(refused(relative).message(),
+            "checkpoint.dir: \"ckpt/run1\" is relative, and this coordinator has no "
+            "--checkpoint_root to resolve it against: name it as an absolute path, as the "
+            "cluster's machines see it, or send spec_dir (weftctl submit --check-local-files), "
+            "the folder to resolve it against");
   v1::SubmitJobRequest dir_alone = as_spec;
   dir_alone.set_spec_dir(dir);
   EXPECT_EQ(refused(dir_alone).message(), "spec_dir: only with spec_yaml");
@@ -1398,6 +1493,84 @@ checkpoint: {dir: ckpt/run1}
   EXPECT_THAT(std::string(s.message()), HasSubstr("is outside --data_root"));
   EXPECT_EQ((*c)->ListJobs({})->jobs_size(), 2);
   (*c)->Shutdown();
+}
+
+// A spec_yaml without spec_dir names the cluster's files: its relative paths are resolved under
+// the coordinator's roots (data paths, init_from and model.config_file under --data_root,
+// checkpoint.dir under --checkpoint_root); with no root to resolve against, a relative path is
+// refused before anything is read.
+TEST(RealSpecAndPlannerTest, ASpecYamlWithoutSpecDirNamesPathsUnderTheClustersRoots) {
+  const std::string dir = TempDir();
+  std::filesystem::create_directories(dir + "/data/models");
+  std::filesystem::create_directories(dir + "/checkpoints");
+  auto start = [&](const std::string& data_root, const std::string& checkpoint_root) {
+    CoordinatorOptions options;
+    auto roots = PathRoots::Resolve(data_root, checkpoint_root);
+    EXPECT_TRUE(roots.ok()) << roots.status();
+    options.roots = *roots;
+    auto store = JobStore::Open(absl::StrCat(dir, "/weft", data_root.empty(), ".db"));
+    EXPECT_TRUE(store.ok());
+    auto c = Coordinator::Create(std::move(*store), options);
+    EXPECT_TRUE(c.ok());
+    return std::move(*c);
+  };
+  const std::string head = R"(name: remote
+mesh: {shape: [1], dim_names: [dp]}
+)";
+  const std::string mlp = R"(model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 4}
+  loss: mse
+)";
+  const std::string tail = R"(data: {source: synthetic, sample_shape: [8], label_shape: [4], num_samples: 32, batch_size: 4}
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+)";
+  auto request = [](const std::string& yaml) {
+    v1::SubmitJobRequest r;
+    r.set_spec_yaml(yaml);
+    return r;
+  };
+
+  std::unique_ptr<Coordinator> rooted = start(dir + "/data", dir + "/checkpoints");
+  auto id = rooted->SubmitJob(request(head + mlp + tail + "checkpoint: {dir: runs/one}\n"));
+  ASSERT_TRUE(id.ok()) << id.status();
+  v1::GetJobRequest get;
+  get.set_job_id(*id);
+  auto job = rooted->GetJob(get);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().checkpoint().dir(), dir + "/checkpoints/runs/one");
+  // init_from and model.config_file are looked for under the data root.
+  auto missing = rooted->SubmitJob(request(head + mlp + tail + "init_from: models/w.safetensors\n"));
+  ASSERT_FALSE(missing.ok());
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr(dir + "/data/models/w.safetensors"));
+  auto config = rooted->SubmitJob(
+      request(head + "model: {arch: gpt2, config_file: models/config.json}\n" + tail));
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr(dir + "/data/models/config.json"));
+  // `..` does not lead out of the root it resolves under.
+  auto out = rooted->SubmitJob(request(head + mlp + tail + "checkpoint: {dir: ../elsewhere}\n"));
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kPermissionDenied) << out.status();
+  rooted->Shutdown();
+
+  std::unique_ptr<Coordinator> open = start("", "");
+  auto relative = open->SubmitJob(
+      request(head + "model: {arch: gpt2, config_file: models/config.json}\n" + tail));
+  EXPECT_EQ(relative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(relative.status().message()),
+              HasSubstr("model.config_file: \"models/config.json\" is relative, and this "
+                        "coordinator has no --data_root"));
+  auto ckpt = open->SubmitJob(request(head + mlp + tail + "checkpoint: {dir: runs/one}\n"));
+  EXPECT_THAT(std::string(ckpt.status().message()),
+              HasSubstr("checkpoint.dir: \"runs/one\" is relative, and this coordinator has no "
+                        "--checkpoint_root"));
+  auto absolute = open->SubmitJob(
+      request(head + mlp + tail + "checkpoint: {dir: " + dir + "/checkpoints/abs}\n"));
+  EXPECT_TRUE(absolute.ok()) << absolute.status();
+  EXPECT_EQ(open->ListJobs({})->jobs_size(), 1);
+  open->Shutdown();
 }
 
 }  // namespace

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <optional>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/job_state.h"
 #include "common/status.h"
 #include "common/utf8.h"
 
@@ -63,6 +66,15 @@ CREATE TABLE IF NOT EXISTS log_lines (
 -- GetJobLogs' pages: every rank's lines in order of time, and one rank's.
 CREATE INDEX IF NOT EXISTS log_lines_by_time ON log_lines (job_id, attempt, time_ms, rank, seq);
 CREATE INDEX IF NOT EXISTS log_lines_by_rank ON log_lines (job_id, rank, attempt, time_ms, seq);
+-- Ended jobs by when they ended, for retention (end_time_ms is set when a job reaches a final
+-- state).
+CREATE INDEX IF NOT EXISTS jobs_by_end ON jobs (end_time_ms) WHERE end_time_ms > 0;
+-- Counters that must never go back: the seq of the last job ever created (deleting the newest job
+-- must not give its id to the next one).
+CREATE TABLE IF NOT EXISTS counters (
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
 )sql";
 
 // One prepared statement, finalized when it goes out of scope.
@@ -249,6 +261,25 @@ std::string DroppedLinesText(int64_t dropped, int64_t max_lines) {
                       "them all");
 }
 
+// The seq a job id was made from ("job-000042": 42), or nullopt for a string no job id has.
+std::optional<int64_t> SeqOfJobId(const std::string& id) {
+  absl::string_view digits(id);
+  if (!absl::ConsumePrefix(&digits, "job-") || digits.empty() || digits.size() > 18) {
+    return std::nullopt;
+  }
+  int64_t seq = 0;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    seq = seq * 10 + (c - '0');
+  }
+  return seq;
+}
+
+// The seq of the last job ever created: the counter, or (a store older than it) the largest seq.
+constexpr char kLastSeqSql[] =
+    "SELECT MAX((SELECT COALESCE(MAX(seq), 0) FROM jobs), COALESCE((SELECT value FROM counters "
+    "WHERE name = 'jobs'), 0));";
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path) {
@@ -385,10 +416,14 @@ absl::StatusOr<v1::Job> JobStore::CreateJob(const v1::JobSpec& spec, int64_t now
   absl::MutexLock lock(&mu_);
   v1::Job job;
   absl::Status s = InTransaction([&]() -> absl::Status {
-    Statement next(db_, "SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs;");
-    RETURN_IF_ERROR(next.status());
-    if (!next.Step()) return next.done_status();
-    int64_t seq = next.Int(0);
+    // After the last job ever created, deleted or not (a store older than the counter has every
+    // job it made).
+    ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
+    const int64_t seq = last + 1;
+    Statement count(db_, "INSERT OR REPLACE INTO counters (name, value) VALUES ('jobs', ?1);");
+    RETURN_IF_ERROR(count.status());
+    count.BindInt(1, seq);
+    RETURN_IF_ERROR(count.Run());
     job.set_id(absl::StrFormat("job-%06d", seq));
     *job.mutable_spec() = spec;
     job.set_state(v1::PENDING);
@@ -438,8 +473,25 @@ absl::StatusOr<v1::Job> JobStore::GetJobLocked(const std::string& job_id) {
   ASSIGN_OR_RETURN(
       std::vector<v1::Job> jobs,
       QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }));
-  if (jobs.empty()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (jobs.empty()) {
+    const std::optional<int64_t> seq = SeqOfJobId(job_id);
+    ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
+    if (seq.has_value() && *seq >= 1 && *seq <= last) {
+      return absl::NotFoundError(absl::StrCat("job ", job_id, " was deleted"));
+    }
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
   return std::move(jobs[0]);
+}
+
+absl::StatusOr<int64_t> JobStore::LastSeqLocked() {
+  Statement st(db_, kLastSeqSql);
+  RETURN_IF_ERROR(st.status());
+  if (!st.Step()) {
+    RETURN_IF_ERROR(st.done_status());
+    return absl::InternalError("SQLite: no row for the last job's seq");
+  }
+  return st.Int(0);
 }
 
 absl::StatusOr<v1::Job> JobStore::GetJob(const std::string& job_id) {
@@ -466,11 +518,18 @@ absl::StatusOr<JobSummaryPage> JobStore::ListJobSummaries(v1::JobState state,
     Statement find(db_, "SELECT seq FROM jobs WHERE id = ?1;");
     RETURN_IF_ERROR(find.status());
     find.BindText(1, after_id);
-    if (!find.Step()) {
+    if (find.Step()) {
+      after_seq = find.Int(0);
+    } else {
       RETURN_IF_ERROR(find.done_status());
-      return absl::NotFoundError("no job has that id");
+      // The page's last job was deleted meanwhile: its id still says where the page ended.
+      const std::optional<int64_t> seq = SeqOfJobId(after_id);
+      ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
+      if (!seq.has_value() || *seq < 1 || *seq > last) {
+        return absl::NotFoundError("no job has that id");
+      }
+      after_seq = *seq;
     }
-    after_seq = find.Int(0);
   }
   // Keyset paging: seq (or (state, seq) with a state) is an index, so a page costs its rows.
   Statement st(db_, absl::StrCat("SELECT ", kJobColumns, ", ", kLastStepColumn,
@@ -533,6 +592,14 @@ absl::Status JobStore::AppendLogLines(const std::string& job_id, int attempt, in
   if (lines.empty()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
   absl::Status s = InTransaction([&]() -> absl::Status {
+    // A worker still winding down a job's rank may log after the job was deleted.
+    Statement job(db_, "SELECT 1 FROM jobs WHERE id = ?1;");
+    RETURN_IF_ERROR(job.status());
+    job.BindText(1, job_id);
+    if (!job.Step()) {
+      RETURN_IF_ERROR(job.done_status());
+      return absl::NotFoundError(absl::StrCat("no job ", job_id, " (deleted)"));
+    }
     // The rank's last line (the primary key's last entry for it: no scan).
     Statement last(db_,
                    "SELECT COALESCE(MAX(seq), 0) FROM log_lines WHERE job_id = ?1 AND "
@@ -638,6 +705,66 @@ absl::StatusOr<LogLinesPage> JobStore::GetLogLines(const LogLineQuery& query) {
   }
   RETURN_IF_ERROR(st.done_status());
   return page;
+}
+
+absl::StatusOr<v1::Job> JobStore::DeleteJob(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  v1::Job job;
+  absl::Status s = InTransaction([&]() -> absl::Status {
+    ASSIGN_OR_RETURN(job, GetJobLocked(job_id));
+    if (!IsFinalState(job.state())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " is ", v1::JobState_Name(job.state()),
+                       ": only a job that ended is deleted"));
+    }
+    for (const char* sql : {"DELETE FROM log_lines WHERE job_id = ?1;",
+                            "DELETE FROM events WHERE job_id = ?1;",
+                            "DELETE FROM jobs WHERE id = ?1;"}) {
+      Statement st(db_, sql);
+      RETURN_IF_ERROR(st.status());
+      st.BindText(1, job_id);
+      RETURN_IF_ERROR(st.Run());
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<std::vector<std::string>> JobStore::ListExpiredJobs(int64_t ended_before_ms,
+                                                                   int64_t keep_newest,
+                                                                   int limit) {
+  if (limit <= 0) return absl::InvalidArgumentError("a list of expired jobs needs a limit");
+  absl::MutexLock lock(&mu_);
+  // Both walk jobs_by_end: ended jobs from the oldest, and those past the keep_newest newest.
+  std::vector<std::string> ids;
+  auto collect = [&](Statement& st) -> absl::Status {
+    RETURN_IF_ERROR(st.status());
+    while (st.Step()) {
+      std::string id = st.Bytes(0);
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(std::move(id));
+    }
+    return st.done_status();
+  };
+  const std::string final_states =
+      absl::StrCat("state IN (", v1::SUCCEEDED, ", ", v1::FAILED, ", ", v1::CANCELLED, ")");
+  if (ended_before_ms > 0) {
+    Statement st(db_, absl::StrCat("SELECT id FROM jobs WHERE end_time_ms > 0 AND end_time_ms < "
+                                   "?1 AND ", final_states, " ORDER BY end_time_ms LIMIT ?2;"));
+    st.BindInt(1, ended_before_ms);
+    st.BindInt(2, limit);
+    RETURN_IF_ERROR(collect(st));
+  }
+  if (keep_newest > 0 && static_cast<int>(ids.size()) < limit) {
+    Statement st(db_, absl::StrCat("SELECT id FROM (SELECT id, end_time_ms FROM jobs WHERE "
+                                   "end_time_ms > 0 AND ", final_states,
+                                   " ORDER BY end_time_ms DESC, seq DESC LIMIT -1 OFFSET ?1) "
+                                   "ORDER BY end_time_ms LIMIT ?2;"));
+    st.BindInt(1, keep_newest);
+    st.BindInt(2, limit - static_cast<int64_t>(ids.size()));
+    RETURN_IF_ERROR(collect(st));
+  }
+  return ids;
 }
 
 absl::StatusOr<std::vector<v1::Job>> JobStore::RestartInterruptedJobs(

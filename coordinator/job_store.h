@@ -4,7 +4,8 @@
 // while they ran its ranks. Each state change is written, together with its event, in one
 // transaction before the coordinator publishes it, so a coordinator restart loses no job record.
 // A store made by an older coordinator opens as is: Open adds what it lacks (the log table, the
-// rank_errors column). Jobs are never deleted, so neither are their lines.
+// rank_errors column). A job that ended can be deleted, with its events and lines (DeleteJob; the
+// coordinator's retention finds them with ListExpiredJobs); job ids are never given twice.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(data_dir + "/weft.db"));
@@ -104,7 +105,8 @@ class JobStore {
   // Appends one event (e.g. a step) of the job's given attempt.
   absl::Status AppendEvent(const std::string& job_id, int attempt, const v1::JobEvent& event);
 
-  // The job without its step metrics. NOT_FOUND for an unknown id.
+  // The job without its step metrics. NOT_FOUND for an unknown id ("job-000007 was deleted" for
+  // one the store gave and deleted).
   absl::StatusOr<v1::Job> GetJob(const std::string& job_id);
   // The job with at most `limit` (> 0) of its steps numbered above `after_step` (0: from the
   // first), in step order, each as its latest attempt ran it. NOT_FOUND for an unknown id.
@@ -112,7 +114,8 @@ class JobStore {
                                            int limit);
   // At most `limit` (> 0) jobs as summaries, in submit order: those submitted after the job
   // `after_id` (empty: from the first) in `state` (JOB_STATE_UNSPECIFIED: any). Read a page at a
-  // time on the submit-order key, never every job. NOT_FOUND when after_id names no job.
+  // time on the submit-order key, never every job. NOT_FOUND when after_id names no job the
+  // store ever held (a deleted job's id still says where its page ended).
   absl::StatusOr<JobSummaryPage> ListJobSummaries(v1::JobState state, const std::string& after_id,
                                                   int limit);
   // Jobs in `state`, in submit order, without step metrics.
@@ -125,7 +128,8 @@ class JobStore {
   // Appends lines a worker logged as `rank` of the job's `attempt`, numbered on from that rank's
   // last (seq from 1), in one transaction. A rank's attempt keeps at most max_lines (> 0) lines;
   // the ones after are dropped and counted by one marker line (seq max_lines + 1, level
-  // "warning", the time of the last dropped line) that says how many.
+  // "warning", the time of the last dropped line) that says how many. NOT_FOUND when the job is
+  // not stored (it was deleted).
   absl::Status AppendLogLines(const std::string& job_id, int attempt, int rank,
                               const google::protobuf::RepeatedPtrField<v1::LogLine>& lines,
                               int64_t max_lines);
@@ -133,6 +137,16 @@ class JobStore {
   // and seq (each page a range of the (job, attempt, time, rank, seq) index, or its per-rank
   // twin, so a page costs its rows). Does not check that the job exists.
   absl::StatusOr<LogLinesPage> GetLogLines(const LogLineQuery& query);
+
+  // Deletes a job that ended (SUCCEEDED, FAILED or CANCELLED) with its events and log lines, in
+  // one transaction, and returns it as it was (without steps). NOT_FOUND for an unknown id,
+  // FAILED_PRECONDITION for a job that has not ended. Its id is not given to another job.
+  absl::StatusOr<v1::Job> DeleteJob(const std::string& job_id);
+  // At most `limit` (> 0) ended jobs, oldest ending first, that retention deletes: those that
+  // ended before ended_before_ms (0: none by age) and those past the keep_newest that ended last
+  // (0: none by count).
+  absl::StatusOr<std::vector<std::string>> ListExpiredJobs(int64_t ended_before_ms,
+                                                           int64_t keep_newest, int limit);
 
   // After a coordinator restart: every job that was PLANNING or RUNNING becomes RESTARTING as
   // its next attempt, with `message` and an event; one that was RESTARTING stays so. Returns
@@ -146,8 +160,11 @@ class JobStore {
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Brings a store made by an older coordinator up to this schema.
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // NOT_FOUND says "was deleted" for an id the store gave and no longer holds.
   absl::StatusOr<v1::Job> GetJobLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The seq of the last job ever created (0: none).
+  absl::StatusOr<int64_t> LastSeqLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertEvent(const std::string& job_id, int attempt, const v1::JobEvent& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

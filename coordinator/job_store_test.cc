@@ -5,7 +5,9 @@
 #include <stdlib.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -626,8 +628,134 @@ TEST(JobStoreTest, AStoreOfAnOlderSchemaOpensAndGainsLogsAndRankErrors) {
       query.job_id = job->id();
       EXPECT_EQ(ReadAllLines(**store, query),
                 (std::vector<std::string>{"a0 r1 #1 l 0", "a0 r1 #2 l 1"}));
+      // The next id follows the jobs the older store made.
+      auto next = (*store)->CreateJob(Spec("new"), 200, "submitted");
+      ASSERT_TRUE(next.ok()) << next.status();
+      EXPECT_EQ(next->id(), "job-000002");
     }
   }
+}
+
+// A job that ended goes with its events and log lines, and nothing of the other jobs; one that
+// has not ended stays whole. No id is given twice, across a reopen too; a deleted job's id is
+// told apart from one never given, and still pages on.
+TEST(JobStoreTest, DeletingAnEndedJobRemovesItsEventsAndLinesAndNeverReusesItsId) {
+  const std::string path = TempDir() + "/weft.db";
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  std::vector<v1::Job> jobs;
+  for (const char* name : {"kept", "running", "deleted"}) {
+    auto job = (*store)->CreateJob(Spec(name), 100, "submitted");
+    ASSERT_TRUE(job.ok()) << job.status();
+    ASSERT_TRUE((*store)->AppendEvent(job->id(), 0, StepEvent(job->id(), 1, 2.5)).ok());
+    ASSERT_TRUE((*store)->AppendLogLines(job->id(), 0, 0, Lines(1000, 2, name), 10).ok());
+    jobs.push_back(*job);
+  }
+  jobs[0].set_state(v1::SUCCEEDED);
+  jobs[0].set_end_time_ms(300);
+  jobs[1].set_state(v1::RUNNING);
+  jobs[2].set_state(v1::FAILED);
+  jobs[2].set_end_time_ms(400);
+  jobs[2].set_message("rank 0 failed");
+  for (const v1::Job& job : jobs) ASSERT_TRUE((*store)->UpdateJob(job, nullptr).ok());
+
+  auto running = (*store)->DeleteJob(jobs[1].id());
+  EXPECT_EQ(running.status().code(), absl::StatusCode::kFailedPrecondition) << running.status();
+  EXPECT_NE(running.status().message().find("RUNNING"), absl::string_view::npos);
+  auto deleted = (*store)->DeleteJob(jobs[2].id());
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->spec().name(), "deleted");
+  EXPECT_EQ(deleted->message(), "rank 0 failed");
+  auto get = (*store)->GetJob(jobs[2].id());
+  EXPECT_EQ(get.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(get.status().message(), "job job-000003 was deleted");
+  EXPECT_EQ((*store)->GetJob("job-000009").status().message(), "no job job-000009");
+  EXPECT_EQ((*store)->DeleteJob(jobs[2].id()).status().code(), absl::StatusCode::kNotFound);
+  // A page that ended at the deleted job goes on after it.
+  ASSERT_TRUE((*store)->DeleteJob(jobs[0].id()).ok());
+  auto page = (*store)->ListJobSummaries(v1::JOB_STATE_UNSPECIFIED, jobs[0].id(), 10);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->jobs.size(), 1u);
+  EXPECT_EQ(page->jobs[0].id(), jobs[1].id());
+  EXPECT_EQ((*store)->ListJobSummaries(v1::JOB_STATE_UNSPECIFIED, "job-000009", 10)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+  auto events = (*store)->ListEvents(jobs[2].id());
+  ASSERT_TRUE(events.ok());
+  EXPECT_TRUE(events->empty());
+  LogLineQuery gone;
+  gone.job_id = jobs[2].id();
+  EXPECT_TRUE(ReadAllLines(**store, gone).empty());
+  // A worker winding down the deleted job's rank logs again: nothing is stored for it.
+  EXPECT_EQ((*store)->AppendLogLines(jobs[2].id(), 0, 0, Lines(2000, 1, "late"), 10).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(ReadAllLines(**store, gone).empty());
+
+  // The running job keeps its step and lines.
+  auto job = (*store)->GetJobSteps(jobs[1].id(), 0, 10);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->job.steps_size(), 1);
+  LogLineQuery lines;
+  lines.job_id = jobs[1].id();
+  EXPECT_EQ(ReadAllLines(**store, lines).size(), 2u);
+  auto counts = (*store)->CountJobsByState();
+  ASSERT_TRUE(counts.ok());
+  EXPECT_EQ(*counts, (std::map<v1::JobState, int64_t>{{v1::RUNNING, 1}}));
+
+  // job-000003 was the newest; the next job is job-000004, after a reopen too.
+  auto next = (*store)->CreateJob(Spec("next"), 500, "submitted");
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->id(), "job-000004");
+  next->set_state(v1::CANCELLED);
+  next->set_end_time_ms(600);
+  ASSERT_TRUE((*store)->UpdateJob(*next, nullptr).ok());
+  ASSERT_TRUE((*store)->DeleteJob(next->id()).ok());
+  store->reset();
+  auto reopened = JobStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  auto after = (*reopened)->CreateJob(Spec("after"), 700, "submitted");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->id(), "job-000005");
+}
+
+// Retention's candidates: ended jobs that ended before a time, and those beyond the newest N to
+// end, oldest ending first; jobs that have not ended never.
+TEST(JobStoreTest, ExpiredJobsAreTheEndedOnesPastTheAgeOrCount) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  // Submitted in this order, ending at these times (0: not ended).
+  const std::vector<std::pair<v1::JobState, int64_t>> jobs = {
+      {v1::SUCCEEDED, 500}, {v1::RUNNING, 0},  {v1::FAILED, 100},
+      {v1::CANCELLED, 300}, {v1::PENDING, 0},  {v1::SUCCEEDED, 900}};
+  std::vector<std::string> ids;
+  for (const auto& [state, end] : jobs) {
+    auto job = (*store)->CreateJob(Spec("j"), 50, "submitted");
+    ASSERT_TRUE(job.ok());
+    job->set_state(state);
+    job->set_end_time_ms(end);
+    ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
+    ids.push_back(job->id());
+  }
+  auto expired = [&](int64_t before, int64_t keep, int limit) {
+    auto list = (*store)->ListExpiredJobs(before, keep, limit);
+    EXPECT_TRUE(list.ok()) << list.status();
+    return list.ok() ? *list : std::vector<std::string>{};
+  };
+  using Ids = std::vector<std::string>;
+  EXPECT_EQ(expired(0, 0, 100), Ids{});
+  EXPECT_EQ(expired(400, 0, 100), (Ids{ids[2], ids[3]}));
+  EXPECT_EQ(expired(10000, 0, 100), (Ids{ids[2], ids[3], ids[0], ids[5]}));
+  EXPECT_EQ(expired(10000, 0, 3), (Ids{ids[2], ids[3], ids[0]}));
+  EXPECT_EQ(expired(0, 1, 100), (Ids{ids[2], ids[3], ids[0]}));
+  EXPECT_EQ(expired(0, 3, 100), (Ids{ids[2]}));
+  EXPECT_EQ(expired(0, 4, 100), Ids{});
+  // Either rule: older than 400, or beyond the newest 2.
+  EXPECT_EQ(expired(400, 2, 100), (Ids{ids[2], ids[3]}));
+  EXPECT_EQ(expired(200, 2, 100), (Ids{ids[2], ids[3]}));
+  EXPECT_EQ(expired(200, 2, 1), (Ids{ids[2]}));
+  EXPECT_EQ((*store)->ListExpiredJobs(1, 1, 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JobStoreTest, UpdateOfUnknownJobIsNotFound) {

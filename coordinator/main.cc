@@ -20,6 +20,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/bearer_token.h"
 #include "common/crash_point.h"
 #include "common/file_io.h"
@@ -57,6 +58,11 @@ ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger
 ABSL_FLAG(int64_t, max_log_lines, 10000,
           "the most log lines stored of one rank's attempt (weftctl logs); later ones are dropped "
           "and one line says how many");
+ABSL_FLAG(absl::Duration, job_retention, absl::ZeroDuration(),
+          "delete a job this long after it ended (SUCCEEDED, FAILED or CANCELLED), with its events "
+          "and log lines, e.g. 720h; its checkpoints stay. 0: keep every job");
+ABSL_FLAG(int64_t, max_ended_jobs, 0,
+          "keep at most this many ended jobs, deleting the ones that ended first; 0: no bound");
 ABSL_FLAG(std::string, data_root, "",
           "absolute folder: a job's data and init_from are read only from under it (symlinks and "
           ".. resolved first); empty: anywhere");
@@ -217,6 +223,9 @@ int Run() {
   options.failure_settle_ms = absl::GetFlag(FLAGS_failure_settle_ms);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   options.max_log_lines = absl::GetFlag(FLAGS_max_log_lines);
+  const absl::Duration retention = absl::GetFlag(FLAGS_job_retention);
+  options.job_retention_ms = absl::ToInt64Milliseconds(retention);
+  options.max_ended_jobs = absl::GetFlag(FLAGS_max_ended_jobs);
   options.roots = *std::move(roots);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
@@ -225,6 +234,20 @@ int Run() {
   if (options.max_log_lines <= 0) {
     spdlog::error("--max_log_lines must be positive");
     return 2;
+  }
+  if (retention < absl::ZeroDuration() || options.max_ended_jobs < 0) {
+    spdlog::error("--job_retention and --max_ended_jobs must not be negative (0: no bound)");
+    return 2;
+  }
+  if (options.job_retention_ms > 0 || options.max_ended_jobs > 0) {
+    spdlog::info("retention: ended jobs are deleted {}{}{}",
+                 options.job_retention_ms > 0
+                     ? absl::StrCat(absl::FormatDuration(retention), " after they end")
+                     : "",
+                 options.job_retention_ms > 0 && options.max_ended_jobs > 0 ? ", and " : "",
+                 options.max_ended_jobs > 0
+                     ? absl::StrCat("beyond the ", options.max_ended_jobs, " that ended last")
+                     : "");
   }
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(std::move(*store), options);

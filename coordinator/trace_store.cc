@@ -47,6 +47,11 @@ void TraceStore::Finish(const std::string& job_id) {
   EvictLocked();
 }
 
+void TraceStore::Forget(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  EraseLocked(job_id);
+}
+
 std::optional<v1::JobTrace> TraceStore::Get(const std::string& job_id) const {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);

@@ -53,6 +53,8 @@ class TraceStore {
       ABSL_LOCKS_EXCLUDED(mu_);
   // The attempt ended: its trace may be forgotten to make room for others.
   void Finish(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
+  // The job was deleted: its trace goes now, finished or not.
+  void Forget(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A copy of the job's trace; nullopt if none is held.
   std::optional<v1::JobTrace> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -1,10 +1,11 @@
 """The Python client through the real daemons: a weft-coordinator with client and worker tokens
 and two cpu weft-workers on 127.0.0.1 (ports picked at run time), driven only through `weft`.
 
-An MLP job (2 ranks, data parallel, npy data and safetensors initial parameters written here)
-is submitted from a YAML file, watched to SUCCEEDED, and its losses compared with an independent
-float64 numpy reference of the same training; it is listed; a second, long job submitted as a
-dict is cancelled while it runs; a bad spec and a wrong token raise WeftError with the code and
+An MLP job (2 ranks, data parallel, npy data and safetensors initial parameters written here
+under the cluster's --data_root) is submitted from a YAML file in a folder of the client's, its
+paths the cluster's, watched to SUCCEEDED, and its losses compared with an independent float64
+numpy reference of the same training; it is listed; a second, long job submitted as a dict is
+cancelled while it runs, then deleted; a bad spec and a wrong token raise WeftError with the code and
 the coordinator's message; server reflection lists the JobService; the example script runs a
 job. A second coordinator serves TLS: the client reaches it with tls_ca and tls_server_name.
 """
@@ -90,7 +91,8 @@ class Daemons:
     """A weft-coordinator (with tokens) and cpu weft-workers as child processes, each logging to
     a file in `work`; stop() ends them all (SIGTERM, then SIGKILL)."""
 
-    def __init__(self, work: str, workers: int, coordinator_flags: Sequence[str] = ()):
+    def __init__(self, work: str, workers: int, coordinator_flags: Sequence[str] = (),
+                 worker_flags: Sequence[str] = ()):
         self.work = work
         self.procs: List[subprocess.Popen] = []
         self.logs: List[str] = []
@@ -110,7 +112,7 @@ class Daemons:
         for i in range(workers):
             self._start(f"worker{i}", [
                 os.path.join(RUNFILES, "worker/weft-worker"), "--coordinator", self.address,
-                "--device", "cpu", "--token_file", self.worker_token])
+                "--device", "cpu", "--token_file", self.worker_token, *worker_flags])
 
     def _start(self, name: str, argv: List[str]) -> subprocess.Popen:
         log = os.path.join(self.work, name + ".log")
@@ -162,12 +164,20 @@ class ClientTest(unittest.TestCase):
     daemons: Daemons
     client: weft.Client
     work: str
+    data_root: str
     mlp_job: Optional[str] = None
 
     @classmethod
     def setUpClass(cls) -> None:
         cls.work = tempfile.mkdtemp(prefix="client_test.", dir=os.environ.get("TEST_TMPDIR"))
-        cls.daemons = Daemons(cls.work, workers=2)
+        # The cluster's files: data and initial parameters under data/, checkpoints under
+        # checkpoints/; the client's spec files live elsewhere.
+        cls.data_root = os.path.join(cls.work, "data")
+        roots = ["--data_root", cls.data_root,
+                 "--checkpoint_root", os.path.join(cls.work, "checkpoints")]
+        for folder in roots[1::2]:
+            os.makedirs(folder)
+        cls.daemons = Daemons(cls.work, workers=2, coordinator_flags=roots, worker_flags=roots)
         try:
             cls.client = weft.Client(cls.daemons.address, token_file=cls.daemons.client_token)
             weft.wait_for_workers(cls.client, 2, timeout=30)
@@ -198,15 +208,25 @@ class ClientTest(unittest.TestCase):
             "fc1.weight": rng.uniform(-0.35, 0.35, (HIDDEN, OUT)).astype(np.float32),
             "fc1.bias": rng.uniform(-0.35, 0.35, (OUT,)).astype(np.float32),
         }
-        # The spec names its files relative to its own folder, as weftctl resolves them.
-        jobs = os.path.join(self.work, "jobs")
+        # The files are the cluster's (under its data root, in jobs/); the spec, in a folder of the
+        # client's, names them relative to that root.
+        jobs = os.path.join(self.data_root, "jobs")
         os.makedirs(jobs)
         np.save(os.path.join(jobs, "inputs.npy"), x)
         np.save(os.path.join(jobs, "labels.npy"), y)
         write_safetensors(os.path.join(jobs, "init.safetensors"), params)
-        spec_path = os.path.join(jobs, "mlp.yaml")
+        client_folder = os.path.join(self.work, "client")
+        os.makedirs(client_folder)
+        spec_path = os.path.join(client_folder, "mlp.yaml")
         with open(spec_path, "w") as f:
-            f.write(MLP_SPEC)
+            f.write(MLP_SPEC.replace("inputs.npy", "jobs/inputs.npy")
+                    .replace("labels.npy", "jobs/labels.npy")
+                    .replace("init.safetensors", "jobs/init.safetensors"))
+        # Resolved against the client's folder, the paths lead outside the cluster's data root.
+        with self.assertRaises(weft.WeftError) as local:
+            self.client.submit(spec_path, local_paths=True)
+        self.assertEqual(local.exception.code, "PERMISSION_DENIED", local.exception.message)
+        self.assertIn(os.path.join(client_folder, "jobs/inputs.npy"), local.exception.message)
 
         job_id = self.client.submit(spec_path)
         type(self).mlp_job = job_id
@@ -267,6 +287,10 @@ class ClientTest(unittest.TestCase):
                 break  # running, with a step done: cancel it mid-run
         self.assertTrue(running, "the long job never ran")
         self.assertIn(job_id, [j.id for j in self.client.list(state="RUNNING")])
+        with self.assertRaises(weft.WeftError) as running_delete:
+            self.client.delete(job_id)
+        self.assertEqual(running_delete.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("cancel it first", running_delete.exception.message)
         self.client.cancel(job_id, reason="the Python client's test")
         job = self.client.wait(job_id, timeout=30)
         self.assertEqual(weft.state_name(job.state), "CANCELLED", job.message)
@@ -274,6 +298,13 @@ class ClientTest(unittest.TestCase):
         with self.assertRaises(weft.WeftError) as again:
             self.client.cancel(job_id)
         self.assertEqual(again.exception.code, "FAILED_PRECONDITION")
+        deleted = self.client.delete(job_id)
+        self.assertEqual((deleted.id, weft.state_name(deleted.state)), (job_id, "CANCELLED"))
+        with self.assertRaises(weft.WeftError) as gone:
+            self.client.get(job_id)
+        self.assertEqual(gone.exception.code, "NOT_FOUND")
+        self.assertEqual(gone.exception.message, f"job {job_id} was deleted")
+        self.assertNotIn(job_id, [j.id for j in self.client.list()])
 
     def test_4_a_bad_spec_is_invalid_argument_naming_the_field(self) -> None:
         spec = {

@@ -95,7 +95,7 @@ class AuthTest : public ::testing::Test {
     const std::string mesh = absl::StrCat("{shape: [", ranks, "]}");
     const std::string spec =
         job.WriteSpec("job.yaml", MlpSpec(job, mesh, MlpJob::kSteps, "", false));
-    flags.insert(flags.end(), {"submit", "--watch", "--json", spec});
+    flags.insert(flags.end(), {"submit", "--check-local-files", "--watch", "--json", spec});
     CommandResult submitted = Weftctl(flags);
     ASSERT_EQ(submitted.exit_code, 0) << submitted.err << "\n" << ReadFileOrEmpty(dir_ + "/" + log);
     std::string final_state;
@@ -159,7 +159,8 @@ TEST_F(AuthTest, TheWorkerTokenAloneOpensNoJobsRendezvousKeys) {
   MlpJob job = MlpJob::Create();
   const std::string spec = job.WriteSpec("long.yaml", MlpSpec(job, "{shape: [1]}", 100000, "",
                                                               false));
-  CommandResult submitted = Weftctl({"--token_file", client_token_, "submit", spec});
+  CommandResult submitted =
+      Weftctl({"--token_file", client_token_, "submit", "--check-local-files", spec});
   ASSERT_EQ(submitted.exit_code, 0) << submitted.err;
   const std::string id = std::string(absl::StripAsciiWhitespace(submitted.out));
   bool running = false;

@@ -213,8 +213,10 @@ TEST_F(BadInputTest, MeshLargerThanTheClusterWaitsWithAReasonWhileASmallerJobRun
       << big.message();
 
   std::string spec = job_->WriteSpec("good.yaml", Dp2());
+  // The client sees the cluster's files at the same paths.
   CommandResult r = RunCommand({BinaryPath("client/weftctl"), "--coordinator",
-                                cluster_->address(), "submit", spec, "--watch", "--json"},
+                                cluster_->address(), "submit", "--check-local-files", spec,
+                                "--watch", "--json"},
                                180);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   std::string state;

@@ -8,10 +8,15 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "common/jobspec/yaml.h"
 #include "common/testing_files.h"
 #include "tests/cluster_fixture.h"
@@ -22,6 +27,7 @@ namespace weft::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::HasSubstr;
 
 // A file shaped like /etc/shadow: what the daemons must never echo.
 constexpr char kSecret[] = "root:*:19000:0:99999:7:::\ndaemon:*:19000:0:99999:7:::\n";
@@ -187,6 +193,81 @@ TEST_F(ConfinedPathsTest, ACheckpointFolderHoldingOthersFilesIsRefusedNotOverwri
   EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << cluster_->Logs();
   EXPECT_EQ(outcome.saves.size(), static_cast<size_t>(MlpJob::kSteps));
   EXPECT_TRUE(fs::exists(checkpoint_root_ + "/run/latest"));
+}
+
+// The job's losses from `weftctl submit --watch --json`'s step lines.
+std::vector<double> StepLosses(const std::string& out) {
+  std::vector<double> losses;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    const nlohmann::json event = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (event.is_object() && event.value("type", "") == "step") {
+      losses.push_back(event.at("loss").get<double>());
+    }
+  }
+  return losses;
+}
+
+// A client on another machine: its copy of the spec lies in a folder of its own that holds none
+// of the data, and it runs from yet another folder. weftctl checks the YAML only and sends it;
+// the cluster resolves the relative paths under its roots (data, init_from under --data_root,
+// checkpoint.dir under --checkpoint_root), and the job trains on the cluster's files to the
+// float64 reference's losses. --check-local-files looks for the files on the client instead.
+TEST_F(ConfinedPathsTest, WeftctlSubmitFromAnotherFolderNamesTheClustersFiles) {
+  const std::string client = fs::canonical(MakeTempDir("client")).string();
+  const std::string elsewhere = fs::canonical(MakeTempDir("cwd")).string();
+  const std::string spec = client + "/remote.yaml";
+  WriteAll(spec, job_->SpecYaml("{shape: [2], dim_names: [dp]}",
+                                "checkpoint: {dir: remote, every: 5}\n"));
+  ASSERT_FALSE(fs::exists(client + "/inputs.npy"));
+  const std::string weftctl = BinaryPath("client/weftctl");
+  auto run = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"/usr/bin/env", "-C", elsewhere, weftctl, "--coordinator",
+                               cluster_->address()});
+    return RunCommand(args, 120);
+  };
+
+  CommandResult r = run({"submit", "--watch", "--json", spec});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << cluster_->Logs();
+  ExpectLossesNear(StepLosses(r.out), job_->ReferenceLosses(), 1e-4, "submitted from afar");
+  EXPECT_TRUE(fs::exists(checkpoint_root_ + "/remote/latest"));
+  const std::string id = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')))["job_id"];
+  const v1::Job job = cluster_->GetJob(id);
+  EXPECT_EQ(job.spec().data().input(), root_ + "/inputs.npy");
+  EXPECT_EQ(job.spec().init_from(), root_ + "/init.safetensors");
+  EXPECT_EQ(job.spec().checkpoint().dir(), checkpoint_root_ + "/remote");
+
+  // The cluster's errors name the spec and the cluster's path.
+  WriteAll(client + "/missing.yaml",
+           absl::StrReplaceAll(job_->SpecYaml("{shape: [2], dim_names: [dp]}"),
+                               {{"input: inputs.npy", "input: sets/gone.npy"}}));
+  r = run({"submit", client + "/missing.yaml"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(client + "/missing.yaml: data.input"));
+  EXPECT_THAT(r.err, HasSubstr(root_ + "/sets/gone.npy"));
+
+  // --check-local-files: the files are looked for beside the client's spec, where they are not;
+  // nothing reaches the cluster.
+  auto job_count = [&] {
+    const CommandResult list = run({"list", "--json", "--limit", "1000"});
+    EXPECT_EQ(list.exit_code, 0) << list.err;
+    const nlohmann::json jobs = nlohmann::json::parse(list.out, nullptr, false);
+    return jobs.is_object() && jobs.contains("jobs") ? jobs["jobs"].size() : size_t{0};
+  };
+  const size_t jobs_before = job_count();
+  r = run({"submit", "--check-local-files", spec});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(client + "/inputs.npy"));
+  // The YAML is checked on the client before any call: a typo is named with its line even with
+  // no coordinator to reach.
+  const std::string typo = absl::StrReplaceAll(job_->SpecYaml("{shape: [2], dim_names: [dp]}"),
+                                               {{"batch_size: 8", "batch_sise: 8"}});
+  WriteAll(client + "/typo.yaml", typo);
+  const int typo_line = 1 + std::count(typo.begin(), typo.begin() + typo.find("batch_sise"), '\n');
+  r = RunCommand({weftctl, "--coordinator", "127.0.0.1:1", "submit", client + "/typo.yaml"}, 30);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(client + "/typo.yaml: data: unknown key \"batch_sise\""));
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("(line ", typo_line, ", column 3)")));
+  EXPECT_EQ(job_count(), jobs_before);
 }
 
 // Workers check every program against their own roots: a coordinator that admits a path (it has

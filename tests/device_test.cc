@@ -120,7 +120,8 @@ TEST_F(DeviceTest, CudaJobWaitsWithAReasonAndCpuJobsStillRun) {
 
   // The cpu workers are not held for it: a cpu job submitted after it runs, with the right numbers.
   const std::string spec = job_->WriteSpec("cpu.yaml", job_->SpecYaml("{shape: [2], dim_names: [dp]}"));
-  CommandResult r = Weftctl({"submit", spec, "--watch", "--json"}, 180);
+  // The client sees the cluster's files at the same paths.
+  CommandResult r = Weftctl({"submit", "--check-local-files", spec, "--watch", "--json"}, 180);
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   std::string state;
   std::vector<double> losses = ParseStepLosses(r.out, &state);

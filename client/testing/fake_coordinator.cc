@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/jobspec/yaml.h"
 #include "grpcpp/grpcpp.h"
 #include "weft/v1/service.grpc.pb.h"
 
@@ -37,7 +38,20 @@ class FakeJobService final : public weft::v1::JobService::Service {
     const std::string id = "job-" + std::to_string(jobs_.size() + 1);
     Job& job = jobs_[id];
     job.set_id(id);
-    *job.mutable_spec() = req->spec();
+    if (!req->spec_yaml().empty()) {
+      // As weftctl sends a spec by default: its YAML, whose files the cluster checks.
+      weft::JobSpecYamlOptions syntax_only;
+      syntax_only.read_files = false;
+      absl::StatusOr<weft::v1::JobSpec> spec =
+          weft::ParseJobSpecYaml(req->spec_yaml(), req->spec_dir(), syntax_only);
+      if (!spec.ok()) {
+        jobs_.erase(id);
+        return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(spec.status().message()));
+      }
+      *job.mutable_spec() = *spec;
+    } else {
+      *job.mutable_spec() = req->spec();
+    }
     job.set_state(weft::v1::PENDING);
     resp->set_job_id(id);
     return grpc::Status::OK;

@@ -317,6 +317,46 @@ TEST_F(SpecTest, BeforeReadingIsAskedForTheConfigFile) {
   EXPECT_THAT(asked, ::testing::ElementsAre("model.config_file " + Path("hf/config.json")));
 }
 
+// read_files = false: the structure alone (weftctl submit, whose paths are the cluster's): a
+// config_file that is not here is recorded, not read. checkpoint_base_dir resolves checkpoint.dir
+// apart from the data paths; an empty one leaves it relative.
+TEST_F(SpecTest, SyntaxOnlyLeavesFilesUnreadAndCheckpointsHaveABaseOfTheirOwn) {
+  const std::string synthetic = kSyntheticSpec;
+  const std::string yaml = synthetic.substr(0, synthetic.find("  layers:")) +
+                           "  arch: gpt2\n  config_file: hf/config.json\n" +
+                           synthetic.substr(synthetic.find("data:")) +
+                           "checkpoint: {dir: runs/a}\ninit_from: w.safetensors\n";
+  JobSpecYamlOptions syntax_only;
+  syntax_only.read_files = false;
+  syntax_only.before_reading = [](absl::string_view, const std::string&) {
+    return absl::InternalError("no file is opened");
+  };
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(yaml, "", syntax_only);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().config_file(), "hf/config.json");
+  EXPECT_EQ(spec->model().config().n_embd(), 0);  // the file was not read
+  EXPECT_EQ(spec->checkpoint().dir(), "runs/a");
+  EXPECT_EQ(spec->init_from(), "w.safetensors");
+  // The YAML's own errors are still found.
+  EXPECT_THAT(std::string(ParseJobSpecYaml(absl::StrReplaceAll(yaml, {{"arch: gpt2", "arch: gpt9"}}),
+                                           "", syntax_only)
+                              .status()
+                              .message()),
+              HasSubstr("unknown arch \"gpt9\""));
+
+  JobSpecYamlOptions roots = syntax_only;
+  roots.checkpoint_base_dir = "/srv/checkpoints";
+  spec = ParseJobSpecYaml(yaml, "/srv/data", roots);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().config_file(), "/srv/data/hf/config.json");
+  EXPECT_EQ(spec->init_from(), "/srv/data/w.safetensors");
+  EXPECT_EQ(spec->checkpoint().dir(), "/srv/checkpoints/runs/a");
+  roots.checkpoint_base_dir = "";
+  spec = ParseJobSpecYaml(yaml, "/srv/data", roots);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->checkpoint().dir(), "runs/a");
+}
+
 TEST_F(SpecTest, UnknownKeysAreErrorsNamingThem) {
   struct Case {
     std::string from, to, field;

@@ -438,11 +438,13 @@ absl::Status ParseTransformer(const MapReader& m, const YAML::Node& node, const 
     ASSIGN_OR_RETURN(std::string file, ReadString(m.Get("config_file"), file_path));
     if (file.empty()) return Invalid(file_path, m.Get("config_file"), "must not be empty");
     model->set_config_file(ResolvePath(file, base_dir));
-    if (options.before_reading) {
-      RETURN_IF_ERROR(options.before_reading(file_path, model->config_file()));
+    if (options.read_files) {
+      if (options.before_reading) {
+        RETURN_IF_ERROR(options.before_reading(file_path, model->config_file()));
+      }
+      ASSIGN_OR_RETURN(*model->mutable_config(),
+                       LoadTransformerConfigFile(arch, model->config_file()));
     }
-    ASSIGN_OR_RETURN(*model->mutable_config(),
-                     LoadTransformerConfigFile(arch, model->config_file()));
   } else {
     return Invalid(config_path, node,
                    absl::StrCat("is required with model.arch (", arch,
@@ -456,6 +458,7 @@ absl::Status ParseTransformer(const MapReader& m, const YAML::Node& node, const 
   if (m.Has("loss")) {
     ASSIGN_OR_RETURN(*model->mutable_loss(), ReadString(m.Get("loss"), Join(path, "loss")));
   }
+  if (m.Has("config_file") && !options.read_files) return absl::OkStatus();  // no config read
   return ValidateTransformerModel(*model);
 }
 
@@ -795,8 +798,10 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
     spec->set_allow_tf32(allow_tf32);
   }
   if (m.Has("checkpoint")) {
-    RETURN_IF_ERROR(ParseCheckpoint(m.Get("checkpoint"), "checkpoint", base_dir,
-                                    spec->mutable_checkpoint()));
+    RETURN_IF_ERROR(ParseCheckpoint(
+        m.Get("checkpoint"), "checkpoint",
+        options.checkpoint_base_dir.value_or(base_dir),
+        spec->mutable_checkpoint()));
   }
   ApplyJobSpecDefaults(spec);
   return ExpandParallelize(spec, implicit);

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,6 +30,14 @@ struct JobSpecYamlOptions {
   // with the field and the resolved path; an error stops the parse with it. Empty: none. The
   // coordinator confines such a file to its --data_root.
   std::function<absl::Status(absl::string_view field, const std::string& path)> before_reading;
+  // Where a relative checkpoint.dir is resolved (empty: nowhere, it stays relative); absent:
+  // base_dir. The coordinator resolves a spec_yaml's data paths against its --data_root and
+  // checkpoint.dir against its --checkpoint_root.
+  std::optional<std::string> checkpoint_base_dir;
+  // false: model.config_file is recorded (resolved) but not read, and the transformer model is
+  // not checked against a config: the structure alone is checked, for a client whose spec names
+  // the cluster's files (weftctl submit without --check-local-files).
+  bool read_files = true;
 };
 
 // Parses YAML text. Relative paths (data.input, data.label, data.path, init_from,

@@ -122,6 +122,15 @@ grpc::Status GrpcJobService::CancelJob(
   return grpc::Status::OK;
 }
 
+grpc::Status GrpcJobService::DeleteJob(
+    grpc::ServerContext* context, const v1::DeleteJobRequest* request, v1::Job* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
+  absl::StatusOr<v1::Job> job = coordinator_->DeleteJob(request->job_id());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  *response = std::move(*job);
+  return grpc::Status::OK;
+}
+
 grpc::Status GrpcJobService::WatchJob(grpc::ServerContext* context,
                                       const v1::WatchJobRequest* request,
                                       grpc::ServerWriter<v1::JobEvent>* writer) {

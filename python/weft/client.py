@@ -1,4 +1,5 @@
-"""Weft's JobService over gRPC, for Python services: submit, watch, get, list, cancel, wait.
+"""Weft's JobService over gRPC, for Python services: submit, watch, get, list, cancel, delete,
+wait.
 
 E.g.
     client = weft.Client("127.0.0.1:7070", token_file="/etc/weft/client.token")
@@ -156,29 +157,35 @@ class Client:
 
     # ---- JobService ----
 
-    def submit(self, spec: Spec, base_dir: Optional[str] = None) -> str:
+    def submit(self, spec: Spec, base_dir: Optional[str] = None,
+               local_paths: bool = False) -> str:
         """Submits a job; returns its id once the coordinator has validated and stored it.
 
         `spec` is one of:
-          - the path of a YAML spec file (README.md's spec reference): its relative paths
-            (data.input, data.label, data.path, init_from, checkpoint.dir, model.config_file)
-            are resolved against the file's folder, as `weftctl submit` resolves them;
-          - a dict of the same YAML structure: relative paths resolved against `base_dir`
-            (default: the current folder);
+          - the path of a YAML spec file (docs/job-spec.md);
+          - a dict of the same YAML structure;
           - a weft.v1 JobSpec message, sent as is (its paths should be absolute).
         The YAML is parsed by the coordinator with weftctl's own reader (SubmitJobRequest
         spec_yaml), so the errors are weftctl's: INVALID_ARGUMENT naming the field and the line.
-        The files the spec names are opened by the coordinator and the workers, at the absolute
-        paths resolved here: they must see them at those paths (shared storage), as with weftctl.
+
+        The paths the spec names (data.input, data.label, data.path, init_from, checkpoint.dir,
+        model.config_file) are the cluster's, as with `weftctl submit`: the coordinator resolves
+        relative ones against its --data_root (checkpoint.dir against its --checkpoint_root) and
+        checks the files. For a client that sees the cluster's files at the same paths,
+        `local_paths=True` resolves them against the file's folder instead (a dict's: `base_dir`,
+        default the current folder), as `weftctl submit --check-local-files` does; a dict given a
+        `base_dir` has its paths resolved against it too.
         """
         request = service_pb2.SubmitJobRequest()
         if isinstance(spec, job_pb2.JobSpec):
-            if base_dir is not None:
-                raise WeftError("INVALID_ARGUMENT", "base_dir: only with a spec dict")
+            if base_dir is not None or local_paths:
+                raise WeftError("INVALID_ARGUMENT",
+                                "base_dir, local_paths: only with a spec file or dict")
             request.spec.CopyFrom(spec)
         elif isinstance(spec, Mapping):
             request.spec_yaml = yaml.safe_dump(_plain(spec), sort_keys=False)
-            request.spec_dir = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
+            if base_dir is not None or local_paths:
+                request.spec_dir = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
         elif isinstance(spec, (str, os.PathLike)):
             if base_dir is not None:
                 raise WeftError("INVALID_ARGUMENT",
@@ -193,7 +200,8 @@ class Client:
                 raise WeftError("NOT_FOUND", f"{path}: no such file") from None
             except (OSError, UnicodeDecodeError) as e:
                 raise WeftError("INVALID_ARGUMENT", f"{path}: cannot read: {e}") from None
-            request.spec_dir = os.path.dirname(os.path.abspath(path))
+            if local_paths:
+                request.spec_dir = os.path.dirname(os.path.abspath(path))
         else:
             raise TypeError(f"spec: a path, a dict or a weft.v1 JobSpec, not {type(spec).__name__}")
         return self._call(self._stub.SubmitJob, request).job_id
@@ -245,6 +253,13 @@ class Client:
         call, without its steps; FAILED_PRECONDITION for a job that has ended."""
         return self._call(self._stub.CancelJob,
                           service_pb2.CancelJobRequest(job_id=job_id, reason=reason))
+
+    def delete(self, job_id: str) -> job_pb2.Job:
+        """Deletes a job that ended (SUCCEEDED, FAILED or CANCELLED) with its events and log
+        lines; its checkpoints stay. Returns the job as it was, without its steps.
+        FAILED_PRECONDITION for a job that has not ended (cancel it first); NOT_FOUND for an
+        unknown or already deleted job."""
+        return self._call(self._stub.DeleteJob, service_pb2.DeleteJobRequest(job_id=job_id))
 
     def watch(self, job_id: str, timeout: Optional[float] = None) -> Iterator[job_pb2.JobEvent]:
         """Yields the job's events (weft.v1 JobEvent: a state change, a step's metrics, a
