@@ -36,6 +36,13 @@ std::string EscapeLabelValue(const std::string& value) {
   return out;
 }
 
+// The TYPE line's word for a family's kind.
+const char* TypeName(MetricFamily::Kind kind) {
+  return kind == MetricFamily::Kind::kCounter ? "counter"
+         : kind == MetricFamily::Kind::kGauge ? "gauge"
+                                              : "histogram";
+}
+
 // HELP text escapes backslash and newline.
 std::string EscapeHelp(const std::string& help) {
   std::string out;
@@ -106,14 +113,15 @@ int MetricFamily::SeriesCount() {
   return static_cast<int>(series_.size());
 }
 
+MetricFamilyInfo MetricFamily::Info() const {
+  return MetricFamilyInfo{name_, TypeName(kind_), label_names_};
+}
+
 void MetricFamily::Render(std::string* out) {
   absl::MutexLock lock(&mu_);
   if (series_.empty()) return;
-  const char* type = kind_ == Kind::kCounter ? "counter"
-                     : kind_ == Kind::kGauge ? "gauge"
-                                             : "histogram";
-  absl::StrAppend(out, "# HELP ", name_, " ", EscapeHelp(help_), "\n# TYPE ", name_, " ", type,
-                  "\n");
+  absl::StrAppend(out, "# HELP ", name_, " ", EscapeHelp(help_), "\n# TYPE ", name_, " ",
+                  TypeName(kind_), "\n");
   for (const auto& [labels, s] : series_) {
     if (kind_ != Kind::kHistogram) {
       absl::StrAppend(out, name_, LabelSet(label_names_, labels), " ", FormatValue(s.value), "\n");
@@ -232,6 +240,13 @@ std::string MetricsRegistry::Render() {
   std::string out;
   for (MetricFamily* f : families) f->Render(&out);
   return out;
+}
+
+std::vector<MetricFamilyInfo> MetricsRegistry::Families() {
+  absl::MutexLock lock(&mu_);
+  std::vector<MetricFamilyInfo> infos;
+  for (const auto& f : families_) infos.push_back(f->Info());
+  return infos;
 }
 
 }  // namespace weft

@@ -34,6 +34,14 @@ using LabelValues = std::vector<std::string>;
 // `count` upper bounds from `start`, each `factor` times the last.
 std::vector<double> ExponentialBuckets(double start, double factor, int count);
 
+// What a family is, series aside: MetricsRegistry::Families lists them (docs/docs_test holds the
+// operations guide's metrics table to them).
+struct MetricFamilyInfo {
+  std::string name;
+  std::string type;  // counter | gauge | histogram, as the text format's TYPE line says
+  std::vector<std::string> label_names;
+};
+
 // What every family shares: its name, help, label names and series.
 class MetricFamily {
  public:
@@ -49,6 +57,7 @@ class MetricFamily {
   void Clear();
   // The number of series, for tests and bounds.
   int SeriesCount();
+  MetricFamilyInfo Info() const;
 
   // Appends the family in the text format (nothing when it has no series).
   void Render(std::string* out);
@@ -119,6 +128,8 @@ class MetricsRegistry {
   // Every family with series, in the order added. One render at a time: two scrapes never run
   // their collectors interleaved (a collector that clears and refills a family).
   std::string Render() ABSL_LOCKS_EXCLUDED(render_mu_, mu_);
+  // Every family, with series or not, in the order added.
+  std::vector<MetricFamilyInfo> Families() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Mutex render_mu_;  // taken before mu_

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "common/metrics_server.h"
@@ -35,6 +36,13 @@ TEST(MetricsTest, CountersAndGaugesRenderWithTheirLabels) {
             "weft_workers{state=\"idle\",device=\"cpu\"} 2\n");
   steps->Remove({"job-1"});
   EXPECT_EQ(steps->SeriesCount(), 1);
+  // Families lists them all, the one without series too.
+  const std::vector<MetricFamilyInfo> families = registry.Families();
+  ASSERT_EQ(families.size(), 3u);
+  EXPECT_EQ(families[1].name, "weft_workers");
+  EXPECT_EQ(families[1].type, "gauge");
+  EXPECT_EQ(families[1].label_names, (std::vector<std::string>{"state", "device"}));
+  EXPECT_EQ(families[2].name, "weft_unused");
 }
 
 // Buckets are cumulative, `le` is inclusive, +Inf counts everything, _sum and _count follow.

@@ -1,7 +1,7 @@
 // The coordinator's metrics, served by --metrics_listen (common/metrics_server.h) in Prometheus's
 // text format:
 //   weft_jobs{state}                      jobs in the store by state (at scrape time)
-//   weft_workers{state, device}           registered workers: idle | busy | lost, by device kind
+//   weft_workers{state, device}           registered workers: idle | busy | lost | drained, by device kind
 //   weft_steps_total                      steps completed over every job
 //   weft_restarts_total                   restarts over every job
 //   weft_job_steps_total{job, name}       a job's steps completed (every attempt's)
