@@ -55,6 +55,9 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"json",
        {false,
         {"submit", "get", "list", "delete", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
+      {"output",
+       {true,
+        {"submit", "get", "list", "delete", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
       {"watch", {false, {"submit"}}},
       {"check_local_files", {false, {"submit"}}},
       {"ranks", {true, {"local"}}},
@@ -131,6 +134,17 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       flags.push_back({"help", ""});
       continue;
     }
+    // kubectl's -o json (also -o=json, -ojson): --output json.
+    if (!flags_done && absl::StartsWith(arg, "-o") && !absl::StartsWith(arg, "--")) {
+      std::string value = arg.substr(2);
+      if (absl::StartsWith(value, "=")) value = value.substr(1);
+      if (value.empty()) {
+        if (i + 1 >= args.size()) return absl::InvalidArgumentError("-o needs a value (json)");
+        value = args[++i];
+      }
+      flags.push_back({"output", value});
+      continue;
+    }
     if (!flags_done && absl::StartsWith(arg, "--") && arg.size() > 2) {
       std::string name = arg.substr(2);
       std::string value;
@@ -194,6 +208,13 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
       cl.json = *v;
+    } else if (name == "output") {
+      if (value != "json") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "-o/--output: \"", value, "\" is not an output format; weftctl has json (-o json, "
+            "the same as --json) and, without the flag, text"));
+      }
+      cl.json = true;
     } else if (name == "watch") {
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
@@ -457,7 +478,7 @@ Flags:
                            $WEFT_TLS_CA; plaintext when neither is set)
   --tls_server_name NAME   the name the coordinator's certificate must hold, where it is not
                            the host of --coordinator
-  --json                   one JSON object per line: {"type":"step","step":S,"loss":L,
+  --json, -o json          one JSON object per line: {"type":"step","step":S,"loss":L,
                            "step_seconds":T,"samples_per_second":X} per step and
                            {"type":"state","state":...,"message":...} per state change;
                            logs: {"type":"log","attempt":A,"rank":R,"seq":N,"time_ms":T,

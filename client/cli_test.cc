@@ -1,6 +1,7 @@
 #include "client/cli.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -90,6 +91,28 @@ TEST(CliTest, SubmitWatchAndCancel) {
   cl = Parse({"get", "--", "--odd-job-id"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_THAT(cl->positional, ElementsAre("--odd-job-id"));
+}
+
+// kubectl's spelling of --json.
+TEST(CliTest, OutputJsonIsJson) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"get", "job-1", "-o", "json"},
+           {"-o", "json", "get", "job-1"},
+           {"get", "job-1", "-o=json"},
+           {"get", "job-1", "-ojson"},
+           {"get", "job-1", "--output", "json"},
+           {"get", "job-1", "--output=json"}}) {
+    absl::StatusOr<CommandLine> cl = Parse(args);
+    ASSERT_TRUE(cl.ok()) << cl.status();
+    EXPECT_TRUE(cl->json) << absl::StrJoin(args, " ");
+    EXPECT_THAT(cl->positional, ElementsAre("job-1"));
+  }
+  EXPECT_THAT(std::string(Parse({"get", "job-1", "-o", "yaml"}).status().message()),
+              HasSubstr("-o/--output: \"yaml\" is not an output format; weftctl has json"));
+  EXPECT_THAT(std::string(Parse({"get", "job-1", "-o"}).status().message()),
+              HasSubstr("-o needs a value"));
+  EXPECT_THAT(std::string(Parse({"cancel", "job-1", "-o", "json"}).status().message()),
+              HasSubstr("--output does not apply to 'cancel'"));
 }
 
 TEST(CliTest, SubmitCheckLocalFilesAndDelete) {

@@ -13,7 +13,7 @@
 namespace weft {
 
 absl::Status ParseHostPort(const std::string& flag, const std::string& address, std::string* host,
-                           int* port) {
+                           int* port, bool allow_empty_host) {
   const size_t colon = address.rfind(':');
   int value = -1;
   const bool parsed = colon != std::string::npos &&
@@ -22,7 +22,7 @@ absl::Status ParseHostPort(const std::string& flag, const std::string& address, 
                                             "0123456789") == std::string::npos;
   std::string h = colon == std::string::npos ? "" : address.substr(0, colon);
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (!parsed || h.empty()) {
+  if (!parsed || (h.empty() && !allow_empty_host)) {
     return absl::InvalidArgumentError(absl::StrCat(
         flag, " ", address, ": expected HOST:PORT with a port from 0 (any free one) to 65535"));
   }
@@ -82,10 +82,12 @@ MetricsServer::~MetricsServer() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::string MetricsServer::address() const {
-  const bool v6 = host_.find(':') != std::string::npos;
-  return v6 ? absl::StrCat("[", host_, "]:", port_) : absl::StrCat(host_, ":", port_);
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return v6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
 }
+
+std::string MetricsServer::address() const { return JoinHostPort(host_, port_); }
 
 std::string MetricsServer::url() const { return absl::StrCat("http://", address(), "/metrics"); }
 

@@ -51,9 +51,13 @@ class MetricsServer {
 };
 
 // Splits HOST:PORT ("[::1]:9100" -> "::1", 9100): INVALID_ARGUMENT naming `flag` unless the port
-// is 0..65535 and the host is not empty.
+// is 0..65535 and the host is not empty (allow_empty_host: ":7070", which gRPC reads as every
+// interface).
 absl::Status ParseHostPort(const std::string& flag, const std::string& address, std::string* host,
-                           int* port);
+                           int* port, bool allow_empty_host = false);
+
+// HOST:PORT, the host in brackets when it is an IPv6 address ("[::1]:9100").
+std::string JoinHostPort(const std::string& host, int port);
 
 }  // namespace weft
 

@@ -121,6 +121,15 @@ TEST(MetricsServerTest, MalformedAddressesAreRefusedNamingTheFlag) {
   ASSERT_TRUE(ParseHostPort("--x", "[::1]:9100", &host, &port).ok());
   EXPECT_EQ(host, "::1");
   EXPECT_EQ(port, 9100);
+  EXPECT_EQ(JoinHostPort(host, port), "[::1]:9100");
+  EXPECT_EQ(JoinHostPort("10.0.0.5", 9471), "10.0.0.5:9471");
+  // Every interface, where the caller allows it (the coordinator's --listen ":7070").
+  EXPECT_FALSE(ParseHostPort("--x", ":7070", &host, &port).ok());
+  ASSERT_TRUE(ParseHostPort("--x", ":7070", &host, &port, /*allow_empty_host=*/true).ok());
+  EXPECT_EQ(host, "");
+  EXPECT_EQ(port, 7070);
+  EXPECT_EQ(ParseHostPort("--listen", ":123456", &host, &port, true).message(),
+            "--listen :123456: expected HOST:PORT with a port from 0 (any free one) to 65535");
 }
 
 }  // namespace

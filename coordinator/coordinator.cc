@@ -1382,7 +1382,13 @@ void Coordinator::ApplyRetention() {
     spdlog::error("retention: {}", expired.status().ToString());
     return;
   }
+  // A batch ends after a second too: the ticker's next Tick waits for it (and the watchdog for
+  // that Tick).
+  const absl::Time stop_at = absl::Now() + absl::Seconds(1);
+  size_t done = 0;
   for (const std::string& job_id : *expired) {
+    if (absl::Now() >= stop_at) break;
+    ++done;
     absl::StatusOr<v1::Job> job = store_->DeleteJob(job_id);
     if (!job.ok()) {
       spdlog::error("retention: deleting job {}: {}", job_id, job.status().ToString());
@@ -1397,7 +1403,9 @@ void Coordinator::ApplyRetention() {
                         : absl::StrCat("beyond the ", options_.max_ended_jobs,
                                        " jobs that ended last (--max_ended_jobs)"));
   }
-  if (static_cast<int>(expired->size()) == kBatch) retention_due_ = true;
+  if (static_cast<int>(expired->size()) == kBatch || done < expired->size()) {
+    retention_due_ = true;
+  }
 }
 
 void Coordinator::CheckDeadlines() {

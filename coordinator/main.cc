@@ -91,16 +91,9 @@ bool IsUnixAddress(const std::string& listen) {
 // for every interface); unix: and unix-abstract: addresses are gRPC's to check.
 absl::Status CheckListenAddress(const std::string& listen) {
   if (IsUnixAddress(listen)) return absl::OkStatus();
-  const size_t colon = listen.rfind(':');
-  const std::string port = colon == std::string::npos ? "" : listen.substr(colon + 1);
-  int value = 0;
-  if (colon == std::string::npos || port.empty() || port.size() > 5 ||
-      port.find_first_not_of("0123456789") != std::string::npos ||
-      (value = std::stoi(port)) > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen ", listen, ": expected HOST:PORT with a port from 0 (any free one) to 65535"));
-  }
-  return absl::OkStatus();
+  std::string host;
+  int port = 0;
+  return ParseHostPort("--listen", listen, &host, &port, /*allow_empty_host=*/true);
 }
 
 // The certificate and key of --tls_cert and --tls_key, checked to be a pair; both empty without

@@ -210,10 +210,7 @@ int main(int argc, char** argv) {
     const bool wildcard = bound == "0.0.0.0" || bound == "::" || bound == "*";
     options.metrics = metrics;
     options.metrics_address =
-        wildcard ? absl::StrCat(options.host.find(':') != std::string::npos
-                                    ? absl::StrCat("[", options.host, "]")
-                                    : options.host,
-                                ":", metrics_server->port())
+        wildcard ? weft::JoinHostPort(options.host, metrics_server->port())
                  : metrics_server->address();
     spdlog::info("serving metrics on http://{}/metrics", options.metrics_address);
   }

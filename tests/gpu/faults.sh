@@ -8,17 +8,8 @@
 #  - cancel: a long job cancelled while it runs: its worker must be idle again within 5 s.
 # Prints a line per check; exits non-zero if one fails. Logs in LOGDIR.
 # Usage: bash tests/gpu/faults.sh BIN_DIR cuda|cpu LOGDIR   (BIN_DIR: a bazel-bin)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-[[ $# -eq 3 ]] || { echo "usage: bash tests/gpu/faults.sh BIN_DIR cuda|cpu LOGDIR" >&2; exit 2; }
-b=$(cd "$1" && pwd) device=$2 logs=$3
-device_flag=$device
-[[ "$device" == cuda ]] && device_flag=cuda:0
-mkdir -p "$logs"
-dir=$(mktemp -d)
+source "$(dirname "$0")/daemons.sh"
 failed=0
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; cp "$dir"/*.log "$dir"/*.txt "$logs/" 2>/dev/null; rm -rf "$dir"' EXIT
 
 sed -e 's/^mesh: .*/mesh: {shape: [1], dim_names: [dp]}/' \
     -e 's/^train: .*/train: {steps: 20, seed: 1234, max_restarts: 1}/' \

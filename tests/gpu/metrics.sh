@@ -5,16 +5,7 @@
 # /metrics are scraped: the step counters must equal the job's steps, and the worker's step time
 # split (compute, collective_wait, data) is printed per step.
 # Usage: bash tests/gpu/metrics.sh BIN_DIR cuda|cpu LOGDIR   (BIN_DIR: a bazel-bin)
-set -uo pipefail
-cd "$(dirname "$0")/../.."
-[[ $# -eq 3 ]] || { echo "usage: bash tests/gpu/metrics.sh BIN_DIR cuda|cpu LOGDIR" >&2; exit 2; }
-b=$(cd "$1" && pwd) device=$2 logs=$3
-device_flag=$device
-[[ "$device" == cuda ]] && device_flag=cuda:0
-mkdir -p "$logs"
-dir=$(mktemp -d)
-pids=()
-trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; cp "$dir"/*.log "$dir"/*.txt "$logs/" 2>/dev/null; rm -rf "$dir"' EXIT
+source "$(dirname "$0")/daemons.sh"
 
 steps=50
 sed -e 's/^mesh: .*/mesh: {shape: [1], dim_names: [dp]}/' \
