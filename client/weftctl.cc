@@ -34,11 +34,9 @@
 #include "client/trace_format.h"
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
-#include "common/file_io.h"
 #include "common/job_state.h"
 #include "common/version.h"
 #include "common/jobspec/mesh_spec.h"
-#include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/tls.h"
@@ -186,11 +184,7 @@ absl::StatusOr<std::string> Submit(const CommandLine& cl, CoordinatorClient& cli
     ASSIGN_OR_RETURN(v1::JobSpec spec, LoadAndValidate(path));
     return client.Submit(spec);
   }
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job spec"));
-  }
-  ASSIGN_OR_RETURN(const std::string yaml, ReadSmallRegularFile(path, kMaxJobSpecBytes));
+  ASSIGN_OR_RETURN(const std::string yaml, ReadJobSpecFile(path));
   JobSpecYamlOptions syntax_only;
   syntax_only.read_files = false;
   RETURN_IF_ERROR(Annotate(ParseJobSpecYaml(yaml, "", syntax_only).status(), path));

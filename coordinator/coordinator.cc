@@ -336,8 +336,8 @@ absl::Status CheckResolved(absl::string_view field, const std::string& path,
   return absl::InvalidArgumentError(absl::StrCat(
       field, ": \"", path, "\" is relative, and this coordinator has no --", root,
       "_root to resolve it against: name it as an absolute path, as the cluster's machines see "
-      "it, or send spec_dir (weftctl submit --check-local-files), the folder to resolve it "
-      "against"));
+      "it, or resolve it on the client (weftctl submit --check-local-files; a gRPC client sends "
+      "spec_dir, the folder to resolve it against)"));
 }
 
 }  // namespace
@@ -480,7 +480,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
     retention_due_ = true;
     spdlog::info("job {}: {}", job_id, job.message());
     ScheduleLocked();
-    return store_->GetJob(job_id);
+    return job;  // as stored (a delete may follow at once)
   }
   auto run = runs_.find(job_id);
   if (run != runs_.end()) {
@@ -1143,7 +1143,12 @@ void Coordinator::HandleLogLines(const std::string& worker_id, const v1::LogLine
   }
   const absl::Status s = store_->AppendLogLines(logs.job_id(), logs.attempt(), logs.rank(), lines,
                                                 options_.max_log_lines);
-  if (!s.ok()) spdlog::error("{}: {}", worker_id, s.ToString());
+  if (absl::IsNotFound(s)) {
+    // The job was deleted while this worker wound its rank down.
+    spdlog::debug("{}: {}", worker_id, s.ToString());
+  } else if (!s.ok()) {
+    spdlog::error("{}: {}", worker_id, s.ToString());
+  }
 }
 
 void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
@@ -1370,6 +1375,10 @@ void Coordinator::ForgetDeletedJob(const v1::Job& job) {
 
 void Coordinator::ApplyRetention() {
   if (options_.job_retention_ms <= 0 && options_.max_ended_jobs <= 0) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+  }
   const int64_t now = Now();
   if (!retention_due_.exchange(false) && now < next_retention_ms_) return;
   next_retention_ms_ = now + options_.retention_interval_ms;

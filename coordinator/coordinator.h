@@ -432,7 +432,7 @@ class Coordinator {
 
   // Set when a job ends (retention by count may then delete one), cleared by ApplyRetention.
   std::atomic<bool> retention_due_{true};
-  int64_t next_retention_ms_ = 0;  // ApplyRetention's, which the ticker alone calls
+  std::atomic<int64_t> next_retention_ms_{0};  // ApplyRetention's next check by the interval
 
   absl::Notification stop_ticker_;
   // When Tick last got mu_ (or Start ran); read without it.

@@ -1461,8 +1461,9 @@ checkpoint: {dir: ckpt/run1}
   EXPECT_EQ(refused(relative).message(),
             "checkpoint.dir: \"ckpt/run1\" is relative, and this coordinator has no "
             "--checkpoint_root to resolve it against: name it as an absolute path, as the "
-            "cluster's machines see it, or send spec_dir (weftctl submit --check-local-files), "
-            "the folder to resolve it against");
+            "cluster's machines see it, or resolve it on the client (weftctl submit "
+            "--check-local-files; a gRPC client sends spec_dir, the folder to resolve it "
+            "against)");
   v1::SubmitJobRequest dir_alone = as_spec;
   dir_alone.set_spec_dir(dir);
   EXPECT_EQ(refused(dir_alone).message(), "spec_dir: only with spec_yaml");

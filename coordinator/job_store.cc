@@ -272,6 +272,8 @@ std::optional<int64_t> SeqOfJobId(const std::string& id) {
     if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return std::nullopt;
     seq = seq * 10 + (c - '0');
   }
+  // Only the form CreateJob writes: "job-3" and "job-0000003" name no job.
+  if (absl::StrFormat("job-%06d", seq) != id) return std::nullopt;
   return seq;
 }
 
@@ -344,6 +346,10 @@ absl::Status JobStore::Migrate() {
     RETURN_IF_ERROR(Annotate(Exec("ALTER TABLE jobs ADD COLUMN rank_errors BLOB;"),
                              "adding the rank_errors column to the jobs table"));
   }
+  // A store older than the counter: its last job made is its largest seq, before any delete.
+  RETURN_IF_ERROR(Annotate(Exec("INSERT OR IGNORE INTO counters (name, value) SELECT 'jobs', "
+                                "COALESCE(MAX(seq), 0) FROM jobs;"),
+                           "counting the jobs the store made"));
   return absl::OkStatus();
 }
 
@@ -570,6 +576,8 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState() {
 
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
+  // The job may have been deleted since the caller read it: say so rather than list nothing.
+  RETURN_IF_ERROR(GetJobLocked(job_id).status());
   Statement st(db_, "SELECT event FROM events WHERE job_id = ?1 ORDER BY seq;");
   RETURN_IF_ERROR(st.status());
   st.BindText(1, job_id);
@@ -674,6 +682,7 @@ absl::StatusOr<LogLinesPage> JobStore::GetLogLines(const LogLineQuery& query) {
   }
   absl::StrAppend(&sql, " ORDER BY attempt, time_ms, rank, seq LIMIT ?9;");
   absl::MutexLock lock(&mu_);
+  RETURN_IF_ERROR(GetJobLocked(query.job_id).status());
   Statement st(db_, sql);
   RETURN_IF_ERROR(st.status());
   st.BindText(1, query.job_id);
@@ -736,34 +745,23 @@ absl::StatusOr<std::vector<std::string>> JobStore::ListExpiredJobs(int64_t ended
                                                                    int limit) {
   if (limit <= 0) return absl::InvalidArgumentError("a list of expired jobs needs a limit");
   absl::MutexLock lock(&mu_);
-  // Both walk jobs_by_end: ended jobs from the oldest, and those past the keep_newest newest.
-  std::vector<std::string> ids;
-  auto collect = [&](Statement& st) -> absl::Status {
-    RETURN_IF_ERROR(st.status());
-    while (st.Step()) {
-      std::string id = st.Bytes(0);
-      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(std::move(id));
-    }
-    return st.done_status();
-  };
+  // One walk of jobs_by_end, oldest ending first, under one LIMIT: a job past either rule counts
+  // once.
   const std::string final_states =
       absl::StrCat("state IN (", v1::SUCCEEDED, ", ", v1::FAILED, ", ", v1::CANCELLED, ")");
-  if (ended_before_ms > 0) {
-    Statement st(db_, absl::StrCat("SELECT id FROM jobs WHERE end_time_ms > 0 AND end_time_ms < "
-                                   "?1 AND ", final_states, " ORDER BY end_time_ms LIMIT ?2;"));
-    st.BindInt(1, ended_before_ms);
-    st.BindInt(2, limit);
-    RETURN_IF_ERROR(collect(st));
-  }
-  if (keep_newest > 0 && static_cast<int>(ids.size()) < limit) {
-    Statement st(db_, absl::StrCat("SELECT id FROM (SELECT id, end_time_ms FROM jobs WHERE "
-                                   "end_time_ms > 0 AND ", final_states,
-                                   " ORDER BY end_time_ms DESC, seq DESC LIMIT -1 OFFSET ?1) "
-                                   "ORDER BY end_time_ms LIMIT ?2;"));
-    st.BindInt(1, keep_newest);
-    st.BindInt(2, limit - static_cast<int64_t>(ids.size()));
-    RETURN_IF_ERROR(collect(st));
-  }
+  Statement st(db_, absl::StrCat(
+                        "SELECT id FROM jobs WHERE end_time_ms > 0 AND ", final_states,
+                        " AND (end_time_ms < ?1 OR (?2 > 0 AND seq IN (SELECT seq FROM jobs WHERE "
+                        "end_time_ms > 0 AND ", final_states,
+                        " ORDER BY end_time_ms DESC, seq DESC LIMIT -1 OFFSET ?2))) "
+                        "ORDER BY end_time_ms, seq LIMIT ?3;"));
+  RETURN_IF_ERROR(st.status());
+  st.BindInt(1, ended_before_ms);
+  st.BindInt(2, keep_newest);
+  st.BindInt(3, limit);
+  std::vector<std::string> ids;
+  while (st.Step()) ids.push_back(st.Bytes(0));
+  RETURN_IF_ERROR(st.done_status());
   return ids;
 }
 

@@ -122,7 +122,7 @@ class JobStore {
   absl::StatusOr<std::vector<v1::Job>> ListJobsInState(v1::JobState state);
   // How many jobs are in each state (states with none are absent).
   absl::StatusOr<std::map<v1::JobState, int64_t>> CountJobsByState();
-  // Every event of the job in the order it was stored.
+  // Every event of the job in the order it was stored. NOT_FOUND for an unknown (or deleted) job.
   absl::StatusOr<std::vector<v1::JobEvent>> ListEvents(const std::string& job_id);
 
   // Appends lines a worker logged as `rank` of the job's `attempt`, numbered on from that rank's
@@ -135,7 +135,7 @@ class JobStore {
                               int64_t max_lines);
   // At most query.limit of the job's lines that match the query, ordered by attempt, time, rank
   // and seq (each page a range of the (job, attempt, time, rank, seq) index, or its per-rank
-  // twin, so a page costs its rows). Does not check that the job exists.
+  // twin, so a page costs its rows). NOT_FOUND for an unknown (or deleted) job.
   absl::StatusOr<LogLinesPage> GetLogLines(const LogLineQuery& query);
 
   // Deletes a job that ended (SUCCEEDED, FAILED or CANCELLED) with its events and log lines, in

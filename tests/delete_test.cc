@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -99,6 +100,8 @@ DaemonCluster* DeleteTest::cluster_ = nullptr;
 TEST_F(DeleteTest, ARunningJobIsRefusedAndAnEndedOneGoesWithItsEventsAndLogs) {
   const std::string id = Submit("long", 1000000, /*watch=*/false);
   ASSERT_FALSE(id.empty());
+  // Should the test stop early, the job must not hold the suite's one worker.
+  absl::Cleanup cancel = [&] { Weftctl({"cancel", id}, 30); };
   // Running, with a step done (its worker has logged by then).
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (cluster_->GetJob(id).steps_size() == 0 && absl::Now() < deadline) {

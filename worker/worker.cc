@@ -339,7 +339,16 @@ void Worker::Shutdown(const std::string& reason) {
   v1::WorkerMessage bye;
   bye.mutable_goodbye()->set_reason(reason);
   Send(bye, session());
+  {
+    absl::MutexLock lock(&write_mu_);
+    if (stream_ != nullptr) stream_->WritesDone();  // the Goodbye is the stream's last message
+  }
   absl::MutexLock lock(&mu_);
+  // The coordinator ends the stream once it has read the Goodbye (Serve then returns); a cancel
+  // sent before that could overtake the Goodbye, and the worker would be listed lost.
+  mu_.AwaitWithTimeout(
+      absl::Condition(+[](Worker* w) { return w->stream_ctx_ == nullptr; }, this),
+      kGoodbyeGrace);
   if (stream_ctx_ != nullptr) stream_ctx_->TryCancel();
 }
 

@@ -100,6 +100,9 @@ class GlooTaskEnvironment : public TaskEnvironment {
 //   task.Join();
 // How long a cancelled task may stay in a collective before its worker abandons it.
 inline constexpr absl::Duration kAbandonAfter = absl::Seconds(2);
+// Shutdown waits this long for the coordinator to end the stream after the Goodbye, then cancels
+// it.
+inline constexpr absl::Duration kGoodbyeGrace = absl::Seconds(2);
 
 class Task {
  public:
@@ -205,9 +208,10 @@ class Worker {
   // Serves until Shutdown() (then OK) or until no stream could be opened for
   // reconnect_deadline (UNAVAILABLE).
   absl::Status Run();
-  // Says Goodbye (`reason`) on the stream, so that the coordinator lists this worker as drained,
-  // not lost, and fails the rank it runs with the reason; then cancels the running task and the
-  // stream. Run returns soon after. Thread-safe.
+  // Says Goodbye (`reason`) as the stream's last message, so that the coordinator lists this
+  // worker as drained, not lost, and fails the rank it runs with the reason; waits (at most
+  // kGoodbyeGrace) for the coordinator to end the stream, then cancels what is left. Run returns
+  // soon after. Thread-safe.
   void Shutdown(const std::string& reason = "the worker is shutting down")
       ABSL_LOCKS_EXCLUDED(mu_);
 

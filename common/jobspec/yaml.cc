@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -15,12 +14,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_io.h"
 #include "common/jobspec/defaults.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/param_pattern.h"
 #include "common/jobspec/parallelize.h"
 #include "common/jobspec/placements.h"
 #include "common/jobspec/transformer_config.h"
+#include "common/jobspec/validate.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/anchor.h"
@@ -924,7 +925,7 @@ absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::stri
   return spec;
 }
 
-absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file"));
@@ -932,14 +933,15 @@ absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
   if (std::filesystem::is_directory(path, ec)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": is a directory, not a job spec"));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return absl::InvalidArgumentError(absl::StrCat(path, ": read error"));
+  return ReadSmallRegularFile(path, kMaxJobSpecBytes);
+}
+
+absl::StatusOr<JobSpec> LoadJobSpecFile(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text, ReadJobSpecFile(path));
+  std::error_code ec;
   std::filesystem::path abs = std::filesystem::absolute(path, ec);
   if (ec) abs = path;
-  absl::StatusOr<JobSpec> spec = ParseJobSpecYaml(text.str(), abs.parent_path().string());
+  absl::StatusOr<JobSpec> spec = ParseJobSpecYaml(text, abs.parent_path().string());
   if (!spec.ok()) return Annotate(spec.status(), path);
   return spec;
 }

@@ -49,7 +49,12 @@ struct JobSpecYamlOptions {
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir,
                                              const JobSpecYamlOptions& options = {});
 
-// Reads and parses a spec file; base_dir is the file's folder.
+// A spec file's text: a regular file of at most kMaxJobSpecBytes (a FIFO is refused, never waited
+// on). NOT_FOUND "<path>: no such file"; INVALID_ARGUMENT for a folder ("<path>: is a directory,
+// not a job spec"), another kind of file or a larger one, naming the path.
+absl::StatusOr<std::string> ReadJobSpecFile(const std::string& path);
+
+// Reads (ReadJobSpecFile) and parses a spec file; base_dir is the file's folder.
 absl::StatusOr<v1::JobSpec> LoadJobSpecFile(const std::string& path);
 
 }  // namespace weft
