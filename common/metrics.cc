@@ -18,14 +18,15 @@ std::string FormatValue(double v) {
   return absl::StrFormat("%.17g", v);
 }
 
-// A label value escaped as the text format asks: backslash, double quote and newline.
-std::string EscapeLabelValue(const std::string& value) {
+// Text escaped as the text format asks: backslash and newline, and in a label value (`quotes`)
+// the double quote too; HELP text keeps its quotes.
+std::string Escape(const std::string& text, bool quotes) {
   std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
+  out.reserve(text.size());
+  for (char c : text) {
     if (c == '\\') {
       out += "\\\\";
-    } else if (c == '"') {
+    } else if (c == '"' && quotes) {
       out += "\\\"";
     } else if (c == '\n') {
       out += "\\n";
@@ -43,28 +44,13 @@ const char* TypeName(MetricFamily::Kind kind) {
                                               : "histogram";
 }
 
-// HELP text escapes backslash and newline.
-std::string EscapeHelp(const std::string& help) {
-  std::string out;
-  for (char c : help) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 // {a="x",b="y"} with `extra` (a histogram's le) last; empty when there are no labels at all.
 std::string LabelSet(const std::vector<std::string>& names, const LabelValues& values,
                      const std::string& extra = "") {
   std::string out;
   for (size_t i = 0; i < names.size(); ++i) {
-    absl::StrAppend(&out, out.empty() ? "" : ",", names[i], "=\"", EscapeLabelValue(values[i]),
-                    "\"");
+    absl::StrAppend(&out, out.empty() ? "" : ",", names[i], "=\"",
+                    Escape(values[i], /*quotes=*/true), "\"");
   }
   if (!extra.empty()) absl::StrAppend(&out, out.empty() ? "" : ",", extra);
   return out.empty() ? "" : absl::StrCat("{", out, "}");
@@ -120,8 +106,8 @@ MetricFamilyInfo MetricFamily::Info() const {
 void MetricFamily::Render(std::string* out) {
   absl::MutexLock lock(&mu_);
   if (series_.empty()) return;
-  absl::StrAppend(out, "# HELP ", name_, " ", EscapeHelp(help_), "\n# TYPE ", name_, " ",
-                  TypeName(kind_), "\n");
+  absl::StrAppend(out, "# HELP ", name_, " ", Escape(help_, /*quotes=*/false), "\n# TYPE ",
+                  name_, " ", TypeName(kind_), "\n");
   for (const auto& [labels, s] : series_) {
     if (kind_ != Kind::kHistogram) {
       absl::StrAppend(out, name_, LabelSet(label_names_, labels), " ", FormatValue(s.value), "\n");
@@ -154,11 +140,6 @@ double CounterFamily::Value(const LabelValues& labels) {
 void GaugeFamily::Set(const LabelValues& labels, double value) {
   absl::MutexLock lock(&mu_);
   SeriesOf(labels).value = value;
-}
-
-void GaugeFamily::Add(const LabelValues& labels, double amount) {
-  absl::MutexLock lock(&mu_);
-  SeriesOf(labels).value += amount;
 }
 
 double GaugeFamily::Value(const LabelValues& labels) {

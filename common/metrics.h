@@ -95,7 +95,6 @@ class GaugeFamily : public MetricFamily {
   GaugeFamily(std::string name, std::string help, std::vector<std::string> label_names)
       : MetricFamily(std::move(name), std::move(help), std::move(label_names), Kind::kGauge) {}
   void Set(const LabelValues& labels, double value);
-  void Add(const LabelValues& labels, double amount);
   double Value(const LabelValues& labels);
 };
 

@@ -12,25 +12,6 @@
 
 namespace weft {
 
-absl::Status ParseHostPort(const std::string& flag, const std::string& address, std::string* host,
-                           int* port, bool allow_empty_host) {
-  const size_t colon = address.rfind(':');
-  int value = -1;
-  const bool parsed = colon != std::string::npos &&
-                      absl::SimpleAtoi(address.substr(colon + 1), &value) && value >= 0 &&
-                      value <= 65535 && address.substr(colon + 1).find_first_not_of(
-                                            "0123456789") == std::string::npos;
-  std::string h = colon == std::string::npos ? "" : address.substr(0, colon);
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (!parsed || (h.empty() && !allow_empty_host)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        flag, " ", address, ": expected HOST:PORT with a port from 0 (any free one) to 65535"));
-  }
-  *host = std::move(h);
-  *port = value;
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen, std::function<std::string()> render) {
   std::string host;
@@ -80,11 +61,6 @@ MetricsServer::MetricsServer(std::unique_ptr<httplib::Server> server, std::strin
 MetricsServer::~MetricsServer() {
   server_->stop();
   if (thread_.joinable()) thread_.join();
-}
-
-std::string JoinHostPort(const std::string& host, int port) {
-  const bool v6 = host.find(':') != std::string::npos;
-  return v6 ? absl::StrCat("[", host, "]:", port) : absl::StrCat(host, ":", port);
 }
 
 std::string MetricsServer::address() const { return JoinHostPort(host_, port_); }

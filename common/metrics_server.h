@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/host_port.h"
 
 namespace httplib {
 class Server;
@@ -49,15 +50,6 @@ class MetricsServer {
   const int port_;
   std::thread thread_;
 };
-
-// Splits HOST:PORT ("[::1]:9100" -> "::1", 9100): INVALID_ARGUMENT naming `flag` unless the port
-// is 0..65535 and the host is not empty (allow_empty_host: ":7070", which gRPC reads as every
-// interface).
-absl::Status ParseHostPort(const std::string& flag, const std::string& address, std::string* host,
-                           int* port, bool allow_empty_host = false);
-
-// HOST:PORT, the host in brackets when it is an IPv6 address ("[::1]:9100").
-std::string JoinHostPort(const std::string& host, int port);
 
 }  // namespace weft
 

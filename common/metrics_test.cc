@@ -23,7 +23,7 @@ TEST(MetricsTest, CountersAndGaugesRenderWithTheirLabels) {
   steps->Add({"job-1"}, -5);  // ignored: counters only go up
   steps->Add({"job-2"}, 0.5);
   workers->Set({"idle", "cpu"}, 3);
-  workers->Add({"idle", "cpu"}, -1);
+  workers->Set({"idle", "cpu"}, 2);  // a gauge holds the last value set
   EXPECT_EQ(steps->Value({"job-1"}), 3);
   EXPECT_EQ(unused->SeriesCount(), 0);
   EXPECT_EQ(registry.Render(),

@@ -847,8 +847,8 @@ void Coordinator::DispatchStarted() {
 void Coordinator::EndRendezvousLocked(const std::string& job_id, int attempt) {
   const std::string scope = RendezvousScope(job_id, attempt);
   const RendezvousUsage held = rendezvous_.DropScope(scope);
-  spdlog::info("rendezvous scope {} ended: held {} keys and {} bytes at most", scope,
-                held.peak_keys, held.peak_bytes);
+  spdlog::info("rendezvous scope {} ended: held {} keys and {} bytes at most", scope, held.keys,
+               held.peak_bytes);
 }
 
 void Coordinator::SendCancelLocked(const Run& run, const std::string& reason) {
@@ -1354,23 +1354,23 @@ void Coordinator::Tick() {
 }
 
 absl::StatusOr<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
-  absl::StatusOr<v1::Job> job = store_->DeleteJob(job_id);
+  absl::StatusOr<v1::Job> job = DeleteEndedJob(job_id);
   if (absl::IsFailedPrecondition(job.status())) {
     return absl::FailedPreconditionError(absl::StrCat(
         job.status().message(), "; cancel it first (weftctl cancel ", job_id, ")"));
   }
-  if (!job.ok()) return job.status();
-  ForgetDeletedJob(*job);
-  spdlog::info("job {}: deleted ({})", job_id, v1::JobState_Name(job->state()));
+  if (job.ok()) spdlog::info("job {}: deleted ({})", job_id, v1::JobState_Name(job->state()));
   return job;
 }
 
-void Coordinator::ForgetDeletedJob(const v1::Job& job) {
+absl::StatusOr<v1::Job> Coordinator::DeleteEndedJob(const std::string& job_id) {
+  ASSIGN_OR_RETURN(v1::Job job, store_->DeleteJob(job_id));
   // The store had the job final, which the thread that ended it wrote under mu_ before it told
   // the trace store and the metrics: once mu_ is ours, they were told, and forgetting is last.
   { absl::MutexLock lock(&mu_); }
   traces_.Forget(job.id());
   metrics_.Forget(job);
+  return job;
 }
 
 void Coordinator::ApplyRetention() {
@@ -1398,12 +1398,11 @@ void Coordinator::ApplyRetention() {
   for (const std::string& job_id : *expired) {
     if (absl::Now() >= stop_at) break;
     ++done;
-    absl::StatusOr<v1::Job> job = store_->DeleteJob(job_id);
+    absl::StatusOr<v1::Job> job = DeleteEndedJob(job_id);
     if (!job.ok()) {
       spdlog::error("retention: deleting job {}: {}", job_id, job.status().ToString());
       continue;
     }
-    ForgetDeletedJob(*job);
     const bool by_age = ended_before > 0 && job->end_time_ms() < ended_before;
     spdlog::info("job {}: deleted by retention ({}, ended {} s ago): {}", job_id,
                  v1::JobState_Name(job->state()), (now - job->end_time_ms()) / 1000,

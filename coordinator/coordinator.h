@@ -399,8 +399,8 @@ class Coordinator {
   // Deletes the ended jobs that retention no longer keeps, at most a batch a call, when a job
   // ended since the last call or retention_interval_ms passed (or the last batch was full).
   void ApplyRetention() ABSL_LOCKS_EXCLUDED(mu_);
-  // The store deleted the job: its trace and metric series go too.
-  void ForgetDeletedJob(const v1::Job& job) ABSL_LOCKS_EXCLUDED(mu_);
+  // The store's DeleteJob, then the job's trace and metric series go too; the job as it was.
+  absl::StatusOr<v1::Job> DeleteEndedJob(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // Drops the attempt's rendezvous scope (its keys, and its ticket with them).
   void EndRendezvousLocked(const std::string& job_id, int attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -8,7 +8,7 @@
 #include <optional>
 #include <utility>
 
-#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -264,23 +264,14 @@ std::string DroppedLinesText(int64_t dropped, int64_t max_lines) {
 // The seq a job id was made from ("job-000042": 42), or nullopt for a string no job id has.
 std::optional<int64_t> SeqOfJobId(const std::string& id) {
   absl::string_view digits(id);
-  if (!absl::ConsumePrefix(&digits, "job-") || digits.empty() || digits.size() > 18) {
+  int64_t seq = 0;
+  // Only the form CreateJob writes: "job-3" and "job-0000003" name no job.
+  if (!absl::ConsumePrefix(&digits, "job-") || !absl::SimpleAtoi(digits, &seq) ||
+      absl::StrFormat("job-%06d", seq) != id) {
     return std::nullopt;
   }
-  int64_t seq = 0;
-  for (char c : digits) {
-    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return std::nullopt;
-    seq = seq * 10 + (c - '0');
-  }
-  // Only the form CreateJob writes: "job-3" and "job-0000003" name no job.
-  if (absl::StrFormat("job-%06d", seq) != id) return std::nullopt;
   return seq;
 }
-
-// The seq of the last job ever created: the counter, or (a store older than it) the largest seq.
-constexpr char kLastSeqSql[] =
-    "SELECT MAX((SELECT COALESCE(MAX(seq), 0) FROM jobs), COALESCE((SELECT value FROM counters "
-    "WHERE name = 'jobs'), 0));";
 
 }  // namespace
 
@@ -422,8 +413,7 @@ absl::StatusOr<v1::Job> JobStore::CreateJob(const v1::JobSpec& spec, int64_t now
   absl::MutexLock lock(&mu_);
   v1::Job job;
   absl::Status s = InTransaction([&]() -> absl::Status {
-    // After the last job ever created, deleted or not (a store older than the counter has every
-    // job it made).
+    // After the last job ever created, deleted or not.
     ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
     const int64_t seq = last + 1;
     Statement count(db_, "INSERT OR REPLACE INTO counters (name, value) VALUES ('jobs', ?1);");
@@ -479,19 +469,28 @@ absl::StatusOr<v1::Job> JobStore::GetJobLocked(const std::string& job_id) {
   ASSIGN_OR_RETURN(
       std::vector<v1::Job> jobs,
       QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }));
-  if (jobs.empty()) {
-    const std::optional<int64_t> seq = SeqOfJobId(job_id);
-    ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
-    if (seq.has_value() && *seq >= 1 && *seq <= last) {
-      return absl::NotFoundError(absl::StrCat("job ", job_id, " was deleted"));
-    }
-    return absl::NotFoundError(absl::StrCat("no job ", job_id));
-  }
+  if (jobs.empty()) return SeqOfJobLocked(job_id).status();  // why not
   return std::move(jobs[0]);
 }
 
+absl::StatusOr<int64_t> JobStore::SeqOfJobLocked(const std::string& job_id, bool allow_deleted) {
+  Statement find(db_, "SELECT seq FROM jobs WHERE id = ?1;");
+  RETURN_IF_ERROR(find.status());
+  find.BindText(1, job_id);
+  if (find.Step()) return find.Int(0);
+  RETURN_IF_ERROR(find.done_status());
+  const std::optional<int64_t> seq = SeqOfJobId(job_id);
+  ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
+  if (!seq.has_value() || *seq < 1 || *seq > last) {
+    return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  }
+  if (!allow_deleted) return absl::NotFoundError(absl::StrCat("job ", job_id, " was deleted"));
+  return *seq;
+}
+
 absl::StatusOr<int64_t> JobStore::LastSeqLocked() {
-  Statement st(db_, kLastSeqSql);
+  // Migrate fills the counter for a store made before it; CreateJob raises it.
+  Statement st(db_, "SELECT value FROM counters WHERE name = 'jobs';");
   RETURN_IF_ERROR(st.status());
   if (!st.Step()) {
     RETURN_IF_ERROR(st.done_status());
@@ -521,21 +520,8 @@ absl::StatusOr<JobSummaryPage> JobStore::ListJobSummaries(v1::JobState state,
   absl::MutexLock lock(&mu_);
   int64_t after_seq = 0;
   if (!after_id.empty()) {
-    Statement find(db_, "SELECT seq FROM jobs WHERE id = ?1;");
-    RETURN_IF_ERROR(find.status());
-    find.BindText(1, after_id);
-    if (find.Step()) {
-      after_seq = find.Int(0);
-    } else {
-      RETURN_IF_ERROR(find.done_status());
-      // The page's last job was deleted meanwhile: its id still says where the page ended.
-      const std::optional<int64_t> seq = SeqOfJobId(after_id);
-      ASSIGN_OR_RETURN(const int64_t last, LastSeqLocked());
-      if (!seq.has_value() || *seq < 1 || *seq > last) {
-        return absl::NotFoundError("no job has that id");
-      }
-      after_seq = *seq;
-    }
+    // A page whose last job was deleted meanwhile still ends at its seq.
+    ASSIGN_OR_RETURN(after_seq, SeqOfJobLocked(after_id, /*allow_deleted=*/true));
   }
   // Keyset paging: seq (or (state, seq) with a state) is an index, so a page costs its rows.
   Statement st(db_, absl::StrCat("SELECT ", kJobColumns, ", ", kLastStepColumn,
@@ -577,7 +563,7 @@ absl::StatusOr<std::map<v1::JobState, int64_t>> JobStore::CountJobsByState() {
 absl::StatusOr<std::vector<v1::JobEvent>> JobStore::ListEvents(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   // The job may have been deleted since the caller read it: say so rather than list nothing.
-  RETURN_IF_ERROR(GetJobLocked(job_id).status());
+  RETURN_IF_ERROR(SeqOfJobLocked(job_id).status());
   Statement st(db_, "SELECT event FROM events WHERE job_id = ?1 ORDER BY seq;");
   RETURN_IF_ERROR(st.status());
   st.BindText(1, job_id);
@@ -601,13 +587,7 @@ absl::Status JobStore::AppendLogLines(const std::string& job_id, int attempt, in
   absl::MutexLock lock(&mu_);
   absl::Status s = InTransaction([&]() -> absl::Status {
     // A worker still winding down a job's rank may log after the job was deleted.
-    Statement job(db_, "SELECT 1 FROM jobs WHERE id = ?1;");
-    RETURN_IF_ERROR(job.status());
-    job.BindText(1, job_id);
-    if (!job.Step()) {
-      RETURN_IF_ERROR(job.done_status());
-      return absl::NotFoundError(absl::StrCat("no job ", job_id, " (deleted)"));
-    }
+    RETURN_IF_ERROR(SeqOfJobLocked(job_id).status());
     // The rank's last line (the primary key's last entry for it: no scan).
     Statement last(db_,
                    "SELECT COALESCE(MAX(seq), 0) FROM log_lines WHERE job_id = ?1 AND "
@@ -682,7 +662,7 @@ absl::StatusOr<LogLinesPage> JobStore::GetLogLines(const LogLineQuery& query) {
   }
   absl::StrAppend(&sql, " ORDER BY attempt, time_ms, rank, seq LIMIT ?9;");
   absl::MutexLock lock(&mu_);
-  RETURN_IF_ERROR(GetJobLocked(query.job_id).status());
+  RETURN_IF_ERROR(SeqOfJobLocked(query.job_id).status());
   Statement st(db_, sql);
   RETURN_IF_ERROR(st.status());
   st.BindText(1, query.job_id);

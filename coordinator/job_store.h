@@ -163,6 +163,10 @@ class JobStore {
   // NOT_FOUND says "was deleted" for an id the store gave and no longer holds.
   absl::StatusOr<v1::Job> GetJobLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The job's seq. NOT_FOUND "job-000007 was deleted" for an id the store gave and no longer
+  // holds (allow_deleted: that id's seq all the same), "no job X" for any other.
+  absl::StatusOr<int64_t> SeqOfJobLocked(const std::string& job_id, bool allow_deleted = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The seq of the last job ever created (0: none).
   absl::StatusOr<int64_t> LastSeqLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteJobRow(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -25,6 +25,7 @@
 #include "common/crash_point.h"
 #include "common/file_io.h"
 #include "common/help_flags.h"
+#include "common/host_port.h"
 #include "common/metrics_server.h"
 #include "common/path_roots.h"
 #include "common/systemd_notify.h"

@@ -114,8 +114,8 @@ absl::Status Rendezvous::Set(const std::string& scope, const std::string& ticket
                      value_bytes, " bytes, over the attempt's limit of ", limit.max_value_bytes));
   }
   auto old = s.values.find(key);
-  const int64_t keys = s.usage.keys + (old == s.values.end() ? 1 : 0);
-  const int64_t bytes = s.usage.bytes + key_bytes + value_bytes -
+  const int64_t keys = static_cast<int64_t>(s.values.size()) + (old == s.values.end() ? 1 : 0);
+  const int64_t bytes = s.bytes + key_bytes + value_bytes -
                         (old == s.values.end() ? 0 : key_bytes + old->second.size());
   if (keys > limit.max_keys || bytes > limit.max_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -124,10 +124,8 @@ absl::Status Rendezvous::Set(const std::string& scope, const std::string& ticket
         limit.max_bytes, " bytes"));
   }
   s.values[key] = std::move(value);
-  s.usage.keys = keys;
-  s.usage.bytes = bytes;
-  s.usage.peak_keys = std::max(s.usage.peak_keys, keys);
-  s.usage.peak_bytes = std::max(s.usage.peak_bytes, bytes);
+  s.bytes = bytes;
+  s.peak_bytes = std::max(s.peak_bytes, bytes);
   return absl::OkStatus();
 }
 
@@ -197,7 +195,7 @@ RendezvousUsage Rendezvous::DropScope(const std::string& scope) {
   auto it = scopes_.find(scope);
   if (it == scopes_.end()) return {};
   it->second->dropped = true;
-  const RendezvousUsage usage = it->second->usage;
+  const RendezvousUsage usage = it->second->usage();
   scopes_.erase(it);
   return usage;
 }
@@ -218,7 +216,7 @@ absl::StatusOr<RendezvousUsage> Rendezvous::Usage(const std::string& scope) {
   if (it == scopes_.end()) {
     return absl::NotFoundError(absl::StrCat("rendezvous scope ", scope, " is not open"));
   }
-  return it->second->usage;
+  return it->second->usage();
 }
 
 }  // namespace weft::coordinator

@@ -53,11 +53,11 @@ struct RendezvousLimits {
   static RendezvousLimits ForMesh(const std::vector<int64_t>& shape);
 };
 
-// What a scope holds now and held at most.
+// What a scope holds now (keys are never removed, so it holds the most keys it ever held) and the
+// most bytes it held (a value set again may be shorter).
 struct RendezvousUsage {
   int64_t keys = 0;
   int64_t bytes = 0;
-  int64_t peak_keys = 0;
   int64_t peak_bytes = 0;
 };
 
@@ -98,8 +98,13 @@ class Rendezvous {
     std::string ticket;
     RendezvousLimits limits;
     std::map<std::string, std::string> values;
-    RendezvousUsage usage;
+    int64_t bytes = 0;  // of the keys and values
+    int64_t peak_bytes = 0;
     bool dropped = false;
+
+    RendezvousUsage usage() const {
+      return {static_cast<int64_t>(values.size()), bytes, peak_bytes};
+    }
   };
   // The open scope whose ticket matches, or why not.
   absl::StatusOr<std::shared_ptr<Scope>> Find(const std::string& scope, const std::string& ticket)

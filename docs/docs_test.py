@@ -35,11 +35,14 @@ def read(path: str) -> str:
         return f.read()
 
 
-def run(binary: str, *args: str) -> str:
-    """The binary's stdout and stderr together (absl prints --help on stdout, exits 1 or 0)."""
+def run(binary: str, *args: str, exit_codes=(0,)) -> str:
+    """The binary's stdout and stderr together; an exit code not in exit_codes fails the test."""
     done = subprocess.run([os.path.join(ROOT, binary), *args], stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, timeout=120, check=False)
-    return done.stdout.decode("utf-8", "replace")
+    out = done.stdout.decode("utf-8", "replace")
+    if done.returncode not in exit_codes:
+        raise AssertionError(f"{binary} {' '.join(args)} exited {done.returncode}:\n{out}")
+    return out
 
 
 class Heading:
@@ -209,7 +212,7 @@ class OperationsTest(unittest.TestCase):
 
     def flags_of(self, binary: str) -> Dict[str, str]:
         """--help's flags of the daemon's main file, by name, with their defaults."""
-        text = run(binary, "--help")
+        text = run(binary, "--help", exit_codes=(0, 1))  # absl's --help exits 1 or 0
         flags = {}
         # "    --listen (HOST:PORT to serve on; port 0 picks one);\n      default: "127.0.0.1:7070";"
         # (a flag four spaces in, its description's lines six).
@@ -251,7 +254,7 @@ class OperationsTest(unittest.TestCase):
     def test_metrics_table(self):
         families = {}
         for line in run("docs/metric_families").splitlines():
-            daemon, name, kind, labels = line.split("\t")
+            name, kind, labels = line.split("\t")
             families[name] = (kind, sorted(filter(None, labels.split(","))))
         self.assertIn("weft_jobs", families)
         self.assertIn("weft_worker_steps_total", families)

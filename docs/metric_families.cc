@@ -1,8 +1,9 @@
 // metric_families: every metric family the daemons register, for docs/docs_test, which holds the
-// metrics table of docs/operations.md to it. One line per family, tab-separated:
-//   DAEMON  NAME  TYPE  LABELS
-// DAEMON is weft-coordinator or weft-worker, TYPE counter | gauge | histogram, LABELS the label
-// names joined by commas (empty without labels).
+// metrics table of docs/operations.md to it. One line per family (the coordinator's, then a
+// worker's), tab-separated:
+//   NAME  TYPE  LABELS
+// TYPE counter | gauge | histogram, LABELS the label names joined by commas (empty without
+// labels).
 //
 // E.g.
 //   bazel run //docs:metric_families
@@ -17,9 +18,9 @@
 namespace weft {
 namespace {
 
-void Print(const char* daemon, MetricsRegistry& registry) {
+void Print(MetricsRegistry& registry) {
   for (const MetricFamilyInfo& family : registry.Families()) {
-    std::cout << daemon << "\t" << family.name << "\t" << family.type << "\t"
+    std::cout << family.name << "\t" << family.type << "\t"
               << absl::StrJoin(family.label_names, ",") << "\n";
   }
 }
@@ -30,7 +31,7 @@ void Print(const char* daemon, MetricsRegistry& registry) {
 int main() {
   weft::coordinator::CoordinatorMetrics coordinator;
   weft::WorkerMetrics worker("cpu");
-  weft::Print("weft-coordinator", coordinator.registry());
-  weft::Print("weft-worker", worker.registry());
+  weft::Print(coordinator.registry());
+  weft::Print(worker.registry());
   return 0;
 }

@@ -32,6 +32,7 @@ RUNFILES = os.path.join(os.environ.get("TEST_SRCDIR", ""), "weft")
 # dp = 2, so step s uses samples (s-1)*8 .. s*8-1 mod 16.
 NUM_SAMPLES, IN, HIDDEN, OUT, BATCH, STEPS, LR = 16, 4, 8, 3, 8, 6, 0.1
 
+# Its files are named under the cluster's data root (test_1 writes them in jobs/ there).
 MLP_SPEC = f"""\
 name: py-mlp
 mesh: {{shape: [2], dim_names: [dp]}}
@@ -41,10 +42,10 @@ model:
     - {{name: act0, type: relu}}
     - {{name: fc1, type: linear, in_features: {HIDDEN}, out_features: {OUT}}}
   loss: mse
-data: {{source: npy, input: inputs.npy, label: labels.npy, batch_size: {BATCH}}}
+data: {{source: npy, input: jobs/inputs.npy, label: jobs/labels.npy, batch_size: {BATCH}}}
 optimizer: {{type: sgd, lr: {LR}}}
 train: {{steps: {STEPS}, seed: 7}}
-init_from: init.safetensors
+init_from: jobs/init.safetensors
 """
 
 
@@ -219,9 +220,7 @@ class ClientTest(unittest.TestCase):
         os.makedirs(client_folder)
         spec_path = os.path.join(client_folder, "mlp.yaml")
         with open(spec_path, "w") as f:
-            f.write(MLP_SPEC.replace("inputs.npy", "jobs/inputs.npy")
-                    .replace("labels.npy", "jobs/labels.npy")
-                    .replace("init.safetensors", "jobs/init.safetensors"))
+            f.write(MLP_SPEC)
         # Resolved against the client's folder, the paths lead outside the cluster's data root.
         with self.assertRaises(weft.WeftError) as local:
             self.client.submit(spec_path, local_paths=True)
@@ -366,9 +365,7 @@ class ClientTest(unittest.TestCase):
     def test_7_the_example_script_watches_a_job_to_success(self) -> None:
         spec = os.path.join(self.work, "example.yaml")
         with open(spec, "w") as f:
-            f.write(MLP_SPEC.replace("name: py-mlp", "name: py-example")
-                    .replace("inputs.npy", "jobs/inputs.npy").replace("labels.npy", "jobs/labels.npy")
-                    .replace("init.safetensors", "jobs/init.safetensors"))
+            f.write(MLP_SPEC.replace("name: py-mlp", "name: py-example"))
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
                    WEFT_COORDINATOR=self.daemons.address, WEFT_TOKEN_FILE=self.daemons.client_token)
         run = subprocess.run(

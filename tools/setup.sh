@@ -12,9 +12,9 @@ packages=(
   libgloo-dev libopenblas-dev libsqlite3-dev libssl-dev libsystemd-dev libcpp-httplib-dev
   libgtest-dev libgmock-dev
   openssl
-  # The Python client (python/) and its test: Debian's python3 and its gRPC, protobuf, YAML and
-  # numpy (the test's float64 reference).
-  python3 python3-grpcio python3-protobuf python3-yaml python3-numpy
+  # The Python client (python/) and its test: Debian's python3 and its gRPC, protobuf and numpy
+  # (the test's float64 reference).
+  python3 python3-grpcio python3-protobuf python3-numpy
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch time bc)

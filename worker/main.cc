@@ -27,6 +27,7 @@
 #include "common/coordinator_channel.h"
 #include "common/crash_point.h"
 #include "common/help_flags.h"
+#include "common/host_port.h"
 #include "common/metrics_server.h"
 #include "common/path_roots.h"
 #include "common/systemd_notify.h"

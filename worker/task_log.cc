@@ -61,22 +61,22 @@ void TaskLogSink::EndLocked() {
 }
 
 void TaskLogSink::sink_it_(const spdlog::details::log_msg& msg) {
-  // Cut before the copy (a replaced byte grows to three, so cut again after).
-  const absl::string_view payload = Utf8Prefix(
-      absl::string_view(msg.payload.data(), msg.payload.size()), options_.max_line_bytes);
-  const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
-  v1::LogLine line;
-  line.set_time_ms(
-      std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count());
-  line.set_level(std::string(level.data(), level.size()));
-  line.set_text(std::string(Utf8Prefix(ReplaceInvalidUtf8(payload), options_.max_line_bytes)));
   absl::MutexLock lock(&mu_);
+  // A line logged outside a task, or past the bound, costs no copy.
   if (!active_) return;
   if (static_cast<int>(pending_.size()) >= options_.max_pending) {
     ++dropped_;
     return;
   }
-  pending_.push_back(std::move(line));
+  // Cut before the copy (a replaced byte grows to three, so cut again after).
+  const absl::string_view payload = Utf8Prefix(
+      absl::string_view(msg.payload.data(), msg.payload.size()), options_.max_line_bytes);
+  const spdlog::string_view_t level = spdlog::level::to_string_view(msg.level);
+  v1::LogLine& line = pending_.emplace_back();
+  line.set_time_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch()).count());
+  line.set_level(std::string(level.data(), level.size()));
+  line.set_text(std::string(Utf8Prefix(ReplaceInvalidUtf8(payload), options_.max_line_bytes)));
 }
 
 void TaskLogSink::SendPendingLocked(bool last) {
@@ -103,7 +103,7 @@ void TaskLogSink::SendPendingLocked(bool last) {
     batch.set_attempt(attempt_);
     batch.set_rank(rank_);
   }
-  if (!send_) return;
+  // active_ was set: Begin gave send_ first.
   for (size_t begin = 0; begin < lines.size(); begin += options_.batch_lines) {
     v1::WorkerMessage msg;
     *msg.mutable_logs() = batch;

@@ -23,7 +23,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "spdlog/details/null_mutex.h"
 #include "spdlog/sinks/base_sink.h"
 #include "weft/v1/service.pb.h"
 
@@ -43,10 +43,10 @@ struct TaskLogOptions {
   size_t max_line_bytes = 4096;                          // a longer line is cut
 };
 
-// The base sink's mutex (std::mutex) serializes log calls and guards its formatter; this sink's
-// own state has mu_. Lock order: lifecycle_mu_, send_mu_, then whatever `send` takes (the
-// stream's lock, and a log call: the base sink's mutex), then mu_. Nothing is logged under mu_.
-class TaskLogSink final : public spdlog::sinks::base_sink<std::mutex> {
+// The sink's state has mu_, so the base sink needs no mutex of its own (its formatter is never
+// used or set). Lock order: lifecycle_mu_, send_mu_, then whatever `send` takes (the stream's
+// lock), then mu_. Nothing is logged under mu_.
+class TaskLogSink final : public spdlog::sinks::base_sink<spdlog::details::null_mutex> {
  public:
   // Sends one LogLines message on the task's stream; called on the flusher thread or End's.
   using Send = std::function<void(const v1::WorkerMessage&)>;

@@ -136,7 +136,7 @@ void Task::Run() {
   {
     absl::MutexLock lock(&mu_);
     if (cancelled_) {
-      done = DoneMessage(program, false, absl::StrCat("cancelled: ", cancel_reason_));
+      done = DoneMessage(program, false, absl::StrCat(kCancelledPrefix, cancel_reason_));
     } else if (status.ok()) {
       done = DoneMessage(program, true, "");
     } else {
@@ -602,7 +602,7 @@ void Worker::AbandonStuckTask(int64_t session) {
     stuck = std::move(task_);
   }
   const std::string why = absl::StrCat(
-      "cancelled: ", stuck->cancel_reason(), " (rank ", stuck->rank(), " was still in a collective ",
+      kCancelledPrefix, stuck->cancel_reason(), " (rank ", stuck->rank(), " was still in a collective ",
       absl::FormatDuration(kAbandonAfter),
       " later: abandoned; its thread ends at the collective timeout)");
   spdlog::warn("job {} attempt {}: {}", stuck->job_id(), stuck->attempt(), why);

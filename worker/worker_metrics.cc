@@ -50,9 +50,9 @@ void WorkerMetrics::Observe(const v1::WorkerMessage& msg) {
     checkpoint_bytes_->Add({}, static_cast<double>(msg.checkpoint().bytes()));
   } else if (msg.has_done()) {
     const v1::TaskDone& done = msg.done();
-    tasks_->Add({done.ok()                                     ? "ok"
-                 : absl::StartsWith(done.message(), "cancelled") ? "cancelled"
-                                                                 : "failed"});
+    tasks_->Add({done.ok()                                              ? "ok"
+                 : absl::StartsWith(done.message(), kCancelledPrefix) ? "cancelled"
+                                                                      : "failed"});
   }
 }
 

@@ -26,6 +26,10 @@
 
 namespace weft {
 
+// The TaskDone message of a cancelled task starts with this (Task::Run, and a task abandoned in a
+// collective): its result counts as "cancelled".
+inline constexpr char kCancelledPrefix[] = "cancelled: ";
+
 class WorkerMetrics {
  public:
   explicit WorkerMetrics(std::string device_kind);

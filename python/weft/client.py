@@ -16,12 +16,12 @@ every field README.md and the protos document is there as is.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import grpc
-import yaml
 
 from weft.v1 import job_pb2, service_pb2, service_pb2_grpc
 
@@ -65,14 +65,12 @@ def is_final(state: int) -> bool:
     return state in _FINAL_STATES
 
 
-def _plain(value: Any) -> Any:
-    """`value` with every mapping a dict and every tuple a list, which yaml.safe_dump writes (an
-    OrderedDict or a tuple it would refuse or tag)."""
+def _as_json(value: Any) -> Any:
+    """json.dumps' fallback: a mapping that is not a dict, as a dict."""
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
+        return dict(value)
+    raise TypeError(f"a job spec holds mappings, lists, strings, numbers and booleans, "
+                    f"not {type(value).__name__}")
 
 
 def read_token_file(path: str) -> str:
@@ -183,7 +181,8 @@ class Client:
                                 "base_dir, local_paths: only with a spec file or dict")
             request.spec.CopyFrom(spec)
         elif isinstance(spec, Mapping):
-            request.spec_yaml = yaml.safe_dump(_plain(spec), sort_keys=False)
+            # JSON is YAML: the coordinator's reader takes it as it is.
+            request.spec_yaml = json.dumps(spec, indent=2, default=_as_json)
             if base_dir is not None or local_paths:
                 request.spec_dir = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
         elif isinstance(spec, (str, os.PathLike)):
@@ -210,17 +209,19 @@ class Client:
         """The job with every step of its latest attempt (read a page of steps at a time)."""
         request = service_pb2.GetJobRequest(job_id=job_id, steps_page_size=_STEPS_PER_CALL)
         job = self._call(self._stub.GetJob, request)
+        if not job.next_steps_page_token:
+            return job
+        steps = list(job.steps)
         while job.next_steps_page_token:
             request.steps_page_token = job.next_steps_page_token
-            page = self._call(self._stub.GetJob, request)
-            # The latest record, with the steps of every page so far.
-            latest = job_pb2.Job()
-            latest.CopyFrom(page)
-            del latest.steps[:]
-            latest.steps.extend(job.steps)
-            latest.steps.extend(page.steps)
-            job = latest
-        return job
+            job = self._call(self._stub.GetJob, request)
+            steps.extend(job.steps)
+        # The latest record (its spec copied once), with the steps of every page.
+        merged = job_pb2.Job()
+        merged.steps.extend(steps)
+        job.ClearField("steps")
+        merged.MergeFrom(job)
+        return merged
 
     def list(self, state: Union[None, int, str] = None,
              limit: int = 100) -> List[job_pb2.JobSummary]:
