@@ -87,7 +87,7 @@ int main() {
   weft::AdamWHyper hyper;
   std::printf("\n%-40s %12s\n", "kernel (elements)", "ms");
   std::printf("%-40s %12.2f\n", "adamw (8388608: both weights)",
-              1e3 * MedianSeconds([&] { kernels->AdamW(bufs[0], bufs[1], bufs[2], bufs[3], params, hyper, 3); }, 9));
+              1e3 * MedianSeconds([&] { kernels->AdamW(bufs[0], bufs[1], bufs[2], bufs[3], params, hyper, 3, nullptr); }, 9));
   std::printf("%-40s %12.2f\n", "relu (2097152)",
               1e3 * MedianSeconds([&] { kernels->Relu(bufs[1], out, acts); }, 9));
   std::printf("%-40s %12.2f\n", "relu_grad (2097152)",

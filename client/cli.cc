@@ -29,7 +29,7 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
       {"version", {0, 0, ""}},
       {"trace", {2, 2, "JOB FILE"}},      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT"}},
-      {"data", {2, 3, "tokenize --bytes IN OUT or inspect FILE"}},
+      {"data", {2, 1001, "tokenize --bytes IN... OUT or inspect FILE"}},
   };
   return *commands;
 }
@@ -75,6 +75,8 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"attempt", {true, {"logs"}}},
       {"follow", {false, {"logs"}}},
       {"bytes", {false, {"data"}}},
+      {"holdout", {true, {"data"}}},
+      {"holdout_out", {true, {"data"}}},
       {"format", {true, {"data", "ckpt"}}},
       {"with_optimizer", {false, {"ckpt"}}},
       {"list_ranks", {true, {"plan"}}},
@@ -227,6 +229,17 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       auto v = ParseBoolValue(name, value);
       if (!v.ok()) return v.status();
       cl.bytes = *v;
+    } else if (name == "holdout") {
+      double f = 0;
+      if (!absl::SimpleAtod(value, &f) || !(f > 0 && f < 1)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"", value,
+            "\""));
+      }
+      cl.holdout = f;
+    } else if (name == "holdout_out") {
+      if (value.empty()) return absl::InvalidArgumentError("--holdout_out: must be a file");
+      cl.holdout_out = value;
     } else if (name == "format") {
       if (value.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -368,9 +381,17 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
           absl::StrCat("unknown 'data' command '", sub, "'; known: tokenize, inspect"));
     }
     const bool tokenize = sub == "tokenize";
-    if (n != (tokenize ? 3 : 2)) {
+    if (tokenize ? n < 3 : n != 2) {
       return absl::InvalidArgumentError(
-          absl::StrCat("'data ", sub, "' takes ", tokenize ? "IN OUT.bin" : "one FILE"));
+          absl::StrCat("'data ", sub, "' takes ", tokenize ? "IN... OUT.bin" : "one FILE"));
+    }
+    if (!tokenize && (cl.holdout > 0 || !cl.holdout_out.empty())) {
+      return absl::InvalidArgumentError("--holdout applies to 'data tokenize' only");
+    }
+    if (cl.holdout_out.empty() != (cl.holdout == 0)) {
+      return absl::InvalidArgumentError(
+          "--holdout F and --holdout_out VAL.bin go together: the last fraction F of the tokens "
+          "is written to VAL.bin instead of OUT");
     }
     if (tokenize && !cl.bytes) {
       return absl::InvalidArgumentError(
@@ -458,9 +479,11 @@ Commands:
                                    model: the parameters in Hugging Face's names, layouts and
                                    dtypes, and config.json beside OUT (in its folder), for
                                    from_pretrained or init_from
-  data tokenize --bytes IN OUT.bin write IN as byte-level tokens (each byte one token, vocab
-                                   256) to OUT.bin, an llm.c token file (data.source: tokens,
-                                   format llmc), atomically
+  data tokenize --bytes IN...       write the INs' bytes, one file after another, as byte-level
+       OUT.bin [--holdout F        tokens (each byte one token, vocab 256) to OUT.bin, an llm.c
+       --holdout_out VAL.bin]      token file (data.source: tokens, format llmc), atomically;
+                                   --holdout: the last fraction F of the tokens go to VAL.bin
+                                   instead (a held-out split for eval)
   data inspect FILE [--format F]   a token file's format, token count and first tokens; F:
                                    llmc (default), raw_u16, or megatron (FILE the prefix of
                                    FILE.idx and FILE.bin)

@@ -52,6 +52,9 @@ struct CommandLine {
   int attempt = -1;                     // logs: only this attempt's; -1: every attempt's
   bool follow = false;                  // logs: poll for new lines until the job is final
   bool bytes = false;                   // data tokenize: byte-level tokens (the only tokenizer)
+  // data tokenize: the last `holdout` of the tokens (0: none) go to holdout_out instead of OUT.
+  double holdout = 0;
+  std::string holdout_out;
   std::string format;                   // data inspect: llmc | raw_u16 | megatron; ckpt export:
                                         // weft | hf
   bool with_optimizer = false;          // ckpt export: the optimizer states too

@@ -344,5 +344,78 @@ TEST(CliTest, DataSubcommands) {
               HasSubstr("--bytes does not apply to 'plan'"));
 }
 
+// 'data tokenize' takes any number of inputs before OUT; --holdout F and --holdout_out VAL.bin
+// (in any order, either spelling) fill CommandLine.holdout and holdout_out; without them there is
+// no holdout.
+TEST(CliTest, DataTokenizeTakesSeveralInputsAndAHoldout) {
+  absl::StatusOr<CommandLine> cl = Parse({"data", "tokenize", "--bytes", "a", "b", "c", "out.bin"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->positional, ElementsAre("tokenize", "a", "b", "c", "out.bin"));
+  EXPECT_EQ(cl->holdout, 0);
+  EXPECT_EQ(cl->holdout_out, "");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"data", "tokenize", "--bytes", "--holdout", "0.1", "--holdout_out", "v.bin", "a",
+            "out.bin"},
+           {"data", "tokenize", "--bytes", "a", "out.bin", "--holdout_out=v.bin",
+            "--holdout=0.1"},
+           {"data", "--holdout-out", "v.bin", "tokenize", "a", "--holdout", "1e-1", "out.bin",
+            "--bytes"},
+       }) {
+    cl = Parse(args);
+    ASSERT_TRUE(cl.ok()) << absl::StrJoin(args, " ") << ": " << cl.status();
+    EXPECT_THAT(cl->positional, ElementsAre("tokenize", "a", "out.bin"));
+    EXPECT_DOUBLE_EQ(cl->holdout, 0.1);
+    EXPECT_EQ(cl->holdout_out, "v.bin");
+    EXPECT_TRUE(cl->bytes);
+  }
+}
+
+// The holdout's errors, and tokenize without both IN and OUT: each INVALID_ARGUMENT with its
+// message.
+TEST(CliTest, DataTokenizeHoldoutErrors) {
+  const std::string together =
+      "--holdout F and --holdout_out VAL.bin go together: the last fraction F of the tokens is "
+      "written to VAL.bin instead of OUT";
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"data", "tokenize", "--bytes", "--holdout", "0.1", "a", "out.bin"}, together},
+      {{"data", "tokenize", "--bytes", "--holdout_out", "v.bin", "a", "out.bin"}, together},
+      {{"data", "tokenize", "--bytes", "--holdout", "0", "--holdout_out", "v.bin", "a", "o"},
+       "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"0\""},
+      {{"data", "tokenize", "--bytes", "--holdout", "1", "--holdout_out", "v.bin", "a", "o"},
+       "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"1\""},
+      {{"data", "tokenize", "--bytes", "--holdout", "1.5", "--holdout_out", "v.bin", "a", "o"},
+       "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"1.5\""},
+      {{"data", "tokenize", "--bytes", "--holdout=-0.1", "--holdout_out", "v.bin", "a", "o"},
+       "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"-0.1\""},
+      {{"data", "tokenize", "--bytes", "--holdout", "tenth", "--holdout_out", "v.bin", "a", "o"},
+       "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"tenth\""},
+      {{"data", "tokenize", "--bytes", "--holdout", "nan", "--holdout_out", "v.bin", "a", "o"},
+       "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"nan\""},
+      {{"data", "tokenize", "--bytes", "--holdout", "0.1", "--holdout_out=", "a", "o"},
+       "--holdout_out: must be a file"},
+      {{"data", "inspect", "--holdout", "0.1", "--holdout_out", "v.bin", "f.bin"},
+       "--holdout applies to 'data tokenize' only"},
+      {{"data", "inspect", "--holdout", "0.1", "f.bin"},
+       "--holdout applies to 'data tokenize' only"},
+      {{"data", "inspect", "--holdout_out", "v.bin", "f.bin"},
+       "--holdout applies to 'data tokenize' only"},
+      {{"data", "tokenize", "--bytes", "out.bin"}, "'data tokenize' takes IN... OUT.bin"},
+      {{"data", "tokenize", "--bytes", "--holdout", "0.1", "--holdout_out", "v.bin", "out.bin"},
+       "'data tokenize' takes IN... OUT.bin"},
+      {{"data", "tokenize", "--bytes"}, "'data' needs tokenize --bytes IN... OUT or inspect FILE"},
+      {{"list", "--holdout", "0.1"}, "--holdout does not apply to 'list' (only to data)"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CommandLine> cl = Parse(c.args);
+    ASSERT_FALSE(cl.ok()) << absl::StrJoin(c.args, " ");
+    EXPECT_EQ(cl.status().code(), absl::StatusCode::kInvalidArgument) << cl.status();
+    EXPECT_EQ(cl.status().message(), c.message) << absl::StrJoin(c.args, " ");
+  }
+}
+
 }  // namespace
 }  // namespace weft::client

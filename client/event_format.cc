@@ -30,6 +30,8 @@ std::string JsonString(const std::string& value) {
 std::string FormatStepJson(const v1::StepMetrics& step) {
   return absl::StrCat("{\"type\":\"step\",\"step\":", step.step(),
                       ",\"loss\":", JsonNumber(step.loss()),
+                      ",\"lr\":", JsonNumber(step.lr()),
+                      ",\"grad_norm\":", JsonNumber(step.grad_norm()),
                       ",\"step_seconds\":", JsonNumber(step.step_seconds()),
                       ",\"samples_per_second\":", JsonNumber(step.samples_per_second()),
                       ",\"bytes_sent\":", step.bytes_sent(),
@@ -45,10 +47,23 @@ std::string FormatStateJson(v1::JobState state, const std::string& message) {
   return out;
 }
 
+std::string FormatEvalJson(const v1::EvalMetrics& eval) {
+  return absl::StrCat("{\"type\":\"eval\",\"step\":", eval.step(),
+                      ",\"loss\":", JsonNumber(eval.loss()), "}");
+}
+
+std::string FormatEvalText(const v1::EvalMetrics& eval, int64_t total_steps) {
+  const std::string step = total_steps > 0 ? absl::StrCat(eval.step(), "/", total_steps)
+                                           : absl::StrCat(eval.step());
+  return absl::StrCat("eval after step ", step, "  loss ", absl::StrFormat("%.6g", eval.loss()));
+}
+
 std::string FormatEventJson(const v1::JobEvent& event) {
   switch (event.event_case()) {
     case v1::JobEvent::kStep:
       return FormatStepJson(event.step());
+    case v1::JobEvent::kEval:
+      return FormatEvalJson(event.eval());
     case v1::JobEvent::kState:
       return FormatStateJson(event.state(), event.message());
     case v1::JobEvent::kSaved:
@@ -106,6 +121,11 @@ std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps,
   std::string out = total_steps > 0 ? absl::StrCat("step ", step.step(), "/", total_steps)
                                      : absl::StrCat("step ", step.step());
   absl::StrAppend(&out, "  loss ", absl::StrFormat("%.6g", step.loss()));
+  // Reports from workers that predate them carry neither.
+  if (step.lr() > 0 || step.grad_norm() > 0) {
+    absl::StrAppend(&out, "  lr ", absl::StrFormat("%.3g", step.lr()), "  grad norm ",
+                    absl::StrFormat("%.4g", step.grad_norm()));
+  }
   if (step.samples_per_second() > 0) {
     absl::StrAppend(&out, "  ", FormatThousands(step.samples_per_second()), " samples/s");
     if (tokens_per_sample > 0) {
@@ -154,6 +174,8 @@ std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps) {
   switch (event.event_case()) {
     case v1::JobEvent::kStep:
       return FormatStepText(event.step(), total_steps);
+    case v1::JobEvent::kEval:
+      return FormatEvalText(event.eval(), total_steps);
     case v1::JobEvent::kState:
       return FormatStateText(event.state(), event.message());
     case v1::JobEvent::kSaved:
@@ -336,6 +358,10 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone 
   lines.push_back(absl::StrCat("steps:    ", steps));
   if (job.steps_size() > 0) {
     lines.push_back(absl::StrCat("last:     ", FormatStepText(*job.steps().rbegin(),
+                                                               job.spec().train().steps())));
+  }
+  if (job.has_last_eval()) {
+    lines.push_back(absl::StrCat("eval:     ", FormatEvalText(job.last_eval(),
                                                                job.spec().train().steps())));
   }
   if (job.workers_size() > 0) {

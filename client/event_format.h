@@ -29,21 +29,27 @@ std::string StateName(v1::JobState state);
 std::string JsonNumber(double value);
 std::string JsonString(const std::string& value);
 
-// {"type":"step","step":S,"loss":L,"step_seconds":T,"samples_per_second":X,"bytes_sent":N,
-//  "peak_bytes":P} where N is the payload bytes all ranks' communicators sent during the step and
-// P the most bytes any one rank's kernels held at once during it (integers).
+// {"type":"step","step":S,"loss":L,"lr":R,"grad_norm":G,"step_seconds":T,
+//  "samples_per_second":X,"bytes_sent":N,"peak_bytes":P} where R is the learning rate the step's
+// update applied, G the global gradient norm before clipping, N the payload bytes all ranks'
+// communicators sent during the step and P the most bytes any one rank's kernels held at once
+// during it (integers).
 std::string FormatStepJson(const v1::StepMetrics& step);
+// {"type":"eval","step":S,"loss":L}: the held-out loss after step S's update.
+std::string FormatEvalJson(const v1::EvalMetrics& eval);
+// "eval after step 4/10  loss 2.34567" (total_steps 0: "eval after step 4").
+std::string FormatEvalText(const v1::EvalMetrics& eval, int64_t total_steps);
 // {"type":"state","state":"FAILED","message":"..."}; the message is always present for FAILED
 // and CANCELLED, and for other states when non-empty.
 std::string FormatStateJson(v1::JobState state, const std::string& message);
 // {"type":"checkpoint","step":S,"bytes":N,"seconds":T,"path":"<dir>/step-<S>"}
 std::string FormatSavedJson(const v1::CheckpointSaved& saved);
-// One of the three above; empty for an event with neither a state, a step nor a checkpoint.
+// One of the above (or a restart's); empty for an event of none of those kinds.
 std::string FormatEventJson(const v1::JobEvent& event);
 
-// "step 3/10  loss 0.123457  2,345 samples/s  33.6 MB/step  12.6 MB peak  (0.014 s)"
-// (total_steps 0: "step 3"; MB = 10^6 bytes: sent by all ranks, and the largest rank's memory
-// peak; each left out when 0)
+// "step 3/10  loss 0.123457  lr 0.0006  grad norm 1.234  2,345 samples/s  33.6 MB/step
+// 12.6 MB peak  (0.014 s)" (total_steps 0: "step 3"; MB = 10^6 bytes: sent by all ranks, and the
+// largest rank's memory peak; each left out when 0, lr and grad norm when both are)
 // With tokens_per_sample (a job on token data: its seq_len), tokens per second after samples.
 std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps,
                            int64_t tokens_per_sample = 0);

@@ -35,12 +35,32 @@ v1::JobEvent StateEvent(v1::JobState state, const std::string& message) {
   return e;
 }
 
+// A step's learning rate and gradient norm in both forms, and the evaluation's event.
+TEST(EventFormatTest, LearningRateNormAndEval) {
+  v1::JobEvent step = StepEvent(4, 2.5, 0.5, 16);
+  step.mutable_step()->set_lr(6e-4);
+  step.mutable_step()->set_grad_norm(1.25);
+  const nlohmann::json j = nlohmann::json::parse(FormatEventJson(step));
+  EXPECT_EQ(j["lr"].get<double>(), 6e-4);
+  EXPECT_EQ(j["grad_norm"].get<double>(), 1.25);
+  EXPECT_EQ(FormatEventText(step, 10),
+            "step 4/10  loss 2.5  lr 0.0006  grad norm 1.25  16 samples/s  (0.500 s)");
+  v1::JobEvent eval;
+  eval.set_job_id("job-1");
+  eval.mutable_eval()->set_step(4);
+  eval.mutable_eval()->set_loss(0.1 + 0.2);
+  EXPECT_EQ(FormatEventJson(eval), "{\"type\":\"eval\",\"step\":4,\"loss\":0.30000000000000004}");
+  EXPECT_EQ(FormatEventText(eval, 10), "eval after step 4/10  loss 0.3");
+  EXPECT_EQ(FormatEventText(eval, 0), "eval after step 4  loss 0.3");
+}
+
 TEST(EventFormatTest, StepJsonLineRoundTripsTheLoss) {
   const double loss = 0.1 + 0.2;  // 0.30000000000000004: needs 17 digits
   const std::string line = FormatEventJson(StepEvent(3, loss, 0.014, 2345.5));
   EXPECT_EQ(line,
-            "{\"type\":\"step\",\"step\":3,\"loss\":0.30000000000000004,\"step_seconds\":"
-            "0.014,\"samples_per_second\":2345.5,\"bytes_sent\":0,\"peak_bytes\":0}");
+            "{\"type\":\"step\",\"step\":3,\"loss\":0.30000000000000004,\"lr\":0,"
+            "\"grad_norm\":0,\"step_seconds\":0.014,\"samples_per_second\":2345.5,"
+            "\"bytes_sent\":0,\"peak_bytes\":0}");
   EXPECT_EQ(line.find('\n'), std::string::npos);
   const nlohmann::json j = nlohmann::json::parse(line);
   EXPECT_EQ(j["type"], "step");

@@ -43,10 +43,11 @@ nlohmann::json BufferJson(const v1::Program& program, int id) {
   return b;
 }
 
-nlohmann::json InstructionsJson(const v1::Program& program) {
+nlohmann::json InstructionsJson(const v1::Program& program,
+                                const google::protobuf::RepeatedPtrField<v1::Instruction>& list) {
   nlohmann::json instructions = nlohmann::json::array();
-  for (int i = 0; i < program.instructions_size(); ++i) {
-    const v1::Instruction& ins = program.instructions(i);
+  for (int i = 0; i < list.size(); ++i) {
+    const v1::Instruction& ins = list.Get(i);
     nlohmann::json inputs = nlohmann::json::array(), outputs = nlohmann::json::array();
     for (int b : ins.inputs()) inputs.push_back(BufferJson(program, b));
     for (int b : ins.outputs()) outputs.push_back(BufferJson(program, b));
@@ -186,7 +187,13 @@ std::string FormatPlanJson(const PlannedJob& job) {
                                {"bytes_sent", c.bytes_sent}});
       }
       rank["collectives"] = std::move(collectives);
-      rank["instructions"] = InstructionsJson(*program->second);
+      const v1::Program& p = *program->second;
+      rank["instructions"] = InstructionsJson(p, p.instructions());
+      if (p.has_eval()) {
+        rank["eval"] = {{"every", p.eval().every()},
+                        {"batches", p.eval().batches()},
+                        {"instructions", InstructionsJson(p, p.eval().instructions())}};
+      }
     }
     ranks.push_back(std::move(rank));
   }

@@ -537,12 +537,17 @@ int RunCkpt(const CommandLine& cl) {
 
 int RunData(const CommandLine& cl) {
   if (cl.positional[0] == "tokenize") {
-    const std::string& in = cl.positional[1];
-    const std::string& out = cl.positional[2];
-    absl::StatusOr<int64_t> tokens = TokenizeBytes(in, out);
-    if (!tokens.ok()) return Fail(tokens.status());
-    PrintLine(absl::StrCat("wrote ", out, ": ", *tokens, " tokens (llmc, byte-level, vocab ",
-                           kByteVocabSize, ") from ", in));
+    const std::vector<std::string> in(cl.positional.begin() + 1, cl.positional.end() - 1);
+    const std::string& out = cl.positional.back();
+    absl::StatusOr<TokenSplit> split = TokenizeBytesSplit(in, out, cl.holdout, cl.holdout_out);
+    if (!split.ok()) return Fail(split.status());
+    const std::string from = in.size() == 1 ? in[0] : absl::StrCat(in.size(), " files");
+    PrintLine(absl::StrCat("wrote ", out, ": ", split->train, " tokens (llmc, byte-level, vocab ",
+                           kByteVocabSize, ") from ", from));
+    if (split->holdout > 0) {
+      PrintLine(absl::StrCat("wrote ", cl.holdout_out, ": ", split->holdout,
+                             " tokens held out (the last ", cl.holdout, " of them)"));
+    }
     return 0;
   }
   absl::StatusOr<TokenFormat> format = ParseTokenFormat(cl.format);

@@ -68,14 +68,16 @@ absl::Status CheckPath(const std::string& path, absl::string_view field, Use use
                                                   " is outside ", RootsText(use, roots)));
 }
 
-// data.input, data.label; data.path (a Megatron prefix: its two files).
-absl::Status CheckDataPaths(const v1::Data& data, const PathRoots& roots) {
-  RETURN_IF_ERROR(CheckPath(data.input(), "data.input", Use::kData, roots));
-  RETURN_IF_ERROR(CheckPath(data.label(), "data.label", Use::kData, roots));
+// <at>.input, <at>.label; <at>.path (a Megatron prefix: its two files); `at` is data or
+// eval.data.
+absl::Status CheckDataPaths(const v1::Data& data, const std::string& at,
+                            const PathRoots& roots) {
+  RETURN_IF_ERROR(CheckPath(data.input(), at + ".input", Use::kData, roots));
+  RETURN_IF_ERROR(CheckPath(data.label(), at + ".label", Use::kData, roots));
   if (data.path().empty()) return absl::OkStatus();
-  if (data.format() != "megatron") return CheckPath(data.path(), "data.path", Use::kData, roots);
+  if (data.format() != "megatron") return CheckPath(data.path(), at + ".path", Use::kData, roots);
   for (const char* suffix : {".bin", ".idx"}) {
-    RETURN_IF_ERROR(CheckPath(absl::StrCat(data.path(), suffix), "data.path", Use::kData, roots));
+    RETURN_IF_ERROR(CheckPath(absl::StrCat(data.path(), suffix), at + ".path", Use::kData, roots));
   }
   return absl::OkStatus();
 }
@@ -116,7 +118,8 @@ bool IsUnder(const std::string& path, const std::string& root) {
 }
 
 absl::Status CheckSpecPaths(const v1::JobSpec& spec, const PathRoots& roots) {
-  RETURN_IF_ERROR(CheckDataPaths(spec.data(), roots));
+  RETURN_IF_ERROR(CheckDataPaths(spec.data(), "data", roots));
+  RETURN_IF_ERROR(CheckDataPaths(spec.eval().data(), "eval.data", roots));
   RETURN_IF_ERROR(CheckPath(spec.init_from(), "init_from", Use::kDataOrCheckpoint, roots));
   return CheckPath(spec.checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots);
 }
@@ -127,7 +130,8 @@ absl::Status CheckDataFile(const std::string& path, absl::string_view field,
 }
 
 absl::Status CheckProgramPaths(const v1::Program& program, const PathRoots& roots) {
-  RETURN_IF_ERROR(CheckDataPaths(program.data(), roots));
+  RETURN_IF_ERROR(CheckDataPaths(program.data(), "data", roots));
+  RETURN_IF_ERROR(CheckDataPaths(program.eval().data(), "eval.data", roots));
   RETURN_IF_ERROR(CheckPath(program.init_from(), "init_from", Use::kDataOrCheckpoint, roots));
   RETURN_IF_ERROR(CheckPath(program.load_checkpoint(), "the checkpoint to load",
                             Use::kDataOrCheckpoint, roots));

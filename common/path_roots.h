@@ -51,7 +51,8 @@ absl::Status CheckSpecPaths(const v1::JobSpec& spec, const PathRoots& roots);
 absl::Status CheckDataFile(const std::string& path, absl::string_view field,
                            const PathRoots& roots);
 
-// Every path the program names: data, init_from, load_checkpoint, checkpoint_dir.
+// Every path the program names: data, the evaluation's data, init_from, load_checkpoint,
+// checkpoint_dir.
 absl::Status CheckProgramPaths(const v1::Program& program, const PathRoots& roots);
 
 }  // namespace weft

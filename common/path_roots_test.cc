@@ -98,6 +98,15 @@ TEST_F(PathRootsTest, EachFieldHasItsRoot) {
   spec.mutable_data()->set_format("megatron");
   EXPECT_THAT(CheckSpecPaths(spec, roots_).message(),
               HasSubstr(absl::StrCat("data.path: ", base_, "/data/corpus.idx (it resolves to")));
+  // The evaluation's data is data: under --data_root, each field named.
+  spec.Clear();
+  spec.mutable_eval()->mutable_data()->set_path("/etc/shadow");
+  EXPECT_EQ(CheckSpecPaths(spec, roots_).message(),
+            "eval.data.path: /etc/shadow is outside --data_root " + roots_.data);
+  spec.Clear();
+  spec.mutable_eval()->mutable_data()->set_input(base_ + "/data/link");
+  EXPECT_THAT(CheckSpecPaths(spec, roots_).message(),
+              HasSubstr(absl::StrCat("eval.data.input: ", base_, "/data/link (it resolves to")));
 }
 
 TEST_F(PathRootsTest, ProgramsAreCheckedLikeSpecs) {
@@ -111,6 +120,10 @@ TEST_F(PathRootsTest, ProgramsAreCheckedLikeSpecs) {
   program.set_load_checkpoint("");
   program.set_checkpoint_dir("/tmp");
   EXPECT_THAT(CheckProgramPaths(program, roots_).message(), HasSubstr("checkpoint.dir: /tmp"));
+  program.set_checkpoint_dir(base_ + "/ckpt");
+  program.mutable_eval()->mutable_data()->set_label("/etc/passwd");
+  EXPECT_THAT(CheckProgramPaths(program, roots_).message(),
+              HasSubstr("eval.data.label: /etc/passwd is outside --data_root"));
 }
 
 TEST_F(PathRootsTest, EmptyRootsConfineNothing) {

@@ -122,6 +122,9 @@ bool ComputesInF32(v1::Instruction::Op op) {
     case v1::Instruction::CE_LOSS:
     case v1::Instruction::CE_LOSS_GRAD:
     case v1::Instruction::POSITIONS:
+    case v1::Instruction::SUM_SQUARES:
+    case v1::Instruction::CLIP_COEFFICIENT:
+    case v1::Instruction::WEIGHT_DECAY:
       return true;
     default:
       return false;
@@ -174,8 +177,12 @@ std::vector<BufferLife> BufferLives(const v1::Program& program) {
     lives[b].last = i;
     if (read && !written[b]) lives[b].carried = true;
   };
-  for (int i = 0; i < program.instructions_size(); ++i) {
-    const BufferAccess access = InstructionAccess(program.instructions(i));
+  // The evaluation's instructions run after the step's, numbered on from them.
+  const int steps = program.instructions_size();
+  const int total = steps + program.eval().instructions_size();
+  for (int i = 0; i < total; ++i) {
+    const BufferAccess access = InstructionAccess(
+        i < steps ? program.instructions(i) : program.eval().instructions(i - steps));
     for (int b : access.reads) touch(b, i, true);
     for (int b : access.writes) touch(b, i, false);
     for (int b : access.writes) {
@@ -190,11 +197,14 @@ std::vector<BufferLife> BufferLives(const v1::Program& program) {
   for (const v1::CheckpointItem& item : program.checkpoint_items()) {
     if (item.buffer() >= 0 && item.buffer() < n) lives[item.buffer()].carried = true;
   }
-  // The worker reads the loss after the last instruction.
-  const int loss = program.loss_buffer();
-  if (loss >= 0 && loss < n && lives[loss].first >= 0) {
-    lives[loss].last = program.instructions_size() - 1;
-  }
+  // The worker reads the loss and the gradient norm after the step's last instruction, the eval
+  // loss after the evaluation's.
+  auto read_after = [&](int b, int last) {
+    if (b >= 0 && b < n && lives[b].first >= 0) lives[b].last = std::max(lives[b].last, last);
+  };
+  read_after(program.loss_buffer(), steps - 1);
+  if (program.has_grad_norm_buffer()) read_after(program.grad_norm_buffer(), steps - 1);
+  if (program.has_eval()) read_after(program.eval().loss_buffer(), total - 1);
   return lives;
 }
 

@@ -32,7 +32,8 @@ bool IsCollective(v1::Instruction::Op op);
 // The buffers an instruction reads and the ones it writes (a buffer may be in both): its inputs
 // are read, its outputs and scratch written; ACCUMULATE also reads its output; the updates write
 // inputs in place, SGD its parameter (input 0) and ADAMW its parameter and states (inputs 0, 2
-// and 3). Ids as the instruction gives them, unchecked.
+// and 3); their clip coefficient, an optional last input, is read. Ids as the instruction gives
+// them, unchecked.
 struct BufferAccess {
   std::vector<int> reads;
   std::vector<int> writes;
@@ -78,9 +79,11 @@ int64_t BufferBytes(const v1::Buffer& buffer);
 
 // When a buffer of a program holds a value, by the instruction list: the rule by which the
 // planner lets buffers share arena bytes (coordinator/planner/memory_plan.h) and the executor
-// checks that they may. A buffer lives from the first instruction touching it (an input, an
-// output or an instruction's scratch) to the last, both included; the loss to the last
-// instruction (the worker reads it after the step). It is carried, alive for the whole job, when
+// checks that they may. The evaluation's instructions (Program.eval) count as following the
+// step's, numbered on from them. A buffer lives from the first instruction touching it (an
+// input, an output or an instruction's scratch) to the last, both included; the loss and the
+// gradient norm at least to the step's last instruction, the eval loss to the evaluation's (the
+// worker reads them after). It is carried, alive for the whole job, when
 // its value outlives a step: a parameter or optimizer state, a buffer a checkpoint item names,
 // or one read before the instruction list first writes it (ACCUMULATE reads its output).
 struct BufferLife {

@@ -382,6 +382,9 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& r
            {"data.input", spec.data().input(), "data"},
            {"data.label", spec.data().label(), "data"},
            {"data.path", spec.data().path(), "data"},
+           {"eval.data.input", spec.eval().data().input(), "data"},
+           {"eval.data.label", spec.eval().data().label(), "data"},
+           {"eval.data.path", spec.eval().data().path(), "data"},
            {"init_from", spec.init_from(), "data"},
            {"checkpoint.dir", spec.checkpoint().dir(), "checkpoint"}}) {
     if (!path.empty()) RETURN_IF_ERROR(CheckResolved(field, path, root));
@@ -1162,16 +1165,16 @@ void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
   }
   Run& run = it->second;
   traces_.Add(run.job.id(), run.job.attempt(), report.rank(), report.spans());
-  absl::StatusOr<std::optional<v1::StepMetrics>> metrics = run.steps->Add(report);
-  if (!metrics.ok()) {
-    spdlog::warn("job {}: {} ({})", run.job.id(), metrics.status().ToString(), w->id);
+  absl::StatusOr<std::optional<CompleteStep>> complete = run.steps->Add(report);
+  if (!complete.ok()) {
+    spdlog::warn("job {}: {} ({})", run.job.id(), complete.status().ToString(), w->id);
     return;
   }
-  if (!metrics->has_value()) return;
+  if (!complete->has_value()) return;
   v1::JobEvent event;
   event.set_job_id(run.job.id());
   event.set_time_ms(Now());
-  *event.mutable_step() = **metrics;
+  *event.mutable_step() = (*complete)->metrics;
   metrics_.Step(run.job, event.step());
   absl::Status s = store_->AppendEvent(run.job.id(), run.job.attempt(), event);
   if (!s.ok()) {
@@ -1179,6 +1182,18 @@ void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
     return;
   }
   Publish(event);
+  if (!(*complete)->eval) return;
+  v1::JobEvent eval;
+  eval.set_job_id(run.job.id());
+  eval.set_time_ms(event.time_ms());
+  *eval.mutable_eval() = *(*complete)->eval;
+  metrics_.Eval(run.job, eval.eval());
+  s = store_->AppendEvent(run.job.id(), run.job.attempt(), eval);
+  if (!s.ok()) {
+    spdlog::error("job {}: {}", run.job.id(), s.ToString());
+    return;
+  }
+  Publish(eval);
 }
 
 void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& report) {

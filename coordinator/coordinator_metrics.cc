@@ -35,6 +35,15 @@ CoordinatorMetrics::CoordinatorMetrics()
           "Payload bytes all ranks' communicators sent in the job's last step.", {"job", "name"})),
       job_loss_(registry_.AddGauge("weft_job_loss", "The job's loss in its last step.",
                                    {"job", "name"})),
+      job_lr_(registry_.AddGauge("weft_job_learning_rate",
+                                 "The learning rate the job's last step applied.",
+                                 {"job", "name"})),
+      job_grad_norm_(registry_.AddGauge(
+          "weft_job_grad_norm", "The global gradient norm of the job's last step, before clipping.",
+          {"job", "name"})),
+      job_eval_loss_(registry_.AddGauge("weft_job_eval_loss",
+                                        "The job's latest held-out loss (its eval block).",
+                                        {"job", "name"})),
       job_peak_bytes_(registry_.AddGauge(
           "weft_job_peak_bytes",
           "The most bytes any rank's allocator held in the job's last step.", {"job", "name"})),
@@ -60,7 +69,13 @@ void CoordinatorMetrics::Step(const v1::Job& job, const v1::StepMetrics& step) {
   }
   job_bytes_sent_->Set(labels, static_cast<double>(step.bytes_sent()));
   job_loss_->Set(labels, step.loss());
+  job_lr_->Set(labels, step.lr());
+  job_grad_norm_->Set(labels, step.grad_norm());
   job_peak_bytes_->Set(labels, static_cast<double>(step.peak_bytes()));
+}
+
+void CoordinatorMetrics::Eval(const v1::Job& job, const v1::EvalMetrics& eval) {
+  job_eval_loss_->Set(JobLabels(job), eval.loss());
 }
 
 void CoordinatorMetrics::Checkpoint(const v1::Job& job, const v1::CheckpointSaved& saved) {
@@ -99,7 +114,8 @@ void CoordinatorMetrics::Forget(const v1::Job& job) {
 void CoordinatorMetrics::RemoveJobSeries(const LabelValues& labels) {
   for (MetricFamily* f : std::initializer_list<MetricFamily*>{
            job_steps_, job_step_seconds_, job_samples_per_second_, job_tokens_per_second_,
-           job_bytes_sent_, job_loss_, job_peak_bytes_, job_restarts_, checkpoint_seconds_,
+           job_bytes_sent_, job_loss_, job_lr_, job_grad_norm_, job_eval_loss_, job_peak_bytes_,
+           job_restarts_, checkpoint_seconds_,
            checkpoint_bytes_}) {
     f->Remove(labels);
   }

@@ -9,6 +9,8 @@
 //   weft_job_samples_per_second{job, name}, weft_job_tokens_per_second{job, name} (token data)
 //   weft_job_bytes_sent_per_step{job, name}  payload bytes all ranks sent in its last step
 //   weft_job_loss{job, name}, weft_job_peak_bytes{job, name}  of its last step
+//   weft_job_learning_rate{job, name}, weft_job_grad_norm{job, name}  of its last step
+//   weft_job_eval_loss{job, name}         its latest held-out loss (eval)
 //   weft_job_restarts_total{job, name}
 //   weft_checkpoint_seconds{job, name}    histogram of its checkpoints' write + commit time
 //   weft_checkpoint_bytes_total{job, name}
@@ -45,6 +47,8 @@ class CoordinatorMetrics {
 
   // One aggregated step of `job`.
   void Step(const v1::Job& job, const v1::StepMetrics& step);
+  // A held-out evaluation of `job` (its eval block).
+  void Eval(const v1::Job& job, const v1::EvalMetrics& eval);
   // A committed checkpoint.
   void Checkpoint(const v1::Job& job, const v1::CheckpointSaved& saved);
   void Restart(const v1::Job& job);
@@ -67,6 +71,9 @@ class CoordinatorMetrics {
   GaugeFamily* const job_tokens_per_second_;
   GaugeFamily* const job_bytes_sent_;
   GaugeFamily* const job_loss_;
+  GaugeFamily* const job_lr_;
+  GaugeFamily* const job_grad_norm_;
+  GaugeFamily* const job_eval_loss_;
   GaugeFamily* const job_peak_bytes_;
   CounterFamily* const job_restarts_;
   HistogramFamily* const checkpoint_seconds_;

@@ -8,12 +8,15 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
@@ -383,6 +386,183 @@ TEST_F(CoordinatorTest, AggregatesStepsAndSucceeds) {
   int steps = 0;
   for (const auto& e : events) steps += e.has_step();
   EXPECT_EQ(steps, 2);
+}
+
+// A StepReport of attempt 0 with the learning rate, gradient norm and (when set) eval loss.
+v1::WorkerMessage RecipeStep(const std::string& job, int rank, int64_t step, double loss,
+                             double lr, double grad_norm, std::optional<double> eval_loss) {
+  v1::WorkerMessage m;
+  v1::StepReport* r = m.mutable_step();
+  r->set_job_id(job);
+  r->set_rank(rank);
+  r->set_step(step);
+  r->set_loss(loss);
+  r->set_step_seconds(0.1);
+  r->set_lr(lr);
+  r->set_grad_norm(grad_norm);
+  if (eval_loss) r->set_eval_loss(*eval_loss);
+  return m;
+}
+
+// The job's line of a gauge in the coordinator's metrics ("" when it has none).
+std::string MetricLine(const std::string& metrics, const std::string& family,
+                       const std::string& job) {
+  const std::string prefix = absl::StrCat(family, "{job=\"", job, "\",name=\"mlp\"} ");
+  for (absl::string_view line : absl::StrSplit(metrics, '\n')) {
+    if (absl::StartsWith(line, prefix)) return std::string(line);
+  }
+  return "";
+}
+
+// A complete step carries rank 0's learning rate and gradient norm; when rank 0 evaluated, an
+// eval event (rank 0's eval loss) follows the step's event, published live and stored. GetJob's
+// last_eval is the latest evaluation (none before the first, and after a restart of the
+// coordinator still), its steps are the steps only, and the job's learning-rate, gradient-norm
+// and eval-loss gauges follow.
+TEST_F(CoordinatorTest, PublishesAndStoresEachEvaluationAfterItsStep) {
+  std::shared_ptr<FakeConnection> c1, c2;
+  std::string w1 = Connect(&c1), w2 = Connect(&c2);
+  std::string job = Submit(Spec(2));
+  ASSERT_EQ(Get(job).state(), v1::RUNNING);
+  std::vector<v1::JobEvent> seen;
+  absl::Mutex mu;
+  absl::Status result;
+  std::thread watcher([&] {
+    result = coordinator_->WatchJob(
+        job,
+        [&](const v1::JobEvent& e) {
+          absl::MutexLock lock(&mu);
+          seen.push_back(e);
+          return true;
+        },
+        [] { return false; });
+  });
+  {
+    absl::MutexLock lock(&mu);
+    auto replayed = [&] { return seen.size() >= 3; };  // PENDING, PLANNING, RUNNING
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&replayed), absl::Seconds(30)));
+  }
+
+  // Step 1 evaluates nowhere; rank 1's figures differ from rank 0's (and are not used).
+  coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 1, 3.0, 0.25, 1.5, std::nullopt));
+  coordinator_->HandleWorkerMessage(w2, RecipeStep(job, 1, 1, 3.0, 9.0, 9.0, std::nullopt));
+  EXPECT_FALSE(Get(job).has_last_eval());
+  std::string metrics = coordinator_->RenderMetrics();
+  EXPECT_EQ(MetricLine(metrics, "weft_job_learning_rate", job),
+            absl::StrCat("weft_job_learning_rate{job=\"", job, "\",name=\"mlp\"} 0.25"));
+  EXPECT_EQ(MetricLine(metrics, "weft_job_grad_norm", job),
+            absl::StrCat("weft_job_grad_norm{job=\"", job, "\",name=\"mlp\"} 1.5"));
+  EXPECT_EQ(MetricLine(metrics, "weft_job_eval_loss", job), "") << "no evaluation yet";
+
+  // Step 2 evaluates (rank 0's eval loss is the one), and is complete only with rank 1's report.
+  coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 2, 2.0, 0.5, 0.75, 2.75));
+  EXPECT_FALSE(Get(job).has_last_eval()) << "rank 1 has not reported step 2";
+  coordinator_->HandleWorkerMessage(w2, RecipeStep(job, 1, 2, 2.0, 0.5, 0.75, 9.5));
+  v1::Job j = Get(job);
+  ASSERT_TRUE(j.has_last_eval());
+  EXPECT_EQ(j.last_eval().step(), 2);
+  EXPECT_DOUBLE_EQ(j.last_eval().loss(), 2.75);
+  metrics = coordinator_->RenderMetrics();
+  EXPECT_EQ(MetricLine(metrics, "weft_job_eval_loss", job),
+            absl::StrCat("weft_job_eval_loss{job=\"", job, "\",name=\"mlp\"} 2.75"));
+  EXPECT_EQ(MetricLine(metrics, "weft_job_learning_rate", job),
+            absl::StrCat("weft_job_learning_rate{job=\"", job, "\",name=\"mlp\"} 0.5"));
+  EXPECT_EQ(MetricLine(metrics, "weft_job_grad_norm", job),
+            absl::StrCat("weft_job_grad_norm{job=\"", job, "\",name=\"mlp\"} 0.75"));
+
+  // Step 3 does not evaluate: the last evaluation stays step 2's. Rank 1 alone saying it
+  // evaluated makes no evaluation.
+  coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 3, 1.0, 0.125, 0.5, std::nullopt));
+  coordinator_->HandleWorkerMessage(w2, RecipeStep(job, 1, 3, 1.0, 0.125, 0.5, 7.0));
+  // Step 4 evaluates again.
+  coordinator_->HandleWorkerMessage(w2, RecipeStep(job, 1, 4, 0.5, 0.0625, 0.25, 1.25));
+  coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 4, 0.5, 0.0625, 0.25, 1.25));
+  j = Get(job);
+  ASSERT_TRUE(j.has_last_eval());
+  EXPECT_EQ(j.last_eval().step(), 4);
+  EXPECT_DOUBLE_EQ(j.last_eval().loss(), 1.25);
+  ASSERT_EQ(j.steps_size(), 4) << "evaluations are not steps";
+  for (int s = 1; s <= 4; ++s) EXPECT_EQ(j.steps(s - 1).step(), s);
+  EXPECT_DOUBLE_EQ(j.steps(0).lr(), 0.25);
+  EXPECT_DOUBLE_EQ(j.steps(0).grad_norm(), 1.5);
+  EXPECT_DOUBLE_EQ(j.steps(1).lr(), 0.5);
+  EXPECT_DOUBLE_EQ(j.steps(1).grad_norm(), 0.75);
+  EXPECT_EQ(MetricLine(coordinator_->RenderMetrics(), "weft_job_eval_loss", job),
+            absl::StrCat("weft_job_eval_loss{job=\"", job, "\",name=\"mlp\"} 1.25"));
+
+  Done(w1, job, 0, true);
+  Done(w2, job, 1, true);
+  watcher.join();
+  EXPECT_TRUE(result.ok()) << result;
+
+  // Live and stored alike: each step's event, the eval right after its step's, then the end.
+  auto describe = [](const std::vector<v1::JobEvent>& events) {
+    std::vector<std::string> out;
+    for (const v1::JobEvent& e : events) {
+      if (e.has_step()) {
+        out.push_back(absl::StrCat("step ", e.step().step()));
+      } else if (e.has_eval()) {
+        out.push_back(absl::StrCat("eval ", e.eval().step(), " ", e.eval().loss()));
+      } else {
+        out.push_back(v1::JobState_Name(e.state()));
+      }
+    }
+    return out;
+  };
+  const std::vector<std::string> want = {"PENDING", "PLANNING", "RUNNING",  "step 1",
+                                         "step 2",  "eval 2 2.75", "step 3", "step 4",
+                                         "eval 4 1.25", "SUCCEEDED"};
+  EXPECT_EQ(describe(seen), want) << "published";
+  std::vector<v1::JobEvent> stored = Events(job);
+  EXPECT_EQ(describe(stored), want) << "stored";
+  for (const v1::JobEvent& e : stored) {
+    if (!e.has_eval()) continue;
+    EXPECT_EQ(e.job_id(), job);
+    EXPECT_GT(e.time_ms(), 0);
+  }
+
+  // The store holds the evaluation: a restarted coordinator answers the same.
+  Reopen();
+  j = Get(job);
+  ASSERT_TRUE(j.has_last_eval());
+  EXPECT_EQ(j.last_eval().step(), 4);
+  EXPECT_DOUBLE_EQ(j.last_eval().loss(), 1.25);
+}
+
+// A job that never evaluated has no last_eval, nor an eval-loss gauge.
+TEST_F(CoordinatorTest, AJobWithoutEvaluationsHasNoLastEval) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  for (int step = 1; step <= 3; ++step) {
+    coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, step, 1.0, 0.5, 2.0, std::nullopt));
+  }
+  v1::Job j = Get(job);
+  EXPECT_FALSE(j.has_last_eval());
+  EXPECT_EQ(j.steps_size(), 3);
+  for (const v1::JobEvent& e : Events(job)) EXPECT_FALSE(e.has_eval());
+  const std::string metrics = coordinator_->RenderMetrics();
+  EXPECT_EQ(MetricLine(metrics, "weft_job_eval_loss", job), "");
+  EXPECT_EQ(MetricLine(metrics, "weft_job_grad_norm", job),
+            absl::StrCat("weft_job_grad_norm{job=\"", job, "\",name=\"mlp\"} 2"));
+}
+
+// Deleting a job that evaluated removes its learning-rate, gradient-norm and eval-loss series.
+TEST_F(CoordinatorTest, DeletingAJobRemovesItsRecipeGauges) {
+  std::shared_ptr<FakeConnection> c1;
+  std::string w1 = Connect(&c1);
+  std::string job = Submit(Spec(1));
+  coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 1, 1.0, 0.5, 2.0, 1.5));
+  Done(w1, job, 0, true);
+  std::string metrics = coordinator_->RenderMetrics();
+  for (const char* family : {"weft_job_learning_rate", "weft_job_grad_norm", "weft_job_eval_loss"}) {
+    EXPECT_NE(MetricLine(metrics, family, job), "") << family;
+  }
+  ASSERT_TRUE(coordinator_->DeleteJob(job).ok());
+  metrics = coordinator_->RenderMetrics();
+  for (const char* family : {"weft_job_learning_rate", "weft_job_grad_norm", "weft_job_eval_loss"}) {
+    EXPECT_EQ(MetricLine(metrics, family, job), "") << family;
+  }
 }
 
 // The ids of a ListJobs page.

@@ -41,6 +41,8 @@ CREATE TABLE IF NOT EXISTS events (
   attempt INTEGER NOT NULL,
   step INTEGER,
   event BLOB NOT NULL,
+  -- An evaluation's step (JobEvent.eval); NULL for other events. Added by Migrate to older stores.
+  eval_step INTEGER,
   PRIMARY KEY (job_id, seq)
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs (state, seq);
@@ -337,6 +339,19 @@ absl::Status JobStore::Migrate() {
     RETURN_IF_ERROR(Annotate(Exec("ALTER TABLE jobs ADD COLUMN rank_errors BLOB;"),
                              "adding the rank_errors column to the jobs table"));
   }
+  Statement event_columns(db_, "SELECT name FROM pragma_table_info('events');");
+  RETURN_IF_ERROR(event_columns.status());
+  bool has_eval_step = false;
+  while (event_columns.Step()) has_eval_step |= event_columns.Bytes(0) == "eval_step";
+  RETURN_IF_ERROR(event_columns.done_status());
+  if (!has_eval_step) {
+    RETURN_IF_ERROR(Annotate(Exec("ALTER TABLE events ADD COLUMN eval_step INTEGER;"),
+                             "adding the eval_step column to the events table"));
+  }
+  // GetJob's latest evaluation (made here: the column may have just been added).
+  RETURN_IF_ERROR(Annotate(Exec("CREATE INDEX IF NOT EXISTS evals_by_job ON events (job_id, seq) "
+                                "WHERE eval_step IS NOT NULL;"),
+                           "indexing the evaluations"));
   // A store older than the counter: its last job made is its largest seq, before any delete.
   RETURN_IF_ERROR(Annotate(Exec("INSERT OR IGNORE INTO counters (name, value) SELECT 'jobs', "
                                 "COALESCE(MAX(seq), 0) FROM jobs;"),
@@ -394,8 +409,9 @@ absl::Status JobStore::WriteJobRow(const v1::Job& job) {
 absl::Status JobStore::InsertEvent(const std::string& job_id, int attempt,
                                    const v1::JobEvent& event) {
   Statement st(db_,
-               "INSERT INTO events (job_id, seq, attempt, step, event) VALUES (?1, "
-               "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3, ?4);");
+               "INSERT INTO events (job_id, seq, attempt, step, event, eval_step) VALUES (?1, "
+               "(SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?1), ?2, ?3, ?4, "
+               "?5);");
   RETURN_IF_ERROR(st.status());
   st.BindText(1, job_id);
   st.BindInt(2, attempt);
@@ -405,6 +421,11 @@ absl::Status JobStore::InsertEvent(const std::string& job_id, int attempt,
     st.BindNull(3);
   }
   st.BindBlob(4, event.SerializeAsString());
+  if (event.has_eval()) {
+    st.BindInt(5, event.eval().step());
+  } else {
+    st.BindNull(5);
+  }
   return st.Run();
 }
 
@@ -470,6 +491,20 @@ absl::StatusOr<v1::Job> JobStore::GetJobLocked(const std::string& job_id) {
       std::vector<v1::Job> jobs,
       QueryJobs(db_, "WHERE id = ?1", [&](Statement* st) { st->BindText(1, job_id); }));
   if (jobs.empty()) return SeqOfJobLocked(job_id).status();  // why not
+  // The latest evaluation the job reported.
+  Statement eval(db_,
+                 "SELECT event FROM events WHERE job_id = ?1 AND eval_step IS NOT NULL "
+                 "ORDER BY seq DESC LIMIT 1;");
+  RETURN_IF_ERROR(eval.status());
+  eval.BindText(1, job_id);
+  if (eval.Step()) {
+    v1::JobEvent event;
+    if (!event.ParseFromString(eval.Bytes(0))) {
+      return absl::DataLossError(absl::StrCat("job ", job_id, ": a stored event does not parse"));
+    }
+    *jobs[0].mutable_last_eval() = event.eval();
+  }
+  RETURN_IF_ERROR(eval.done_status());
   return std::move(jobs[0]);
 }
 

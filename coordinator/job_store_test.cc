@@ -637,6 +637,216 @@ TEST(JobStoreTest, AStoreOfAnOlderSchemaOpensAndGainsLogsAndRankErrors) {
   }
 }
 
+v1::JobEvent EvalEvent(const std::string& job_id, int64_t step, double loss) {
+  v1::JobEvent e;
+  e.set_job_id(job_id);
+  e.mutable_eval()->set_step(step);
+  e.mutable_eval()->set_loss(loss);
+  return e;
+}
+
+// The rows `sql` selects from the database at `path` (read through a connection of its own), each
+// as its columns joined by "|", NULL as "NULL".
+std::vector<std::string> RawRows(const std::string& path, const std::string& sql) {
+  std::vector<std::string> rows;
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  while (st != nullptr && sqlite3_step(st) == SQLITE_ROW) {
+    std::string row;
+    for (int c = 0; c < sqlite3_column_count(st); ++c) {
+      if (c > 0) row += "|";
+      const unsigned char* text = sqlite3_column_text(st, c);
+      row += text == nullptr ? "NULL" : reinterpret_cast<const char*>(text);
+    }
+    rows.push_back(row);
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return rows;
+}
+
+// An evaluation is stored as an event with its step in eval_step (and no step: it is not one);
+// GetJob's last_eval is the job's latest evaluation by the order stored, in any attempt (a
+// restart that evaluates an earlier step again replaces a later one), none for a job that has
+// none. Pages of steps, the summary's last step and the events list are as without evaluations,
+// the evaluations among the events in their place.
+TEST(JobStoreTest, EvaluationsAreStoredWithTheirStepAndTheLatestIsTheJobsLastEval) {
+  const std::string path = TempDir() + "/weft.db";
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto job = (*store)->CreateJob(Spec("a"), 1, "submitted");
+  auto other = (*store)->CreateJob(Spec("b"), 2, "submitted");
+  ASSERT_TRUE(job.ok() && other.ok());
+  const std::string id = job->id();
+  auto got = (*store)->GetJob(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->has_last_eval()) << "no evaluation yet";
+
+  for (const v1::JobEvent& e :
+       {StepEvent(id, 1, 4.0), StepEvent(id, 2, 3.0), EvalEvent(id, 2, 3.5),
+        StepEvent(id, 3, 2.0), StepEvent(id, 4, 1.0), EvalEvent(id, 4, 2.5)}) {
+    ASSERT_TRUE((*store)->AppendEvent(id, 0, e).ok());
+  }
+  got = (*store)->GetJob(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_last_eval());
+  EXPECT_EQ(got->last_eval().step(), 4);
+  EXPECT_DOUBLE_EQ(got->last_eval().loss(), 2.5);
+  got = (*store)->GetJob(other->id());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_FALSE(got->has_last_eval()) << "another job's evaluations are not this one's";
+  // The rows: (seq, step, eval_step); the first is the job's PENDING event.
+  EXPECT_EQ(RawRows(path, "SELECT seq, step, eval_step FROM events WHERE job_id = '" + id +
+                              "' ORDER BY seq;"),
+            (std::vector<std::string>{"1|NULL|NULL", "2|1|NULL", "3|2|NULL", "4|NULL|2",
+                                      "5|3|NULL", "6|4|NULL", "7|NULL|4"}));
+
+  // Attempt 1 resumes after step 2 and evaluates after its step 3: that is now the latest, though
+  // attempt 0 evaluated a later step.
+  job->set_attempt(1);
+  job->set_state(v1::RUNNING);
+  v1::JobEvent restarted = StateEvent(*job, 5);
+  ASSERT_TRUE((*store)->UpdateJob(*job, &restarted).ok());
+  ASSERT_TRUE((*store)->AppendEvent(id, 1, StepEvent(id, 3, 1.75)).ok());
+  ASSERT_TRUE((*store)->AppendEvent(id, 1, EvalEvent(id, 3, 3.25)).ok());
+  got = (*store)->GetJob(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_TRUE(got->has_last_eval());
+  EXPECT_EQ(got->last_eval().step(), 3);
+  EXPECT_DOUBLE_EQ(got->last_eval().loss(), 3.25);
+  EXPECT_EQ(got->steps_size(), 0) << "GetJob reads no steps";
+
+  // Pages of steps: each step once, as its latest attempt ran it; no evaluation among them.
+  std::vector<int64_t> steps;
+  std::vector<double> losses;
+  std::vector<int> sizes;
+  int64_t after = 0;
+  do {
+    auto page = (*store)->GetJobSteps(id, after, 2);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->job.last_eval().step(), 3) << "every page has the job's last_eval";
+    sizes.push_back(page->job.steps_size());
+    for (const v1::StepMetrics& m : page->job.steps()) {
+      steps.push_back(m.step());
+      losses.push_back(m.loss());
+    }
+    after = page->next_after_step;
+  } while (after != 0);
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(losses, (std::vector<double>{4.0, 3.0, 1.75, 1.0}));
+  EXPECT_EQ(sizes, (std::vector<int>{2, 2}));
+
+  // The summary's last step is attempt 1's step 3, though an evaluation was stored after it.
+  auto summaries = (*store)->ListJobSummaries(v1::JOB_STATE_UNSPECIFIED, "", 10);
+  ASSERT_TRUE(summaries.ok()) << summaries.status();
+  ASSERT_EQ(summaries->jobs.size(), 2u);
+  ASSERT_TRUE(summaries->jobs[0].has_last_step());
+  EXPECT_EQ(summaries->jobs[0].last_step().step(), 3);
+  EXPECT_DOUBLE_EQ(summaries->jobs[0].last_step().loss(), 1.75);
+
+  auto events = (*store)->ListEvents(id);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<std::string> kinds;
+  for (const v1::JobEvent& e : *events) {
+    kinds.push_back(e.has_step()   ? absl::StrCat("step ", e.step().step())
+                    : e.has_eval() ? absl::StrCat("eval ", e.eval().step())
+                                   : v1::JobState_Name(e.state()));
+  }
+  EXPECT_EQ(kinds, (std::vector<std::string>{"PENDING", "step 1", "step 2", "eval 2", "step 3",
+                                             "step 4", "eval 4", "RUNNING", "step 3", "eval 3"}));
+
+  // The evaluation is read back after a reopen, and goes with the job when it is deleted.
+  job->set_state(v1::SUCCEEDED);
+  job->set_end_time_ms(9);
+  ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
+  store->reset();
+  auto reopened = JobStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  got = (*reopened)->GetJob(id);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->last_eval().step(), 3);
+  ASSERT_TRUE((*reopened)->DeleteJob(id).ok());
+  EXPECT_TRUE(RawRows(path, "SELECT seq FROM events WHERE eval_step IS NOT NULL;").empty());
+}
+
+// A store made before evaluations (an events table without eval_step) opens: the column and the
+// evals_by_job index are added, its steps read as before, and evaluations are stored and read;
+// it opens again, migrated.
+TEST(JobStoreTest, AStoreWithoutTheEvalStepColumnOpensAndGainsEvaluations) {
+  const std::string path = TempDir() + "/weft.db";
+  auto hex = [](const std::string& bytes) {
+    std::string out;
+    for (unsigned char c : bytes) absl::StrAppend(&out, absl::Hex(c, absl::kZeroPad2));
+    return out;
+  };
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    // The schema as coordinators before evaluations made it (jobs and events; the tables and
+    // indexes that have not changed are made by Open as for a new store).
+    const std::string sql = absl::StrCat(R"sql(
+      CREATE TABLE jobs (
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, spec BLOB NOT NULL,
+        state INTEGER NOT NULL, message TEXT NOT NULL DEFAULT '',
+        create_time_ms INTEGER NOT NULL DEFAULT 0, start_time_ms INTEGER NOT NULL DEFAULT 0,
+        end_time_ms INTEGER NOT NULL DEFAULT 0, attempt INTEGER NOT NULL DEFAULT 0,
+        workers TEXT NOT NULL DEFAULT '', rank_errors BLOB);
+      CREATE TABLE events (
+        job_id TEXT NOT NULL, seq INTEGER NOT NULL, attempt INTEGER NOT NULL, step INTEGER,
+        event BLOB NOT NULL, PRIMARY KEY (job_id, seq));
+      CREATE INDEX jobs_by_state ON jobs (state, seq);
+      CREATE INDEX steps_by_attempt ON events (job_id, attempt, seq) WHERE step IS NOT NULL;
+      CREATE INDEX steps_by_number ON events (job_id, step, seq) WHERE step IS NOT NULL;
+      CREATE TABLE counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+      INSERT INTO counters (name, value) VALUES ('jobs', 1);
+      INSERT INTO jobs (seq, id, spec, state, message, create_time_ms)
+        VALUES (1, 'job-000001', X')sql",
+                                         hex(Spec("old").SerializeAsString()),
+                                         R"sql(', 3, 'running', 100);
+      INSERT INTO events (job_id, seq, attempt, step, event) VALUES
+        ('job-000001', 1, 0, 1, X')sql",
+                                         hex(StepEvent("job-000001", 1, 0.5).SerializeAsString()),
+                                         R"sql('),
+        ('job-000001', 2, 0, 2, X')sql",
+                                         hex(StepEvent("job-000001", 2, 0.25).SerializeAsString()),
+                                         R"sql(');)sql");
+    char* err = nullptr;
+    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << (err != nullptr ? err : "");
+    sqlite3_close(db);
+  }
+  for (int open = 0; open < 2; ++open) {  // and again, migrated
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(RawRows(path, "SELECT COUNT(*) FROM pragma_table_info('events') "
+                            "WHERE name = 'eval_step';"),
+              std::vector<std::string>{"1"});
+    EXPECT_EQ(RawRows(path, "SELECT tbl_name FROM sqlite_master WHERE type = 'index' AND "
+                            "name = 'evals_by_job';"),
+              std::vector<std::string>{"events"});
+    auto page = (*store)->GetJobSteps("job-000001", 0, 10);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_EQ(page->job.spec().name(), "old");
+    ASSERT_EQ(page->job.steps_size(), open == 0 ? 2 : 3);
+    EXPECT_DOUBLE_EQ(page->job.steps(1).loss(), 0.25);
+    if (open == 0) {
+      EXPECT_FALSE(page->job.has_last_eval());
+      ASSERT_TRUE((*store)->AppendEvent("job-000001", 0, EvalEvent("job-000001", 2, 0.75)).ok());
+      ASSERT_TRUE((*store)->AppendEvent("job-000001", 0, StepEvent("job-000001", 3, 0.125)).ok());
+    } else {
+      ASSERT_TRUE(page->job.has_last_eval());
+      EXPECT_EQ(page->job.last_eval().step(), 2);
+      EXPECT_DOUBLE_EQ(page->job.last_eval().loss(), 0.75);
+      EXPECT_EQ(page->job.steps(2).step(), 3) << "the step after the evaluation";
+      EXPECT_EQ(RawRows(path, "SELECT seq, step, eval_step FROM events ORDER BY seq;"),
+                (std::vector<std::string>{"1|1|NULL", "2|2|NULL", "3|NULL|2", "4|3|NULL"}));
+    }
+  }
+}
+
 // A job that ended goes with its events and log lines, and nothing of the other jobs; one that
 // has not ended stays whole. No id is given twice, across a reopen too; a deleted job's id is
 // told apart from one never given, and still pages on.

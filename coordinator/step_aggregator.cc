@@ -6,7 +6,7 @@
 
 namespace weft::coordinator {
 
-absl::StatusOr<std::optional<v1::StepMetrics>> StepAggregator::Add(const v1::StepReport& report) {
+absl::StatusOr<std::optional<CompleteStep>> StepAggregator::Add(const v1::StepReport& report) {
   if (report.rank() < 0 || report.rank() >= world_size_) {
     return absl::InvalidArgumentError(
         absl::StrCat("step report from rank ", report.rank(), ", world size is ", world_size_));
@@ -26,11 +26,20 @@ absl::StatusOr<std::optional<v1::StepMetrics>> StepAggregator::Add(const v1::Ste
     return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " reported step ",
                                                    report.step(), " twice"));
   }
-  if (static_cast<int>(partial.by_rank.size()) < world_size_) return std::optional<v1::StepMetrics>();
+  if (static_cast<int>(partial.by_rank.size()) < world_size_) return std::optional<CompleteStep>();
 
-  v1::StepMetrics metrics;
+  CompleteStep complete;
+  v1::StepMetrics& metrics = complete.metrics;
+  const v1::StepReport& first = partial.by_rank.at(0);
   metrics.set_step(report.step());
-  metrics.set_loss(partial.by_rank.at(0).loss());
+  metrics.set_loss(first.loss());
+  metrics.set_lr(first.lr());
+  metrics.set_grad_norm(first.grad_norm());
+  if (first.has_eval_loss()) {
+    complete.eval.emplace();
+    complete.eval->set_step(report.step());
+    complete.eval->set_loss(first.eval_loss());
+  }
   double slowest = 0;
   int64_t bytes_sent = 0, peak_bytes = 0;
   for (const auto& [rank, r] : partial.by_rank) {
@@ -44,7 +53,7 @@ absl::StatusOr<std::optional<v1::StepMetrics>> StepAggregator::Add(const v1::Ste
   metrics.set_samples_per_second(slowest > 0 ? static_cast<double>(batch_size_) / slowest : 0.0);
   partial_.erase(report.step());
   last_complete_ = std::max(last_complete_, report.step());
-  return std::optional<v1::StepMetrics>(metrics);
+  return std::optional<CompleteStep>(std::move(complete));
 }
 
 }  // namespace weft::coordinator

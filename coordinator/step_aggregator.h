@@ -1,13 +1,15 @@
 // Collects the per-rank StepReports of one job attempt and turns each step into one StepMetrics
-// once every rank has reported it: the loss of rank 0 (the loss buffer holds the replicated
-// global-mean loss), the slowest rank's step time, the global batch over that time, the bytes
-// all ranks sent during the step (the sum of their bytes_sent), and the largest rank's memory
-// peak (the max of their peak_bytes: each rank's memory is its own device's).
+// once every rank has reported it: the loss, learning rate and gradient norm of rank 0 (every
+// rank holds the same: the loss and norm buffers hold replicated global values), the slowest
+// rank's step time, the global batch over that time, the bytes all ranks sent during the step
+// (the sum of their bytes_sent), and the largest rank's memory peak (the max of their
+// peak_bytes: each rank's memory is its own device's); and, when the step evaluated, rank 0's
+// eval loss as an EvalMetrics.
 //
 // E.g.
 //   StepAggregator steps(/*world_size=*/2, /*batch_size=*/8);
 //   steps.Add(report_rank0_step1);                      // std::nullopt: rank 1 still missing
-//   std::optional<v1::StepMetrics> m = steps.Add(report_rank1_step1);  // step 1 complete
+//   std::optional<CompleteStep> m = steps.Add(report_rank1_step1);  // step 1 complete
 #ifndef WEFT_COORDINATOR_STEP_AGGREGATOR_H_
 #define WEFT_COORDINATOR_STEP_AGGREGATOR_H_
 
@@ -21,6 +23,11 @@
 
 namespace weft::coordinator {
 
+struct CompleteStep {
+  v1::StepMetrics metrics;
+  std::optional<v1::EvalMetrics> eval;  // when the step evaluated (Program.eval)
+};
+
 class StepAggregator {
  public:
   StepAggregator(int world_size, int64_t batch_size)
@@ -28,7 +35,7 @@ class StepAggregator {
 
   // The step's metrics when this report completes it, std::nullopt while ranks are missing.
   // INVALID_ARGUMENT for a rank out of range, a step below 1, or a duplicate report.
-  absl::StatusOr<std::optional<v1::StepMetrics>> Add(const v1::StepReport& report);
+  absl::StatusOr<std::optional<CompleteStep>> Add(const v1::StepReport& report);
 
   // Steps some but not all ranks reported.
   int incomplete_steps() const { return static_cast<int>(partial_.size()); }

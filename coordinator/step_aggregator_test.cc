@@ -26,7 +26,7 @@ TEST(StepAggregatorTest, EmitsWhenAllRanksReported) {
   auto c = agg.Add(Report(2, 1, 9.0, 1.5));
   ASSERT_TRUE(c.ok());
   ASSERT_TRUE(c->has_value());
-  const v1::StepMetrics& m = **c;
+  const v1::StepMetrics& m = (*c)->metrics;
   EXPECT_EQ(m.step(), 1);
   EXPECT_DOUBLE_EQ(m.loss(), 0.75);          // rank 0's
   EXPECT_DOUBLE_EQ(m.step_seconds(), 1.5);   // the slowest rank
@@ -46,13 +46,13 @@ TEST(StepAggregatorTest, SumsBytesSentOverRanks) {
       EXPECT_FALSE(m->has_value());
     } else {
       ASSERT_TRUE(m->has_value());
-      EXPECT_EQ((*m)->bytes_sent(), 6000);
+      EXPECT_EQ((*m)->metrics.bytes_sent(), 6000);
     }
   }
   // Ranks that send nothing (1-rank runs, reports from older workers) sum to 0.
   auto only = StepAggregator(1, 4).Add(Report(0, 1, 0.5, 0.1));
   ASSERT_TRUE(only.ok() && only->has_value());
-  EXPECT_EQ((*only)->bytes_sent(), 0);
+  EXPECT_EQ((*only)->metrics.bytes_sent(), 0);
 }
 
 // Memory is per device: the step's peak is the largest rank's, not a sum.
@@ -68,13 +68,13 @@ TEST(StepAggregatorTest, PeakBytesIsTheMaxOverRanks) {
       EXPECT_FALSE(m->has_value());
     } else {
       ASSERT_TRUE(m->has_value());
-      EXPECT_EQ((*m)->peak_bytes(), 9000);
+      EXPECT_EQ((*m)->metrics.peak_bytes(), 9000);
     }
   }
   // Ranks that report no peak (older workers) give 0.
   auto only = StepAggregator(1, 4).Add(Report(0, 1, 0.5, 0.1));
   ASSERT_TRUE(only.ok() && only->has_value());
-  EXPECT_EQ((*only)->peak_bytes(), 0);
+  EXPECT_EQ((*only)->metrics.peak_bytes(), 0);
 }
 
 TEST(StepAggregatorTest, KeepsStepsApart) {
@@ -84,11 +84,11 @@ TEST(StepAggregatorTest, KeepsStepsApart) {
   EXPECT_EQ(agg.incomplete_steps(), 2);
   auto s1 = agg.Add(Report(1, 1, 0, 1));
   ASSERT_TRUE(s1.ok() && s1->has_value());
-  EXPECT_DOUBLE_EQ((*s1)->loss(), 1.0);
+  EXPECT_DOUBLE_EQ((*s1)->metrics.loss(), 1.0);
   auto s2 = agg.Add(Report(1, 2, 0, 2));
   ASSERT_TRUE(s2.ok() && s2->has_value());
-  EXPECT_DOUBLE_EQ((*s2)->loss(), 2.0);
-  EXPECT_DOUBLE_EQ((*s2)->samples_per_second(), 2.0);
+  EXPECT_DOUBLE_EQ((*s2)->metrics.loss(), 2.0);
+  EXPECT_DOUBLE_EQ((*s2)->metrics.samples_per_second(), 2.0);
 }
 
 TEST(StepAggregatorTest, RejectsBadReports) {
@@ -101,11 +101,39 @@ TEST(StepAggregatorTest, RejectsBadReports) {
   EXPECT_FALSE(agg.Add(Report(1, 1, 0, 1)).ok());   // after it was complete
 }
 
+// The learning rate, gradient norm and eval loss are rank 0's (every rank holds the same); only a
+// step that evaluated carries an EvalMetrics.
+TEST(StepAggregatorTest, CarriesLearningRateNormAndEval) {
+  StepAggregator agg(2, 4);
+  for (int64_t step : {1, 2}) {
+    for (int rank : {1, 0}) {
+      v1::StepReport r = Report(rank, step, 0.5, 0.1);
+      r.set_lr(rank == 0 ? 0.001 * step : 9.0);
+      r.set_grad_norm(rank == 0 ? 2.5 : 9.0);
+      if (step == 2) r.set_eval_loss(rank == 0 ? 1.25 : 9.0);
+      auto m = agg.Add(r);
+      ASSERT_TRUE(m.ok()) << m.status();
+      if (rank == 1) {
+        EXPECT_FALSE(m->has_value());
+        continue;
+      }
+      ASSERT_TRUE(m->has_value());
+      EXPECT_DOUBLE_EQ((*m)->metrics.lr(), 0.001 * step);
+      EXPECT_DOUBLE_EQ((*m)->metrics.grad_norm(), 2.5);
+      EXPECT_EQ((*m)->eval.has_value(), step == 2);
+      if (step == 2) {
+        EXPECT_EQ((*m)->eval->step(), 2);
+        EXPECT_DOUBLE_EQ((*m)->eval->loss(), 1.25);
+      }
+    }
+  }
+}
+
 TEST(StepAggregatorTest, ZeroTimeGivesZeroThroughput) {
   StepAggregator agg(1, 4);
   auto m = agg.Add(Report(0, 1, 0.5, 0));
   ASSERT_TRUE(m.ok() && m->has_value());
-  EXPECT_EQ((*m)->samples_per_second(), 0.0);
+  EXPECT_EQ((*m)->metrics.samples_per_second(), 0.0);
 }
 
 }  // namespace

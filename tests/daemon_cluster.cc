@@ -25,8 +25,11 @@ JobOutcome JobOutcome::Of(const std::vector<v1::JobEvent>& events) {
   for (const v1::JobEvent& e : events) {
     if (e.has_step()) {
       r.losses[e.step().step()] = e.step().loss();
+      r.lrs[e.step().step()] = e.step().lr();
+      r.grad_norms[e.step().step()] = e.step().grad_norm();
       r.peak_bytes = std::max(r.peak_bytes, e.step().peak_bytes());
     }
+    if (e.has_eval()) r.eval_losses[e.eval().step()] = e.eval().loss();
     if (e.has_saved()) r.saves.push_back(e.saved());
     if (e.event_case() == v1::JobEvent::kState) {
       r.state = e.state();

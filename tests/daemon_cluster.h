@@ -38,6 +38,9 @@ struct DaemonClusterOptions {
 // What a job's events said.
 struct JobOutcome {
   std::map<int64_t, double> losses;  // by step
+  std::map<int64_t, double> lrs;     // the learning rate each step applied
+  std::map<int64_t, double> grad_norms;   // before clipping
+  std::map<int64_t, double> eval_losses;  // by the step after which it evaluated
   int64_t peak_bytes = 0;             // the largest of the steps' (the most any rank held)
   std::vector<v1::CheckpointSaved> saves;
   v1::JobState state = v1::JOB_STATE_UNSPECIFIED;  // the last state event's

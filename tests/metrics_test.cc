@@ -164,7 +164,14 @@ TEST(MetricsTest, ARunningJobIsScrapedFromTheCoordinatorAndItsWorkers) {
   EXPECT_EQ(Get(m, "weft_steps_total"), steps);
   ExpectCumulative(m, "weft_job_step_seconds", job);
   for (const auto& [host, port] : workers) {
+    // The worker counts its task once the task has wound down, which may be just after the
+    // coordinator has its TaskDone and lists it idle.
     std::map<std::string, double> w = Scrape(host, port);
+    for (int i = 0; i < 600 && w.count("weft_worker_tasks_total{result=\"cancelled\"}") == 0;
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(50));
+      w = Scrape(host, port);
+    }
     const std::string what = absl::StrCat("worker at ", host, ":", port);
     const double ran = Get(w, "weft_worker_steps_total");
     // A rank may have run one step more than both ranks reported when the cancel came.

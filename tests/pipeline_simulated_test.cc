@@ -116,11 +116,16 @@ TEST_P(PipelineSimulatedTest, MatchesOneRankAndFloat64Reference) {
   JobSimulation dist = Simulate(job, c);
   ASSERT_EQ(single.losses.size(), reference.size());
   ASSERT_EQ(dist.losses.size(), reference.size());
+  ASSERT_EQ(dist.grad_norms.size(), reference.size());
   for (size_t s = 0; s < reference.size(); ++s) {
     EXPECT_LE(RelDiff(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
     EXPECT_LE(RelDiff(dist.losses[s], single.losses[s]), 1e-5)
         << "step " << s + 1 << ": " << dist.losses[s] << " vs " << single.losses[s];
     EXPECT_LE(RelDiff(dist.losses[s], reference[s]), 1e-4) << "step " << s + 1;
+    // Each stage's parameters counted once, summed over the stages with the loss.
+    EXPECT_LE(RelDiff(dist.grad_norms[s], single.grad_norms[s]), 1e-5)
+        << "step " << s + 1 << ": grad norm " << dist.grad_norms[s] << " vs 1 rank "
+        << single.grad_norms[s];
   }
   EXPECT_GT(dist.ops[v1::Instruction::SEND], 0);
   EXPECT_EQ(dist.ops[v1::Instruction::SEND], dist.ops[v1::Instruction::RECV]);

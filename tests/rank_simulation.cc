@@ -1,6 +1,7 @@
 #include "tests/rank_simulation.h"
 
 #include <functional>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -33,6 +34,8 @@ void RunRank(const v1::Program& program, const std::shared_ptr<LocalWorld>& worl
       break;
     }
     out->losses.push_back(*loss);
+    out->grad_norms.push_back(
+        (*exec)->last_step_grad_norm().value_or(std::numeric_limits<double>::quiet_NaN()));
   }
   if (!out->status.ok()) return;
   for (const v1::ParamInit& init : program.init()) {
@@ -90,9 +93,15 @@ JobSimulation PlanAndSimulate(v1::JobSpec spec) {
     EXPECT_TRUE(ranks[r].status.ok()) << "rank " << r << ": " << ranks[r].status;
     EXPECT_EQ(ranks[r].losses, ranks[0].losses)
         << "rank " << r << " reports a different loss than rank 0";
+    // Bit for bit: the replicated parameters' updates depend on it (the clip coefficient).
+    EXPECT_EQ(ranks[r].grad_norms, ranks[0].grad_norms)
+        << "rank " << r << " reports a different gradient norm than rank 0";
     out.pieces.push_back(std::move(ranks[r].params));
   }
-  if (!ranks.empty()) out.losses = ranks[0].losses;
+  if (!ranks.empty()) {
+    out.losses = ranks[0].losses;
+    out.grad_norms = ranks[0].grad_norms;
+  }
   return out;
 }
 

@@ -36,6 +36,7 @@ struct ParamPiece {
 struct RankRun {
   absl::Status status;
   std::vector<double> losses;                // one per step
+  std::vector<double> grad_norms;            // one per step (NaN: the program has no norm)
   std::map<std::string, ParamPiece> params;  // by parameter name; PARAM buffers only
 };
 
@@ -47,12 +48,13 @@ std::vector<RankRun> SimulateRanks(const std::vector<v1::Program>& programs);
 // counts of the plan (all ranks).
 struct JobSimulation {
   std::vector<double> losses;
+  std::vector<double> grad_norms;  // rank 0's; every rank's is the same
   std::vector<std::map<std::string, ParamPiece>> pieces;  // by rank
   std::map<v1::Instruction::Op, int> ops;
 };
 
 // PrepareJobSpec, PlanJob, then SimulateRanks; fails the calling test on any error or on ranks
-// disagreeing about a loss (what came before an error is returned).
+// disagreeing about a loss or a gradient norm (what came before an error is returned).
 JobSimulation PlanAndSimulate(v1::JobSpec spec);
 
 // The box `piece` covers of a row-major tensor of piece.global_shape (1-d or 2-d), as float64.

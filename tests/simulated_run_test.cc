@@ -81,9 +81,14 @@ TEST_P(SimulatedRunTest, MatchesOneRankAndFloat64Reference) {
   JobSimulation dist = Simulate(job, yaml);
   ASSERT_EQ(single.losses.size(), reference.size());
   ASSERT_EQ(dist.losses.size(), reference.size()) << yaml;
+  ASSERT_EQ(dist.grad_norms.size(), reference.size());
   for (size_t s = 0; s < reference.size(); ++s) {
     EXPECT_LE(RelDiff(single.losses[s], reference[s]), 1e-4) << "step " << s + 1;
     EXPECT_LE(RelDiff(dist.losses[s], single.losses[s]), 1e-5) << "step " << s + 1;
+    // The global gradient norm counts every element once, whatever the placements.
+    EXPECT_LE(RelDiff(dist.grad_norms[s], single.grad_norms[s]), 1e-5)
+        << "step " << s + 1 << ": grad norm " << dist.grad_norms[s] << " vs 1 rank "
+        << single.grad_norms[s] << " in\n" << yaml;
   }
   for (const auto& [layer, places] : c.layer_places) {
     if (places.find("Shard") != std::string::npos) {
@@ -162,11 +167,12 @@ INSTANTIATE_TEST_SUITE_P(
         Config{"dp2xmp2_partial_avg_batch", "{shape: [2, 2], dim_names: [dp, mp]}",
                {{"fc0", "weight: [Replicate(), Shard(1)]"}},
                "[Shard(0), Partial(avg)]"},
-        // Partial parameters: fc1's weight a sum over mp, fc2's bias a mean over dp.
+        // Partial parameters: fc1's weight a sum over mp (member 1 only decays its zeros:
+        // WEIGHT_DECAY), fc2's bias a mean over dp.
         Config{"dp2xmp2_partial_params", "{shape: [2, 2], dim_names: [dp, mp]}",
                {{"fc1", "weight: [Replicate(), Partial(sum)]"},
                 {"fc2", "bias: [Partial(avg), Replicate()]"}},
-               "[Shard(0), Replicate()]", v1::Instruction::SCALE},
+               "[Shard(0), Replicate()]", v1::Instruction::WEIGHT_DECAY},
         // fc0's weight split by rows on the batch dim: the input moves Shard(0) -> Shard(1).
         Config{"dp2_all_to_all", "{shape: [2], dim_names: [dp]}",
                {{"fc0", "weight: [Shard(0)]"}}, "[Shard(0)]", v1::Instruction::ALL_TO_ALL}),

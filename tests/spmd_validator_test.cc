@@ -1520,12 +1520,16 @@ TEST(RuleCoverageTest, EveryRegisteredRuleHasAValidatorCase) {
                 type == "load_label")
         << "the registry has a rule for op " << type << " that the validator does not cover";
   }
-  // Instructions that no SPMD rule emits: data loads, the steps of a reshard, and the pipeline
-  // pass's transfers and gradient accumulation (tests/pipeline_simulated_test checks those).
+  // Instructions that no SPMD rule emits: data loads, the steps of a reshard, the pipeline
+  // pass's transfers and gradient accumulation (tests/pipeline_simulated_test checks those), and
+  // what emit makes of the placements around the updates: the gradient norm and its clip
+  // coefficient (planner/grad_norm.h; the simulated tests compare every rank's norm with the
+  // 1-rank run's on every mesh) and a Partial(sum) parameter's decay on its other members.
   const std::set<std::string> not_rules = {
-      "OP_UNSPECIFIED", "ALL_REDUCE", "ALL_GATHER", "REDUCE_SCATTER", "ALL_TO_ALL", "SLICE",
-      "SCALE",          "LOAD_INPUT", "LOAD_LABEL", "SEND",           "RECV",       "ACCUMULATE",
-      "FILL"};
+      "OP_UNSPECIFIED", "ALL_REDUCE",  "ALL_GATHER",       "REDUCE_SCATTER", "ALL_TO_ALL",
+      "SLICE",          "SCALE",       "LOAD_INPUT",       "LOAD_LABEL",     "SEND",
+      "RECV",           "ACCUMULATE",  "FILL",             "SUM_SQUARES",    "CLIP_COEFFICIENT",
+      "WEIGHT_DECAY"};
   const std::map<std::string, std::string> rule_of = {
       {"MATMUL", "matmul"},       {"ADD_BIAS", "bias_add"},
       {"BIAS_GRAD", "bias_grad"}, {"RELU", "relu"},

@@ -846,6 +846,20 @@ void ApplyOptimizer(const RefOptimizer& opt, int64_t step, const Vec& g, Vec* p,
   ApplyRefOptimizer(opt, step, g, p, m, v);
 }
 
+void CheckNonNegative(int64_t value, const std::string& key) {
+  if (value < 0) Fail(key + " must not be negative, got " + std::to_string(value));
+}
+
+// The global L2 norm of every gradient together, each parameter once (a tied embedding's one
+// gradient already sums both uses).
+double GlobalNorm(const ParamMap& grads) {
+  double sum_sq = 0;
+  for (const auto& [name, g] : grads) {
+    for (double v : g) sum_sq += v * v;
+  }
+  return std::sqrt(sum_sq);
+}
+
 }  // namespace
 
 int64_t RefParamShape::Elements() const {
@@ -882,6 +896,39 @@ std::vector<double> RefDropoutFactors(const std::string& site, size_t n, double 
   std::vector<double> factors(n);
   for (size_t e = 0; e < n; ++e) factors[e] = PhiloxUnit(seed, key, e) >= p32 ? kept : 0.0;
   return factors;
+}
+
+double RefLearningRate(const RefSchedule& schedule, double peak_lr, int64_t step) {
+  if (!schedule.enabled) return peak_lr;
+  const RefSchedule& s = schedule;
+  if (s.decay != "constant" && s.decay != "linear" && s.decay != "cosine" && s.decay != "wsd") {
+    Fail("schedule decay must be constant, linear, cosine or wsd, got '" + s.decay + "'");
+  }
+  CheckNonNegative(s.warmup_steps, "schedule warmup_steps");
+  CheckNonNegative(s.cooldown_steps, "schedule cooldown_steps");
+  if (s.decay != "constant") CheckPositive(s.decay_steps, "schedule decay_steps of a " + s.decay);
+  CheckPositive(step, "step");
+  // step >= 1, so this holds only for a positive warmup.
+  if (step <= s.warmup_steps) {
+    return peak_lr * static_cast<double>(step) / static_cast<double>(s.warmup_steps);
+  }
+  if (s.decay == "constant") return peak_lr;
+  if (s.decay == "wsd") {
+    const int64_t stable_end = s.decay_steps - s.cooldown_steps;
+    if (step <= stable_end) return peak_lr;
+    // No cooldown: straight to min_lr after decay_steps, the limit of the ratio below.
+    const double q = s.cooldown_steps > 0 ? std::min(1.0, static_cast<double>(step - stable_end) /
+                                                              static_cast<double>(s.cooldown_steps))
+                                          : 1.0;
+    return peak_lr - (peak_lr - s.min_lr) * q;
+  }
+  // A decay that ends by the warmup's end is over once the warmup is.
+  const double p = s.decay_steps > s.warmup_steps
+                       ? std::min(1.0, static_cast<double>(step - s.warmup_steps) /
+                                           static_cast<double>(s.decay_steps - s.warmup_steps))
+                       : 1.0;
+  if (s.decay == "linear") return peak_lr - (peak_lr - s.min_lr) * p;
+  return s.min_lr + (peak_lr - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
 }
 
 RefTransformer::RefTransformer(RefTransformerConfig config)
@@ -985,6 +1032,72 @@ std::vector<double> RefTransformer::Train(const std::vector<int32_t>& tokens, in
     steps_done_ = step;
   }
   return losses;
+}
+
+std::vector<RefStepRecord> RefTransformer::TrainRecipe(const std::vector<int32_t>& tokens,
+                                                       int batch, int seq, int steps,
+                                                       const RefRecipe& recipe, uint64_t seed) {
+  CheckNonNegative(recipe.total_steps, "total_steps");
+  const int64_t total_steps = recipe.total_steps > 0 ? recipe.total_steps : steps_done_ + steps;
+  RefSchedule schedule = recipe.schedule;
+  if (schedule.decay_steps == 0) schedule.decay_steps = total_steps;
+  if (!(recipe.clip_grad_norm >= 0)) {
+    Fail("clip_grad_norm must not be negative, got " + std::to_string(recipe.clip_grad_norm));
+  }
+  const bool evaluate = !recipe.eval_tokens.empty();
+  const int eval_batch = recipe.eval_batch > 0 ? recipe.eval_batch : batch;
+  const int eval_seq = recipe.eval_seq > 0 ? recipe.eval_seq : seq;
+  if (evaluate) {
+    CheckNonNegative(recipe.eval_batch, "eval_batch");
+    CheckNonNegative(recipe.eval_seq, "eval_seq");
+    CheckNonNegative(recipe.eval_every, "eval_every");
+    CheckPositive(recipe.eval_batches, "eval_batches");
+    // BatchOfStep wraps around; evaluation must see each held-out sample at most once.
+    const int64_t samples = (static_cast<int64_t>(recipe.eval_tokens.size()) - 1) / eval_seq;
+    const int64_t needed = int64_t{recipe.eval_batches} * eval_batch;
+    if (samples < needed) {
+      Fail("the eval tokens hold " + std::to_string(samples) + " samples of eval_seq " +
+           std::to_string(eval_seq) + ", fewer than eval_batches * eval_batch = " +
+           std::to_string(needed) + " (evaluation does not wrap around)");
+    }
+  }
+  std::map<std::string, size_t> dims;
+  for (const RefParamShape& s : ParamShapes()) dims[s.name] = s.shape.size();
+
+  std::vector<RefStepRecord> records;
+  std::map<std::string, std::vector<double>> grads;
+  for (int i = 0; i < steps; ++i) {
+    const int64_t step = steps_done_ + 1;
+    RefStepRecord record;
+    record.loss = Gradients(BatchOfStep(tokens, batch, seq, step), seed, step, &grads);
+    record.grad_norm = GlobalNorm(grads);
+    if (recipe.clip_grad_norm > 0) {
+      const double coef = std::min(1.0, recipe.clip_grad_norm / (record.grad_norm + 1e-6));
+      for (auto& [name, g] : grads) {
+        for (double& v : g) v *= coef;
+      }
+    }
+    record.lr = RefLearningRate(schedule, recipe.optimizer.lr, step);
+    for (const auto& [name, g] : grads) {
+      RefOptimizer opt = recipe.optimizer;
+      opt.lr = record.lr;
+      if (recipe.decay_matrices_only && dims.at(name) < 2) opt.weight_decay = 0;
+      ApplyOptimizer(opt, step, g, &params.at(name), &m_[name], &v_[name]);
+    }
+    steps_done_ = step;
+    if (evaluate &&
+        ((recipe.eval_every > 0 && step % recipe.eval_every == 0) || step == total_steps)) {
+      double sum = 0;
+      for (int j = 0; j < recipe.eval_batches; ++j) {
+        sum += Loss(BatchOfStep(recipe.eval_tokens, eval_batch, eval_seq, j + 1), seed,
+                    /*step=*/0);
+      }
+      record.has_eval = true;
+      record.eval_loss = sum / recipe.eval_batches;
+    }
+    records.push_back(record);
+  }
+  return records;
 }
 
 }  // namespace weft::testing

@@ -14,6 +14,9 @@
 //   model.params["model.embed_tokens.weight"] = ...;  // [V, C], row-major, HF layout
 //   std::vector<double> losses = model.Train(tokens, /*batch=*/2, /*seq=*/5, /*steps=*/10, opt,
 //                                            /*seed=*/1234);
+//
+// TrainRecipe adds what a real LLM run does around the update: a learning-rate schedule, weight
+// decay on matrices only, global-norm gradient clipping and held-out evaluation.
 #ifndef WEFT_TESTS_TRANSFORMER_REFERENCE_H_
 #define WEFT_TESTS_TRANSFORMER_REFERENCE_H_
 
@@ -82,6 +85,64 @@ RefTokenBatch BatchOfStep(const std::vector<int32_t>& tokens, int batch, int seq
 std::vector<double> RefDropoutFactors(const std::string& site, size_t n, double p, uint64_t seed,
                                       int64_t step);
 
+// A learning-rate schedule over steps s = 1, 2, ... (the step whose update is applied). With
+// W = warmup_steps, D = decay_steps and C = cooldown_steps:
+//   s <= W (W > 0): peak * s / W;
+//   otherwise, with p = min(1, (s - W) / (D - W)) (p = 1 when D <= W):
+//     constant: peak;
+//     linear:   peak - (peak - min_lr) * p;
+//     cosine:   min_lr + (peak - min_lr) * 0.5 * (1 + cos(pi * p));
+//     wsd:      peak while s <= D - C, then peak - (peak - min_lr) * min(1, (s - (D - C)) / C)
+//               (warmup-stable-decay: a linear cooldown over the last C steps before D).
+// Not enabled: the peak at every step.
+struct RefSchedule {
+  bool enabled = false;
+  int64_t warmup_steps = 0;
+  std::string decay = "constant";  // constant | linear | cosine | wsd
+  int64_t decay_steps = 0;         // TrainRecipe: 0 means RefRecipe::total_steps
+  double min_lr = 0;
+  int64_t cooldown_steps = 0;  // wsd only
+};
+
+// The learning rate of step `step` (from 1) under `schedule` with peak `peak_lr`. Reads
+// decay_steps as given (a linear, cosine or wsd schedule needs it positive). Aborts with a message
+// on an unknown decay or a negative count.
+double RefLearningRate(const RefSchedule& schedule, double peak_lr, int64_t step);
+
+// A training recipe: the optimizer at the schedule's learning rate, optional decay of matrices
+// only, clipping and evaluation.
+struct RefRecipe {
+  RefOptimizer optimizer;  // lr: the schedule's peak
+  RefSchedule schedule;
+  // Weight decay only on parameters of 2 or more dims (RefParamShape.shape); biases, norm gains
+  // and other vectors get none. False: every parameter decays.
+  bool decay_matrices_only = false;
+  // PyTorch's clip_grad_norm_: every gradient times min(1, max / (total + 1e-6)), total the L2
+  // norm over all gradients together. 0: no clipping.
+  double clip_grad_norm = 0;
+  // Held-out evaluation after the update of step S when S % eval_every == 0 (eval_every > 0) or S
+  // == total_steps: the mean over eval batches j = 0 .. eval_batches - 1 of the no-dropout loss of
+  // BatchOfStep(eval_tokens, eval_batch, eval_seq, j + 1), which must not wrap. Empty: none.
+  std::vector<int32_t> eval_tokens;
+  int eval_batch = 0;  // 0: the training batch
+  int eval_seq = 0;    // 0: the training seq
+  int eval_every = 0;  // 0: only after total_steps
+  int eval_batches = 0;
+  // The job's train.steps: the last evaluation and the schedule's decay_steps when that is 0.
+  // 0: the last step of the TrainRecipe call (set it when a run is split over calls).
+  int64_t total_steps = 0;
+};
+
+// One TrainRecipe step: its loss (before the update, with the step's dropout), its learning rate,
+// the gradients' global L2 norm before clipping, and the evaluation after its update if any.
+struct RefStepRecord {
+  double loss = 0;
+  double lr = 0;
+  double grad_norm = 0;
+  bool has_eval = false;
+  double eval_loss = 0;
+};
+
 class RefTransformer {
  public:
   // Aborts with a message naming the key when `config` is invalid (a missing size, heads that do
@@ -119,6 +180,13 @@ class RefTransformer {
   // Train(a + b).
   std::vector<double> Train(const std::vector<int32_t>& tokens, int batch, int seq, int steps,
                             const RefOptimizer& opt, uint64_t seed);
+  // Trains like Train under `recipe` and returns one record per step. Continues steps_done()
+  // like Train (and shares its AdamW moments), so a schedule and AdamW's bias correction read the
+  // global step. With no schedule, clipping or evaluation it updates exactly as Train. Aborts with
+  // a message on an invalid recipe, e.g. eval tokens holding fewer than eval_batches * eval_batch
+  // samples.
+  std::vector<RefStepRecord> TrainRecipe(const std::vector<int32_t>& tokens, int batch, int seq,
+                                         int steps, const RefRecipe& recipe, uint64_t seed);
   int64_t steps_done() const { return steps_done_; }
 
  private:

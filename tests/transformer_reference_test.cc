@@ -1,7 +1,10 @@
 // The transformer reference is itself checked: its hand-written gradients equal central finite
 // differences of its loss for every parameter (with and without dropout, the masks fixed by the
 // step), its forward has the properties the Hugging Face models have (causal, GQA as repeated KV
-// heads, near-uniform logits at a small init), and AdamW training lowers the loss.
+// heads, near-uniform logits at a small init), and AdamW training lowers the loss. The training
+// recipe's schedule is checked at hand-computed points, and its clipping, decay of matrices only,
+// scheduled updates and evaluation against updates and losses rebuilt here from Gradients and
+// Loss.
 #include "tests/transformer_reference.h"
 
 #include <gtest/gtest.h>
@@ -296,6 +299,336 @@ TEST(TransformerReferenceTest, SgdStepAppliesTheGradients) {
       EXPECT_DOUBLE_EQ(model.params[name][i], before.at(name)[i] - g[i]) << name;
     }
   }
+}
+
+RefSchedule Schedule(const std::string& decay, int64_t warmup, int64_t decay_steps, double min_lr,
+                     int64_t cooldown = 0) {
+  RefSchedule s;
+  s.enabled = true;
+  s.decay = decay;
+  s.warmup_steps = warmup;
+  s.decay_steps = decay_steps;
+  s.min_lr = min_lr;
+  s.cooldown_steps = cooldown;
+  return s;
+}
+
+// Peak 1, warmup 10, decay over steps 10 .. 110 to 0.1 (wsd: its cooldown the last 20 of them).
+TEST(TransformerReferenceTest, LearningRateScheduleAtHandComputedPoints) {
+  const double kTol = 1e-15;
+  for (const std::string decay : {"constant", "linear", "cosine", "wsd"}) {
+    const RefSchedule s = Schedule(decay, 10, 110, 0.1, 20);
+    EXPECT_NEAR(RefLearningRate(s, 1.0, 1), 0.1, kTol) << decay;
+    EXPECT_NEAR(RefLearningRate(s, 1.0, 5), 0.5, kTol) << decay;
+    EXPECT_NEAR(RefLearningRate(s, 1.0, 10), 1.0, kTol) << decay;  // the warmup's end
+    EXPECT_NEAR(RefLearningRate(s, 2.0, 5), 1.0, kTol) << decay;   // scales with the peak
+  }
+  const RefSchedule constant = Schedule("constant", 10, 110, 0.1);
+  EXPECT_EQ(RefLearningRate(constant, 1.0, 11), 1.0);
+  EXPECT_EQ(RefLearningRate(constant, 1.0, 500), 1.0);
+
+  // p = (s - 10) / 100.
+  const RefSchedule linear = Schedule("linear", 10, 110, 0.1);
+  EXPECT_NEAR(RefLearningRate(linear, 1.0, 11), 1.0 - 0.9 * 0.01, kTol);
+  EXPECT_NEAR(RefLearningRate(linear, 1.0, 35), 0.775, kTol);
+  EXPECT_NEAR(RefLearningRate(linear, 1.0, 60), 0.55, kTol);
+  EXPECT_NEAR(RefLearningRate(linear, 1.0, 110), 0.1, kTol);
+  EXPECT_NEAR(RefLearningRate(linear, 1.0, 200), 0.1, kTol);
+
+  const RefSchedule cosine = Schedule("cosine", 10, 110, 0.1);
+  EXPECT_NEAR(RefLearningRate(cosine, 1.0, 35), 0.1 + 0.45 * (1 + std::sqrt(0.5)), kTol);
+  EXPECT_NEAR(RefLearningRate(cosine, 1.0, 60), 0.55, kTol);
+  EXPECT_NEAR(RefLearningRate(cosine, 1.0, 85), 0.1 + 0.45 * (1 - std::sqrt(0.5)), kTol);
+  EXPECT_NEAR(RefLearningRate(cosine, 1.0, 110), 0.1, kTol);
+  EXPECT_NEAR(RefLearningRate(cosine, 1.0, 111), 0.1, kTol);
+  EXPECT_NEAR(RefLearningRate(cosine, 1.0, 1000), 0.1, kTol);
+
+  // Stable through step 90, then linear to 0.1 at 110.
+  const RefSchedule wsd = Schedule("wsd", 10, 110, 0.1, 20);
+  EXPECT_EQ(RefLearningRate(wsd, 1.0, 11), 1.0);
+  EXPECT_EQ(RefLearningRate(wsd, 1.0, 60), 1.0);
+  EXPECT_EQ(RefLearningRate(wsd, 1.0, 90), 1.0);
+  EXPECT_NEAR(RefLearningRate(wsd, 1.0, 91), 1.0 - 0.9 / 20, kTol);
+  EXPECT_NEAR(RefLearningRate(wsd, 1.0, 100), 0.55, kTol);
+  EXPECT_NEAR(RefLearningRate(wsd, 1.0, 110), 0.1, kTol);
+  EXPECT_NEAR(RefLearningRate(wsd, 1.0, 150), 0.1, kTol);
+
+  // No warmup: step 1 is already into the decay (p = 1 / 4).
+  EXPECT_NEAR(RefLearningRate(Schedule("linear", 0, 4, 0.0), 1.0, 1), 0.75, kTol);
+  EXPECT_NEAR(RefLearningRate(Schedule("cosine", 0, 4, 0.0), 1.0, 2), 0.5, kTol);
+  // A disabled schedule is the peak throughout.
+  RefSchedule off = cosine;
+  off.enabled = false;
+  EXPECT_EQ(RefLearningRate(off, 0.3, 1), 0.3);
+  EXPECT_EQ(RefLearningRate(off, 0.3, 1000), 0.3);
+}
+
+RefOptimizer AdamW(double lr, double weight_decay) {
+  RefOptimizer opt;
+  opt.lr = lr;
+  opt.weight_decay = weight_decay;
+  return opt;
+}
+
+RefOptimizer Sgd(double lr, double weight_decay) {
+  RefOptimizer opt;
+  opt.type = "sgd";
+  opt.lr = lr;
+  opt.weight_decay = weight_decay;
+  return opt;
+}
+
+double NormOf(const std::map<std::string, std::vector<double>>& grads) {
+  double sum_sq = 0;
+  for (const auto& [name, g] : grads) {
+    for (double v : g) sum_sq += v * v;
+  }
+  return std::sqrt(sum_sq);
+}
+
+TEST(TransformerReferenceTest, RecipeWithoutExtrasEqualsTrain) {
+  const std::vector<int32_t> tokens = TestTokens(6 * kSeq + 1, 8);
+  RefRecipe recipe;
+  recipe.optimizer = AdamW(1e-2, 0.05);
+  RefTransformer plain(Gpt2Config(0.2)), with_recipe(Gpt2Config(0.2));
+  plain.SetTestParams(4, 0.3);
+  with_recipe.params = plain.params;
+  const std::vector<double> losses = plain.Train(tokens, kBatch, kSeq, 4, recipe.optimizer, kSeed);
+  const std::vector<RefStepRecord> records =
+      with_recipe.TrainRecipe(tokens, kBatch, kSeq, 4, recipe, kSeed);
+  ASSERT_EQ(records.size(), 4u);
+  for (size_t i = 0; i < records.size(); ++i) {
+    EXPECT_EQ(records[i].loss, losses[i]) << i;
+    EXPECT_EQ(records[i].lr, 1e-2) << i;
+    EXPECT_GT(records[i].grad_norm, 0.0) << i;
+    EXPECT_FALSE(records[i].has_eval) << i;
+  }
+  EXPECT_EQ(with_recipe.params, plain.params);
+  EXPECT_EQ(with_recipe.steps_done(), 4);
+}
+
+TEST(TransformerReferenceTest, ClippingAtAHugeNormChangesNothing) {
+  const std::vector<int32_t> tokens = TestTokens(6 * kSeq + 1, 8);
+  RefRecipe unclipped;
+  unclipped.optimizer = AdamW(1e-2, 0.05);
+  RefRecipe clipped = unclipped;
+  clipped.clip_grad_norm = 1e9;
+  RefTransformer a(LlamaConfig(1, false, 0.2)), b(LlamaConfig(1, false, 0.2));
+  a.SetTestParams(4, 0.3);
+  b.params = a.params;
+  const std::vector<RefStepRecord> ra = a.TrainRecipe(tokens, kBatch, kSeq, 3, unclipped, kSeed);
+  const std::vector<RefStepRecord> rb = b.TrainRecipe(tokens, kBatch, kSeq, 3, clipped, kSeed);
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    EXPECT_EQ(ra[i].loss, rb[i].loss) << i;
+    EXPECT_EQ(ra[i].grad_norm, rb[i].grad_norm) << i;
+  }
+  EXPECT_EQ(a.params, b.params);
+}
+
+// With SGD and no weight decay each step moves p by lr * coef * g, coef = max / (norm + 1e-6) for
+// the step's whole-model gradient norm; the recorded norm is that before clipping.
+TEST(TransformerReferenceTest, ClippingScalesEveryGradientByTheGlobalNormsRatio) {
+  const std::vector<int32_t> tokens = TestTokens(6 * kSeq + 1, 8);
+  RefTransformer model(Gpt2Config(0.3)), expected(Gpt2Config(0.3));
+  model.SetTestParams(6, 0.3);
+  expected.params = model.params;
+  std::map<std::string, std::vector<double>> grads;
+  expected.Gradients(BatchOfStep(tokens, kBatch, kSeq, 1), kSeed, 1, &grads);
+  RefRecipe recipe;
+  recipe.optimizer = Sgd(0.5, 0.0);
+  recipe.clip_grad_norm = 0.25 * NormOf(grads);  // well below every step's norm
+
+  const std::vector<RefStepRecord> records =
+      model.TrainRecipe(tokens, kBatch, kSeq, 2, recipe, kSeed);
+  ASSERT_EQ(records.size(), 2u);
+  for (int64_t step = 1; step <= 2; ++step) {
+    const double loss =
+        expected.Gradients(BatchOfStep(tokens, kBatch, kSeq, step), kSeed, step, &grads);
+    const double norm = NormOf(grads);
+    const RefStepRecord& r = records[step - 1];
+    EXPECT_EQ(r.loss, loss) << step;
+    EXPECT_NEAR(r.grad_norm, norm, 1e-13 * norm) << step;
+    const double coef = recipe.clip_grad_norm / (norm + 1e-6);
+    EXPECT_LT(coef, 0.5) << step;
+    for (const auto& [name, g] : grads) {
+      std::vector<double>& p = expected.params.at(name);
+      for (size_t i = 0; i < g.size(); ++i) p[i] -= 0.5 * coef * g[i];
+    }
+  }
+  for (const auto& [name, p] : expected.params) {
+    for (size_t i = 0; i < p.size(); ++i) {
+      EXPECT_NEAR(model.params.at(name)[i], p[i], 1e-14) << name << "[" << i << "]";
+    }
+  }
+}
+
+// A tied embedding is one parameter: its one gradient (both uses summed) counts once in the norm.
+TEST(TransformerReferenceTest, ClippingCountsATiedEmbeddingOnce) {
+  const std::vector<int32_t> tokens = TestTokens(kBatch * kSeq + 1, 7);
+  RefTransformer model(LlamaConfig(2, /*tied=*/true, 0.0));
+  model.SetTestParams(12, 0.4);
+  const auto before = model.params;
+  std::map<std::string, std::vector<double>> grads;
+  model.Gradients(TestBatch(), kSeed, 1, &grads);
+  ASSERT_EQ(grads.count("lm_head.weight"), 0u);
+  const double norm = NormOf(grads);
+  double embedding_sq = 0;
+  for (double v : grads.at("model.embed_tokens.weight")) embedding_sq += v * v;
+  ASSERT_GT(embedding_sq, 1e-6 * norm * norm);  // counting it twice would show
+
+  RefRecipe recipe;
+  recipe.optimizer = Sgd(1.0, 0.0);
+  recipe.clip_grad_norm = 0.5 * norm;
+  const std::vector<RefStepRecord> records =
+      model.TrainRecipe(tokens, kBatch, kSeq, 1, recipe, kSeed);
+  EXPECT_NEAR(records.at(0).grad_norm, norm, 1e-13 * norm);
+  const double coef = recipe.clip_grad_norm / (norm + 1e-6);
+  const std::vector<double>& g = grads.at("model.embed_tokens.weight");
+  for (size_t i = 0; i < g.size(); ++i) {
+    EXPECT_NEAR(model.params.at("model.embed_tokens.weight")[i],
+                before.at("model.embed_tokens.weight")[i] - coef * g[i], 1e-14)
+        << i;
+  }
+}
+
+// SGD with weight decay: p - lr * (coef * g + wd * p), wd 0 for 1-dim parameters when decaying
+// matrices only. Step 1 of a warmup of 4 updates at lr / 4.
+TEST(TransformerReferenceTest, DecayOfMatricesOnlySkipsVectors) {
+  const std::vector<int32_t> tokens = TestTokens(kBatch * kSeq + 1, 7);
+  for (bool matrices_only : {false, true}) {
+    RefTransformer model(Gpt2Config(0.0));
+    model.SetTestParams(13, 0.4);
+    const auto before = model.params;
+    std::map<std::string, std::vector<double>> grads;
+    model.Gradients(TestBatch(), kSeed, 1, &grads);
+    RefRecipe recipe;
+    recipe.optimizer = Sgd(0.8, 0.3);
+    recipe.schedule = Schedule("cosine", 4, 10, 0.0);
+    recipe.decay_matrices_only = matrices_only;
+    recipe.clip_grad_norm = 0.5 * NormOf(grads);
+    const std::vector<RefStepRecord> records =
+        model.TrainRecipe(tokens, kBatch, kSeq, 1, recipe, kSeed);
+    EXPECT_NEAR(records.at(0).lr, 0.2, 1e-15);
+    const double coef = recipe.clip_grad_norm / (NormOf(grads) + 1e-6);
+    int vectors = 0, matrices = 0;
+    for (const RefParamShape& s : model.ParamShapes()) {
+      const bool decays = !matrices_only || s.shape.size() >= 2;
+      (s.shape.size() >= 2 ? matrices : vectors)++;
+      const double wd = decays ? 0.3 : 0.0;
+      const std::vector<double>& g = grads.at(s.name);
+      const std::vector<double>& p = before.at(s.name);
+      for (size_t i = 0; i < g.size(); ++i) {
+        EXPECT_NEAR(model.params.at(s.name)[i], p[i] - 0.2 * (coef * g[i] + wd * p[i]), 1e-15)
+            << s.name << "[" << i << "] matrices_only " << matrices_only;
+      }
+    }
+    EXPECT_GT(vectors, 0);
+    EXPECT_GT(matrices, 0);
+  }
+}
+
+// AdamW at the scheduled lr (decay_steps 0: total_steps) with decay of matrices only, split over
+// two calls, against Gradients and ApplyRefOptimizer step by step at the global step.
+TEST(TransformerReferenceTest, ScheduledAdamWUpdatesAtTheGlobalStep) {
+  const std::vector<int32_t> tokens = TestTokens(6 * kSeq + 1, 9);
+  RefRecipe recipe;
+  recipe.optimizer = AdamW(2e-2, 0.1);
+  recipe.schedule = Schedule("cosine", 2, /*decay_steps=*/0, 1e-3);
+  recipe.decay_matrices_only = true;
+  recipe.total_steps = 6;
+  RefTransformer model(LlamaConfig(1, false, 0.2)), expected(LlamaConfig(1, false, 0.2));
+  model.SetTestParams(14, 0.3);
+  expected.params = model.params;
+  std::vector<RefStepRecord> records = model.TrainRecipe(tokens, kBatch, kSeq, 4, recipe, kSeed);
+  const std::vector<RefStepRecord> rest = model.TrainRecipe(tokens, kBatch, kSeq, 2, recipe, kSeed);
+  records.insert(records.end(), rest.begin(), rest.end());
+  ASSERT_EQ(records.size(), 6u);
+
+  std::map<std::string, size_t> dims;
+  for (const RefParamShape& s : expected.ParamShapes()) dims[s.name] = s.shape.size();
+  std::map<std::string, std::vector<double>> grads, m, v;
+  const RefSchedule resolved = Schedule("cosine", 2, 6, 1e-3);
+  for (int64_t step = 1; step <= 6; ++step) {
+    const double loss =
+        expected.Gradients(BatchOfStep(tokens, kBatch, kSeq, step), kSeed, step, &grads);
+    const double lr = RefLearningRate(resolved, 2e-2, step);
+    EXPECT_EQ(records[step - 1].loss, loss) << step;
+    EXPECT_EQ(records[step - 1].lr, lr) << step;
+    for (const auto& [name, g] : grads) {
+      RefOptimizer opt = AdamW(lr, dims.at(name) >= 2 ? 0.1 : 0.0);
+      ApplyRefOptimizer(opt, step, g, &expected.params.at(name), &m[name], &v[name]);
+    }
+  }
+  EXPECT_NEAR(records[1].lr, 2e-2, 1e-17);  // the warmup's end
+  EXPECT_NEAR(records[5].lr, 1e-3, 1e-17);  // decayed by total_steps
+  EXPECT_EQ(model.params, expected.params);
+}
+
+// Evaluation after steps 2, 4 (every 2) and 5 (the last) only, each the mean of its eval batches'
+// no-dropout losses at the parameters after that step's update; training is unaffected.
+TEST(TransformerReferenceTest, EvaluationEveryNStepsAndAfterTheLastWithoutDropout) {
+  const std::vector<int32_t> tokens = TestTokens(6 * kSeq + 1, 8);
+  const std::vector<int32_t> eval_tokens = TestTokens(7 * 4 + 1, 31);  // 7 samples of 4
+  RefRecipe recipe;
+  recipe.optimizer = AdamW(1e-2, 0.0);
+  recipe.eval_tokens = eval_tokens;
+  recipe.eval_batch = 3;
+  recipe.eval_seq = 4;
+  recipe.eval_every = 2;
+  recipe.eval_batches = 2;
+  recipe.total_steps = 5;
+  RefTransformer model(Gpt2Config(0.3)), expected(Gpt2Config(0.3));
+  model.SetTestParams(15, 0.3);
+  const auto initial = model.params;
+  expected.params = initial;
+  const std::vector<RefStepRecord> records =
+      model.TrainRecipe(tokens, kBatch, kSeq, 5, recipe, kSeed);
+  ASSERT_EQ(records.size(), 5u);
+  for (int64_t step = 1; step <= 5; ++step) {
+    const RefStepRecord& r = records[step - 1];
+    EXPECT_EQ(r.loss, expected.Train(tokens, kBatch, kSeq, 1, recipe.optimizer, kSeed).at(0));
+    EXPECT_EQ(r.has_eval, step == 2 || step == 4 || step == 5) << step;
+    if (!r.has_eval) continue;
+    double sum = 0, with_dropout = 0;
+    for (int j = 0; j < 2; ++j) {
+      const RefTokenBatch eval = BatchOfStep(eval_tokens, 3, 4, j + 1);
+      sum += expected.Loss(eval, kSeed, 0);
+      with_dropout += expected.Loss(eval, kSeed, step);
+    }
+    EXPECT_DOUBLE_EQ(r.eval_loss, sum / 2) << step;
+    EXPECT_GT(std::fabs(r.eval_loss - with_dropout / 2), 1e-6) << step;
+  }
+  EXPECT_EQ(model.params, expected.params);
+
+  // Defaults: the training batch and seq, and evaluation only after the call's last step.
+  RefRecipe at_end = recipe;
+  at_end.eval_batch = at_end.eval_seq = at_end.eval_every = 0;
+  at_end.eval_batches = 1;
+  at_end.total_steps = 0;
+  RefTransformer again(Gpt2Config(0.3)), expected_again(Gpt2Config(0.3));
+  again.params = expected_again.params = initial;
+  const std::vector<RefStepRecord> more = again.TrainRecipe(tokens, kBatch, kSeq, 3, at_end, kSeed);
+  ASSERT_EQ(more.size(), 3u);
+  EXPECT_FALSE(more[0].has_eval);
+  EXPECT_FALSE(more[1].has_eval);
+  ASSERT_TRUE(more[2].has_eval);
+  expected_again.Train(tokens, kBatch, kSeq, 3, recipe.optimizer, kSeed);
+  EXPECT_DOUBLE_EQ(more[2].eval_loss,
+                   expected_again.Loss(BatchOfStep(eval_tokens, kBatch, kSeq, 1), kSeed, 0));
+}
+
+TEST(TransformerReferenceDeathTest, EvaluationNeverWrapsAround) {
+  RefTransformer model(Gpt2Config(0.0));
+  model.SetTestParams(16, 0.3);
+  RefRecipe recipe;
+  recipe.eval_tokens = TestTokens(5 * 4 + 1, 31);  // 5 samples of 4, 6 needed
+  recipe.eval_batch = 3;
+  recipe.eval_seq = 4;
+  recipe.eval_batches = 2;
+  EXPECT_DEATH(model.TrainRecipe(TestTokens(kBatch * kSeq + 1, 7), kBatch, kSeq, 1, recipe, kSeed),
+               "the eval tokens hold 5 samples of eval_seq 4, fewer than eval_batches \\* "
+               "eval_batch = 6");
 }
 
 }  // namespace

@@ -29,151 +29,15 @@
 #include "tests/daemon_cluster.h"
 #include "tests/mlp_reference.h"
 #include "tests/process.h"
+#include "tests/transformer_job.h"
 #include "tests/transformer_reference.h"
 #include "nlohmann/json.hpp"
 
 namespace weft::testing {
 namespace {
 
-constexpr int kBatch = 4, kSeq = 8, kSteps = 4, kVocab = 32, kLayers = 4;
-constexpr uint64_t kSeed = 11;
-
-// An llm.c token file: 256 int32 header (magic 20240520, version 1, token count), uint16 tokens.
-void WriteLlmcTokens(const std::string& path, const std::vector<int32_t>& tokens) {
-  std::vector<int32_t> header(256, 0);
-  header[0] = 20240520;
-  header[1] = 1;
-  header[2] = static_cast<int32_t>(tokens.size());
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header.data()), 256 * sizeof(int32_t));
-  for (int32_t t : tokens) {
-    const uint16_t v = static_cast<uint16_t>(t);
-    out.write(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
-}
-
-struct TransformerJob {
-  std::string arch;
-  RefTransformerConfig config;
-  std::string config_yaml;  // model.config as a flow mapping
-  std::string dir;
-  std::vector<int32_t> tokens;
-  std::map<std::string, std::vector<double>> init;  // HF name -> values in HF layout
-  RefOptimizer optimizer;
-
-  static TransformerJob Create(const std::string& arch, double dropout = 0.0) {
-    TransformerJob job;
-    job.arch = arch;
-    RefTransformerConfig& c = job.config;
-    c.arch = arch;
-    c.vocab_size = kVocab;
-    std::ostringstream y;
-    if (arch == "gpt2") {
-      c.n_positions = 16;
-      c.n_embd = 16;
-      c.n_layer = kLayers;
-      c.n_head = 4;
-      c.layer_norm_epsilon = 1e-5;
-      c.embd_pdrop = c.attn_pdrop = c.resid_pdrop = dropout;
-      y << "{vocab_size: " << kVocab << ", n_positions: 16, n_embd: 16, n_layer: " << kLayers
-        << ", n_head: 4, layer_norm_epsilon: 1.0e-5, embd_pdrop: " << dropout
-        << ", attn_pdrop: " << dropout << ", resid_pdrop: " << dropout << "}";
-    } else {
-      c.hidden_size = 16;
-      c.intermediate_size = 24;
-      c.num_hidden_layers = kLayers;
-      c.num_attention_heads = 4;
-      c.num_key_value_heads = 2;
-      c.rms_norm_eps = 1e-5;
-      c.rope_theta = 10000.0;
-      c.tie_word_embeddings = false;
-      y << "{vocab_size: " << kVocab << ", hidden_size: 16, intermediate_size: 24, "
-        << "num_hidden_layers: " << kLayers << ", num_attention_heads: 4, num_key_value_heads: 2, "
-        << "rms_norm_eps: 1.0e-5, rope_theta: 10000.0, max_position_embeddings: 16, "
-        << "tie_word_embeddings: false, attention_dropout: 0.0}";
-    }
-    job.config_yaml = y.str();
-    job.dir = MakeTempDir("transformer-" + arch);
-    // 3 batches and a bit: step 4 wraps around to the first samples.
-    job.tokens.resize(3 * kBatch * kSeq + 5);
-    for (size_t i = 0; i < job.tokens.size(); ++i) {
-      job.tokens[i] = static_cast<int32_t>((i * 7 + (i * i) % 13) % kVocab);
-    }
-    WriteLlmcTokens(job.dir + "/train.bin", job.tokens);
-
-    RefTransformer model(c);
-    model.SetTestParams(/*seed=*/100, /*scale=*/0.3);
-    job.init = model.params;
-    std::vector<NamedTensor> file;
-    for (const RefParamShape& s : model.ParamShapes()) {
-      const std::string name = arch == "gpt2" ? "transformer." + s.name : s.name;
-      file.push_back({name, s.shape, model.params.at(s.name)});
-    }
-    WriteSafetensorsF32(job.dir + "/init.safetensors", file);
-    job.optimizer.lr = 0.01;
-    job.optimizer.weight_decay = 0.01;
-    return job;
-  }
-
-  // The spec of case `name` on `mesh`; `data_extra` goes into data's mapping, `model_extra` into
-  // model's, `extra` at the top.
-  std::string WriteSpec(const std::string& name, const std::string& mesh,
-                        const std::string& data_extra = "", const std::string& extra = "",
-                        const std::string& init_from = "init.safetensors",
-                        const std::string& model_extra = "") const {
-    std::ostringstream s;
-    s << "name: " << arch << "-" << name << "\n"
-      << "mesh: " << mesh << "\n"
-      << "model: {arch: " << arch << ", config: " << config_yaml << model_extra << "}\n"
-      << "data: {source: tokens, path: train.bin, seq_len: " << kSeq
-      << ", batch_size: " << kBatch << data_extra << "}\n"
-      << "optimizer: {type: adamw, lr: 0.01, betas: [0.9, 0.999], eps: 1.0e-8, "
-         "weight_decay: 0.01}\n"
-      << "train: {steps: " << kSteps << ", seed: " << kSeed << "}\n"
-      << "init_from: " << init_from << "\n"
-      << "checkpoint: {dir: ckpt-" << name << ", every: " << kSteps << "}\n"
-      << extra;
-    const std::string path = dir + "/" + name + ".yaml";
-    std::ofstream(path) << s.str();
-    return path;
-  }
-
-  // The float64 reference: per-step losses, and the parameters after the last step.
-  std::vector<double> Reference(std::map<std::string, std::vector<double>>* final_params) const {
-    RefTransformer model(config);
-    model.params = init;
-    std::vector<double> losses = model.Train(tokens, kBatch, kSeq, kSteps, optimizer, kSeed);
-    *final_params = model.params;
-    return losses;
-  }
-
-  // Every parameter of case `name`'s last checkpoint, by HF name (row-major: the graph's layout
-  // holds the same elements in the same order as HF's).
-  std::map<std::string, std::vector<double>> FinalParams(const std::string& name) const {
-    std::map<std::string, std::vector<double>> out;
-    auto step_dir = checkpoint::ResolveStepDir(dir + "/ckpt-" + name);
-    EXPECT_TRUE(step_dir.ok()) << step_dir.status();
-    if (!step_dir.ok()) return out;
-    auto reader = checkpoint::CheckpointReader::Open(*step_dir);
-    EXPECT_TRUE(reader.ok()) << reader.status();
-    if (!reader.ok()) return out;
-    EXPECT_EQ(reader->index().step, kSteps);
-    for (const auto& [tensor, _] : init) {
-      auto it = reader->index().tensors.find(tensor);
-      EXPECT_NE(it, reader->index().tensors.end()) << name << ": no " << tensor;
-      if (it == reader->index().tensors.end()) continue;
-      const std::vector<int64_t>& shape = it->second.global_shape;
-      int64_t n = 1;
-      for (int64_t d : shape) n *= d;
-      std::vector<float> values(static_cast<size_t>(n));
-      absl::Status s = reader->ReadBox(tensor, std::vector<int64_t>(shape.size(), 0), shape,
-                                       values.data());
-      EXPECT_TRUE(s.ok()) << s;
-      out[tensor].assign(values.begin(), values.end());
-    }
-    return out;
-  }
-};
+// TransformerJob's default shape.
+constexpr int kSteps = 4, kVocab = 32, kLayers = 4;
 
 struct Case {
   std::string name;
@@ -526,7 +390,8 @@ std::vector<std::string> PlannedCollectives(const std::string& spec) {
 }
 
 // The collectives as the plan orders them with `overlap: false` (where each stands in the graph,
-// the gradients' at the optimizer phase) must be `want`; the default plan, which starts each as
+// the gradients' at the optimizer phase, last the gradient norm's sum over mp, along which the
+// Megatron plan shards weights) must be `want`; the default plan, which starts each as
 // early as its data allows (planner/early_collectives.h), must have the same ones, reordered.
 void ExpectCollectives(const std::string& spec, const std::string& blocking_spec,
                        const std::vector<std::string>& want) {
@@ -558,6 +423,7 @@ TEST(MegatronPlanTest, TensorParallelCollectivesAreMegatrons) {
     want.push_back("ALL_REDUCE " + h + ".ln_2.out@grad");
     want.push_back("ALL_REDUCE " + h + ".ln_1.out@grad");
   }
+  want.push_back("ALL_REDUCE grad_norm_sq");
   ExpectCollectives(spec, blocking, want);
 }
 
@@ -584,6 +450,7 @@ TEST(MegatronPlanTest, GroupedQueryTensorParallelCollectivesAreMegatrons) {
     want.push_back("ALL_REDUCE " + l + ".post_attention_layernorm.out@grad");
     want.push_back("ALL_REDUCE " + l + ".input_layernorm.out@grad");
   }
+  want.push_back("ALL_REDUCE grad_norm_sq");
   ExpectCollectives(spec, blocking, want);
 }
 
@@ -626,10 +493,11 @@ TEST(MegatronPlanTest, SequenceParallelCollectivesAreMegatrons) {
   }
   want.push_back("ALL_REDUCE ln_f.weight@grad");
   want.push_back("ALL_REDUCE ln_f.bias@grad");
+  want.push_back("ALL_REDUCE grad_norm_sq");
   ExpectCollectives(spec, blocking, want);
 
-  // With the default buckets (25 MiB) these 27 small gradients are one all-reduce; the
-  // activations' collectives stay as they are.
+  // With the default buckets (25 MiB) these 27 small gradients are one all-reduce, before the
+  // norm's; the activations' collectives stay as they are.
   const std::string bucketed = job.WriteSpec("plan_sp_bucketed", "{shape: [2], dim_names: [mp]}",
                                              "", sp + "overlap: false\n");
   std::vector<std::string> activations;
@@ -641,10 +509,13 @@ TEST(MegatronPlanTest, SequenceParallelCollectivesAreMegatrons) {
     }
   }
   ASSERT_EQ(activations.size() + 27, want.size());
+  ASSERT_EQ(activations.back(), "ALL_REDUCE grad_norm_sq");
+  activations.pop_back();
   const std::vector<std::string> got = PlannedCollectives(bucketed);
-  ASSERT_EQ(got.size(), activations.size() + 1);
-  EXPECT_EQ(std::vector<std::string>(got.begin(), got.end() - 1), activations);
-  EXPECT_EQ(got.back().rfind("ALL_REDUCE ", 0), 0u) << got.back();
+  ASSERT_EQ(got.size(), activations.size() + 2);
+  EXPECT_EQ(std::vector<std::string>(got.begin(), got.end() - 2), activations);
+  EXPECT_EQ(got[got.size() - 2].rfind("ALL_REDUCE ", 0), 0u) << got[got.size() - 2];
+  EXPECT_EQ(got.back(), "ALL_REDUCE grad_norm_sq");
 }
 
 }  // namespace

@@ -193,13 +193,37 @@ absl::Status Task::RunSteps(AttemptComms& comms, std::unique_ptr<Executor>& exec
     const auto start = std::chrono::steady_clock::now();
     absl::StatusOr<float> loss = executor->RunStep(step);
     if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("step ", step));
-    // Every rank holds the same loss, so every rank stops here with the same message.
+    // Every rank holds the same loss and gradient norm, so every rank stops here with the same
+    // message.
     if (!std::isfinite(*loss)) {
       return absl::FailedPreconditionError(
           absl::StrCat("step ", step, ": the loss is ", std::isnan(*loss) ? "nan" : "inf",
                        "; training stops here, before the step is reported or saved"));
     }
+    const std::optional<double> grad_norm = executor->last_step_grad_norm();
+    if (grad_norm && !std::isfinite(*grad_norm)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", step, ": the gradient norm is ", std::isnan(*grad_norm) ? "nan" : "inf",
+          " (the loss was ", *loss, "); training stops here, before the step is reported or "
+          "saved"));
+    }
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    // The step's own traffic and time: an evaluation after it is neither.
+    const int64_t sent = bytes_sent() - sent_before;
+    std::optional<double> eval_loss;
+    if (EvaluatesAfter(program, step)) {
+      absl::StatusOr<double> evaluated = executor->RunEval();
+      if (!evaluated.ok()) {
+        return Annotate(evaluated.status(), absl::StrCat("evaluation after step ", step));
+      }
+      if (!std::isfinite(*evaluated)) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "evaluation after step ", step, ": the eval loss is ",
+            std::isnan(*evaluated) ? "nan" : "inf",
+            "; training stops here, before the step is reported or saved"));
+      }
+      eval_loss = *evaluated;
+    }
     v1::WorkerMessage msg;
     v1::StepReport* report = msg.mutable_step();
     report->set_job_id(program.job_id());
@@ -207,8 +231,11 @@ absl::Status Task::RunSteps(AttemptComms& comms, std::unique_ptr<Executor>& exec
     report->set_rank(program.rank());
     report->set_step(step);
     report->set_loss(*loss);
+    report->set_lr(executor->last_step_lr());
+    if (grad_norm) report->set_grad_norm(*grad_norm);
+    if (eval_loss) report->set_eval_loss(*eval_loss);
     report->set_step_seconds(took.count());
-    report->set_bytes_sent(bytes_sent() - sent_before);
+    report->set_bytes_sent(sent);
     report->set_peak_bytes(executor->last_step_peak_bytes());
     const StepTimes times = executor->last_step_times();
     report->set_data_seconds(times.data_seconds);

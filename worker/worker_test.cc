@@ -5,6 +5,7 @@
 #include <atomic>
 #include <deque>
 #include <limits>
+#include <map>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -40,15 +41,34 @@ class BlockedSteps {
   int count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// What a FakeExecutor reports besides its loss, and what it was asked to do: the learning rate
+// lr_per_step * step; the gradient norm of the steps in grad_norms (none for the others); RunEval
+// after step s returns eval_losses[s] (0.5 when absent). It records the steps after which RunEval
+// ran and the steps it wrote a checkpoint shard of (none: no chunks, an empty shard). Read it
+// after the task's Join.
+struct StepScript {
+  double lr_per_step = 0.001;
+  std::map<int64_t, double> grad_norms;
+  std::map<int64_t, absl::StatusOr<double>> eval_losses;
+  std::vector<int64_t> evals;
+  std::vector<int64_t> checkpoints;
+};
+
 // Loss 1/step and a memory peak of 1000 * step + 24 bytes; fails at step `fail_at`; the loss
 // `bad_loss` at step `bad_at` (when not 0); with
 // `blocked` (not null), RunStep waits for Cancel and counts itself there; with `trace`, one span
-// per step named after it.
+// per step named after it; with `script` (not null), its learning rates, gradient norms,
+// evaluations and checkpoints.
 class FakeExecutor : public Executor {
  public:
   FakeExecutor(int64_t fail_at, BlockedSteps* blocked, bool trace = false, int64_t bad_at = 0,
-               float bad_loss = 0)
-      : fail_at_(fail_at), blocked_(blocked), trace_(trace), bad_at_(bad_at), bad_loss_(bad_loss) {}
+               float bad_loss = 0, StepScript* script = nullptr)
+      : fail_at_(fail_at),
+        blocked_(blocked),
+        trace_(trace),
+        bad_at_(bad_at),
+        bad_loss_(bad_loss),
+        script_(script) {}
   absl::Status Initialize() override { return absl::OkStatus(); }
   absl::StatusOr<float> RunStep(int64_t step) override {
     if (step == fail_at_) {
@@ -66,10 +86,32 @@ class FakeExecutor : public Executor {
       spans_.back().set_duration_us(step);
     }
     peak_bytes_ = 1000 * step + 24;
+    last_step_ = step;
     if (bad_at_ > 0 && step == bad_at_) return bad_loss_;
     return 1.0f / step;
   }
   int64_t last_step_peak_bytes() const override { return peak_bytes_; }
+  double last_step_lr() const override {
+    return script_ != nullptr ? script_->lr_per_step * last_step_ : 0;
+  }
+  std::optional<double> last_step_grad_norm() const override {
+    if (script_ == nullptr) return std::nullopt;
+    auto it = script_->grad_norms.find(last_step_);
+    if (it == script_->grad_norms.end()) return std::nullopt;
+    return it->second;
+  }
+  absl::StatusOr<double> RunEval() override {
+    if (script_ == nullptr) return Executor::RunEval();
+    script_->evals.push_back(last_step_);
+    auto it = script_->eval_losses.find(last_step_);
+    return it != script_->eval_losses.end() ? it->second : absl::StatusOr<double>(0.5);
+  }
+  absl::StatusOr<std::vector<checkpoint::IndexedChunk>> WriteCheckpointShard(
+      int64_t step) override {
+    if (script_ == nullptr) return Executor::WriteCheckpointShard(step);
+    script_->checkpoints.push_back(step);
+    return std::vector<checkpoint::IndexedChunk>{};
+  }
   std::vector<v1::TraceSpan> TakeSpans() override { return std::move(spans_); }
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string&) const override {
     return absl::NotFoundError("fake");
@@ -86,10 +128,12 @@ class FakeExecutor : public Executor {
   }
 
   const int64_t fail_at_;
-  const int64_t bad_at_;
-  const float bad_loss_;
   BlockedSteps* const blocked_;  // not owned
   const bool trace_;
+  const int64_t bad_at_;
+  const float bad_loss_;
+  StepScript* const script_;  // not owned; may be null
+  int64_t last_step_ = 0;
   std::vector<v1::TraceSpan> spans_;
   int64_t peak_bytes_ = 0;
   absl::Mutex mu_;
@@ -97,7 +141,8 @@ class FakeExecutor : public Executor {
 };
 
 // Job ids pick the behaviour: "fail-at-2" fails at step 2, "nan-at-2" has a NaN loss at step 2,
-// "inf-at-3" an infinite one at step 3, "block" blocks until cancelled.
+// "inf-at-3" an infinite one at step 3, "block" blocks until cancelled. With `script` set, every
+// executor follows it.
 class FakeEnvironment : public TaskEnvironment {
  public:
   absl::StatusOr<AttemptComms> MakeComms(const v1::Assignment&) override {
@@ -113,10 +158,12 @@ class FakeEnvironment : public TaskEnvironment {
         program.job_id() == "block" ? &blocked_steps : nullptr, program.trace(),
         program.job_id() == "nan-at-2" ? 2 : program.job_id() == "inf-at-3" ? 3 : 0,
         program.job_id() == "nan-at-2" ? std::numeric_limits<float>::quiet_NaN()
-                                       : -std::numeric_limits<float>::infinity()));
+                                       : -std::numeric_limits<float>::infinity(),
+        script));
   }
   std::atomic<bool> comms_cancelled{false};
   BlockedSteps blocked_steps;
+  StepScript* script = nullptr;  // not owned
 };
 
 v1::Assignment MakeAssignment(const std::string& job, int attempt, int rank, int64_t steps) {
@@ -264,6 +311,153 @@ TEST(TaskTest, ANonFiniteLossStopsTheTaskNamingTheStep) {
               "rank 1: step " + std::to_string(step) + ": the loss is " + value +
                   "; training stops here, before the step is reported or saved");
   }
+}
+
+// Runs `assignment` on executors that follow `script` and returns what the task sent.
+std::vector<v1::WorkerMessage> RunScripted(const v1::Assignment& assignment, StepScript* script) {
+  FakeEnvironment env;
+  env.script = script;
+  Recorder rec;
+  Task task(assignment, &env, [&](const v1::WorkerMessage& m) { rec.Add(m); });
+  task.Start();
+  task.Join();
+  return rec.messages();
+}
+
+// The assignment of a program that checkpoints after every step (into a folder nothing reads:
+// the fake executor writes no shard), so that a step's CheckpointReport follows its StepReport.
+v1::Assignment CheckpointingAssignment(const std::string& job, int rank, int64_t steps) {
+  v1::Assignment a = MakeAssignment(job, 0, rank, steps);
+  a.mutable_program()->set_checkpoint_dir("/nonexistent/ckpt");
+  a.mutable_program()->set_checkpoint_every(1);
+  return a;
+}
+
+// Each StepReport carries the executor's learning rate of that step, and its gradient norm when
+// the executor has one (a program without grad_norm_buffer has none: 0).
+TEST(TaskTest, ReportsEachStepsLearningRateAndGradientNorm) {
+  StepScript script;
+  script.lr_per_step = 0.25;
+  script.grad_norms = {{1, 3.5}, {3, 0.125}};
+  auto msgs = RunScripted(MakeAssignment("j", 0, 0, 3), &script);
+  ASSERT_EQ(msgs.size(), 4u);
+  ASSERT_TRUE(msgs[3].has_done());
+  ASSERT_TRUE(msgs[3].done().ok()) << msgs[3].done().message();
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(msgs[s - 1].has_step());
+    EXPECT_DOUBLE_EQ(msgs[s - 1].step().lr(), 0.25 * s) << "step " << s;
+  }
+  EXPECT_DOUBLE_EQ(msgs[0].step().grad_norm(), 3.5);
+  EXPECT_EQ(msgs[1].step().grad_norm(), 0.0) << "step 2 has no norm";
+  EXPECT_DOUBLE_EQ(msgs[2].step().grad_norm(), 0.125);
+}
+
+// A non-finite gradient norm (with a finite loss) ends the task at that step, naming the step and
+// which it was: the step is neither reported nor checkpointed, and nothing after it runs.
+TEST(TaskTest, ANonFiniteGradientNormStopsTheTaskBeforeTheStepIsReportedOrSaved) {
+  for (const auto& [step, norm, value] :
+       {std::tuple<int, double, std::string>{2, std::numeric_limits<double>::quiet_NaN(), "nan"},
+        {3, std::numeric_limits<double>::infinity(), "inf"}}) {
+    StepScript script;
+    for (int s = 1; s <= 5; ++s) script.grad_norms[s] = 1.0;
+    script.grad_norms[step] = norm;
+    auto msgs = RunScripted(CheckpointingAssignment("j", 1, 5), &script);
+    // A StepReport and a CheckpointReport for each step before, then the TaskDone.
+    ASSERT_EQ(msgs.size(), static_cast<size_t>(2 * (step - 1) + 1)) << value;
+    for (int s = 1; s < step; ++s) {
+      EXPECT_EQ(msgs[2 * (s - 1)].step().step(), s) << value;
+      EXPECT_EQ(msgs[2 * (s - 1) + 1].checkpoint().step(), s) << value;
+    }
+    std::vector<int64_t> saved;
+    for (int s = 1; s < step; ++s) saved.push_back(s);
+    EXPECT_EQ(script.checkpoints, saved) << value;
+    ASSERT_TRUE(msgs.back().has_done()) << value;
+    EXPECT_FALSE(msgs.back().done().ok());
+    const std::string& message = msgs.back().done().message();
+    EXPECT_TRUE(absl::StartsWith(message, absl::StrCat("rank 1: step ", step,
+                                                       ": the gradient norm is ", value)))
+        << message;
+    EXPECT_TRUE(absl::StrContains(
+        message, "training stops here, before the step is reported or saved"))
+        << message;
+  }
+}
+
+// With Program.eval the task evaluates after every `every`-th step and after the last, and only
+// then: those steps' reports carry the eval loss, the others none (has_eval_loss false, not 0).
+TEST(TaskTest, EvaluatesAfterEveryNthStepAndTheLastAndReportsTheLoss) {
+  StepScript script;
+  script.eval_losses = {{2, 2.5}, {4, 2.25}, {5, 0.0}};
+  v1::Assignment assignment = MakeAssignment("j", 0, 0, 5);
+  assignment.mutable_program()->mutable_eval()->set_every(2);
+  auto msgs = RunScripted(assignment, &script);
+  ASSERT_EQ(msgs.size(), 6u);
+  ASSERT_TRUE(msgs[5].done().ok()) << msgs[5].done().message();
+  EXPECT_EQ(script.evals, (std::vector<int64_t>{2, 4, 5}));
+  const std::map<int64_t, double> want = {{2, 2.5}, {4, 2.25}, {5, 0.0}};
+  for (int s = 1; s <= 5; ++s) {
+    const v1::StepReport& report = msgs[s - 1].step();
+    ASSERT_EQ(report.step(), s);
+    auto it = want.find(s);
+    if (it == want.end()) {
+      EXPECT_FALSE(report.has_eval_loss()) << "step " << s << " did not evaluate";
+    } else {
+      ASSERT_TRUE(report.has_eval_loss()) << "step " << s;
+      EXPECT_DOUBLE_EQ(report.eval_loss(), it->second) << "step " << s;
+    }
+  }
+}
+
+// A program without eval never evaluates, and no report carries an eval loss.
+TEST(TaskTest, AProgramWithoutEvalNeverEvaluates) {
+  StepScript script;
+  auto msgs = RunScripted(MakeAssignment("j", 0, 0, 4), &script);
+  ASSERT_EQ(msgs.size(), 5u);
+  ASSERT_TRUE(msgs[4].done().ok()) << msgs[4].done().message();
+  EXPECT_TRUE(script.evals.empty());
+  for (int s = 0; s < 4; ++s) EXPECT_FALSE(msgs[s].step().has_eval_loss()) << "step " << s + 1;
+}
+
+// A non-finite eval loss ends the task after that step's evaluation, naming the step and which it
+// was: the step is neither reported nor checkpointed.
+TEST(TaskTest, ANonFiniteEvalLossStopsTheTaskBeforeTheStepIsReportedOrSaved) {
+  for (const auto& [loss, value] :
+       {std::pair<double, std::string>{std::numeric_limits<double>::quiet_NaN(), "nan"},
+        {-std::numeric_limits<double>::infinity(), "inf"}}) {
+    StepScript script;
+    script.eval_losses = {{2, loss}};
+    v1::Assignment assignment = CheckpointingAssignment("j", 0, 5);
+    assignment.mutable_program()->mutable_eval()->set_every(2);
+    auto msgs = RunScripted(assignment, &script);
+    ASSERT_EQ(msgs.size(), 3u) << value;  // step 1, its checkpoint, the TaskDone
+    EXPECT_EQ(msgs[0].step().step(), 1);
+    EXPECT_EQ(msgs[1].checkpoint().step(), 1);
+    EXPECT_EQ(script.checkpoints, (std::vector<int64_t>{1})) << value;
+    EXPECT_EQ(script.evals, (std::vector<int64_t>{2})) << value;
+    ASSERT_TRUE(msgs[2].has_done());
+    EXPECT_FALSE(msgs[2].done().ok());
+    EXPECT_EQ(msgs[2].done().message(),
+              "rank 0: evaluation after step 2: the eval loss is " + value +
+                  "; training stops here, before the step is reported or saved");
+  }
+}
+
+// An error from the evaluation fails the task, annotated with the step it followed; the step is
+// neither reported nor checkpointed.
+TEST(TaskTest, AnEvalErrorFailsTheTaskNamingTheStep) {
+  StepScript script;
+  script.eval_losses.emplace(3, absl::UnavailableError("all_reduce on group 1 (dp): reset"));
+  v1::Assignment assignment = CheckpointingAssignment("j", 2, 4);
+  assignment.mutable_program()->mutable_eval()->set_every(3);
+  auto msgs = RunScripted(assignment, &script);
+  ASSERT_EQ(msgs.size(), 5u);  // steps 1 and 2 with their checkpoints, the TaskDone
+  EXPECT_EQ(script.checkpoints, (std::vector<int64_t>{1, 2}));
+  EXPECT_EQ(script.evals, (std::vector<int64_t>{3}));
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(msgs[i].has_step() && msgs[i].step().step() == 3);
+  ASSERT_TRUE(msgs[4].has_done());
+  EXPECT_FALSE(msgs[4].done().ok());
+  EXPECT_EQ(msgs[4].done().message(),
+            "rank 2: evaluation after step 3: all_reduce on group 1 (dp): reset");
 }
 
 TEST(TaskTest, BadProgramIsReported) {

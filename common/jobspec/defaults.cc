@@ -9,6 +9,11 @@ namespace weft {
 using v1::JobSpec;
 using v1::Placement;
 
+int32_t EffectiveMicroBatches(const JobSpec& spec) {
+  if (spec.train().micro_batches() > 0) return spec.train().micro_batches();
+  return std::max(1, spec.pipeline().micro_batches());
+}
+
 PlacementList EffectiveDataPlacements(const JobSpec& spec) {
   if (spec.data().placements_size() > 0) return spec.data().placements();
   PlacementList out;
@@ -46,6 +51,19 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
     opt->add_betas(0.9);
     opt->add_betas(0.999);
   }
+  if (opt->weight_decay_params().empty()) opt->set_weight_decay_params("all");
+  if (opt->has_schedule()) {
+    v1::LrSchedule* schedule = opt->mutable_schedule();
+    if (schedule->decay().empty()) schedule->set_decay("constant");
+    if (schedule->decay_steps() == 0) schedule->set_decay_steps(spec->train().steps());
+  }
+  if (spec->has_eval()) {
+    v1::Data* eval = spec->mutable_eval()->mutable_data();
+    if (eval->batch_size() == 0) eval->set_batch_size(data->batch_size());
+    if (eval->seq_len() == 0 && eval->source() == "tokens") eval->set_seq_len(data->seq_len());
+    if (eval->placements_size() == 0) *eval->mutable_placements() = data->placements();
+    if (spec->eval().batches() == 0) spec->mutable_eval()->set_batches(1);
+  }
   if (spec->device().empty()) spec->set_device("cpu");
   if (spec->precision().empty()) spec->set_precision("f32");
   if (spec->storage().empty()) spec->set_storage("f32");
@@ -59,7 +77,9 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   // layer's stage (the first layer's is 0), so the planner reads a stage on every layer.
   if (!spec->pipeline().dim().empty()) {
     v1::Pipeline* pipeline = spec->mutable_pipeline();
-    if (pipeline->micro_batches() == 0) pipeline->set_micro_batches(1);
+    // One setting under two names (EffectiveMicroBatches): a pipeline reads train's; two
+    // different values stay for ValidateJobSpec to name.
+    if (pipeline->micro_batches() == 0) pipeline->set_micro_batches(EffectiveMicroBatches(*spec));
     if (pipeline->virtual_stages() == 0) pipeline->set_virtual_stages(1);
     const bool any_stage = std::any_of(model->layers().begin(), model->layers().end(),
                                        [](const v1::Layer& layer) { return layer.has_stage(); });

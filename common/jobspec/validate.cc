@@ -19,6 +19,7 @@
 #include "common/jobspec/placements.h"
 #include "common/jobspec/starting_state.h"
 #include "common/jobspec/transformer_config.h"
+#include "common/lr_schedule.h"
 #include "common/npy.h"
 #include "common/safetensors.h"
 #include "common/status.h"
@@ -77,21 +78,21 @@ absl::StatusOr<NpyHeader> NpyData(const std::string& file, const std::string& fi
 }
 
 // Opens data.path for source tokens (format checked, file validated); errors name the field.
-absl::StatusOr<TokenFile> TokenData(const v1::Data& data) {
+absl::StatusOr<TokenFile> TokenData(const v1::Data& data, const std::string& at) {
   absl::StatusOr<TokenFormat> format = ParseTokenFormat(data.format());
-  if (!format.ok()) return AsInvalid(format.status(), "data.format");
+  if (!format.ok()) return AsInvalid(format.status(), at + ".format");
   if (data.path().empty()) {
-    return absl::InvalidArgumentError("data.path: is required for source tokens");
+    return absl::InvalidArgumentError(at + ".path: is required for source tokens");
   }
   if (data.seq_len() < 1) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data.seq_len: must be >= 1, got ", data.seq_len()));
+        absl::StrCat(at + ".seq_len: must be >= 1, got ", data.seq_len()));
   }
   absl::StatusOr<TokenFile> file = TokenFile::Open(data.path(), *format);
-  if (!file.ok()) return AsInvalid(file.status(), "data.path");
+  if (!file.ok()) return AsInvalid(file.status(), at + ".path");
   if (file->token_count() <= data.seq_len()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.path: ", data.path(), " holds ", file->token_count(),
+        at + ".path: ", data.path(), " holds ", file->token_count(),
         " tokens, too few for one sample of data.seq_len ", data.seq_len(), " (needs ",
         data.seq_len() + 1, ": the label is the input shifted by one)"));
   }
@@ -106,28 +107,28 @@ int64_t TokenSamples(const TokenFile& file, int64_t seq_len) {
 // Data shapes and placements: the per-sample shape's last axis feeds the first linear, the
 // label matches the model's output, and the batch divides evenly across the ranks it is
 // sharded on. Sets *input_width for the model check.
-absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shape,
-                          std::vector<int64_t>* label_shape) {
+absl::Status ValidateData(const JobSpec& spec, const std::string& at,
+                          std::vector<int64_t>* sample_shape, std::vector<int64_t>* label_shape) {
   const v1::Data& data = spec.data();
   if (data.source() != "tokens") {
     // The token fields belong to source tokens only (vocab_size is filled from the model).
-    const char* field = !data.path().empty()     ? "data.path"
-                        : !data.format().empty() ? "data.format"
-                        : data.seq_len() != 0    ? "data.seq_len"
-                                                 : nullptr;
-    if (field != nullptr) {
+    const std::string field = !data.path().empty()     ? at + ".path"
+                              : !data.format().empty() ? at + ".format"
+                              : data.seq_len() != 0    ? at + ".seq_len"
+                                                       : std::string();
+    if (!field.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(field, ": only for source tokens"));
     }
   }
   if (data.source() == "npy") {
-    ASSIGN_OR_RETURN(NpyHeader in_file, NpyData(data.input(), "data.input"));
-    ASSIGN_OR_RETURN(NpyHeader lb_file, NpyData(data.label(), "data.label"));
+    ASSIGN_OR_RETURN(NpyHeader in_file, NpyData(data.input(), at + ".input"));
+    ASSIGN_OR_RETURN(NpyHeader lb_file, NpyData(data.label(), at + ".label"));
     const std::vector<int64_t>& in = in_file.shape;
     const std::vector<int64_t>& lb = lb_file.shape;
     // ResolveDataShapes fills the dtypes; they must agree with the files.
     for (const auto& [field, file, have, want] :
-         {std::make_tuple("data.input_dtype", data.input(), data.input_dtype(), in_file.dtype),
-          std::make_tuple("data.label_dtype", data.label(), data.label_dtype(), lb_file.dtype)}) {
+         {std::make_tuple(at + ".input_dtype", data.input(), data.input_dtype(), in_file.dtype),
+          std::make_tuple(at + ".label_dtype", data.label(), data.label_dtype(), lb_file.dtype)}) {
       if (have != want && have != v1::F32) {
         return absl::InvalidArgumentError(absl::StrCat(field, ": ", DTypeName(have),
                                                        " does not match ", file, " (",
@@ -136,83 +137,83 @@ absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shap
     }
     if (in[0] != lb[0]) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.label: ", data.label(), " has ", lb[0], " samples but data.input ", data.input(),
+          at + ".label: ", data.label(), " has ", lb[0], " samples but ", at, ".input ", data.input(),
           " has ", in[0]));
     }
     if (in[0] <= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("data.input: ", data.input(), " has no samples"));
+          absl::StrCat(at + ".input: ", data.input(), " has no samples"));
     }
     sample_shape->assign(in.begin() + 1, in.end());
     label_shape->assign(lb.begin() + 1, lb.end());
     if (sample_shape->empty() || label_shape->empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          sample_shape->empty() ? "data.input: " : "data.label: ",
+          sample_shape->empty() ? at + ".input: " : at + ".label: ",
           sample_shape->empty() ? data.input() : data.label(),
           ": is 1-D; expected [num_samples, features...]"));
     }
     // ResolveDataShapes may have filled these; they must agree with the files.
     if (data.sample_shape_size() > 0 && ToVector(data.sample_shape()) != *sample_shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.sample_shape: ", ShapeString(ToVector(data.sample_shape())), " does not match ",
+          at + ".sample_shape: ", ShapeString(ToVector(data.sample_shape())), " does not match ",
           data.input(), " samples of shape ", ShapeString(*sample_shape)));
     }
     if (data.label_shape_size() > 0 && ToVector(data.label_shape()) != *label_shape) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.label_shape: ", ShapeString(ToVector(data.label_shape())), " does not match ",
+          at + ".label_shape: ", ShapeString(ToVector(data.label_shape())), " does not match ",
           data.label(), " samples of shape ", ShapeString(*label_shape)));
     }
     if (data.num_samples() != 0 && data.num_samples() != in[0]) {
-      return absl::InvalidArgumentError(absl::StrCat("data.num_samples: ", data.num_samples(),
+      return absl::InvalidArgumentError(absl::StrCat(at + ".num_samples: ", data.num_samples(),
                                                      " does not match ", data.input(), " (",
                                                      in[0], " samples)"));
     }
   } else if (data.source() == "synthetic") {
     if (data.input_dtype() != v1::F32 || data.label_dtype() != v1::F32) {
       return absl::InvalidArgumentError(
-          "data.input_dtype: synthetic data is float32 (the seeded generator's values)");
+          at + ".input_dtype: synthetic data is float32 (the seeded generator's values)");
     }
     if (!data.input().empty() || !data.label().empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          data.input().empty() ? "data.label" : "data.input",
+          data.input().empty() ? at + ".label" : at + ".input",
           ": only for source npy (synthetic data comes from the seeded generator)"));
     }
     *sample_shape = ToVector(data.sample_shape());
     *label_shape = ToVector(data.label_shape());
-    RETURN_IF_ERROR(CheckPositiveShape(*sample_shape, "data.sample_shape"));
-    RETURN_IF_ERROR(CheckPositiveShape(*label_shape, "data.label_shape"));
+    RETURN_IF_ERROR(CheckPositiveShape(*sample_shape, at + ".sample_shape"));
+    RETURN_IF_ERROR(CheckPositiveShape(*label_shape, at + ".label_shape"));
     if (data.num_samples() <= 0) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.num_samples: must be > 0 for synthetic data, got ", data.num_samples()));
+          at + ".num_samples: must be > 0 for synthetic data, got ", data.num_samples()));
     }
   } else if (data.source() == "tokens") {
     if (!data.input().empty() || !data.label().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(data.input().empty() ? "data.label" : "data.input",
-                       ": not for source tokens (inputs and labels both come from data.path)"));
+          absl::StrCat(data.input().empty() ? at + ".label" : at + ".input",
+                       ": not for source tokens (inputs and labels both come from ", at, ".path)"));
     }
-    ASSIGN_OR_RETURN(TokenFile file, TokenData(data));
+    ASSIGN_OR_RETURN(TokenFile file, TokenData(data, at));
     const int64_t seq_len = data.seq_len();
     *sample_shape = {seq_len};
     *label_shape = {seq_len};
     // ResolveDataShapes fills these from seq_len and the file; they must agree.
     for (const auto& [field, shape] :
-         {std::make_pair("data.sample_shape", ToVector(data.sample_shape())),
-          std::make_pair("data.label_shape", ToVector(data.label_shape()))}) {
+         {std::make_pair(at + ".sample_shape", ToVector(data.sample_shape())),
+          std::make_pair(at + ".label_shape", ToVector(data.label_shape()))}) {
       if (!shape.empty() && shape != *sample_shape) {
         return absl::InvalidArgumentError(absl::StrCat(
-            field, ": ", ShapeString(shape), " does not match data.seq_len ", seq_len,
+            field, ": ", ShapeString(shape), " does not match ", at, ".seq_len ", seq_len,
             " (token samples are [seq_len]; leave it out)"));
       }
     }
     const int64_t samples = TokenSamples(file, seq_len);
     if (data.num_samples() != 0 && data.num_samples() != samples) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.num_samples: ", data.num_samples(), " does not match ", data.path(), " (",
+          at + ".num_samples: ", data.num_samples(), " does not match ", data.path(), " (",
           samples, " samples of seq_len ", seq_len, ")"));
     }
-    for (const auto& [field, dtype] : {std::make_pair("data.input_dtype", data.input_dtype()),
-                                       std::make_pair("data.label_dtype", data.label_dtype())}) {
+    for (const auto& [field, dtype] : {std::make_pair(at + ".input_dtype", data.input_dtype()),
+                                       std::make_pair(at + ".label_dtype", data.label_dtype())}) {
       // F32 is also the unset value: a spec from gRPC need not name the dtypes.
       if (dtype != v1::I32 && dtype != v1::F32) {
         return absl::InvalidArgumentError(absl::StrCat(field, ": tokens are read as ",
@@ -222,52 +223,53 @@ absl::Status ValidateData(const JobSpec& spec, std::vector<int64_t>* sample_shap
     }
     if (data.vocab_size() < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("data.vocab_size: must be >= 0, got ", data.vocab_size()));
+          absl::StrCat(at + ".vocab_size: must be >= 0, got ", data.vocab_size()));
     }
     // ResolveDataShapes copies it from the model; a spec from gRPC may leave it 0 (unchecked).
     const int64_t model_vocab =
         spec.model().arch().empty() ? 0 : spec.model().config().vocab_size();
     if (data.vocab_size() != 0 && data.vocab_size() != model_vocab) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "data.vocab_size: ", data.vocab_size(), " does not match ",
+          at + ".vocab_size: ", data.vocab_size(), " does not match ",
           model_vocab == 0 ? "a model without a vocabulary (no model.arch)"
                            : absl::StrCat("model.config.vocab_size ", model_vocab)));
     }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.source: unknown source \"", data.source(), "\"; known: npy, synthetic, tokens"));
+        at + ".source: unknown source \"", data.source(), "\"; known: npy, synthetic, tokens"));
   }
   if (data.batch_size() <= 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data.batch_size: must be > 0, got ", data.batch_size()));
+        absl::StrCat(at + ".batch_size: must be > 0, got ", data.batch_size()));
   }
   return absl::OkStatus();
 }
 
-absl::Status ValidateBatchPlacements(const JobSpec& spec, const std::vector<int64_t>& sample_shape,
+absl::Status ValidateBatchPlacements(const JobSpec& spec, const std::string& at,
+                                     const std::vector<int64_t>& sample_shape,
                                      const std::vector<int64_t>& label_shape) {
   const PlacementList placements = EffectiveDataPlacements(spec);
   const int input_rank = 1 + static_cast<int>(sample_shape.size());
   const int label_rank = 1 + static_cast<int>(label_shape.size());
   RETURN_IF_ERROR(ValidatePlacements(placements, spec.mesh(), std::min(input_rank, label_rank),
-                                     "data.placements", "a data batch"));
+                                     at + ".placements", "a data batch"));
   // Uneven batch shards are fine (the last one takes the remainder), but every shard needs a
   // sample.
   const int64_t batch = spec.data().batch_size();
   const AxisSplit split = AxisSplits(placements, spec.mesh(), input_rank)[0];
   if (split.shards > batch) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.batch_size: ", batch, " is smaller than the ", split.shards,
+        at + ".batch_size: ", batch, " is smaller than the ", split.shards,
         " shards the batch is split into over mesh dim(s) ", absl::StrJoin(split.dims, ", "),
-        " (data.placements ", FormatPlacements(placements),
+        " (", at, ".placements ", FormatPlacements(placements),
         "); every shard needs at least one sample"));
   }
   std::vector<int64_t> input_shape = {batch}, label = {batch};
   input_shape.insert(input_shape.end(), sample_shape.begin(), sample_shape.end());
   label.insert(label.end(), label_shape.begin(), label_shape.end());
-  RETURN_IF_ERROR(CheckNoEmptyShards(placements, spec.mesh(), input_shape, "data.placements",
+  RETURN_IF_ERROR(CheckNoEmptyShards(placements, spec.mesh(), input_shape, at + ".placements",
                                      "the input batch"));
-  return CheckNoEmptyShards(placements, spec.mesh(), label, "data.placements", "the label batch");
+  return CheckNoEmptyShards(placements, spec.mesh(), label, at + ".placements", "the label batch");
 }
 // ---------------------------------------------------------------------------------------------
 // Pipeline.
@@ -290,7 +292,21 @@ absl::StatusOr<int> PipelineDimIndex(const JobSpec& spec) {
 
 // The pipeline block, the layers' stages and what a pipeline asks of placements and the batch.
 // Runs after the model, data and batch placements have passed.
-absl::Status ValidatePipeline(const JobSpec& spec, const std::vector<int64_t>& sample_shape) {
+// The batch of `spec`'s data (`at`: data or eval.data) is Replicate() on the pipeline dim.
+absl::Status ValidateBatchOnPipelineDim(const JobSpec& spec, const std::string& at) {
+  if (spec.pipeline().dim().empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int dim, PipelineDimIndex(spec));
+  const PlacementList data = EffectiveDataPlacements(spec);
+  if (data.size() > dim && data[dim].kind() != Placement::REPLICATE) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        at, ".placements[", dim, "]: ", FormatPlacement(data[dim]), " on mesh dim ",
+        spec.pipeline().dim(), ", the pipeline dim: the batch must be Replicate() there (every "
+        "micro-batch passes through every stage)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePipeline(const JobSpec& spec) {
   const v1::Pipeline& pipeline = spec.pipeline();
   if (pipeline.dim().empty()) {
     if (!pipeline.schedule().empty() || pipeline.micro_batches() != 0 ||
@@ -314,6 +330,11 @@ absl::Status ValidatePipeline(const JobSpec& spec, const std::vector<int64_t>& s
   if (micro_batches < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("pipeline.micro_batches: must be >= 1, got ", micro_batches));
+  }
+  if (spec.train().micro_batches() != 0 && micro_batches != spec.train().micro_batches()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "train.micro_batches: ", spec.train().micro_batches(), " and pipeline.micro_batches: ",
+        micro_batches, " are one setting (the micro-batches of a step) with two values; give one"));
   }
   if (virtual_stages < 1) {
     return absl::InvalidArgumentError(
@@ -351,32 +372,36 @@ absl::Status ValidatePipeline(const JobSpec& spec, const std::vector<int64_t>& s
           " is the pipeline dim (pipeline.dim); tensor parallelism needs another mesh dim"));
     }
   }
-  const PlacementList data = EffectiveDataPlacements(spec);
-  if (data.size() > dim && data[dim].kind() != Placement::REPLICATE) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data.placements[", dim, "]: ", FormatPlacement(data[dim]), " on mesh dim ",
-        pipeline.dim(), ", the pipeline dim: the batch must be Replicate() there (every "
-        "micro-batch passes through every stage)"));
-  }
+  return ValidateBatchOnPipelineDim(spec, "data");
+}
 
-  // Micro-batches: N // M samples each, the last one the remainder; each is then split like the
-  // batch (over dp, say) and every piece needs a sample.
+// train.micro_batches (K, the same setting as pipeline.micro_batches) and the batch of `spec`'s
+// data (`at`: data or eval.data): N // K samples each, the last one the remainder; each is then
+// split like the batch (over dp, say) and every piece needs a sample.
+absl::Status ValidateMicroBatches(const JobSpec& spec, const std::string& at,
+                                  const std::vector<int64_t>& sample_shape) {
+  if (spec.train().micro_batches() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.micro_batches: must be >= 1, got ", spec.train().micro_batches()));
+  }
+  const int64_t micro_batches = EffectiveMicroBatches(spec);
   const int64_t batch = spec.data().batch_size();
   if (batch < micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.batch_size: ", batch, " cannot be split into ", micro_batches,
-        " micro-batches (pipeline.micro_batches) without leaving some empty"));
+        at, ".batch_size: ", batch, " cannot be split into ", micro_batches,
+        " micro-batches (train.micro_batches) without leaving some empty"));
   }
   const int64_t smallest = batch / micro_batches;
+  const PlacementList data = EffectiveDataPlacements(spec);
   const AxisSplit split =
-      AxisSplits(data, mesh, 1 + static_cast<int>(sample_shape.size()))[0];
+      AxisSplits(data, spec.mesh(), 1 + static_cast<int>(sample_shape.size()))[0];
   if (smallest < split.shards) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data.batch_size: ", batch, " in ", micro_batches,
-        " micro-batches (pipeline.micro_batches) gives micro-batches of ",
+        at, ".batch_size: ", batch, " in ", micro_batches,
+        " micro-batches (train.micro_batches) gives micro-batches of ",
         batch % micro_batches == 0 ? "" : "as few as ", smallest, " sample(s), fewer than the ",
         split.shards, " shards each is split into over mesh dim(s) ",
-        absl::StrJoin(split.dims, ", "), " (data.placements ", FormatPlacements(data),
+        absl::StrJoin(split.dims, ", "), " (", at, ".placements ", FormatPlacements(data),
         "); every shard of a micro-batch needs at least one sample"));
   }
   return absl::OkStatus();
@@ -413,7 +438,101 @@ absl::Status ValidateOptimizer(const v1::Optimizer& opt) {
   } else if (opt.betas_size() > 0) {
     return absl::InvalidArgumentError("optimizer.betas: only adamw takes betas");
   }
+  if (opt.weight_decay_params() != "all" && opt.weight_decay_params() != "matrices") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.weight_decay_params: unknown value \"", opt.weight_decay_params(),
+        "\"; known: all, matrices (parameters of two or more dims)"));
+  }
+  if (!(opt.clip_grad_norm() >= 0) || !std::isfinite(opt.clip_grad_norm())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer.clip_grad_norm: must be a finite number > 0, got ", opt.clip_grad_norm()));
+  }
+  if (opt.has_schedule()) {
+    RETURN_IF_ERROR(ValidateLrSchedule(opt.schedule(), opt.lr(), "optimizer.schedule"));
+  }
   return absl::OkStatus();
+}
+
+// The job spec as its evaluation reads it: the job's, with eval.data as its data.
+JobSpec EvalView(const JobSpec& spec) {
+  JobSpec view = spec;
+  *view.mutable_data() = spec.eval().data();
+  view.clear_eval();
+  return view;
+}
+
+// Token files carry no vocabulary, so eval data of another tokenizer shows as ids past the
+// model's: every token evaluation reads (samples 0 .. samples-1, labels included) is checked here,
+// at submit, rather than failing a worker at the first evaluation hours into the job.
+absl::Status EvalTokensInVocabulary(const JobSpec& spec, const v1::Data& data, int64_t samples) {
+  const int64_t vocab = spec.model().arch().empty() ? 0 : spec.model().config().vocab_size();
+  if (data.source() != "tokens" || vocab <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(TokenFile file, TokenData(data, "eval.data"));
+  const int64_t count = std::min(file.token_count(), samples * data.seq_len() + 1);
+  constexpr int64_t kChunk = 1 << 16;
+  std::vector<int32_t> tokens(static_cast<size_t>(std::min(count, kChunk)));
+  for (int64_t first = 0; first < count; first += kChunk) {
+    const int64_t n = std::min(kChunk, count - first);
+    RETURN_IF_ERROR(AsInvalid(file.Read(first, n, tokens.data()), "eval.data.path"));
+    for (int64_t i = 0; i < n; ++i) {
+      if (tokens[i] < 0 || tokens[i] >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "eval.data.path: ", data.path(), " holds token ", tokens[i], " at position ",
+            first + i, ", outside model.config.vocab_size ", vocab,
+            ": eval data of another vocabulary (tokenizer)?"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// eval: its data as the job's data is checked (errors name eval.data), of the model's vocabulary,
+// holding the `batches` batches it reads (eval batch j is samples j*B .. j*B+B-1, never wrapped),
+// and split into micro-batches as the job's batch is.
+absl::Status ValidateEval(const JobSpec& spec) {
+  if (!spec.has_eval()) return absl::OkStatus();
+  const v1::Eval& eval = spec.eval();
+  if (eval.every() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval.every: must be >= 1 (absent: after the last step only), got ",
+                     eval.every()));
+  }
+  if (eval.batches() < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("eval.batches: must be >= 1, got ", eval.batches()));
+  }
+  const JobSpec view = EvalView(spec);
+  std::vector<int64_t> sample_shape, label_shape;
+  RETURN_IF_ERROR(ValidateData(view, "eval.data", &sample_shape, &label_shape));
+  // Token samples of another seq_len fit a transformer (up to its positions, which building the
+  // evaluation checks); other samples must be the ones the model reads.
+  if (view.data().source() != "tokens" &&
+      (sample_shape != ToVector(spec.data().sample_shape()) ||
+       label_shape != ToVector(spec.data().label_shape()))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eval.data: samples of shape ", ShapeString(sample_shape), " and labels of shape ",
+        ShapeString(label_shape), " do not fit the model, which reads ",
+        ShapeString(ToVector(spec.data().sample_shape())), " and ",
+        ShapeString(ToVector(spec.data().label_shape())), " (data)"));
+  }
+  if (view.data().source() == "tokens" && spec.data().source() != "tokens") {
+    return absl::InvalidArgumentError(
+        "eval.data.source: tokens, but the job's data is not: the model reads what data reads");
+  }
+  const int64_t needed = static_cast<int64_t>(eval.batches()) * view.data().batch_size();
+  if (view.data().num_samples() != 0 && view.data().num_samples() < needed) {
+    const std::string& file =
+        view.data().source() == "tokens" ? view.data().path() : view.data().input();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eval.data: ", file.empty() ? std::string("the data") : file, " holds ",
+        view.data().num_samples(), " samples, too few for eval.batches ", eval.batches(),
+        " of eval.data.batch_size ", view.data().batch_size(), " (", needed,
+        "; evaluation reads the same samples every time and never wraps around)"));
+  }
+  RETURN_IF_ERROR(EvalTokensInVocabulary(spec, view.data(), needed));
+  RETURN_IF_ERROR(ValidateBatchPlacements(view, "eval.data", sample_shape, label_shape));
+  RETURN_IF_ERROR(ValidateBatchOnPipelineDim(view, "eval.data"));
+  return ValidateMicroBatches(view, "eval.data", sample_shape);
 }
 
 absl::Status ValidateCheckpointSettings(const JobSpec& spec) {
@@ -543,6 +662,34 @@ absl::Status CheckStringsAreUtf8(const google::protobuf::Message& message, const
   return absl::OkStatus();
 }
 
+absl::Status ResolveShapesOf(const JobSpec& spec, const std::string& at, v1::Data* data) {
+  if (data->source() == "tokens") {
+    ASSIGN_OR_RETURN(TokenFile file, TokenData(*data, at));
+    data->clear_sample_shape();
+    data->clear_label_shape();
+    data->add_sample_shape(data->seq_len());
+    data->add_label_shape(data->seq_len());
+    data->set_num_samples(TokenSamples(file, data->seq_len()));
+    data->set_input_dtype(v1::I32);
+    data->set_label_dtype(v1::I32);
+    // The worker checks each token it reads against the model's vocabulary (batch_source.h):
+    // an id >= vocab_size would index past the embedding table.
+    if (!spec.model().arch().empty()) data->set_vocab_size(spec.model().config().vocab_size());
+    return absl::OkStatus();
+  }
+  if (data->source() != "npy") return absl::OkStatus();
+  ASSIGN_OR_RETURN(NpyHeader in, NpyData(data->input(), at + ".input"));
+  ASSIGN_OR_RETURN(NpyHeader lb, NpyData(data->label(), at + ".label"));
+  data->clear_sample_shape();
+  data->clear_label_shape();
+  for (size_t i = 1; i < in.shape.size(); ++i) data->add_sample_shape(in.shape[i]);
+  for (size_t i = 1; i < lb.shape.size(); ++i) data->add_label_shape(lb.shape[i]);
+  data->set_num_samples(in.shape[0]);
+  data->set_input_dtype(in.dtype);
+  data->set_label_dtype(lb.dtype);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobSpec(const JobSpec& submitted) {
@@ -570,9 +717,10 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   RETURN_IF_ERROR(ValidateTransformerModel(spec.model()));
   RETURN_IF_ERROR(ApplyParallelize(&spec));
   std::vector<int64_t> sample_shape, label_shape;
-  RETURN_IF_ERROR(ValidateData(spec, &sample_shape, &label_shape));
-  RETURN_IF_ERROR(ValidateBatchPlacements(spec, sample_shape, label_shape));
-  RETURN_IF_ERROR(ValidatePipeline(spec, sample_shape));
+  RETURN_IF_ERROR(ValidateData(spec, "data", &sample_shape, &label_shape));
+  RETURN_IF_ERROR(ValidateBatchPlacements(spec, "data", sample_shape, label_shape));
+  RETURN_IF_ERROR(ValidatePipeline(spec));
+  RETURN_IF_ERROR(ValidateMicroBatches(spec, "data", sample_shape));
   RETURN_IF_ERROR(ValidateSharding(spec));
   RETURN_IF_ERROR(ValidateRecompute(spec.model()));
   if (!std::isfinite(spec.bucket_mb()) || spec.bucket_mb() < 0 || spec.bucket_mb() > 1 << 20) {
@@ -590,6 +738,7 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
                                                    kMaxRestarts, ", got ",
                                                    spec.train().max_restarts()));
   }
+  RETURN_IF_ERROR(ValidateEval(spec));
   RETURN_IF_ERROR(ValidateCheckpointSettings(spec));
   RETURN_IF_ERROR(ValidateInitFromExists(spec));
   if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {
@@ -615,33 +764,11 @@ absl::Status PrepareJobSpec(JobSpec* spec) {
 }
 
 absl::Status ResolveDataShapes(JobSpec* spec) {
-  v1::Data* data = spec->mutable_data();
-  if (data->source() == "tokens") {
-    ASSIGN_OR_RETURN(TokenFile file, TokenData(*data));
-    data->clear_sample_shape();
-    data->clear_label_shape();
-    data->add_sample_shape(data->seq_len());
-    data->add_label_shape(data->seq_len());
-    data->set_num_samples(TokenSamples(file, data->seq_len()));
-    data->set_input_dtype(v1::I32);
-    data->set_label_dtype(v1::I32);
-    // The worker checks each token it reads against the model's vocabulary (batch_source.h):
-    // an id >= vocab_size would index past the embedding table.
-    if (!spec->model().arch().empty()) data->set_vocab_size(spec->model().config().vocab_size());
-    return absl::OkStatus();
-  }
-  if (data->source() != "npy") return absl::OkStatus();
-  ASSIGN_OR_RETURN(NpyHeader in, NpyData(data->input(), "data.input"));
-  ASSIGN_OR_RETURN(NpyHeader lb, NpyData(data->label(), "data.label"));
-  data->clear_sample_shape();
-  data->clear_label_shape();
-  for (size_t i = 1; i < in.shape.size(); ++i) data->add_sample_shape(in.shape[i]);
-  for (size_t i = 1; i < lb.shape.size(); ++i) data->add_label_shape(lb.shape[i]);
-  data->set_num_samples(in.shape[0]);
-  data->set_input_dtype(in.dtype);
-  data->set_label_dtype(lb.dtype);
-  return absl::OkStatus();
+  RETURN_IF_ERROR(ResolveShapesOf(*spec, "data", spec->mutable_data()));
+  if (!spec->has_eval()) return absl::OkStatus();
+  return ResolveShapesOf(*spec, "eval.data", spec->mutable_eval()->mutable_data());
 }
+
 
 
 }  // namespace weft

@@ -1,6 +1,7 @@
 #include "common/jobspec/yaml.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -499,14 +500,15 @@ absl::Status ParseModel(const YAML::Node& node, const std::string& path, const v
   return absl::OkStatus();
 }
 
+// data, or eval.data (`eval`: batch_size may be left to the job data's).
 absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
-                       v1::Data* data) {
+                       bool eval, v1::Data* data) {
   ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path,
                                                 {"source", "input", "label", "batch_size",
                                                  "placements", "sample_shape", "label_shape",
                                                  "num_samples", "path", "format", "seq_len"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "source"));
-  RETURN_IF_ERROR(RequireKey(m, node, path, "batch_size"));
+  if (!eval) RETURN_IF_ERROR(RequireKey(m, node, path, "batch_size"));
   ASSIGN_OR_RETURN(*data->mutable_source(), ReadString(m.Get("source"), Join(path, "source")));
   if (data->source() == "tokens") {
     // Shapes, sample count and dtypes come from seq_len and the file (ResolveDataShapes).
@@ -526,6 +528,10 @@ absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1
   }
   if (m.Has("seq_len")) {
     ASSIGN_OR_RETURN(int64_t seq_len, ReadInt<int64_t>(m.Get("seq_len"), Join(path, "seq_len")));
+    if (eval && seq_len < 1) {  // an absent one takes the job data's
+      return Invalid(Join(path, "seq_len"), m.Get("seq_len"),
+                     absl::StrCat("must be >= 1, got ", seq_len));
+    }
     data->set_seq_len(seq_len);
   }
   if (m.Has("input")) {
@@ -534,8 +540,15 @@ absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1
   if (m.Has("label")) {
     ASSIGN_OR_RETURN(*data->mutable_label(), ReadString(m.Get("label"), Join(path, "label")));
   }
-  ASSIGN_OR_RETURN(int64_t batch, ReadInt<int64_t>(m.Get("batch_size"), Join(path, "batch_size")));
-  data->set_batch_size(batch);
+  if (m.Has("batch_size")) {
+    ASSIGN_OR_RETURN(int64_t batch,
+                     ReadInt<int64_t>(m.Get("batch_size"), Join(path, "batch_size")));
+    if (eval && batch < 1) {  // an absent one takes the job data's
+      return Invalid(Join(path, "batch_size"), m.Get("batch_size"),
+                     absl::StrCat("must be >= 1, got ", batch));
+    }
+    data->set_batch_size(batch);
+  }
   if (m.Has("placements")) {
     RETURN_IF_ERROR(ReadPlacements(m.Get("placements"), Join(path, "placements"), mesh,
                                    data->mutable_placements(), nullptr));
@@ -555,9 +568,43 @@ absl::Status ParseData(const YAML::Node& node, const std::string& path, const v1
   return absl::OkStatus();
 }
 
+// optimizer.schedule: {warmup_steps, decay, decay_steps, min_lr, cooldown_steps}. Counts that
+// must be >= 1 when written are rejected here with their line (proto3 cannot tell a written 0
+// from an absent field); how they combine is checked by ValidateJobSpec.
+absl::Status ParseSchedule(const YAML::Node& node, const std::string& path,
+                           v1::LrSchedule* schedule) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path,
+                                                {"warmup_steps", "decay", "decay_steps", "min_lr",
+                                                 "cooldown_steps"}));
+  if (m.Has("warmup_steps")) {
+    ASSIGN_OR_RETURN(int64_t warmup,
+                     ReadInt<int64_t>(m.Get("warmup_steps"), Join(path, "warmup_steps")));
+    schedule->set_warmup_steps(warmup);
+  }
+  if (m.Has("decay")) {
+    ASSIGN_OR_RETURN(*schedule->mutable_decay(), ReadString(m.Get("decay"), Join(path, "decay")));
+  }
+  for (const char* key : {"decay_steps", "cooldown_steps"}) {
+    if (!m.Has(key)) continue;
+    ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get(key), Join(path, key)));
+    if (steps < 1) {
+      return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", steps));
+    }
+    (std::string(key) == "decay_steps" ? schedule->set_decay_steps(steps)
+                                       : schedule->set_cooldown_steps(steps));
+  }
+  if (m.Has("min_lr")) {
+    ASSIGN_OR_RETURN(double min_lr, ReadDouble(m.Get("min_lr"), Join(path, "min_lr")));
+    schedule->set_min_lr(min_lr);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1::Optimizer* opt) {
   ASSIGN_OR_RETURN(MapReader m,
-                   MapReader::Read(node, path, {"type", "lr", "betas", "eps", "weight_decay"}));
+                   MapReader::Read(node, path, {"type", "lr", "betas", "eps", "weight_decay",
+                                                "weight_decay_params", "clip_grad_norm",
+                                                "schedule"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "type"));
   RETURN_IF_ERROR(RequireKey(m, node, path, "lr"));
   ASSIGN_OR_RETURN(*opt->mutable_type(), ReadString(m.Get("type"), Join(path, "type")));
@@ -581,12 +628,30 @@ absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1:
     ASSIGN_OR_RETURN(double wd, ReadDouble(m.Get("weight_decay"), Join(path, "weight_decay")));
     opt->set_weight_decay(wd);
   }
+  if (m.Has("weight_decay_params")) {
+    ASSIGN_OR_RETURN(*opt->mutable_weight_decay_params(),
+                     ReadString(m.Get("weight_decay_params"), Join(path, "weight_decay_params")));
+  }
+  if (m.Has("clip_grad_norm")) {
+    ASSIGN_OR_RETURN(double clip,
+                     ReadDouble(m.Get("clip_grad_norm"), Join(path, "clip_grad_norm")));
+    if (!(clip > 0) || !std::isfinite(clip)) {  // 0 would read as no clipping
+      return Invalid(Join(path, "clip_grad_norm"), m.Get("clip_grad_norm"),
+                     absl::StrCat("must be a finite number > 0, got ", clip));
+    }
+    opt->set_clip_grad_norm(clip);
+  }
+  if (m.Has("schedule")) {
+    RETURN_IF_ERROR(ParseSchedule(m.Get("schedule"), Join(path, "schedule"),
+                                  opt->mutable_schedule()));
+  }
   return absl::OkStatus();
 }
 
 absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Train* train) {
   ASSIGN_OR_RETURN(MapReader m,
-                   MapReader::Read(node, path, {"steps", "seed", "resume", "max_restarts"}));
+                   MapReader::Read(node, path, {"steps", "seed", "resume", "max_restarts",
+                                                "micro_batches"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "steps"));
   ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get("steps"), Join(path, "steps")));
   train->set_steps(steps);
@@ -602,6 +667,41 @@ absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Tra
     ASSIGN_OR_RETURN(int32_t restarts,
                      ReadInt<int32_t>(m.Get("max_restarts"), Join(path, "max_restarts")));
     train->set_max_restarts(restarts);
+  }
+  if (m.Has("micro_batches")) {
+    ASSIGN_OR_RETURN(int32_t micro_batches,
+                     ReadInt<int32_t>(m.Get("micro_batches"), Join(path, "micro_batches")));
+    if (micro_batches < 1) {  // proto3 would read a written 0 as absent
+      return Invalid(Join(path, "micro_batches"), m.Get("micro_batches"),
+                     absl::StrCat("must be >= 1, got ", micro_batches));
+    }
+    train->set_micro_batches(micro_batches);
+  }
+  return absl::OkStatus();
+}
+
+// eval: {data, every, batches}. Counts below 1 are rejected here with their line (an absent
+// every evaluates after the last step only, an absent batches is 1).
+absl::Status ParseEval(const YAML::Node& node, const std::string& path, const v1::Mesh& mesh,
+                       v1::Eval* eval) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"data", "every", "batches"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "data"));
+  RETURN_IF_ERROR(ParseData(m.Get("data"), Join(path, "data"), mesh, /*eval=*/true,
+                            eval->mutable_data()));
+  if (m.Has("every")) {
+    ASSIGN_OR_RETURN(int64_t every, ReadInt<int64_t>(m.Get("every"), Join(path, "every")));
+    if (every < 1) {
+      return Invalid(Join(path, "every"), m.Get("every"), absl::StrCat("must be >= 1, got ", every));
+    }
+    eval->set_every(every);
+  }
+  if (m.Has("batches")) {
+    ASSIGN_OR_RETURN(int32_t batches, ReadInt<int32_t>(m.Get("batches"), Join(path, "batches")));
+    if (batches < 1) {
+      return Invalid(Join(path, "batches"), m.Get("batches"),
+                     absl::StrCat("must be >= 1, got ", batches));
+    }
+    eval->set_batches(batches);
   }
   return absl::OkStatus();
 }
@@ -693,8 +793,8 @@ absl::Status ParseParallelize(const YAML::Node& node, const std::string& path, J
 }
 
 // pipeline: {dim, schedule, micro_batches, virtual_stages}. Counts below 1 are rejected here,
-// with their line: proto3 cannot tell a written 0 from an absent field, and the defaults turn an
-// absent one into 1. The rest (the dim, the schedule, how they combine) is checked by
+// with their line: proto3 cannot tell a written 0 from an absent field, and the defaults fill an
+// absent one. The rest (the dim, the schedule, how they combine) is checked by
 // ValidateJobSpec, so specs from the YAML and from gRPC get the same errors.
 absl::Status ParsePipeline(const YAML::Node& node, const std::string& path,
                            v1::Pipeline* pipeline) {
@@ -705,9 +805,9 @@ absl::Status ParsePipeline(const YAML::Node& node, const std::string& path,
   ASSIGN_OR_RETURN(*pipeline->mutable_dim(), ReadString(m.Get("dim"), Join(path, "dim")));
   ASSIGN_OR_RETURN(*pipeline->mutable_schedule(),
                    ReadString(m.Get("schedule"), Join(path, "schedule")));
-  // Absent: 1.
+  // Absent: 0, which the defaults fill (micro_batches from train.micro_batches, else 1).
   auto read_count = [&](const std::string& key) -> absl::StatusOr<int32_t> {
-    if (!m.Has(key)) return 1;
+    if (!m.Has(key)) return 0;
     ASSIGN_OR_RETURN(int32_t value, ReadInt<int32_t>(m.Get(key), Join(path, key)));
     if (value < 1) {
       return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", value));
@@ -742,7 +842,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
                                    {"name", "mesh", "model", "data", "optimizer", "train",
                                     "init_from", "device", "parallelize", "pipeline",
                                     "trace", "checkpoint", "precision", "storage", "allow_tf32",
-                                    "overlap", "sharding", "bucket_mb"}));
+                                    "overlap", "sharding", "bucket_mb", "eval"}));
   for (const char* key : {"name", "mesh", "model", "data", "optimizer", "train"}) {
     RETURN_IF_ERROR(RequireKey(m, root, "", key));
   }
@@ -753,7 +853,8 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
   ImplicitDims implicit;
   RETURN_IF_ERROR(ParseModel(m.Get("model"), "model", spec->mesh(), base_dir, options,
                              spec->mutable_model(), &implicit));
-  RETURN_IF_ERROR(ParseData(m.Get("data"), "data", spec->mesh(), spec->mutable_data()));
+  RETURN_IF_ERROR(
+      ParseData(m.Get("data"), "data", spec->mesh(), /*eval=*/false, spec->mutable_data()));
   RETURN_IF_ERROR(ParseOptimizer(m.Get("optimizer"), "optimizer", spec->mutable_optimizer()));
   RETURN_IF_ERROR(ParseTrain(m.Get("train"), "train", spec->mutable_train()));
   if (m.Has("init_from")) {
@@ -763,10 +864,15 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
   if (m.Has("device")) {
     ASSIGN_OR_RETURN(*spec->mutable_device(), ReadString(m.Get("device"), "device"));
   }
-  v1::Data* data = spec->mutable_data();
-  data->set_input(ResolvePath(data->input(), base_dir));
-  data->set_label(ResolvePath(data->label(), base_dir));
-  data->set_path(ResolvePath(data->path(), base_dir));
+  if (m.Has("eval")) {
+    RETURN_IF_ERROR(ParseEval(m.Get("eval"), "eval", spec->mesh(), spec->mutable_eval()));
+  }
+  for (v1::Data* data : {spec->mutable_data(), spec->mutable_eval()->mutable_data()}) {
+    data->set_input(ResolvePath(data->input(), base_dir));
+    data->set_label(ResolvePath(data->label(), base_dir));
+    data->set_path(ResolvePath(data->path(), base_dir));
+  }
+  if (!m.Has("eval")) spec->clear_eval();
   if (m.Has("parallelize")) {
     RETURN_IF_ERROR(ParseParallelize(m.Get("parallelize"), "parallelize", spec));
   }

@@ -19,6 +19,7 @@ bool Candidate(const v1::Program& p, const Instruction& ins) {
          ins.inputs_size() == 1 && ins.outputs_size() == 1 && !ins.has_scratch() &&
          ins.inputs(0) >= 0 && ins.inputs(0) < p.buffers_size() && ins.outputs(0) >= 0 &&
          ins.outputs(0) < p.buffers_size() &&
+         p.buffers(ins.inputs(0)).role() == v1::Buffer::GRAD &&
          BufferBytes(p.buffers(ins.inputs(0))) < kAloneBytes;
 }
 

@@ -18,6 +18,8 @@ absl::Status ReadOptimizer(const v1::JobSpec& spec, Graph* g) {
   g->optimizer.lr = opt.lr();
   g->optimizer.eps = opt.eps();
   g->optimizer.weight_decay = opt.weight_decay();
+  g->optimizer.decay_matrices_only = opt.weight_decay_params() == "matrices";
+  g->optimizer.clip_grad_norm = opt.clip_grad_norm();
   if (opt.type() == "adamw") {
     if (opt.betas_size() != 2) return Invalid("optimizer.betas: adamw needs [beta1, beta2]");
     g->optimizer.beta1 = opt.betas(0);
@@ -30,6 +32,13 @@ absl::Status ReadOptimizer(const v1::JobSpec& spec, Graph* g) {
 
 absl::Status ReadPipeline(const v1::JobSpec& spec, Graph* g) {
   const v1::Pipeline& p = spec.pipeline();
+  // Micro-batches are a setting of every job (gradient accumulation); a pipeline runs them.
+  g->pipeline.micro_batches = EffectiveMicroBatches(spec);
+  if (g->pipeline.micro_batches > spec.data().batch_size()) {
+    return Invalid(absl::StrCat("train.micro_batches ", g->pipeline.micro_batches,
+                                " is more than the data.batch_size ", spec.data().batch_size(),
+                                ": a micro-batch would be empty"));
+  }
   if (p.dim().empty()) return absl::OkStatus();
   std::optional<int> dim = g->mesh.FindDim(p.dim());
   if (!dim) {
@@ -38,13 +47,7 @@ absl::Status ReadPipeline(const v1::JobSpec& spec, Graph* g) {
   }
   g->pipeline.dim = *dim;
   g->pipeline.schedule = p.schedule();
-  g->pipeline.micro_batches = std::max(1, p.micro_batches());
   g->pipeline.virtual_stages = std::max(1, p.virtual_stages());
-  if (g->pipeline.micro_batches > spec.data().batch_size()) {
-    return Invalid(absl::StrCat("pipeline.micro_batches ", g->pipeline.micro_batches,
-                                " is more than the data.batch_size ", spec.data().batch_size(),
-                                ": a micro-batch would be empty"));
-  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,8 @@
 #include "coordinator/planner/emit.h"
 
+#include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -11,6 +13,7 @@
 #include "common/status.h"
 #include "coordinator/planner/buckets.h"
 #include "coordinator/planner/early_collectives.h"
+#include "coordinator/planner/grad_norm.h"
 #include "coordinator/planner/op_table.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
@@ -151,7 +154,8 @@ class RankEmitter {
     ins->set_phase(per_step && phase == Phase::kForward && g_.micro_batches() > 1
                        ? Instruction::PHASE_UNSPECIFIED
                        : PhaseProto(phase));
-    ins->set_micro_batch(pipelined_ && !per_step ? item.micro_batch : -1);
+    ins->set_micro_batch((pipelined_ || g_.micro_batches() > 1) && !per_step ? item.micro_batch
+                                                                             : -1);
     ins->set_chunk(pipelined_ && !per_step ? item.chunk : -1);
     return ins;
   }
@@ -204,6 +208,11 @@ class RankEmitter {
   }
 
   absl::Status EmitItem(const StageItem& item) {
+    if (p_.grad_norm_dims && !norm_done_ &&
+        (item.kind == StageItem::kLossSum || IsUpdate(item))) {
+      RETURN_IF_ERROR(EmitGradientNorm(item));
+      if (item.kind == StageItem::kLossSum) return absl::OkStatus();  // summed with the norm
+    }
     switch (item.kind) {
       case StageItem::kCompute:
         return EmitOp(item);
@@ -257,6 +266,88 @@ class RankEmitter {
       }
     }
     return absl::InternalError("emit: unknown stage item");
+  }
+
+  bool IsUpdate(const StageItem& item) const {
+    if (item.kind != StageItem::kCompute) return false;
+    const OpDef* def = FindOpDef(g_.ops[item.op].type);
+    return def != nullptr && def->kind == OpKind::kUpdate;
+  }
+
+  // The global gradient norm (grad_norm.h) where `at` stands (the stage's first update, or the
+  // loss's sum over the pipeline dim, which this sums together with the norm), and the clip
+  // coefficient.
+  absl::Status EmitGradientNorm(const StageItem& at) {
+    norm_done_ = true;
+    const std::vector<int>& dims = *p_.grad_norm_dims;
+    StageItem step = at;
+    step.micro_batch = -1;
+    auto add = [&](Instruction::Op op, const std::string& comment) {
+      Instruction* ins = Add(step, Phase::kOptimizer);
+      ins->set_op(op);
+      ins->set_comment(comment);
+      return ins;
+    };
+    std::vector<int> squares;
+    for (const StageItem& item : p_.pipeline.order[stage_]) {
+      if (!IsUpdate(item)) continue;
+      const Tensor& grad = g_.tensors[g_.ops[item.op].inputs[1]];
+      ASSIGN_OR_RETURN(const int b, Instance(g_.ops[item.op].inputs[1], -1));
+      const int square = NewBuffer(absl::StrCat(grad.name, ".sum_squares"), {1},
+                                   v1::Buffer::ACTIVATION, v1::F32);
+      const bool counts = CountsGradient(*grad.dist, dims, rank_);
+      Instruction* ins = add(Instruction::SUM_SQUARES,
+                             absl::StrCat("sum of squares of ", grad.name,
+                                          counts ? "" : " (a copy: counted by member 0)"));
+      ins->add_inputs(b);
+      ins->add_outputs(square);
+      ins->set_scale(counts ? 1.0f : 0.0f);
+      squares.push_back(square);
+    }
+    norm_ = NewBuffer("grad_norm_sq", {1}, v1::Buffer::LOSS, v1::F32);
+    if (squares.empty()) {
+      Instruction* ins = add(Instruction::FILL, "grad_norm_sq = 0: no parameters on this stage");
+      ins->add_outputs(norm_);
+      ins->set_scale(0.0f);
+    } else {
+      Instruction* ins = add(Instruction::ADD, "grad_norm_sq: this rank's squares");
+      for (int b : squares) ins->add_inputs(b);
+      ins->add_outputs(norm_);
+    }
+    for (int d : dims) {
+      Instruction* ins = add(Instruction::ALL_REDUCE,
+                             absl::StrCat("grad_norm_sq: sum over ", g_.mesh.dim_name(d)));
+      ins->add_inputs(norm_);
+      ins->add_outputs(norm_);
+      ins->set_group(group_id_.at(d));
+      ins->set_reduce(v1::Placement::SUM);
+    }
+    if (at.kind == StageItem::kLossSum) {
+      // One collective on the pipeline group for both sums (pipeline.h).
+      ASSIGN_OR_RETURN(const int loss, LossBuffer());
+      Instruction* ins = add(Instruction::ALL_REDUCE,
+                             absl::StrCat("loss and grad_norm_sq: sum over ",
+                                          g_.mesh.dim_name(g_.pipeline.dim),
+                                          " (the loss held by the last stage, 0 elsewhere)"));
+      ins->add_inputs(loss);
+      ins->add_inputs(norm_);
+      ins->add_outputs(loss);
+      ins->add_outputs(norm_);
+      ins->set_group(group_id_.at(g_.pipeline.dim));
+      ins->set_reduce(v1::Placement::SUM);
+      ins->set_scratch(NewBuffer("loss_and_norm.scratch", {2}, v1::Buffer::SCRATCH, v1::F32));
+    }
+    program_.set_grad_norm_buffer(norm_);
+    if (g_.optimizer.clip_grad_norm > 0) {
+      clip_ = NewBuffer("grad_clip", {1}, v1::Buffer::ACTIVATION, v1::F32);
+      Instruction* ins = add(Instruction::CLIP_COEFFICIENT,
+                             absl::StrCat("grad_clip = min(1, ", g_.optimizer.clip_grad_norm,
+                                          " / (grad_norm + 1e-6))"));
+      ins->add_inputs(norm_);
+      ins->add_outputs(clip_);
+      ins->set_max_norm(static_cast<float>(g_.optimizer.clip_grad_norm));
+    }
+    return absl::OkStatus();
   }
 
   // Sets `buffer` (named `name` in the comment) to 0 before the micro-batches add to it.
@@ -378,6 +469,7 @@ class RankEmitter {
       Instruction* ins = Add(item, op.phase);
       ins->set_op(def.instruction);
       for (int b : bufs) ins->add_inputs(b);
+      if (clip_ >= 0) ins->add_inputs(clip_);
       RETURN_IF_ERROR(SetAttributes(op, ins));
       if (holds) {
         ins->set_comment(Comment(op));
@@ -388,11 +480,11 @@ class RankEmitter {
                                     " (Partial(sum), step on member 0)"));
     }
     Instruction* ins = Add(item, op.phase);
-    ins->set_op(Instruction::SCALE);
+    ins->set_op(Instruction::WEIGHT_DECAY);
     ins->add_inputs(bufs[0]);
     ins->add_outputs(bufs[0]);
-    ins->set_scale(1.0f - static_cast<float>(op.attrs.Float("lr")) *
-                              static_cast<float>(op.attrs.Float("weight_decay")));
+    ins->set_lr(static_cast<float>(op.attrs.Float("lr")));
+    ins->set_weight_decay(static_cast<float>(op.attrs.Float("weight_decay")));
     ins->set_comment(absl::StrCat("weight decay of ", param, " (Partial(sum), step on member 0)"));
     return absl::OkStatus();
   }
@@ -503,6 +595,11 @@ class RankEmitter {
   const bool pipelined_;
   int stage_ = 0;
   int loss_ = -1;
+  // The gradient norm's buffers once emitted (EmitGradientNorm): its square, and the clip
+  // coefficient the updates read (-1: no clipping).
+  bool norm_done_ = false;
+  int norm_ = -1;
+  int clip_ = -1;
   std::map<int, int> group_id_;                    // mesh dim -> this rank's group id
   std::map<std::pair<int, int>, int> buffers_;     // (tensor, instance) -> buffer
   std::map<int, int> accumulators_;                // accumulating reshard op -> buffer
@@ -511,8 +608,9 @@ class RankEmitter {
 // Gives each instruction with widened operands (a compute op reading or writing bf16) a planned
 // scratch buffer for their float32 copies, so that the arena holds them and the planned peak is
 // the measured one.
-void AddWideningScratch(v1::Program* program) {
-  for (v1::Instruction& ins : *program->mutable_instructions()) {
+void AddWideningScratch(v1::Program* program,
+                        google::protobuf::RepeatedPtrField<v1::Instruction>* instructions) {
+  for (v1::Instruction& ins : *instructions) {
     if (ins.has_scratch()) continue;
     const std::vector<WidenedOperand> widened = WidenedOperands(*program, ins);
     const int64_t bytes = WidenedBytes(widened);
@@ -527,18 +625,89 @@ void AddWideningScratch(v1::Program* program) {
   }
 }
 
+// Moves the evaluation's program `eval` (emitted for the same rank from the eval graph) into
+// program.eval: its parameters are the training program's buffers of the same name (their init
+// entries), its other buffers new ones, its groups the training program's (ids shared:
+// ShareGroupIds) plus any it alone uses.
+absl::Status MergeEval(const v1::Program& eval, v1::Program* program) {
+  std::map<std::string, int> params;
+  for (const v1::ParamInit& init : program->init()) params.emplace(init.name(), init.buffer());
+  std::map<int, int> to;
+  for (const v1::ParamInit& init : eval.init()) {
+    auto it = params.find(init.name());
+    if (it == params.end()) {
+      return absl::InternalError(absl::StrCat("eval: no training buffer holds ", init.name()));
+    }
+    const v1::Buffer& mine = eval.buffers(init.buffer());
+    const v1::Buffer& theirs = program->buffers(it->second);
+    if (BufferElements(mine) != BufferElements(theirs) || mine.dtype() != theirs.dtype()) {
+      return absl::InternalError(absl::StrCat("eval: ", init.name(), " is placed otherwise than "
+                                              "in training on this rank"));
+    }
+    to[init.buffer()] = it->second;
+  }
+  for (const v1::Buffer& b : eval.buffers()) {
+    if (to.count(b.id()) > 0) continue;
+    v1::Buffer* copy = program->add_buffers();
+    *copy = b;
+    copy->set_id(program->buffers_size() - 1);
+    to[b.id()] = copy->id();
+  }
+  std::set<int> groups;
+  for (const v1::CommGroup& g : program->groups()) groups.insert(g.id());
+  for (const v1::CommGroup& g : eval.groups()) {
+    if (groups.insert(g.id()).second) *program->add_groups() = g;
+  }
+  v1::EvalProgram* out = program->mutable_eval();
+  for (const Instruction& ins : eval.instructions()) {
+    Instruction* copy = out->add_instructions();
+    *copy = ins;
+    for (int& id : *copy->mutable_inputs()) id = to.at(id);
+    for (int& id : *copy->mutable_outputs()) id = to.at(id);
+    if (copy->has_scratch()) copy->set_scratch(to.at(copy->scratch()));
+  }
+  out->set_loss_buffer(to.at(eval.loss_buffer()));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+void ShareGroupIds(const LoweredGraph& training, const Mesh& mesh, LoweredGraph* eval) {
+  int next = 0;
+  for (const auto& [d, base] : training.group_base) {
+    next = std::max<int>(next, base + static_cast<int>(mesh.size() / mesh.dim_size(d)));
+  }
+  for (int d : eval->group_dims) {
+    auto it = training.group_base.find(d);
+    if (it != training.group_base.end()) {
+      eval->group_base[d] = it->second;
+    } else {
+      eval->group_base[d] = next;
+      next += static_cast<int>(mesh.size() / mesh.dim_size(d));
+    }
+  }
+}
+
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
-                                        int rank, MemoryPlanner* memory) {
+                                        int rank, MemoryPlanner* memory,
+                                        const PlannedGraph* eval) {
   v1::Program program = header;
   program.set_rank(rank);
   program.set_world_size(planned.graph.mesh.size());
   RankEmitter emitter(planned, rank, &program);
   RETURN_IF_ERROR(Annotate(emitter.Emit(), absl::StrCat("emitting rank ", rank)));
+  if (eval != nullptr) {
+    v1::Program evaluation = header;
+    evaluation.set_rank(rank);
+    RankEmitter eval_emitter(*eval, rank, &evaluation);
+    RETURN_IF_ERROR(
+        Annotate(eval_emitter.Emit(), absl::StrCat("emitting rank ", rank, "'s evaluation")));
+    RETURN_IF_ERROR(Annotate(MergeEval(evaluation, &program), absl::StrCat("emitting rank ", rank)));
+  }
   if (!program.blocking_collectives()) StartCollectivesEarly(&program);
   FuseGradientAllReduces(&program, planned.graph.bucket_bytes);
-  AddWideningScratch(&program);
+  AddWideningScratch(&program, program.mutable_instructions());
+  if (program.has_eval()) AddWideningScratch(&program, program.mutable_eval()->mutable_instructions());
   memory->Plan(&program);
   return program;
 }

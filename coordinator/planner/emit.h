@@ -13,8 +13,11 @@
 // zeros elsewhere (ZEROS init, SCALE 0 instead of a load); their updates give the step to member
 // 0 and only the weight decay to the others. A compute instruction with bf16 operands (bf16
 // storage) gets a planned scratch buffer for their float32 copies (common/program.h
-// WidenedOperands). Last, the memory plan lays the buffers out in one arena by liveness
-// (memory_plan.h).
+// WidenedOperands). A graph with updates gets the global gradient norm (grad_norm.h) before its
+// first update: into Program.grad_norm_buffer, summed over the pipeline dim in the loss's
+// collective, and with optimizer.clip_grad_norm the clip coefficient, which every update reads
+// as its last input; the updates' lr is the peak, which the worker scales by the schedule.
+// Last, the memory plan lays the buffers out in one arena by liveness (memory_plan.h).
 //
 // E.g.
 //   MemoryPlanner memory;
@@ -22,6 +25,7 @@
 #ifndef WEFT_COORDINATOR_PLANNER_EMIT_H_
 #define WEFT_COORDINATOR_PLANNER_EMIT_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,12 +44,23 @@ struct PlannedGraph {
   LoweredGraph lowered;
   pipeline::PipelinePlan pipeline;
   CheckpointWriters writers;
+  // A graph with updates: the mesh dims its gradient norm sums over besides the pipeline's
+  // (grad_norm.h). nullopt: no updates (an evaluation's forward pass), no norm.
+  std::optional<std::vector<int>> grad_norm_dims;
 };
 
 // `header` holds the job-level fields (job id, attempt, mesh, data, steps, seed, init_from,
-// device, precision, trace, checkpointing, starting state); the rest is the rank's.
+// device, precision, trace, checkpointing, starting state, the evaluation's data and when it
+// runs); the rest is the rank's. With `eval` (the evaluation's forward graph, planned with group
+// ids shared with `planned`'s: ShareGroupIds) its instructions go into Program.eval, over the
+// training's parameters; the memory plan lays out both lists.
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
-                                        int rank, MemoryPlanner* memory);
+                                        int rank, MemoryPlanner* memory,
+                                        const PlannedGraph* eval = nullptr);
+
+// Gives `eval`'s communicator groups the ids `training`'s have for the same mesh dims, and ids
+// after all of training's for dims only it uses, so that one program holds both lists' groups.
+void ShareGroupIds(const LoweredGraph& training, const Mesh& mesh, LoweredGraph* eval);
 
 }  // namespace weft::planner
 

@@ -24,6 +24,50 @@ std::string Bytes(int64_t n) {
   return absl::StrCat(n, " B");
 }
 
+// One line per instruction of `list` (the step's or the evaluation's), adding their collectives'
+// bytes and count to the totals.
+void AppendInstructions(const v1::Program& p,
+                        const google::protobuf::RepeatedPtrField<v1::Instruction>& list,
+                        std::string* out, int64_t* total_bytes, int* collectives) {
+  std::string& s = *out;
+  for (int i = 0; i < list.size(); ++i) {
+    const v1::Instruction& ins = list.Get(i);
+    std::vector<std::string> ins_refs, out_refs;
+    for (int b : ins.inputs()) ins_refs.push_back(BufferRef(p, b));
+    for (int b : ins.outputs()) out_refs.push_back(BufferRef(p, b));
+    std::string name = v1::Instruction::Op_Name(ins.op());
+    if (ins.transpose_a()) absl::StrAppend(&name, "(T,)");
+    if (ins.transpose_b()) absl::StrAppend(&name, "(,T)");
+    absl::StrAppend(&s, absl::StrFormat("  %3d %-15s %s", i, name, absl::StrJoin(ins_refs, ", ")));
+    if (!out_refs.empty()) absl::StrAppend(&s, " -> ", absl::StrJoin(out_refs, ", "));
+    if (IsCollective(ins.op())) {
+      const int64_t bytes = CollectiveBytes(p, ins);
+      const v1::CommGroup* g = FindGroup(p, ins.group());
+      absl::StrAppend(&s, "  [g", ins.group(), " ", g ? g->mesh_dims() : "?", ", ",
+                      Bytes(bytes), " sent]");
+      *total_bytes += bytes;
+      ++*collectives;
+    }
+    if (ins.op() == v1::Instruction::SEND || ins.op() == v1::Instruction::RECV) {
+      const v1::CommGroup* g = FindGroup(p, ins.group());
+      const std::vector<int> members = g != nullptr ? GroupMembers(p, *g) : std::vector<int>();
+      const int peer = ins.peer() >= 0 && ins.peer() < static_cast<int>(members.size())
+                           ? members[ins.peer()]
+                           : -1;
+      absl::StrAppend(&s, "  [g", ins.group(), " ", ins.op() == v1::Instruction::SEND ? "to" : "from",
+                      " rank ", peer, " tag ", ins.tag(), "]");
+    }
+    if (ins.micro_batch() >= 0) {
+      absl::StrAppend(&s, "  [mb", ins.micro_batch(), " c", ins.chunk(), "]");
+    }
+    if (ins.op() == v1::Instruction::SLICE) {
+      absl::StrAppend(&s, "  [axis ", ins.axis(), " ", ins.offset(), "+", ins.length(), "]");
+    }
+    if (!ins.comment().empty()) absl::StrAppend(&s, "  # ", ins.comment());
+    absl::StrAppend(&s, "\n");
+  }
+}
+
 }  // namespace
 
 const v1::CommGroup* FindGroup(const v1::Program& program, int group_id) {
@@ -95,41 +139,17 @@ std::string FormatProgram(const v1::Program& p) {
   absl::StrAppend(&s, "step:\n");
   int64_t total_bytes = 0;
   int collectives = 0;
-  for (int i = 0; i < p.instructions_size(); ++i) {
-    const v1::Instruction& ins = p.instructions(i);
-    std::vector<std::string> ins_refs, out_refs;
-    for (int b : ins.inputs()) ins_refs.push_back(BufferRef(p, b));
-    for (int b : ins.outputs()) out_refs.push_back(BufferRef(p, b));
-    std::string name = v1::Instruction::Op_Name(ins.op());
-    if (ins.transpose_a()) absl::StrAppend(&name, "(T,)");
-    if (ins.transpose_b()) absl::StrAppend(&name, "(,T)");
-    absl::StrAppend(&s, absl::StrFormat("  %3d %-15s %s", i, name, absl::StrJoin(ins_refs, ", ")));
-    if (!out_refs.empty()) absl::StrAppend(&s, " -> ", absl::StrJoin(out_refs, ", "));
-    if (IsCollective(ins.op())) {
-      const int64_t bytes = CollectiveBytes(p, ins);
-      const v1::CommGroup* g = FindGroup(p, ins.group());
-      absl::StrAppend(&s, "  [g", ins.group(), " ", g ? g->mesh_dims() : "?", ", ",
-                      Bytes(bytes), " sent]");
-      total_bytes += bytes;
-      ++collectives;
-    }
-    if (ins.op() == v1::Instruction::SEND || ins.op() == v1::Instruction::RECV) {
-      const v1::CommGroup* g = FindGroup(p, ins.group());
-      const std::vector<int> members = g != nullptr ? GroupMembers(p, *g) : std::vector<int>();
-      const int peer = ins.peer() >= 0 && ins.peer() < static_cast<int>(members.size())
-                           ? members[ins.peer()]
-                           : -1;
-      absl::StrAppend(&s, "  [g", ins.group(), " ", ins.op() == v1::Instruction::SEND ? "to" : "from",
-                      " rank ", peer, " tag ", ins.tag(), "]");
-    }
-    if (ins.micro_batch() >= 0) {
-      absl::StrAppend(&s, "  [mb", ins.micro_batch(), " c", ins.chunk(), "]");
-    }
-    if (ins.op() == v1::Instruction::SLICE) {
-      absl::StrAppend(&s, "  [axis ", ins.axis(), " ", ins.offset(), "+", ins.length(), "]");
-    }
-    if (!ins.comment().empty()) absl::StrAppend(&s, "  # ", ins.comment());
-    absl::StrAppend(&s, "\n");
+  AppendInstructions(p, p.instructions(), &s, &total_bytes, &collectives);
+  if (p.has_eval()) {
+    const v1::EvalProgram& eval = p.eval();
+    const std::string when = eval.every() > 0
+                                 ? absl::StrCat("every ", eval.every(), " steps and the last")
+                                 : std::string("the last step");
+    absl::StrAppend(&s, "eval, after ", when, ", ", eval.batches(),
+                    " batch(es) each, loss in b", eval.loss_buffer(), ":\n");
+    int64_t eval_bytes = 0;
+    int eval_collectives = 0;
+    AppendInstructions(p, eval.instructions(), &s, &eval_bytes, &eval_collectives);
   }
   std::map<std::string, int64_t> by_role;
   for (const v1::Buffer& b : p.buffers()) by_role[v1::Buffer::Role_Name(b.role())] += BufferBytes(b);

@@ -134,13 +134,20 @@ struct Layer {
 
 struct OptimizerConfig {
   std::string type;  // sgd | adamw
-  double lr = 0;
+  double lr = 0;     // the peak: the worker scales it by the schedule (Program.lr_schedule)
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
   double weight_decay = 0;
+  // optimizer.weight_decay_params matrices: no decay for parameters of fewer than two dims in
+  // their files' shapes (Parameter::file_shape, else the shape).
+  bool decay_matrices_only = false;
+  // > 0: gradients clipped by their global norm (emit.h); 0: the norm is still computed.
+  double clip_grad_norm = 0;
 };
 
 // The pipeline: stages laid along mesh dim `dim` (-1: none, one stage), `chunks` = stages x
-// virtual stages, micro-batches per step, and the schedule that orders them.
+// virtual stages, micro-batches per step (train.micro_batches, with or without stages), and the
+// schedule that orders them (without stages, 1F1B: each micro-batch's backward right after its
+// forward, so one micro-batch's activations are held at a time).
 struct PipelineConfig {
   int dim = -1;
   std::string schedule;

@@ -11,6 +11,19 @@
 
 namespace weft::planner {
 
+namespace {
+
+// optimizer.weight_decay_params matrices: a parameter of two or more dims as files hold it
+// (Hugging Face's shapes: gpt2's c_attn bias is [3C] there, [3, H, D] here).
+bool IsMatrix(const Graph& g, int param) {
+  const Parameter* p = g.FindParam(param);
+  const Shape& shape = p != nullptr && !p->file_shape.empty() ? p->file_shape
+                                                               : g.tensors[param].shape;
+  return shape.size() >= 2;
+}
+
+}  // namespace
+
 absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
   const OptimizerConfig& config = g.optimizer;
   if (config.type != "sgd" && config.type != "adamw") {
@@ -68,6 +81,7 @@ absl::StatusOr<Graph> AppendOptimizer(const RuleRegistry& registry, Graph g) {
                                              g.tensors[p].layer));
     }
     Op op{config.type, {target, grads[i]}, {}, g.tensors[p].layer, Phase::kOptimizer, attrs};
+    if (config.decay_matrices_only && !IsMatrix(g, p)) op.attrs.Set("weight_decay", 0.0);
     op.comment = absl::StrCat(config.type, " ", g.tensors[p].name);
     for (const std::string& state : OptimizerStateNames(config.type)) {
       Tensor t = g.tensors[p];

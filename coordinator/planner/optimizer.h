@@ -3,7 +3,9 @@
 // are accumulated first), then one update op with the graph's optimizer settings as attributes:
 // sgd(param, grad) or adamw(param, grad, m, v) with m and v optimizer-state tensors placed like the
 // parameter. Over a mesh dim where the parameter is Partial, its gradient and states are
-// Replicate (the gradient of the global value); emit gives the whole update step to the member
+// Replicate (the gradient of the global value); with optimizer.weight_decay_params matrices, a
+// parameter of fewer than two dims (in its files' shape) gets weight_decay 0. Emit gives the whole
+// update step to the member
 // holding the value: for Partial(sum) p_i = p_i * (1 - lr*wd) - (member 0 ? step : 0), for
 // Partial(avg) every member takes the step. All gradient reshards come before all updates.
 //

@@ -157,5 +157,32 @@ TEST(OptimizerTest, ZeroLevelThreeGathersParametersPerLayerAndPass) {
   EXPECT_TRUE(g->writes_into.empty());
 }
 
+// optimizer.weight_decay_params matrices: parameters of two or more dims in their files' shapes
+// decay; vectors do not, gpt2's c_attn bias among them ([3, H, D] here, [3C] in its files).
+TEST(OptimizerTest, WeightDecayOnMatricesOnly) {
+  v1::JobSpec spec = testing::Gpt2Spec();
+  spec.mutable_optimizer()->set_weight_decay(0.1);
+  for (const std::string which : {"all", "matrices"}) {
+    SCOPED_TRACE(which);
+    spec.mutable_optimizer()->set_weight_decay_params(which);
+    absl::StatusOr<Graph> g = WithOptimizer(spec);
+    ASSERT_TRUE(g.ok()) << g.status();
+    std::map<std::string, double> decay;
+    for (const Op& op : g->ops) {
+      if (op.type == "adamw") decay[g->tensors[op.inputs[0]].name] = op.attrs.Float("weight_decay");
+    }
+    ASSERT_FALSE(decay.empty());
+    const bool matrices = which == "matrices";
+    for (const auto& [param, wd] : decay) {
+      const bool vector = param.find("bias") != std::string::npos ||
+                          param.find("ln_") != std::string::npos;
+      EXPECT_DOUBLE_EQ(wd, matrices && vector ? 0.0 : 0.1) << param;
+    }
+    EXPECT_DOUBLE_EQ(decay.at("h.0.attn.c_attn.bias"), matrices ? 0.0 : 0.1);
+    EXPECT_DOUBLE_EQ(decay.at("h.0.attn.c_attn.weight"), 0.1);
+    EXPECT_DOUBLE_EQ(decay.at("wte.weight"), 0.1);
+  }
+}
+
 }  // namespace
 }  // namespace weft::planner

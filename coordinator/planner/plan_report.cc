@@ -14,9 +14,10 @@ bool Transient(v1::Buffer::Role role) {
 }
 
 // Peak bytes of activation, data and loss buffers alive at once, by the lifetimes the memory
-// plan shares bytes by (common/program.h BufferLives).
+// plan shares bytes by (common/program.h BufferLives): over the step's instructions and then the
+// evaluation's.
 int64_t PeakTransientBytes(const v1::Program& p) {
-  const int n = p.instructions_size();
+  const int n = p.instructions_size() + p.eval().instructions_size();
   std::vector<int64_t> delta(n + 1, 0);
   const std::vector<BufferLife> lives = BufferLives(p);
   int64_t carried = 0;

@@ -1,10 +1,14 @@
 #include "coordinator/planner/planner.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/build.h"
+#include "coordinator/planner/grad_norm.h"
 #include "coordinator/planner/lower.h"
+#include "coordinator/planner/op_table.h"
 #include "coordinator/planner/optimizer.h"
 #include "coordinator/planner/pipeline/deadlock.h"
 #include "coordinator/planner/pipeline/pipeline.h"
@@ -30,6 +34,13 @@ v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, in
   p.set_blocking_collectives(spec.blocking_collectives());
   p.set_checkpoint_dir(spec.checkpoint().dir());
   p.set_checkpoint_every(spec.checkpoint().every());
+  p.set_lr(spec.optimizer().lr());
+  if (spec.optimizer().has_schedule()) *p.mutable_lr_schedule() = spec.optimizer().schedule();
+  if (spec.has_eval()) {
+    *p.mutable_eval()->mutable_data() = spec.eval().data();
+    p.mutable_eval()->set_every(spec.eval().every());
+    p.mutable_eval()->set_batches(spec.eval().batches());
+  }
   return p;
 }
 
@@ -38,6 +49,14 @@ absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g) {
   ASSIGN_OR_RETURN(planned.pipeline, pipeline::PlanPipeline(g));
   std::vector<int> extra;
   if (g.pipeline.dim >= 0) extra.push_back(g.pipeline.dim);
+  const bool updates = std::any_of(g.ops.begin(), g.ops.end(), [](const Op& op) {
+    const OpDef* def = FindOpDef(op.type);
+    return def != nullptr && def->kind == OpKind::kUpdate;
+  });
+  if (updates) {
+    ASSIGN_OR_RETURN(planned.grad_norm_dims, GradientNormDims(g));
+    extra.insert(extra.end(), planned.grad_norm_dims->begin(), planned.grad_norm_dims->end());
+  }
   ASSIGN_OR_RETURN(planned.lowered, Lower(g, extra));
   ASSIGN_OR_RETURN(planned.writers, CheckpointWriters::Assign(g, planned.pipeline));
   planned.graph = std::move(g);
@@ -56,7 +75,30 @@ absl::StatusOr<PlannedGraph> RunPasses(const v1::JobSpec& spec) {
   return PlanPlacedGraph(std::move(g));
 }
 
+// The evaluation's forward pass: the model built over eval.data with every dropout off, placed
+// as the training graph is, with no backward pass or update; its group ids are training's.
+absl::StatusOr<PlannedGraph> PlanEval(const v1::JobSpec& spec, const PlannedGraph& training) {
+  ASSIGN_OR_RETURN(Graph g, BuildGraph(EvalSpec(spec)));
+  RETURN_IF_ERROR(ApplyStorage(&g));
+  ASSIGN_OR_RETURN(g, Propagate(BuiltinRules(), std::move(g)));
+  ASSIGN_OR_RETURN(PlannedGraph planned, PlanPlacedGraph(std::move(g)));
+  ShareGroupIds(training.lowered, training.graph.mesh, &planned.lowered);
+  return planned;
+}
+
 }  // namespace
+
+v1::JobSpec EvalSpec(const v1::JobSpec& spec) {
+  v1::JobSpec eval = spec;
+  *eval.mutable_data() = spec.eval().data();
+  eval.clear_eval();
+  v1::TransformerConfig* config = eval.mutable_model()->mutable_config();
+  config->set_embd_pdrop(0);
+  config->set_attn_pdrop(0);
+  config->set_resid_pdrop(0);
+  config->set_attention_dropout(0);
+  return eval;
+}
 
 absl::StatusOr<v1::Program> Plan::Program(int rank) const {
   return Program(rank, Attempt{header_.job_id(), header_.attempt()});
@@ -74,7 +116,7 @@ absl::StatusOr<v1::Program> Plan::Program(int rank, const Attempt& attempt) cons
   header.set_load_checkpoint(attempt.load_checkpoint);
   header.set_load_optimizer_states(attempt.load_optimizer_states);
   absl::MutexLock lock(&mu_);
-  return EmitProgram(planned_, header, rank, &memory_);
+  return EmitProgram(planned_, header, rank, &memory_, eval_ ? &*eval_ : nullptr);
 }
 
 absl::StatusOr<std::vector<v1::Program>> Plan::AllPrograms() const {
@@ -104,8 +146,18 @@ absl::StatusOr<std::shared_ptr<const Plan>> PlanJob(const v1::JobSpec& spec,
   if (!planned.ok()) {
     return Annotate(planned.status(), absl::StrCat("planning job ", spec.name()));
   }
-  auto plan =
-      std::make_shared<const Plan>(*std::move(planned), ProgramHeader(spec, job_id, attempt));
+  std::optional<PlannedGraph> eval;
+  if (spec.has_eval()) {
+    absl::StatusOr<PlannedGraph> planned_eval = PlanEval(spec, *planned);
+    if (!planned_eval.ok()) {
+      return Annotate(planned_eval.status(),
+                      absl::StrCat("planning job ", spec.name(),
+                                   ": its evaluation, the model over eval.data (named data here)"));
+    }
+    eval = *std::move(planned_eval);
+  }
+  auto plan = std::make_shared<const Plan>(*std::move(planned),
+                                           ProgramHeader(spec, job_id, attempt), std::move(eval));
   // The ranks of one pipeline stage run the same list, so checking one of each covers them all.
   const Graph& g = plan->planned().graph;
   std::vector<v1::Program> representatives;

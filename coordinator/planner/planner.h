@@ -1,8 +1,10 @@
 // The planner: a job spec -> a Plan that emits any rank's Program. A pure library: no I/O, no
 // threads. Passes (DESIGN.md): build (the spec's only reader) -> propagate (SPMD rules, reshard
 // insertion) -> autodiff (VJP rules) -> optimizer -> pipeline (stages, micro-batches, schedule;
-// every job, one stage and one micro-batch without a pipeline block) -> lower (reshards to
-// collectives on mesh groups) -> emit (one rank's Program, with its memory plan).
+// every job, one stage without a pipeline block) -> lower (reshards to collectives on mesh
+// groups) -> emit (one rank's Program, with its memory plan). A job with an eval block also gets
+// its evaluation planned: the same passes but autodiff and optimizer, over eval.data with
+// dropout off, emitted into each Program beside the training list.
 //
 // Planning is linear in the number of ranks: the passes up to lower work on the graph alone, the
 // checkpoint writers once per group of copies, the transfer order on one rank per stage, and a
@@ -16,6 +18,7 @@
 #define WEFT_COORDINATOR_PLANNER_PLANNER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +44,8 @@ struct Attempt {
 
 class Plan {
  public:
-  Plan(PlannedGraph planned, v1::Program header)
-      : planned_(std::move(planned)), header_(std::move(header)) {}
+  Plan(PlannedGraph planned, v1::Program header, std::optional<PlannedGraph> eval = std::nullopt)
+      : planned_(std::move(planned)), header_(std::move(header)), eval_(std::move(eval)) {}
 
   int world_size() const { return planned_.graph.mesh.size(); }
   // Rank r's Program, for the job id and attempt the plan was made with or for `attempt`.
@@ -59,17 +62,25 @@ class Plan {
   std::vector<ParameterShape> Parameters() const;
   const v1::Program& header() const { return header_; }
   const PlannedGraph& planned() const { return planned_; }
+  // The evaluation's forward graph (JobSpec.eval), planned with the training one; null without.
+  const PlannedGraph* eval() const { return eval_ ? &*eval_ : nullptr; }
 
  private:
   const PlannedGraph planned_;
   const v1::Program header_;
+  const std::optional<PlannedGraph> eval_;
   mutable absl::Mutex mu_;
   mutable MemoryPlanner memory_ ABSL_GUARDED_BY(mu_);
 };
 
 // The job-level fields of every rank's Program: job id, attempt, mesh, data, steps, seed,
-// init_from, device, precision, trace, checkpointing.
+// init_from, device, precision, trace, checkpointing, the learning rate and its schedule, and
+// the evaluation's data, every and batches.
 v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, int attempt);
+
+// The spec the evaluation's forward pass is built from: `spec` with eval.data as its data and
+// every dropout probability 0 (spec must have an eval block).
+v1::JobSpec EvalSpec(const v1::JobSpec& spec);
 
 // The passes after autodiff and the optimizer, on a graph whose ops are placed: pipeline, lower,
 // checkpoint writers. PlanJob runs them after the others; the SPMD validator on graphs of one op.

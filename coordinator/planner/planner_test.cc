@@ -12,6 +12,7 @@
 #include "common/philox.h"
 #include "coordinator/planner/emit.h"
 #include "coordinator/planner/format.h"
+#include "coordinator/planner/plan_report.h"
 #include "coordinator/planner/test_util.h"
 
 namespace weft::planner {
@@ -77,7 +78,16 @@ TEST(PlannerTest, DataParallelAllReducesEachGradientAndTheLoss) {
     EXPECT_FLOAT_EQ(p.instructions(grad).scale(), 2.0f / 32);
     EXPECT_EQ(Count(p, v1::Instruction::SGD), 4);
     for (int i = sgd; i < p.instructions_size(); ++i) EXPECT_EQ(p.instructions(i).op(), v1::Instruction::SGD);
-    EXPECT_EQ(p.instructions(p.instructions_size() - 5).op(), v1::Instruction::ALL_REDUCE);
+    // Before the updates, the gradient norm: every gradient is whole and replicated on dp, so
+    // each rank sums all four squares itself and the norm needs no collective.
+    EXPECT_EQ(p.instructions(sgd - 1).op(), v1::Instruction::ADD);
+    ASSERT_TRUE(p.has_grad_norm_buffer());
+    EXPECT_EQ(p.instructions(sgd - 1).outputs(0), p.grad_norm_buffer());
+    for (int i = sgd - 5; i < sgd - 1; ++i) {
+      EXPECT_EQ(p.instructions(i).op(), v1::Instruction::SUM_SQUARES);
+      EXPECT_EQ(p.instructions(i).scale(), 1.0f);
+    }
+    EXPECT_EQ(p.instructions(sgd - 6).op(), v1::Instruction::ALL_REDUCE);
     // Parameters are whole on every rank.
     for (const v1::ParamInit& init : p.init()) {
       EXPECT_EQ(std::vector<int64_t>(p.buffers(init.buffer()).shape().begin(),
@@ -161,11 +171,13 @@ TEST(PlannerTest, MegatronMlpReducesActivationsOnceEachWay) {
   for (const v1::Program& p : programs) {
     SCOPED_TRACE(p.rank());
     std::vector<const v1::Instruction*> cs = Collectives(p);
-    ASSERT_EQ(cs.size(), 2u);
+    ASSERT_EQ(cs.size(), 3u);
     EXPECT_EQ(cs[0]->op(), v1::Instruction::ALL_REDUCE);
     EXPECT_EQ(BufferName(p, cs[0]->inputs(0)), "fc1.xw");  // row-parallel output, forward
     EXPECT_EQ(cs[1]->op(), v1::Instruction::ALL_REDUCE);
     EXPECT_EQ(BufferName(p, cs[1]->inputs(0)), "r0.out@grad");  // fc0's input gradient
+    // The gradient norm: fc0's and fc1's weights are split over mp.
+    EXPECT_EQ(BufferName(p, cs[2]->inputs(0)), "grad_norm_sq");
     std::vector<int> at;
     for (int i = 0; i < p.instructions_size(); ++i) {
       if (IsCollective(p.instructions(i).op())) at.push_back(i);
@@ -336,7 +348,7 @@ TEST(PlannerTest, ColumnThenRowOnMpReducesOnceForwardAndOnceBackward) {
       // fc1's row-parallel product before its bias; the gradient of fc0's (replicated) input
       // is never needed, so the backward reduce is absent here; see the Megatron test above
       // for the case with a layer before fc0.
-      EXPECT_EQ(Colls(p), (std::vector<Coll>{{AR, "mp", "fc1.xw"}}));
+      EXPECT_EQ(Colls(p), (std::vector<Coll>{{AR, "mp", "fc1.xw"}, {AR, "mp", "grad_norm_sq"}}));
       std::vector<int> all;
       for (int r = 0; r < mp; ++r) all.push_back(r);
       EXPECT_EQ(Ranks(p, *Collectives(p)[0]), all);
@@ -395,7 +407,8 @@ TEST(PlannerTest, DpTwoByMpTwoWithTheSeedPlacements) {
                                            {AR, "dp", "fc1.bias@grad"},
                                            {AR, "dp", "fc1.weight@grad"},
                                            {AR, "dp", "fc0.bias@grad"},
-                                           {AR, "dp", "fc0.weight@grad"}}));
+                                           {AR, "dp", "fc0.weight@grad"},
+                                           {AR, "mp", "grad_norm_sq"}}));
 
     const int row = p.rank() / 2, col = p.rank() % 2;
     for (const v1::Instruction* c : Collectives(p)) {
@@ -475,18 +488,22 @@ TEST(PlannerTest, PartialSumParameterLivesOnMemberZero) {
       EXPECT_EQ(init.kind(), p.rank() == 0 ? v1::ParamInit::UNIFORM : v1::ParamInit::ZEROS);
       EXPECT_EQ(init.box().lengths(0), 6);
     }
-    // The product is Partial and reduced before the loss; the gradient is whole already.
+    // The product is Partial and reduced before the loss; the gradient is whole already, so the
+    // norm needs no collective.
     const auto AR = v1::Instruction::ALL_REDUCE;
     EXPECT_EQ(Colls(p), (std::vector<Coll>{{AR, "mp", "fc0.out"}}));
-    // Member 0 takes the AdamW step; member 1 advances m and v (lr 0) and decays its zeros.
+    // Member 0 takes the AdamW step; member 1 advances m and v (lr 0) and decays its zeros at the
+    // step's lr (a WEIGHT_DECAY, which the worker schedules as the updates).
     ASSERT_EQ(Count(p, v1::Instruction::ADAMW), 1);
     const v1::Instruction& adam = p.instructions(Index(p, v1::Instruction::ADAMW));
     if (p.rank() == 0) {
       EXPECT_GT(adam.lr(), 0.0f);
     } else {
       EXPECT_EQ(adam.lr(), 0.0f);
-      EXPECT_EQ(p.instructions(p.instructions_size() - 1).op(), v1::Instruction::SCALE);
-      EXPECT_FLOAT_EQ(p.instructions(p.instructions_size() - 1).scale(), 1.0f - 0.1f * 0.01f);
+      const v1::Instruction& decay = p.instructions(p.instructions_size() - 1);
+      EXPECT_EQ(decay.op(), v1::Instruction::WEIGHT_DECAY);
+      EXPECT_FLOAT_EQ(decay.lr(), 0.1f);
+      EXPECT_FLOAT_EQ(decay.weight_decay(), 0.01f);
     }
   }
 }
@@ -556,6 +573,121 @@ TEST(PlannerTest, ThreeDimMeshWithPipelineAndParallelize) {
     EXPECT_GT(per_micro_batch, 0) << "rank " << p.rank();
     EXPECT_GT(per_step, 0) << "rank " << p.rank();
   }
+}
+
+// train.micro_batches without a pipeline: gradient accumulation, each micro-batch's backward
+// right after its forward, so that the plan holds one micro-batch's activations at a time; the
+// loss and the gradients are the whole batch's (scales of 1/B, summed over micro-batches).
+TEST(PlannerTest, MicroBatchesWithoutAPipelineAccumulateOneAtATime) {
+  auto spec = [](int micro_batches) {
+    // Activations (64 x 256 a layer) far larger than the weights (8 x 256), as in a transformer
+    // at any real batch: accumulation holds a second copy of the gradients.
+    v1::JobSpec s = SpecBuilder({1}, {"dp"})
+                        .Batch(64, {8}, {8})
+                        .Linear("fc0", 8, 256)
+                        .Act("a", "relu")
+                        .Linear("fc1", 256, 8)
+                        .Spec();
+    s.mutable_train()->set_micro_batches(micro_batches);
+    return s;
+  };
+  const v1::Program whole = MustPlan(spec(1)).at(0);
+  const v1::Program p = MustPlan(spec(4)).at(0);
+  EXPECT_EQ(Count(p, v1::Instruction::LOAD_INPUT), 4);
+  EXPECT_EQ(Count(p, v1::Instruction::MSE_LOSS), 4);
+  EXPECT_EQ(Count(p, v1::Instruction::SGD), 4);  // once per step
+  // F0 B0 F1 B1 ...: the micro-batch of each forward and backward instruction, in order.
+  std::string order;
+  for (const v1::Instruction& ins : p.instructions()) {
+    if (ins.micro_batch() < 0) continue;
+    const std::string item = absl::StrCat(
+        ins.phase() == v1::Instruction::BACKWARD ? "B" : "F", ins.micro_batch());
+    if (order.size() < item.size() || order.substr(order.size() - item.size()) != item) {
+      absl::StrAppend(&order, order.empty() ? "" : " ", item);
+    }
+  }
+  EXPECT_EQ(order, "F0 B0 F1 B1 F2 B2 F3 B3");
+  for (const v1::Instruction& ins : p.instructions()) {
+    if (ins.op() == v1::Instruction::MSE_LOSS) EXPECT_FLOAT_EQ(ins.scale(), 1.0f / (64 * 8));
+  }
+  // A quarter of the batch's activations at a time.
+  EXPECT_LT(ReportRank(p).peak_activation_bytes, ReportRank(whole).peak_activation_bytes / 2);
+  EXPECT_LT(p.arena_bytes(), whole.arena_bytes());
+}
+
+// The learning rate and its schedule reach every program as the spec gives them (the worker
+// scales the updates' peak lr by it).
+TEST(PlannerTest, ProgramsCarryTheLearningRateSchedule) {
+  v1::JobSpec spec = SpecBuilder({2}, {"dp"}).Batch(4, {6}, {2}).Linear("fc0", 6, 2).Spec();
+  v1::LrSchedule* schedule = spec.mutable_optimizer()->mutable_schedule();
+  schedule->set_warmup_steps(1);
+  schedule->set_decay("cosine");
+  schedule->set_decay_steps(3);
+  schedule->set_min_lr(0.01);
+  for (const v1::Program& p : MustPlan(spec)) {
+    EXPECT_DOUBLE_EQ(p.lr(), 0.1);
+    ASSERT_TRUE(p.has_lr_schedule());
+    EXPECT_EQ(p.lr_schedule().decay(), "cosine");
+    EXPECT_EQ(p.lr_schedule().decay_steps(), 3);
+    EXPECT_FLOAT_EQ(p.instructions(Index(p, v1::Instruction::SGD)).lr(), 0.1f);  // the peak
+  }
+  spec.mutable_optimizer()->clear_schedule();
+  EXPECT_FALSE(MustPlan(spec).at(0).has_lr_schedule());
+}
+
+// With an eval block, every program carries the evaluation's forward pass over the eval data:
+// no dropout (gpt2's three sites at 0.1 in training), no backward, no update, over the training
+// program's parameter buffers; its loss buffer is read after each eval batch.
+TEST(PlannerTest, EvalIsAForwardPassOverTheTrainingParameters) {
+  v1::JobSpec spec = testing::Gpt2Spec();
+  v1::TransformerConfig* c = spec.mutable_model()->mutable_config();
+  c->set_embd_pdrop(0.1);
+  c->set_attn_pdrop(0.1);
+  c->set_resid_pdrop(0.1);
+  v1::Eval* eval = spec.mutable_eval();
+  *eval->mutable_data() = spec.data();
+  eval->mutable_data()->set_path("/nonexistent/val.bin");
+  eval->mutable_data()->set_batch_size(4);
+  eval->set_every(2);
+  eval->set_batches(3);
+  const v1::Program p = MustPlan(spec).at(0);
+  ASSERT_TRUE(p.has_eval());
+  EXPECT_EQ(p.eval().every(), 2);
+  EXPECT_EQ(p.eval().batches(), 3);
+  EXPECT_EQ(p.eval().data().path(), "/nonexistent/val.bin");
+  EXPECT_GT(Count(p, v1::Instruction::DROPOUT), 0) << "training keeps its dropout";
+  std::set<int> params;
+  for (const v1::ParamInit& init : p.init()) {
+    if (p.buffers(init.buffer()).role() == v1::Buffer::PARAM) params.insert(init.buffer());
+  }
+  std::set<int> read_params;
+  int loads = 0;
+  for (const v1::Instruction& ins : p.eval().instructions()) {
+    EXPECT_NE(ins.op(), v1::Instruction::DROPOUT);
+    EXPECT_NE(ins.phase(), v1::Instruction::BACKWARD);
+    EXPECT_NE(ins.op(), v1::Instruction::ADAMW);
+    EXPECT_NE(ins.op(), v1::Instruction::SUM_SQUARES);
+    if (ins.op() == v1::Instruction::ATTENTION) EXPECT_EQ(ins.dropout_p(), 0.0f);
+    if (ins.op() == v1::Instruction::LOAD_INPUT) {
+      ++loads;
+      EXPECT_EQ(p.buffers(ins.outputs(0)).shape(0), 4);  // the eval batch
+    }
+    for (int b : ins.inputs()) {
+      if (p.buffers(b).role() == v1::Buffer::PARAM) {
+        EXPECT_EQ(params.count(b), 1u) << "eval reads " << BufferName(p, b)
+                                       << ", not the training program's parameter";
+        read_params.insert(b);
+      }
+    }
+  }
+  EXPECT_EQ(loads, 1);
+  EXPECT_EQ(read_params.size(), params.size()) << "eval reads every parameter";
+  EXPECT_EQ(p.buffers(p.eval().loss_buffer()).role(), v1::Buffer::LOSS);
+  // Its activations share the arena with the training step's: far less than the two apart.
+  spec.clear_eval();
+  const v1::Program without = MustPlan(spec).at(0);
+  EXPECT_EQ(p.instructions_size(), without.instructions_size());
+  EXPECT_LT(p.arena_bytes(), without.arena_bytes() + ReportRank(p).peak_activation_bytes / 2);
 }
 
 }  // namespace

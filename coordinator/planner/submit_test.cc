@@ -1,5 +1,6 @@
 #include "coordinator/planner/submit.h"
 
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -497,16 +498,20 @@ TEST_F(SpecTest, PipelineValidationErrorsNameTheField) {
             "another mesh dim"},
            // Micro-batches.
            {{{"batch_size: 8", "batch_size: 3"}},
-            "data.batch_size: 3 cannot be split into 4 micro-batches (pipeline.micro_batches) "
+            "data.batch_size: 3 cannot be split into 4 micro-batches (train.micro_batches) "
             "without leaving some empty"},
            {{{"{shape: [4], dim_names: [pp]}", two_by_two}, {"batch_size: 8", "batch_size: 4"}},
-            "data.batch_size: 4 in 4 micro-batches (pipeline.micro_batches) gives micro-batches "
+            "data.batch_size: 4 in 4 micro-batches (train.micro_batches) gives micro-batches "
             "of 1 sample(s), fewer than the 2 shards each is split into over mesh dim(s) dp "
             "(data.placements [Replicate(), Shard(0)]); every shard of a micro-batch needs at "
             "least one sample"},
            {{{"{shape: [4], dim_names: [pp]}", two_by_two}, {"batch_size: 8", "batch_size: 7"}},
-            "data.batch_size: 7 in 4 micro-batches (pipeline.micro_batches) gives micro-batches "
+            "data.batch_size: 7 in 4 micro-batches (train.micro_batches) gives micro-batches "
             "of as few as 1 sample(s)"},
+           // One setting, two names: the same value under both is fine, two values are not.
+           {{{"train: {steps: 3}", "train: {steps: 3, micro_batches: 2}"}},
+            "train.micro_batches: 2 and pipeline.micro_batches: 4 are one setting (the "
+            "micro-batches of a step) with two values; give one"},
        }) {
     absl::StatusOr<v1::JobSpec> spec =
         ParseJobSpecYaml(absl::StrReplaceAll(kPipelineSpec, c.replace), dir_);
@@ -765,6 +770,119 @@ TEST_F(SpecTest, PipelineDefaults) {
   EXPECT_FALSE(prepared.has_pipeline());
   EXPECT_EQ(Canonical(prepared), Canonical(*plain));
   EXPECT_EQ(Chunks(*plain), std::vector<int>(3, 0));  // one stage: every layer in chunk 0
+}
+
+// An llm.c token file of `count` tokens: ids 0, 1, 2, ... modulo `modulo`, and `odd` at `at`.
+void WriteTokens(const std::string& path, int64_t count, int32_t modulo, int64_t at = -1,
+                 int32_t odd = 0) {
+  std::vector<int32_t> header(256, 0);
+  header[0] = 20240520;
+  header[1] = 1;
+  header[2] = static_cast<int32_t>(count);
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header.data()), 256 * sizeof(int32_t));
+  for (int64_t i = 0; i < count; ++i) {
+    const uint16_t v = static_cast<uint16_t>(i == at ? odd : i % modulo);
+    out.write(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+}
+
+constexpr char kRecipeSpec[] = R"(
+name: recipe
+mesh: {shape: [2], dim_names: [dp]}
+model: {arch: gpt2, config: {vocab_size: 32, n_positions: 16, n_embd: 16, n_layer: 2, n_head: 4,
+        layer_norm_epsilon: 1.0e-5, embd_pdrop: 0.0, attn_pdrop: 0.0, resid_pdrop: 0.0}}
+data: {source: tokens, path: train.bin, seq_len: 8, batch_size: 8}
+optimizer: {type: adamw, lr: 6.0e-4, weight_decay: 0.1, weight_decay_params: matrices,
+            clip_grad_norm: 1.0, schedule: {warmup_steps: 2, decay: cosine, min_lr: 6.0e-5}}
+train: {steps: 10, seed: 1, micro_batches: 4}
+eval: {data: {source: tokens, path: val.bin}, every: 2, batches: 2}
+)";
+
+// The recipe's keys as the issue names them, their defaults, and an error naming the key for
+// each way they can be wrong.
+TEST_F(SpecTest, RecipeKeysParseAndTheirErrorsNameTheKey) {
+  WriteTokens(Path("train.bin"), 8 * 8 * 3 + 1, 32);
+  WriteTokens(Path("val.bin"), 2 * 8 * 8 + 1, 32);          // exactly 2 eval batches
+  WriteTokens(Path("other.bin"), 2 * 8 * 8 + 1, 32, 70, 40);  // id 40 past vocab_size 32
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kRecipeSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(Check(*spec).ok()) << Check(*spec);
+  const v1::Optimizer& opt = spec->optimizer();
+  EXPECT_EQ(opt.weight_decay_params(), "matrices");
+  EXPECT_DOUBLE_EQ(opt.clip_grad_norm(), 1.0);
+  EXPECT_EQ(opt.schedule().warmup_steps(), 2);
+  EXPECT_EQ(opt.schedule().decay(), "cosine");
+  EXPECT_EQ(opt.schedule().decay_steps(), 10);  // train.steps
+  EXPECT_DOUBLE_EQ(opt.schedule().min_lr(), 6.0e-5);
+  EXPECT_EQ(spec->train().micro_batches(), 4);
+  EXPECT_EQ(spec->eval().every(), 2);
+  EXPECT_EQ(spec->eval().batches(), 2);
+  EXPECT_EQ(spec->eval().data().seq_len(), 8);      // data's
+  EXPECT_EQ(spec->eval().data().batch_size(), 8);   // data's
+  EXPECT_EQ(spec->eval().data().path(), Path("val.bin"));
+  EXPECT_EQ(spec->eval().data().placements_size(), 1);  // data's: Shard(0) on dp
+  // Without a schedule, weight_decay_params or eval: today's job.
+  absl::StatusOr<v1::JobSpec> plain = ParseJobSpecYaml(
+      absl::StrReplaceAll(kRecipeSpec, {{"weight_decay_params: matrices,", ""},
+                                        {", schedule: {warmup_steps: 2, decay: cosine, "
+                                         "min_lr: 6.0e-5}",
+                                         ""},
+                                        {"eval: {data: {source: tokens, path: val.bin}, every: "
+                                         "2, batches: 2}",
+                                         ""}}),
+      dir_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->optimizer().has_schedule());
+  EXPECT_EQ(plain->optimizer().weight_decay_params(), "all");
+  EXPECT_FALSE(plain->has_eval());
+  EXPECT_TRUE(Check(*plain).ok()) << Check(*plain);
+
+  struct Case {
+    std::vector<std::pair<std::string, std::string>> replace;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{{"warmup_steps: 2", "warmup_steps: 10"}},
+            "optimizer.schedule.warmup_steps: 10 must be less than decay_steps 10 (train.steps "
+            "when absent)"},
+           {{{"min_lr: 6.0e-5", "min_lr: 1.0e-3"}},
+            "optimizer.schedule.min_lr: 0.001 is above optimizer.lr 0.0006"},
+           {{{"decay: cosine", "decay: exponential"}},
+            "optimizer.schedule.decay: unknown decay \"exponential\"; known: constant, linear, "
+            "cosine, wsd"},
+           {{{"decay: cosine", "decay: wsd"}}, "optimizer.schedule.cooldown_steps: wsd needs 1..8"},
+           {{{"min_lr: 6.0e-5", "min_lr: 6.0e-5, cooldown_steps: 3"}},
+            "optimizer.schedule.cooldown_steps: only for decay wsd"},
+           {{{"clip_grad_norm: 1.0", "clip_grad_norm: 0"}},
+            "optimizer.clip_grad_norm: must be a finite number > 0, got 0"},
+           {{{"weight_decay_params: matrices", "weight_decay_params: biases"}},
+            "optimizer.weight_decay_params: unknown value \"biases\"; known: all, matrices"},
+           {{{"micro_batches: 4", "micro_batches: 0"}}, "train.micro_batches: must be >= 1, got 0"},
+           {{{"micro_batches: 4", "micro_batches: 8"}},
+            "data.batch_size: 8 in 8 micro-batches (train.micro_batches) gives micro-batches of 1 "
+            "sample(s), fewer than the 2 shards each is split into over mesh dim(s) dp"},
+           {{{"batches: 2", "batches: 3"}},
+            "eval.data: " + Path("val.bin") + " holds 16 samples, too few for eval.batches 3 of "
+            "eval.data.batch_size 8 (24; evaluation reads the same samples every time and never "
+            "wraps around)"},
+           {{{"path: val.bin", "path: other.bin"}},
+            "eval.data.path: " + Path("other.bin") + " holds token 40 at position 70, outside "
+            "model.config.vocab_size 32: eval data of another vocabulary (tokenizer)?"},
+           {{{"path: val.bin", "path: gone.bin"}}, "eval.data.path: "},
+           {{{"path: val.bin}", "path: val.bin, batch_size: 4}"}},
+            "eval.data.batch_size: 4 in 4 micro-batches (train.micro_batches) gives micro-batches "
+            "of 1 sample(s)"},
+           {{{"every: 2", "every: 0"}}, "eval.every: must be >= 1, got 0"},
+           {{{"batches: 2", "batches: 0"}}, "eval.batches: must be >= 1, got 0"},
+           {{{"{source: tokens, path: val.bin}", "{path: val.bin}"}}, "eval.data.source: is required"},
+           {{{"path: val.bin}", "path: val.bin, seq_len: 0}"}}, "eval.data.seq_len: must be >= 1"},
+           {{{"every: 2,", "every: 2, cadence: 3,"}}, "eval: unknown key"},
+       }) {
+    absl::StatusOr<v1::JobSpec> bad = ParseJobSpecYaml(absl::StrReplaceAll(kRecipeSpec, c.replace), dir_);
+    const absl::Status s = bad.ok() ? Check(*bad) : bad.status();
+    EXPECT_INVALID(s, c.message);
+  }
 }
 
 }  // namespace

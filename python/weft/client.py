@@ -263,8 +263,9 @@ class Client:
         return self._call(self._stub.DeleteJob, service_pb2.DeleteJobRequest(job_id=job_id))
 
     def watch(self, job_id: str, timeout: Optional[float] = None) -> Iterator[job_pb2.JobEvent]:
-        """Yields the job's events (weft.v1 JobEvent: a state change, a step's metrics, a
-        checkpoint saved, a restart), first those so far, then new ones, and returns after the
+        """Yields the job's events (weft.v1 JobEvent: a state change, a step's metrics with its
+        lr and grad_norm, an evaluation's held-out loss, a checkpoint saved, a restart), first
+        those so far, then new ones, and returns after the
         one that puts the job in a final state. Raises WeftError UNAVAILABLE when the stream ends
         before that (the coordinator went away), DEADLINE_EXCEEDED after `timeout` seconds."""
         call = self._stub.WatchJob(service_pb2.WatchJobRequest(job_id=job_id), timeout=timeout,

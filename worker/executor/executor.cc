@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/lr_schedule.h"
 #include "common/program.h"
 #include "common/status.h"
 #include "worker/data/batch_source.h"
@@ -42,6 +44,9 @@ class ProgramExecutor final : public Executor {
   absl::StatusOr<float> RunStep(int64_t step) override;
   int64_t last_step_peak_bytes() const override { return last_step_peak_bytes_; }
   StepTimes last_step_times() const override { return last_step_times_; }
+  double last_step_lr() const override { return last_step_lr_; }
+  std::optional<double> last_step_grad_norm() const override { return last_step_grad_norm_; }
+  absl::StatusOr<double> RunEval() override;
   absl::StatusOr<std::vector<float>> ReadBuffer(const std::string& name) const override;
   absl::StatusOr<std::vector<checkpoint::IndexedChunk>> WriteCheckpointShard(
       int64_t step) override;
@@ -74,6 +79,14 @@ class ProgramExecutor final : public Executor {
   // and which communicator each step needs to itself (sync_comm_).
   void PlanAsyncCollectives();
   std::string Context(const Step& s) const;
+  // Checks a float32 buffer of at least one element that the host reads after a list runs (the
+  // loss, the gradient norm, the eval loss); `what` names it in errors.
+  absl::Status CheckReadBack(int id, const std::string& what) const;
+  // Decodes Program.eval: its instructions over eval_program_ (the program with them as its list
+  // and the eval data as its data), with their own data sources.
+  absl::Status CheckEval();
+  // The learning rate at `step`, and the schedule's factor for the updates.
+  double LearningRateAt(int64_t step) const;
 
   const v1::Program program_;
   CommunicatorFactory* const factory_;  // not owned
@@ -99,6 +112,13 @@ class ProgramExecutor final : public Executor {
   std::vector<v1::TraceSpan> span_templates_;
   std::vector<v1::TraceSpan> spans_;
   int64_t last_step_peak_bytes_ = 0;
+  double last_step_lr_ = 0;
+  std::optional<double> last_step_grad_norm_;
+  // Program.eval, decoded: a copy of the program whose instruction list and data are the
+  // evaluation's (the steps point into it), its data sources and steps.
+  v1::Program eval_program_;
+  std::unique_ptr<BatchSource> eval_inputs_, eval_labels_;
+  std::vector<Step> eval_steps_;
   StepTimes step_times_;       // the step in progress
   StepTimes last_step_times_;  // the last successful one
   // By step index, what its time counts as in StepTimes (waits for asynchronous collectives are
@@ -121,6 +141,66 @@ class ProgramExecutor final : public Executor {
   std::vector<int> sync_comm_;
 };
 
+double ProgramExecutor::LearningRateAt(int64_t step) const {
+  return LearningRate(program_.lr(),
+                      program_.has_lr_schedule() ? &program_.lr_schedule() : nullptr, step);
+}
+
+absl::Status ProgramExecutor::CheckReadBack(int id, const std::string& what) const {
+  if (id < 0 || id >= buffers_.size() || buffers_.numel(id) < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", id, " is not a non-empty buffer"));
+  }
+  if (buffers_.dtype(id) != v1::F32) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", buffers_.Describe(id),
+                                                   " is not f32"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProgramExecutor::CheckEval() {
+  const v1::EvalProgram& eval = program_.eval();
+  RETURN_IF_ERROR(CheckReadBack(eval.loss_buffer(), "eval.loss_buffer"));
+  if (eval.batches() < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("eval.batches ", eval.batches(), " < 1"));
+  }
+  if (eval.every() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("eval.every ", eval.every(), " < 0"));
+  }
+  eval_program_ = program_;
+  *eval_program_.mutable_instructions() = eval.instructions();
+  *eval_program_.mutable_data() = eval.data();
+  eval_program_.clear_eval();
+  for (const Instruction& ins : eval_program_.instructions()) {
+    for (auto [op, kind, source] :
+         {std::make_tuple(Instruction::LOAD_INPUT, BatchSource::kInput, &eval_inputs_),
+          std::make_tuple(Instruction::LOAD_LABEL, BatchSource::kLabel, &eval_labels_)}) {
+      if (ins.op() != op || *source != nullptr) continue;
+      absl::StatusOr<std::unique_ptr<BatchSource>> opened =
+          BatchSource::Create(eval.data(), kind, program_.seed());
+      if (!opened.ok()) return Annotate(opened.status(), "eval data");
+      *source = *std::move(opened);
+    }
+    if (ins.op() == Instruction::SGD || ins.op() == Instruction::ADAMW ||
+        ins.op() == Instruction::WEIGHT_DECAY) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("eval instruction ", Instruction::Op_Name(ins.op()),
+                       ": an evaluation updates nothing"));
+    }
+  }
+  const DecodeContext ctx{eval_program_, buffers_,           group_index_,
+                          group_member_, eval_inputs_.get(), eval_labels_.get()};
+  eval_steps_.resize(eval_program_.instructions_size());
+  for (int i = 0; i < eval_program_.instructions_size(); ++i) {
+    eval_steps_[i].index = i;
+    RETURN_IF_ERROR(Annotate(DecodeInstruction(ctx, &eval_steps_[i]),
+                             absl::StrCat("eval instruction ", i, " (",
+                                          Instruction::Op_Name(eval.instructions(i).op()), ")")));
+    own_scratch_bytes_ = std::max(own_scratch_bytes_, eval_steps_[i].own_scratch_bytes);
+    staging_bytes_ = std::max(staging_bytes_, eval_steps_[i].staging_bytes);
+  }
+  return absl::OkStatus();
+}
+
 std::string ProgramExecutor::Context(const Step& s) const {
   const Instruction& ins = program_.instructions(s.index);
   std::string c = absl::StrCat("instruction ", s.index, " (", Instruction::Op_Name(ins.op()));
@@ -140,6 +220,17 @@ absl::Status ProgramExecutor::Check() {
   if (buffers_.dtype(program_.loss_buffer()) != v1::F32) {
     return absl::InvalidArgumentError(absl::StrCat(
         "loss_buffer ", buffers_.Describe(program_.loss_buffer()), " is not f32"));
+  }
+  if (program_.has_grad_norm_buffer()) {
+    RETURN_IF_ERROR(CheckReadBack(program_.grad_norm_buffer(), "grad_norm_buffer"));
+  }
+  if (!std::isfinite(program_.lr()) || program_.lr() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("lr ", program_.lr(), " is not a finite >= 0"));
+  }
+  if (program_.has_lr_schedule()) {
+    RETURN_IF_ERROR(Annotate(ValidateLrSchedule(program_.lr_schedule(), program_.lr(),
+                                                "lr_schedule"),
+                             "checking the program"));
   }
   for (int g = 0; g < program_.groups_size(); ++g) {
     const v1::CommGroup& group = program_.groups(g);
@@ -192,6 +283,7 @@ absl::Status ProgramExecutor::Check() {
     own_scratch_bytes_ = std::max(own_scratch_bytes_, steps_[i].own_scratch_bytes);
     staging_bytes_ = std::max(staging_bytes_, steps_[i].staging_bytes);
   }
+  if (program_.has_eval()) RETURN_IF_ERROR(CheckEval());
   return absl::OkStatus();
 }
 
@@ -334,7 +426,9 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   spans_.clear();
   step_times_ = {};
   kernels_->ResetPeakMemoryStats();
-  const RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, host_staging_.data()};
+  RunContext ctx{*kernels_, buffers_, step, comms_, own_scratch_, host_staging_.data()};
+  const double lr = LearningRateAt(step);
+  ctx.lr_scale = program_.lr() > 0 ? lr / program_.lr() : 1.0;
   absl::Status status;
   if (program_.trace()) {
     TracedRun how;
@@ -361,9 +455,44 @@ absl::StatusOr<float> ProgramExecutor::RunStep(int64_t step) {
   RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("step ", step)));
   last_step_peak_bytes_ = kernels_->memory_stats().peak_bytes_in_use;
   last_step_times_ = step_times_;
+  last_step_lr_ = lr;
   float loss = 0.0f;
   kernels_->CopyToHost(buffers_.data(program_.loss_buffer()), &loss, sizeof(loss));
+  last_step_grad_norm_.reset();
+  if (program_.has_grad_norm_buffer()) {
+    float norm_sq = 0.0f;
+    kernels_->CopyToHost(buffers_.data(program_.grad_norm_buffer()), &norm_sq, sizeof(norm_sq));
+    last_step_grad_norm_ = std::sqrt(static_cast<double>(norm_sq));
+  }
   return loss;
+}
+
+absl::StatusOr<double> ProgramExecutor::RunEval() {
+  if (!initialized_) return absl::FailedPreconditionError("RunEval before Initialize");
+  if (!program_.has_eval()) return absl::FailedPreconditionError("the program has no eval");
+  const v1::EvalProgram& eval = program_.eval();
+  double sum = 0.0;
+  for (int j = 0; j < eval.batches(); ++j) {
+    // Eval batch j loads as step j + 1 loads: samples j*B .. j*B+B-1.
+    const RunContext ctx{*kernels_, buffers_, j + 1, comms_, own_scratch_, host_staging_.data()};
+    for (const Step& s : eval_steps_) {
+      if (cancelled_.load(std::memory_order_relaxed)) {
+        return absl::CancelledError(absl::StrCat("evaluation cancelled before eval batch ", j));
+      }
+      absl::Status status = s.widened.empty() ? s.run(s, ctx) : RunWidened(s, ctx);
+      if (!status.ok()) {
+        const Instruction& ins = eval.instructions(s.index);
+        return Annotate(status, absl::StrCat("eval batch ", j, ", eval instruction ", s.index, " (",
+                                             Instruction::Op_Name(ins.op()), " '", ins.comment(),
+                                             "')"));
+      }
+    }
+    RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("eval batch ", j)));
+    float loss = 0.0f;
+    kernels_->CopyToHost(buffers_.data(eval.loss_buffer()), &loss, sizeof(loss));
+    sum += loss;
+  }
+  return sum / eval.batches();
 }
 
 absl::Status ProgramExecutor::RunInstruction(const Step& s, const RunContext& ctx) {
@@ -409,6 +538,12 @@ absl::StatusOr<std::vector<checkpoint::IndexedChunk>> ProgramExecutor::WriteChec
 }
 
 }  // namespace
+
+bool EvaluatesAfter(const v1::Program& program, int64_t step) {
+  if (!program.has_eval()) return false;
+  return step == program.steps() ||
+         (program.eval().every() > 0 && step % program.eval().every() == 0);
+}
 
 KernelOptions KernelOptionsFor(const v1::Program& program, int device_index) {
   KernelOptions options;

@@ -14,6 +14,9 @@
 // through the kernels, so a step's peak (last_step_peak_bytes) is those two blocks plus the
 // backend's own scratch (Kernels MemoryStats).
 //
+// Evaluation (Program.eval) runs its own instruction list over the same arena, between steps, on
+// the executor's thread with every collective where it stands.
+//
 // The implementation, one concern a file: executor.cc (Create, Initialize, RunStep), buffers.h
 // (the arena and its checks), step.h (decoded instructions), op_registry.h (the handler of each
 // op: its element types, decode and run; the handlers in ops/, a file per family), init_io.h
@@ -25,6 +28,8 @@
 //   RETURN_IF_ERROR(exec->Initialize());
 //   for (int64_t s = program.start_step() + 1; s <= program.steps(); ++s) {
 //     ASSIGN_OR_RETURN(float loss, exec->RunStep(s));
+//     std::optional<double> norm = exec->last_step_grad_norm();
+//     if (EvaluatesAfter(program, s)) ASSIGN_OR_RETURN(double eval_loss, exec->RunEval());
 //     int64_t peak = exec->last_step_peak_bytes();                  // for the StepReport
 //     ASSIGN_OR_RETURN(auto chunks, exec->WriteCheckpointShard(s));  // when it saves step s
 //     std::vector<v1::TraceSpan> spans = exec->TakeSpans();  // empty unless Program.trace
@@ -36,6 +41,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +66,10 @@ struct StepTimes {
   double data_seconds = 0;
   double communication_seconds = 0;
 };
+
+// Whether the step evaluates after its update: Program.eval set, and step a multiple of its
+// `every` or the job's last.
+bool EvaluatesAfter(const v1::Program& program, int64_t step);
 
 class Executor {
  public:
@@ -88,6 +98,17 @@ class Executor {
   virtual int64_t last_step_peak_bytes() const { return 0; }
   // The last successful RunStep's StepTimes; zeros before, and for executors that do not measure.
   virtual StepTimes last_step_times() const { return {}; }
+  // The last successful RunStep's learning rate (Program.lr under its lr_schedule at that step),
+  // and its global gradient norm before clipping (the square root of Program.grad_norm_buffer;
+  // nullopt for a program without one, and for executors that do not compute it).
+  virtual double last_step_lr() const { return 0; }
+  virtual std::optional<double> last_step_grad_norm() const { return std::nullopt; }
+  // Runs Program.eval: its instructions once for each eval batch j (samples j*B .. j*B+B-1 of
+  // its data; dropout off, no update) and returns the mean of the batches' losses, accumulated
+  // in double. FAILED_PRECONDITION for a program without one.
+  virtual absl::StatusOr<double> RunEval() {
+    return absl::FailedPreconditionError("this executor does not evaluate");
+  }
   // The timeline of the last successful RunStep when Program.trace is set, in instruction order
   // (wall clock, Unix microseconds); empty otherwise. Moves them out: a second call returns none.
   // One span per maximal run of consecutive compute instructions with the same phase,

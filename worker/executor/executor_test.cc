@@ -1544,6 +1544,194 @@ TEST(ExecutorTest, PeakBytesIsTheArenaPlusTheExecutorsOwnScratch) {
 
 // ---- The op registry and the transformer ops ----
 
+// ---- The training recipe: the learning rate's schedule, the gradient norm and its clip, and
+// the evaluation ----
+
+// Runs `program` alone for `steps` steps, returning each step's learning rate and gradient norm
+// (NaN when none), and leaving the executor in *out.
+void RunAlone(const v1::Program& program, int steps, std::vector<double>* lrs,
+              std::vector<double>* norms, std::unique_ptr<Executor>* out) {
+  auto exec = Executor::Create(program, nullptr);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  ASSERT_TRUE((*exec)->Initialize().ok());
+  for (int s = 1; s <= steps; ++s) {
+    auto loss = (*exec)->RunStep(s);
+    ASSERT_TRUE(loss.ok()) << loss.status();
+    lrs->push_back((*exec)->last_step_lr());
+    norms->push_back((*exec)->last_step_grad_norm().value_or(std::nan("")));
+  }
+  *out = *std::move(exec);
+}
+
+// The updates' lr is the peak, scaled at each step by the schedule (warmup 2, linear decay to
+// 0.1 at step 4, then flat): SGD's step and WEIGHT_DECAY's factor both follow it.
+TEST(ExecutorTest, TheScheduleScalesEveryUpdatesLearningRate) {
+  ProgramBuilder b(0, 1);
+  const int w = b.Buffer("w", {3}, v1::Buffer::PARAM);
+  const int d = b.Buffer("d", {2}, v1::Buffer::PARAM);
+  const int g = b.Buffer("w@grad", {3}, v1::Buffer::GRAD);
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.Init(w, v1::ParamInit::ZEROS, {3});
+  b.Init(d, v1::ParamInit::ONES, {2});
+  b.Op(Instruction::FILL, {}, {loss})->set_scale(0.0f);
+  b.Op(Instruction::FILL, {}, {g})->set_scale(1.0f);
+  Instruction* sgd = b.Op(Instruction::SGD, {w, g}, {w});
+  sgd->set_lr(0.5f);
+  Instruction* decay = b.Op(Instruction::WEIGHT_DECAY, {d}, {d});
+  decay->set_lr(0.5f);
+  decay->set_weight_decay(0.2f);
+  b.program().set_steps(5);
+  b.program().set_lr(0.5);
+  v1::LrSchedule* schedule = b.program().mutable_lr_schedule();
+  schedule->set_warmup_steps(2);
+  schedule->set_decay("linear");
+  schedule->set_decay_steps(4);
+  schedule->set_min_lr(0.1);
+  std::vector<double> lrs, norms;
+  std::unique_ptr<Executor> exec;
+  RunAlone(b.program(), 5, &lrs, &norms, &exec);
+  ASSERT_EQ(lrs.size(), 5u);
+  const std::vector<double> want = {0.25, 0.5, 0.3, 0.1, 0.1};
+  double w_want = 0, d_want = 1;
+  for (int s = 0; s < 5; ++s) {
+    EXPECT_DOUBLE_EQ(lrs[s], want[s]) << "step " << s + 1;
+    EXPECT_TRUE(std::isnan(norms[s])) << "no grad_norm_buffer, no norm";
+    w_want -= want[s];
+    d_want *= 1 - want[s] * 0.2;
+  }
+  EXPECT_NEAR((*exec->ReadBuffer("w"))[0], w_want, 1e-6);
+  EXPECT_NEAR((*exec->ReadBuffer("d"))[1], d_want, 1e-6);
+}
+
+// SUM_SQUARES counts a gradient (scale 1) or not (scale 0, whatever it holds); their sum is the
+// squared norm the worker reads back as grad_norm, and CLIP_COEFFICIENT's factor multiplies the
+// gradient of the update that reads it.
+TEST(ExecutorTest, TheGradientNormAndItsClipCoefficient) {
+  ProgramBuilder b(0, 1);
+  const int w = b.Buffer("w", {3}, v1::Buffer::PARAM);
+  const int g1 = b.Buffer("w@grad", {3}, v1::Buffer::GRAD);
+  const int g2 = b.Buffer("copy@grad", {2}, v1::Buffer::GRAD);
+  const int s1 = b.Buffer("w@grad.sum_squares", {1});
+  const int s2 = b.Buffer("copy@grad.sum_squares", {1});
+  const int norm = b.Buffer("grad_norm_sq", {1}, v1::Buffer::LOSS);
+  const int clip = b.Buffer("grad_clip", {1});
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.program().set_grad_norm_buffer(norm);
+  b.program().set_lr(0.1);
+  b.Init(w, v1::ParamInit::ZEROS, {3});
+  b.Op(Instruction::FILL, {}, {loss})->set_scale(0.0f);
+  b.Op(Instruction::FILL, {}, {g1})->set_scale(2.0f);
+  b.Op(Instruction::FILL, {}, {g2})->set_scale(-7.0f);
+  b.Op(Instruction::SUM_SQUARES, {g1}, {s1})->set_scale(1.0f);
+  b.Op(Instruction::SUM_SQUARES, {g2}, {s2})->set_scale(0.0f);
+  b.Op(Instruction::ADD, {s1, s2}, {norm});
+  b.Op(Instruction::CLIP_COEFFICIENT, {norm}, {clip})->set_max_norm(1.5f);
+  b.Op(Instruction::SGD, {w, g1, clip}, {w})->set_lr(0.1f);
+  b.program().set_steps(1);
+  std::vector<double> lrs, norms;
+  std::unique_ptr<Executor> exec;
+  RunAlone(b.program(), 1, &lrs, &norms, &exec);
+  ASSERT_EQ(norms.size(), 1u);
+  EXPECT_NEAR(norms[0], std::sqrt(12.0), 1e-6);  // 3 x 2^2; the copy counted nowhere here
+  const double coefficient = 1.5 / (std::sqrt(12.0) + 1e-6);
+  EXPECT_NEAR((*exec->ReadBuffer("grad_clip"))[0], coefficient, 1e-6);
+  EXPECT_NEAR((*exec->ReadBuffer("w"))[2], -0.1 * coefficient * 2.0, 1e-6);
+  // A norm under max_norm leaves the gradient as it is.
+  b.program().mutable_instructions(6)->set_max_norm(100.0f);
+  lrs.clear();
+  norms.clear();
+  RunAlone(b.program(), 1, &lrs, &norms, &exec);
+  EXPECT_NEAR((*exec->ReadBuffer("w"))[0], -0.1 * 2.0, 1e-6);
+}
+
+// Program.eval: its instructions once per eval batch j (samples j*B .. j*B+B-1 of its own data,
+// the same every time) over the training program's parameter, and the mean of the batches'
+// losses, against float64; the training step's state is untouched by it.
+TEST(ExecutorTest, EvalRunsItsBatchesOverTheTrainingParameters) {
+  constexpr int64_t kSamples = 6, kF = 3, kB = 2;
+  std::vector<float> xs(kSamples * kF), ys(kSamples);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.3 + i);
+  for (size_t i = 0; i < ys.size(); ++i) ys[i] = std::cos(1.0 + 3.0 * i);
+  const std::string input = TempPath("eval_x.npy"), label = TempPath("eval_y.npy");
+  ASSERT_TRUE(NpyFile::Write(input, {kSamples, kF}, xs.data()).ok());
+  ASSERT_TRUE(NpyFile::Write(label, {kSamples, 1}, ys.data()).ok());
+  ProgramBuilder b(0, 1);
+  const int w = b.Buffer("w", {kF, 1}, v1::Buffer::PARAM);
+  const int loss = b.Buffer("loss", {1}, v1::Buffer::LOSS);
+  b.program().set_loss_buffer(loss);
+  b.Uniform(w, {kF, 1}, 0.5f);
+  b.Op(Instruction::FILL, {}, {loss})->set_scale(0.0f);
+  b.program().set_steps(4);
+  // The evaluation's buffers and list.
+  const int x = b.Buffer("input", {kB, kF}, v1::Buffer::DATA);
+  const int y = b.Buffer("label", {kB, 1}, v1::Buffer::DATA);
+  const int out = b.Buffer("out", {kB, 1});
+  const int eval_loss = b.Buffer("eval loss", {1}, v1::Buffer::LOSS);
+  v1::EvalProgram* eval = b.program().mutable_eval();
+  eval->set_loss_buffer(eval_loss);
+  eval->set_every(3);
+  eval->set_batches(3);
+  v1::Data* data = eval->mutable_data();
+  data->set_source("npy");
+  data->set_input(input);
+  data->set_label(label);
+  data->set_batch_size(kB);
+  auto add = [&](Instruction::Op op, std::vector<int> in, std::vector<int> outs) {
+    Instruction* ins = eval->add_instructions();
+    ins->set_op(op);
+    for (int i : in) ins->add_inputs(i);
+    for (int o : outs) ins->add_outputs(o);
+    return ins;
+  };
+  for (auto [op, buffer, width] : {std::make_tuple(Instruction::LOAD_INPUT, x, kF),
+                                   std::make_tuple(Instruction::LOAD_LABEL, y, int64_t{1})}) {
+    Instruction* load = add(op, {}, {buffer});
+    load->mutable_box()->add_offsets(0);
+    load->mutable_box()->add_offsets(0);
+    load->mutable_box()->add_lengths(kB);
+    load->mutable_box()->add_lengths(width);
+  }
+  add(Instruction::MATMUL, {x, w}, {out});
+  add(Instruction::MSE_LOSS, {out, y}, {eval_loss})->set_scale(1.0f / kB);
+  EXPECT_FALSE(EvaluatesAfter(b.program(), 1));
+  EXPECT_TRUE(EvaluatesAfter(b.program(), 3));
+  EXPECT_TRUE(EvaluatesAfter(b.program(), 4));  // the last step
+  auto exec = Executor::Create(b.program(), nullptr);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  ASSERT_TRUE((*exec)->Initialize().ok());
+  ASSERT_TRUE((*exec)->RunStep(1).ok());
+  const std::vector<float> weight = *(*exec)->ReadBuffer("w");
+  double want = 0;
+  for (int64_t j = 0; j < 3; ++j) {
+    double batch = 0;
+    for (int64_t r = 0; r < kB; ++r) {
+      const int64_t sample = j * kB + r;
+      double p = 0;
+      for (int64_t f = 0; f < kF; ++f) p += static_cast<double>(xs[sample * kF + f]) * weight[f];
+      batch += (p - ys[sample]) * (p - ys[sample]) / kB;
+    }
+    want += batch / 3;
+  }
+  for (int twice = 0; twice < 2; ++twice) {  // the same batches every time
+    absl::StatusOr<double> got = (*exec)->RunEval();
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_NEAR(*got, want, 1e-6 * std::max(1.0, want));
+  }
+  EXPECT_TRUE((*exec)->RunStep(2).ok()) << "a step after an evaluation";
+  // An evaluation that would update a parameter is refused when the program is checked.
+  v1::Program updating = b.program();
+  Instruction* sgd = updating.mutable_eval()->add_instructions();
+  sgd->set_op(Instruction::SGD);
+  sgd->add_inputs(w);
+  sgd->add_inputs(out);
+  auto refused = Executor::Create(updating, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("an evaluation updates nothing"), std::string::npos)
+      << refused.status();
+}
+
 TEST(ExecutorOpsTest, EveryOpHasOneHandler) {
   const google::protobuf::EnumDescriptor* ops = Instruction::Op_descriptor();
   for (int i = 0; i < ops->value_count(); ++i) {

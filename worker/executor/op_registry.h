@@ -64,10 +64,12 @@ struct ElementTypes {
 struct RunContext {
   Kernels& kernels;
   const Buffers& buffers;  // placed
-  int64_t step;            // the training step being run, from 1
+  int64_t step;            // the training step being run, from 1 (an eval batch's index + 1)
   const std::vector<std::unique_ptr<Communicator>>& comms;  // by group index (Step::comm)
   char* own_scratch;   // the executor's own scratch (Step::own_scratch_bytes), or null
   char* host_staging;  // data loads into buffers the host cannot write (Step::staging_bytes)
+  // The learning-rate schedule's factor at `step` (Program.lr_schedule): the updates' lr times it.
+  double lr_scale = 1.0;
   // While a step with bf16 operands runs: its Step::widened, and the area holding their float32
   // copies (its scratch buffer or the executor's own scratch). Null otherwise.
   const std::vector<WidenedOperand>* widened = nullptr;

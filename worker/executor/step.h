@@ -87,6 +87,7 @@ struct Step {
   int64_t staging_bytes = 0;
   float scale = 1.0f, lr = 0.0f, weight_decay = 0.0f;
   AdamWHyper adamw;
+  int clip = -1;  // SGD / ADAMW: the clip coefficient's buffer (their optional last input), or -1
   float eps = 0.0f;    // the norms
   float theta = 0.0f;  // ROPE
   // ROPE: x [batch, seq, heads, head_dim].

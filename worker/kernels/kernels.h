@@ -180,11 +180,20 @@ class Kernels {
   // out = a + b. out may alias a or b (a residual connection, a gradient accumulated in place).
   virtual void Add(const float* a, const float* b, float* out, int64_t n) = 0;
   // param -= lr * (grad + weight_decay * param).
-  virtual void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) = 0;
+  // grad_scale (the updates'): null, or one float in the backend's memory that multiplies every
+  // gradient element first, g = grad[i] * grad_scale[0] in float32 (the clip coefficient).
+  virtual void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
+                   const float* grad_scale) = 0;
   // PyTorch's AdamW, step t from 1: p -= lr*wd*p; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
   // p -= lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
   virtual void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
-                     const AdamWHyper& hyper, int64_t step) = 0;
+                     const AdamWHyper& hyper, int64_t step, const float* grad_scale) = 0;
+  // out[0] = the sum of a[i]^2 over n elements, accumulated in double in an order that depends on
+  // n alone (n = 0: 0).
+  virtual void SumSquares(const float* a, int64_t n, float* out) = 0;
+  // out[0] = min(1, max_norm / (sqrt(norm_sq[0]) + 1e-6)) in float32: clip_grad_norm_'s factor
+  // for a squared global norm (NaN stays NaN).
+  virtual void ClipCoefficient(const float* norm_sq, float max_norm, float* out) = 0;
   // out[i] = in[i] converted from `from` to `to`, n elements, as common/dtype.h's
   // ConvertElements converts in host memory: floats to bf16 round to nearest even (NaN stays
   // NaN); floats to integers truncate toward zero and saturate at the integer's range, NaN to 0;

@@ -646,9 +646,56 @@ TEST_P(KernelsConformanceTest, SgdWithWeightDecay) {
     }
     float* dp = Upload(p);
     float* dg = Upload(g);
-    k_->Sgd(dp, dg, n, lr, wd);
+    k_->Sgd(dp, dg, n, lr, wd, nullptr);
     ASSERT_TRUE(Synced());
     EXPECT_TRUE(AllWithin(Download(dp, n), want, tol));
+  }
+}
+
+// The clip coefficient multiplies the gradient before the update: g * s in float32, then the
+// update as without it.
+TEST_P(KernelsConformanceTest, SgdWithGradientScale) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const float lr = 0.05f, wd = 0.01f, scale = 0.3f;
+    const std::vector<float> p = Random(n), g = Random(n);
+    std::vector<double> want(n), tol(n);
+    for (int64_t i = 0; i < n; ++i) {
+      const double update =
+          static_cast<double>(lr) * (g[i] * static_cast<double>(scale) + wd * p[i]);
+      want[i] = p[i] - update;
+      tol[i] = 5 * kUlp * (std::fabs(p[i]) + std::fabs(update));
+    }
+    float* dp = Upload(p);
+    k_->Sgd(dp, Upload(g), n, lr, wd, Upload(std::vector<float>{scale}));
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllWithin(Download(dp, n), want, tol));
+  }
+}
+
+TEST_P(KernelsConformanceTest, SumSquaresInDouble) {
+  for (int64_t n : {int64_t{0}, int64_t{1}, int64_t{255}, kLarge}) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    const std::vector<float> a = Random(n);
+    double sum = 0;
+    for (float x : a) sum += static_cast<double>(x) * x;
+    float* out = Poisoned(1);
+    k_->SumSquares(n > 0 ? Upload(a) : nullptr, n, out);
+    ASSERT_TRUE(Synced());
+    // A double sum leaves only the final float32 rounding.
+    EXPECT_TRUE(AllClose(Download(out, 1), {sum}, 2 * kUlp, 0));
+  }
+}
+
+TEST_P(KernelsConformanceTest, ClipCoefficientIsClipGradNorms) {
+  for (const auto& [norm_sq, max_norm] : std::vector<std::pair<float, float>>{
+           {16.0f, 1.0f}, {0.25f, 1.0f}, {4.0f, 2.0f}, {0.0f, 0.5f}, {1e6f, 3.0f}}) {
+    SCOPED_TRACE(::testing::Message() << "norm_sq=" << norm_sq << " max_norm=" << max_norm);
+    float* out = Poisoned(1);
+    k_->ClipCoefficient(Upload(std::vector<float>{norm_sq}), max_norm, out);
+    ASSERT_TRUE(Synced());
+    const double want = std::min(1.0, max_norm / (std::sqrt(static_cast<double>(norm_sq)) + 1e-6));
+    EXPECT_TRUE(AllClose(Download(out, 1), {want}, 3 * kUlp, 0));
   }
 }
 
@@ -681,12 +728,44 @@ TEST_P(KernelsConformanceTest, AdamWOverSeveralSteps) {
         const double v_hat = rv[i] / (1 - std::pow(b2, t));
         rp[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
       }
-      k_->AdamW(p, Upload(g), m, v, n, h, t);
+      k_->AdamW(p, Upload(g), m, v, n, h, t, nullptr);
     }
     ASSERT_TRUE(Synced());
     EXPECT_TRUE(AllClose(Download(p, n), rp, 1e-5, 1e-6)) << "param";
     EXPECT_TRUE(AllClose(Download(m, n), rm, 1e-5, 1e-6)) << "m";
     EXPECT_TRUE(AllClose(Download(v, n), rv, 1e-5, 1e-6)) << "v";
+  }
+}
+
+// A gradient scale (the clip coefficient) enters the moments as g * s.
+TEST_P(KernelsConformanceTest, AdamWWithGradientScale) {
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
+    AdamWHyper h;
+    h.lr = 0.05f;
+    h.weight_decay = 0.1f;
+    const float scale = 0.25f;
+    const std::vector<float> p0 = Random(n);
+    std::vector<double> rp(p0.begin(), p0.end()), rm(n, 0.0), rv(n, 0.0);
+    float* p = Upload(p0);
+    float* m = Upload(std::vector<float>(n, 0.0f));
+    float* v = Upload(std::vector<float>(n, 0.0f));
+    const double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay;
+    for (int64_t t = 1; t <= 3; ++t) {
+      const std::vector<float> g = Random(n);
+      for (int64_t i = 0; i < n; ++i) {
+        const double gs = static_cast<double>(g[i]) * scale;
+        rp[i] -= lr * wd * rp[i];
+        rm[i] = b1 * rm[i] + (1 - b1) * gs;
+        rv[i] = b2 * rv[i] + (1 - b2) * gs * gs;
+        rp[i] -= lr * (rm[i] / (1 - std::pow(b1, t))) /
+                 (std::sqrt(rv[i] / (1 - std::pow(b2, t))) + eps);
+      }
+      k_->AdamW(p, Upload(g), m, v, n, h, t, Upload(std::vector<float>{scale}));
+    }
+    ASSERT_TRUE(Synced());
+    EXPECT_TRUE(AllClose(Download(p, n), rp, 1e-5, 1e-6)) << "param";
+    EXPECT_TRUE(AllClose(Download(m, n), rm, 1e-5, 1e-6)) << "m";
   }
 }
 

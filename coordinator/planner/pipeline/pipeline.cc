@@ -47,8 +47,10 @@ class Planner {
     shape_.stages = plan_.stages;
     shape_.micro_batches = g_.micro_batches();
     shape_.virtual_stages = std::max(1, config.virtual_stages);
+    // Without stages, micro-batches are gradient accumulation: each one's backward follows its
+    // forward (1F1B on one stage), so activations fall with their count.
     ASSIGN_OR_RETURN(schedule_,
-                     ScheduleByName(config.dim >= 0 ? config.schedule : std::string("FThenB")));
+                     ScheduleByName(config.dim >= 0 ? config.schedule : std::string("1F1B")));
     return schedule_->Check(shape_);
   }
 
@@ -267,15 +269,26 @@ class Planner {
       }
     }
     if (!between.empty()) batches->push_back(std::move(between));
-    // Epilogue: what runs once per step, in graph order; then the loss everywhere.
+    // Epilogue: what runs once per step, in graph order, with the loss summed over the stages
+    // before the first update (emit sums the gradient norm's stage totals in the same
+    // collective, which the updates need: one collective on the pipeline group, whose members
+    // run different programs, so that no reordering can pair one stage's with another's), or
+    // last.
+    auto loss_sum = [&] {
+      batches->push_back({unit({StageItem{StageItem::kLossSum}}, Instruction::ALL_REDUCE, 0, 0)});
+    };
+    bool summed = plan_.stages == 1;
     for (size_t i = 0; i < g_.ops.size(); ++i) {
       if (!plan_.per_step[i] || StageOf(plan_.op_chunk[i]) != stage) continue;
+      const OpDef* def = FindOpDef(g_.ops[i].type);
+      if (!summed && def != nullptr && def->kind == OpKind::kUpdate) {
+        loss_sum();
+        summed = true;
+      }
       local(StageItem{StageItem::kCompute, static_cast<int>(i), -1, plan_.op_chunk[i], -1, -1, 0,
                       g_.ops[i].phase});
     }
-    if (plan_.stages > 1) {
-      batches->push_back({unit({StageItem{StageItem::kLossSum}}, Instruction::ALL_REDUCE, 0, 0)});
-    }
+    if (!summed) loss_sum();
   }
 
   absl::StatusOr<PipelinePlan> Order() {

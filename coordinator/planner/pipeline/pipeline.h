@@ -15,7 +15,7 @@
 // for each step, the receives of its items, its items' computations (each micro-batch's
 // accumulation right after the item that made its term), the sends of what they made; last the
 // epilogue (per-step ops in graph order and, with several stages, the loss summed over the
-// pipeline dim: the last stage holds it, the others 0). The transfers between two steps may
+// pipeline dim, before the first update: the last stage holds it, the others 0). The transfers between two steps may
 // complete in any order; the order that cannot deadlock is found by simulating one rank per
 // stage (the ranks of a stage run the same list, so their collectives along other mesh dims are
 // reached together and cannot block one another).

@@ -121,6 +121,23 @@ void SgdRange(float* param, const float* grad, float lr, float weight_decay, int
   for (int64_t i = begin; i < end; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
 }
 
+WEFT_CPU_VECTOR_CLONES
+void ScaledSgdRange(float* param, const float* grad, float lr, float weight_decay, float scale,
+                    int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    param[i] -= lr * (grad[i] * scale + weight_decay * param[i]);
+  }
+}
+
+WEFT_CPU_VECTOR_CLONES
+double SumSquaresRange(const float* a, int64_t begin, int64_t end) {
+  double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = begin; i < end; ++i) sum += static_cast<double>(a[i]) * a[i];
+  return sum;
+}
+
 // AdamW's update with the bias corrections folded into constants (see CpuKernels::AdamW).
 struct AdamWConstants {
   float b1, b2, one_minus_b1, one_minus_b2, step_size, inv_sqrt_bias2, decay, eps;
@@ -128,12 +145,12 @@ struct AdamWConstants {
 
 WEFT_CPU_VECTOR_CLONES
 void AdamWRange(float* param, const float* grad, float* m, float* v, const AdamWConstants& k,
-                int64_t begin, int64_t end) {
+                float scale, int64_t begin, int64_t end) {
   const AdamWConstants c = k;
   // The vectorizer will not reorder the division and sqrt on its own; it may here.
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    const float g = grad[i];
+    const float g = grad[i] * scale;
     const float mi = c.b1 * m[i] + c.one_minus_b1 * g;
     const float vi = c.b2 * v[i] + c.one_minus_b2 * g * g;
     m[i] = mi;
@@ -382,12 +399,40 @@ class CpuKernels final : public Kernels {
     ForElements(n, [&](int64_t lo, int64_t hi) { AddRange(a, b, out, lo, hi); });
   }
 
-  void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
-    ForElements(n, [&](int64_t b, int64_t e) { SgdRange(param, grad, lr, weight_decay, b, e); });
+  void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
+           const float* grad_scale) override {
+    if (grad_scale == nullptr) {
+      ForElements(n, [&](int64_t b, int64_t e) { SgdRange(param, grad, lr, weight_decay, b, e); });
+      return;
+    }
+    const float scale = grad_scale[0];
+    ForElements(n, [&](int64_t b, int64_t e) {
+      ScaledSgdRange(param, grad, lr, weight_decay, scale, b, e);
+    });
+  }
+
+  // Blocks of kGrainElements each sum on their own, in parallel; the block sums add in order, so
+  // the result depends on n alone, not on the threads.
+  void SumSquares(const float* a, int64_t n, float* out) override {
+    const int64_t block = cpu::kGrainElements;
+    const int64_t blocks = (n + block - 1) / block;
+    std::vector<double> sums(static_cast<size_t>(blocks), 0.0);
+    cpu::ParallelFor(threads_, blocks, 1, [&](int64_t first, int64_t last) {
+      for (int64_t k = first; k < last; ++k) {
+        sums[k] = SumSquaresRange(a, k * block, std::min(n, (k + 1) * block));
+      }
+    });
+    double total = 0.0;
+    for (double s : sums) total += s;
+    out[0] = static_cast<float>(total);
+  }
+
+  void ClipCoefficient(const float* norm_sq, float max_norm, float* out) override {
+    out[0] = std::min(1.0f, max_norm / (std::sqrt(norm_sq[0]) + 1e-6f));
   }
 
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
-             const AdamWHyper& h, int64_t step) override {
+             const AdamWHyper& h, int64_t step, const float* grad_scale) override {
     const float b1 = h.beta1, b2 = h.beta2;
     const double bias1 = 1.0 - std::pow(static_cast<double>(b1), step);
     const double bias2 = 1.0 - std::pow(static_cast<double>(b2), step);
@@ -402,7 +447,8 @@ class CpuKernels final : public Kernels {
     c.inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
     c.decay = 1.0f - h.lr * h.weight_decay;
     c.eps = h.eps;
-    ForElements(n, [&](int64_t b, int64_t e) { AdamWRange(param, grad, m, v, c, b, e); });
+    const float scale = grad_scale != nullptr ? grad_scale[0] : 1.0f;  // g * 1 is g exactly
+    ForElements(n, [&](int64_t b, int64_t e) { AdamWRange(param, grad, m, v, c, scale, b, e); });
   }
 
   void Cast(const void* in, v1::DType from, void* out, v1::DType to, int64_t n) override {

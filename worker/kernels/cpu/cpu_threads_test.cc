@@ -163,11 +163,18 @@ TEST(CpuThreadsTest, OptimizerKernels) {
     std::memcpy(o[2], v0.data(), kN * sizeof(float));
     AdamWHyper h;
     h.weight_decay = 0.1f;
-    for (int64_t step = 1; step <= 2; ++step) k.AdamW(o[0], grad.data(), o[1], o[2], kN, h, step);
+    const float clip = 0.5f;
+    for (int64_t step = 1; step <= 2; ++step) {
+      k.AdamW(o[0], grad.data(), o[1], o[2], kN, h, step, step == 2 ? &clip : nullptr);
+    }
   });
   ExpectSameOnAnyThreads("Sgd", {kN}, [&](Kernels& k, std::vector<float*>& o) {
     std::memcpy(o[0], param0.data(), kN * sizeof(float));
-    k.Sgd(o[0], grad.data(), kN, 0.01f, 0.1f);
+    k.Sgd(o[0], grad.data(), kN, 0.01f, 0.1f, nullptr);
+  });
+  // The global gradient norm's partial sums: blocks summed in order whatever the threads.
+  ExpectSameOnAnyThreads("SumSquares", {1}, [&](Kernels& k, std::vector<float*>& o) {
+    k.SumSquares(grad.data(), kN, o[0]);
   });
 }
 

@@ -361,14 +361,30 @@ class CudaKernels final : public Kernels {
     CheckLaunch("Add");
   }
 
-  void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay) override {
+  void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
+           const float* grad_scale) override {
     if (!Begin("Sgd")) return;
-    cuda::Sgd(param, grad, n, lr, weight_decay, stream_);
+    cuda::Sgd(param, grad, n, lr, weight_decay, grad_scale, stream_);
     CheckLaunch("Sgd");
   }
 
+  void SumSquares(const float* a, int64_t n, float* out) override {
+    if (!Begin("SumSquares")) return;
+    const int64_t partials = cuda::MseLossScratchSize(n);
+    double* scratch = LossPartials(partials, "SumSquares");
+    if (partials > 0 && scratch == nullptr) return;
+    cuda::SumSquares(a, out, n, scratch, stream_);
+    CheckLaunch("SumSquares");
+  }
+
+  void ClipCoefficient(const float* norm_sq, float max_norm, float* out) override {
+    if (!Begin("ClipCoefficient")) return;
+    cuda::ClipCoefficient(norm_sq, max_norm, out, stream_);
+    CheckLaunch("ClipCoefficient");
+  }
+
   void AdamW(float* param, const float* grad, float* m, float* v, int64_t n,
-             const AdamWHyper& h, int64_t step) override {
+             const AdamWHyper& h, int64_t step, const float* grad_scale) override {
     if (!Begin("AdamW")) return;
     // The bias corrections in double on the host, folded as the CPU backend folds them.
     const double bias1 = 1.0 - std::pow(static_cast<double>(h.beta1), step);
@@ -380,7 +396,7 @@ class CudaKernels final : public Kernels {
     s.decay = 1.0f - h.lr * h.weight_decay;
     s.step_size = static_cast<float>(h.lr / bias1);
     s.inv_sqrt_bias2 = static_cast<float>(1.0 / std::sqrt(bias2));
-    cuda::AdamW(param, grad, m, v, n, s, stream_);
+    cuda::AdamW(param, grad, m, v, n, s, grad_scale, stream_);
     CheckLaunch("AdamW");
   }
 

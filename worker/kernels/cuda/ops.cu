@@ -130,19 +130,40 @@ __global__ void AddKernel(const float* a, const float* b, float* out, int64_t n)
 }
 
 __global__ void SgdKernel(float* param, const float* grad, int64_t n, float lr,
-                          float weight_decay) {
+                          float weight_decay, const float* grad_scale) {
+  const float scale = grad_scale != nullptr ? grad_scale[0] : 1.0f;
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
-    param[i] -= lr * (grad[i] + weight_decay * param[i]);
+    // Without a scale, the CPU backend's expression exactly (no multiply by 1).
+    const float g = grad_scale != nullptr ? grad[i] * scale : grad[i];
+    param[i] -= lr * (g + weight_decay * param[i]);
   }
+}
+
+// Stage 1 of SumSquares: block b writes the double sum of its grid-stride share to partials[b].
+__global__ void SumSquaresPartialKernel(const float* a, int64_t n, double* partials) {
+  __shared__ double sums[kThreads];
+  double sum = 0.0;
+  for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
+    const double x = static_cast<double>(a[i]);
+    sum += x * x;
+  }
+  sums[threadIdx.x] = sum;
+  BlockSum(sums);
+  if (threadIdx.x == 0) partials[blockIdx.x] = sums[0];
+}
+
+__global__ void ClipCoefficientKernel(const float* norm_sq, float max_norm, float* out) {
+  out[0] = fminf(1.0f, max_norm / (sqrtf(norm_sq[0]) + 1e-6f));
 }
 
 // The expression of the CPU backend's AdamW, term for term. sqrtf and '/' are IEEE-rounded
 // (nvcc's defaults without --use_fast_math).
 __global__ void AdamWKernel(float* param, const float* grad, float* m, float* v, int64_t n,
-                            AdamWStep s) {
+                            AdamWStep s, const float* grad_scale) {
   const float one_minus_beta1 = 1.0f - s.beta1, one_minus_beta2 = 1.0f - s.beta2;
+  const float scale = grad_scale != nullptr ? grad_scale[0] : 1.0f;  // g * 1 is g exactly
   for (int64_t i = FirstIndex(); i < n; i += GridStride()) {
-    const float g = grad[i];
+    const float g = grad[i] * scale;
     const float mi = s.beta1 * m[i] + one_minus_beta1 * g;
     const float vi = s.beta2 * v[i] + one_minus_beta2 * g * g;
     m[i] = mi;
@@ -417,15 +438,28 @@ void Add(const float* a, const float* b, float* out, int64_t n, cudaStream_t str
 }
 
 void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
-         cudaStream_t stream) {
+         const float* grad_scale, cudaStream_t stream) {
   if (n <= 0) return;
-  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, n, lr, weight_decay);
+  SgdKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, n, lr, weight_decay, grad_scale);
+}
+
+void SumSquares(const float* a, float* out, int64_t n, double* scratch, cudaStream_t stream) {
+  // As MseLoss: the grid depends on n alone, so the sum is the same run to run.
+  const int64_t partials = MseLossScratchSize(n);
+  if (partials > 0) {
+    SumSquaresPartialKernel<<<static_cast<int>(partials), kThreads, 0, stream>>>(a, n, scratch);
+  }
+  ScaledTotalKernel<<<1, kThreads, 0, stream>>>(scratch, partials, 1.0f, out);
+}
+
+void ClipCoefficient(const float* norm_sq, float max_norm, float* out, cudaStream_t stream) {
+  ClipCoefficientKernel<<<1, 1, 0, stream>>>(norm_sq, max_norm, out);
 }
 
 void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& step,
-           cudaStream_t stream) {
+           const float* grad_scale, cudaStream_t stream) {
   if (n <= 0) return;
-  AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, m, v, n, step);
+  AdamWKernel<<<Blocks(n), kThreads, 0, stream>>>(param, grad, m, v, n, step, grad_scale);
 }
 
 void Slice(const void* a, void* out, int64_t outer, int64_t axis_len, int64_t inner,

@@ -71,9 +71,17 @@ void Scale(const float* a, float* out, int64_t n, float scale, cudaStream_t stre
 // out = a + b. out may alias a or b.
 void Add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
 
-// param -= lr * (grad + weight_decay * param).
+// param -= lr * (g + weight_decay * param), g = grad * grad_scale[0] (grad_scale: null, or one
+// float of device memory).
 void Sgd(float* param, const float* grad, int64_t n, float lr, float weight_decay,
-         cudaStream_t stream);
+         const float* grad_scale, cudaStream_t stream);
+
+// out[0] = the sum of a[i]^2, by MseLoss's two stages (scratch: MseLossScratchSize(n) doubles),
+// deterministic for a given n; 0 when n == 0.
+void SumSquares(const float* a, float* out, int64_t n, double* scratch, cudaStream_t stream);
+
+// out[0] = min(1, max_norm / (sqrtf(norm_sq[0]) + 1e-6)), one thread.
+void ClipCoefficient(const float* norm_sq, float max_norm, float* out, cudaStream_t stream);
 
 // The per-step constants of AdamW, with the bias corrections folded in on the host (in double,
 // as the CPU backend does): step_size = lr / (1 - beta1^t), inv_sqrt_bias2 = 1 / sqrt(1 - beta2^t),
@@ -88,9 +96,10 @@ struct AdamWStep {
 };
 
 // PyTorch's AdamW: m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
-// param = param * decay - step_size * m / (sqrt(v) * inv_sqrt_bias2 + eps).
+// param = param * decay - step_size * m / (sqrt(v) * inv_sqrt_bias2 + eps); g = grad *
+// grad_scale[0] (grad_scale: null, or one float of device memory).
 void AdamW(float* param, const float* grad, float* m, float* v, int64_t n, const AdamWStep& step,
-           cudaStream_t stream);
+           const float* grad_scale, cudaStream_t stream);
 
 // Views a as [outer, axis_len, inner] elements of element_bytes bytes; out[o, i, j] =
 // a[o, offset + i, j] for i < length. Copies in the widest words (up to 16 bytes) that the
