@@ -1,5 +1,15 @@
 # Shared by the bench/*.sh scripts: `source bench/lib.sh`.
 
+# Installs what the benches compare against (tools/setup.sh --bench) and, unless SKIP_BUILD is
+# set, builds the daemons and weftctl; run from the repository root.
+bench_setup() {
+  bash tools/setup.sh --bench >/dev/null
+  if [[ -z "${SKIP_BUILD:-}" ]]; then
+    bazel build //client:weftctl //coordinator:weft-coordinator //worker:weft-worker >/dev/null 2>&1 ||
+      { echo "bazel build failed (run it to see why; SKIP_BUILD=1 uses bazel-bin as it is)" >&2; exit 1; }
+  fi
+}
+
 # stdin: `weftctl local --json` lines; prints "median min" of step_seconds over the steps after
 # the first 5 (warm-up), or "- -" when there are none.
 median_step() {

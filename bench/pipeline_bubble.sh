@@ -16,11 +16,8 @@
 #   MAX_OTHER cores during it; the `other` column says how much they used in the run kept.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh --bench >/dev/null
-if [[ -z "${SKIP_BUILD:-}" ]]; then
-  bazel build //client:weftctl //coordinator:weft-coordinator //worker:weft-worker >/dev/null 2>&1 ||
-    { echo "bazel build failed (run it to see why; SKIP_BUILD=1 uses bazel-bin as it is)" >&2; exit 1; }
-fi
+source bench/lib.sh
+bench_setup
 steps=${STEPS:-22}
 skip=${STEPS_SKIP:-2}
 batch=1024
@@ -32,7 +29,6 @@ else
   trap 'rm -rf "$tmp"' EXIT
 fi
 analyze() { /usr/bin/python3 bench/pipeline_bubble.py "$@"; }
-source bench/lib.sh
 
 bench_header "${SKIP_BUILD:+(binaries not rebuilt)}"
 echo "model: 8 x linear 512x512 (no bias, relu between), global batch $batch, MSE, AdamW, npy data;"

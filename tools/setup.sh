@@ -17,7 +17,7 @@ packages=(
   python3 python3-grpcio python3-protobuf python3-numpy
 )
 if [[ "${1:-}" == "--bench" ]]; then
-  packages+=(python3-torch time bc)
+  packages+=(python3-torch python3-matplotlib time bc)
 fi
 # node and npm for the manifests' validator: Debian's, only where PATH has no node and npm
 # already (Debian's npm would conflict with a Node.js that bundles its own, as NodeSource's does).
