@@ -214,6 +214,11 @@ TEST(EventFormatTest, Tables) {
   EXPECT_THAT(details, HasSubstr("state:    RUNNING"));
   EXPECT_THAT(details, HasSubstr("steps:    4/10"));
   EXPECT_THAT(details, Not(HasSubstr("errors:")));
+  EXPECT_THAT(details, Not(HasSubstr("eval:")));
+  // The job's latest evaluation, when it has one.
+  job.mutable_last_eval()->set_step(4);
+  job.mutable_last_eval()->set_loss(2.25);
+  EXPECT_THAT(FormatJobDetails(job, 31000), HasSubstr("\neval:     eval after step 4/10  loss 2.25\n"));
 }
 
 // Every rank's error, one line each, in the order the job holds them (earliest first), with the

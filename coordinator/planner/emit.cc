@@ -630,8 +630,14 @@ void AddWideningScratch(v1::Program* program,
 // entries), its other buffers new ones, its groups the training program's (ids shared:
 // ShareGroupIds) plus any it alone uses.
 absl::Status MergeEval(const v1::Program& eval, v1::Program* program) {
+  // The training program's parameters by name (a bf16 parameter's float32 master weight, an
+  // optimizer state initialized under the same name, is not one).
   std::map<std::string, int> params;
-  for (const v1::ParamInit& init : program->init()) params.emplace(init.name(), init.buffer());
+  for (const v1::ParamInit& init : program->init()) {
+    if (program->buffers(init.buffer()).role() == v1::Buffer::PARAM) {
+      params.emplace(init.name(), init.buffer());
+    }
+  }
   std::map<int, int> to;
   for (const v1::ParamInit& init : eval.init()) {
     auto it = params.find(init.name());
