@@ -10,6 +10,18 @@ bench_setup() {
   fi
 }
 
+# Sets tmp, the run's working folder: $KEEP when set (made if missing, kept after the run), else
+# a new folder removed when the script exits.
+bench_workdir() {
+  if [[ -n "${KEEP:-}" ]]; then
+    tmp=$KEEP
+    mkdir -p "$tmp"
+  else
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+  fi
+}
+
 # stdin: `weftctl local --json` lines; prints "median min" of step_seconds over the steps after
 # the first 5 (warm-up), or "- -" when there are none.
 median_step() {

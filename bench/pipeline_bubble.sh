@@ -21,13 +21,7 @@ bench_setup
 steps=${STEPS:-22}
 skip=${STEPS_SKIP:-2}
 batch=1024
-if [[ -n "${KEEP:-}" ]]; then
-  tmp=$KEEP
-  mkdir -p "$tmp"
-else
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-fi
+bench_workdir
 analyze() { /usr/bin/python3 bench/pipeline_bubble.py "$@"; }
 
 bench_header "${SKIP_BUILD:+(binaries not rebuilt)}"

@@ -30,13 +30,7 @@ tol=${RECIPE_TOL:-0.01}
 torch_threads=${RECIPE_THREADS:-1}
 ranks=2  # the example's mesh: dp = 2
 weft_threads=$(( $(nproc) / ranks > 0 ? $(nproc) / ranks : 1 ))
-if [[ -n "${KEEP:-}" ]]; then
-  tmp=$KEEP
-  mkdir -p "$tmp"
-else
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-fi
+bench_workdir
 py() { /usr/bin/python3 bench/recipe_torch.py "$@"; }  # Debian's python3, where torch is
 
 bench_header "${SKIP_BUILD:+(binaries not rebuilt)}"

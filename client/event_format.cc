@@ -27,6 +27,15 @@ std::string JsonString(const std::string& value) {
   return nlohmann::json(value).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+namespace {
+
+// "3/10", or "3" when total_steps is 0 (unknown).
+std::string StepOfTotal(int64_t step, int64_t total_steps) {
+  return total_steps > 0 ? absl::StrCat(step, "/", total_steps) : absl::StrCat(step);
+}
+
+}  // namespace
+
 std::string FormatStepJson(const v1::StepMetrics& step) {
   return absl::StrCat("{\"type\":\"step\",\"step\":", step.step(),
                       ",\"loss\":", JsonNumber(step.loss()),
@@ -53,9 +62,8 @@ std::string FormatEvalJson(const v1::EvalMetrics& eval) {
 }
 
 std::string FormatEvalText(const v1::EvalMetrics& eval, int64_t total_steps) {
-  const std::string step = total_steps > 0 ? absl::StrCat(eval.step(), "/", total_steps)
-                                           : absl::StrCat(eval.step());
-  return absl::StrCat("eval after step ", step, "  loss ", absl::StrFormat("%.6g", eval.loss()));
+  return absl::StrCat("eval after step ", StepOfTotal(eval.step(), total_steps), "  loss ",
+                      absl::StrFormat("%.6g", eval.loss()));
 }
 
 std::string FormatEventJson(const v1::JobEvent& event) {
@@ -118,8 +126,7 @@ std::string FormatThousands(double value) {
 
 std::string FormatStepText(const v1::StepMetrics& step, int64_t total_steps,
                            int64_t tokens_per_sample) {
-  std::string out = total_steps > 0 ? absl::StrCat("step ", step.step(), "/", total_steps)
-                                     : absl::StrCat("step ", step.step());
+  std::string out = absl::StrCat("step ", StepOfTotal(step.step(), total_steps));
   absl::StrAppend(&out, "  loss ", absl::StrFormat("%.6g", step.loss()));
   // Reports from workers that predate them carry neither.
   if (step.lr() > 0 || step.grad_norm() > 0) {

@@ -283,6 +283,16 @@ void Coordinator::SaveJob(const v1::Job& job, const v1::JobEvent* event) {
   if (event != nullptr) Publish(*event);
 }
 
+bool Coordinator::AppendAndPublish(int attempt, const v1::JobEvent& event) {
+  absl::Status s = store_->AppendEvent(event.job_id(), attempt, event);
+  if (!s.ok()) {
+    spdlog::error("job {}: {}", event.job_id(), s.ToString());
+    return false;
+  }
+  Publish(event);
+  return true;
+}
+
 void Coordinator::Publish(const v1::JobEvent& event) {
   auto it = watchers_.find(event.job_id());
   if (it == watchers_.end()) return;
@@ -1176,24 +1186,13 @@ void Coordinator::HandleStepLocked(Worker* w, const v1::StepReport& report) {
   event.set_time_ms(Now());
   *event.mutable_step() = (*complete)->metrics;
   metrics_.Step(run.job, event.step());
-  absl::Status s = store_->AppendEvent(run.job.id(), run.job.attempt(), event);
-  if (!s.ok()) {
-    spdlog::error("job {}: {}", run.job.id(), s.ToString());
-    return;
-  }
-  Publish(event);
-  if (!(*complete)->eval) return;
+  if (!AppendAndPublish(run.job.attempt(), event) || !(*complete)->eval) return;
   v1::JobEvent eval;
   eval.set_job_id(run.job.id());
   eval.set_time_ms(event.time_ms());
   *eval.mutable_eval() = *(*complete)->eval;
   metrics_.Eval(run.job, eval.eval());
-  s = store_->AppendEvent(run.job.id(), run.job.attempt(), eval);
-  if (!s.ok()) {
-    spdlog::error("job {}: {}", run.job.id(), s.ToString());
-    return;
-  }
-  Publish(eval);
+  AppendAndPublish(run.job.attempt(), eval);
 }
 
 void Coordinator::HandleCheckpointLocked(Worker* w, const v1::CheckpointReport& report) {
@@ -1283,12 +1282,7 @@ void Coordinator::CommittedLocked(const Commit& commit, const absl::Status& stat
   saved->set_seconds(commit.save.write_seconds + seconds);
   saved->set_path(path);
   metrics_.Checkpoint(run.job, *saved);
-  absl::Status s = store_->AppendEvent(commit.job_id, commit.attempt, event);
-  if (!s.ok()) {
-    spdlog::error("job {}: {}", commit.job_id, s.ToString());
-  } else {
-    Publish(event);
-  }
+  AppendAndPublish(commit.attempt, event);
   if (run.finish_after_commits && run.commits_in_flight == 0) {
     const size_t n = run.workers.size();
     FinishRunLocked(commit.job_id, v1::SUCCEEDED,

@@ -340,6 +340,10 @@ class Coordinator {
   // Stores the job (and the event when given), then hands the event to watchers.
   void SaveJob(const v1::Job& job, const v1::JobEvent* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Publish(const v1::JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends the event to the attempt's record, then hands it to watchers; false (logged) when
+  // the store fails, and then no watcher sees it.
+  bool AppendAndPublish(int attempt, const v1::JobEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the pending jobs that fit and updates what the others wait for.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(v1::Job job, const std::vector<std::string>& workers)

@@ -125,6 +125,43 @@ class FakePlan final : public JobPlan {
   const int fail_from_;
 };
 
+// Watches a job (Coordinator::WatchJob) on a thread of its own, from construction until the
+// job's final event.
+class LiveWatch {
+ public:
+  LiveWatch(Coordinator* coordinator, const std::string& job)
+      : thread_([this, coordinator, job] {
+          result_ = coordinator->WatchJob(
+              job,
+              [this](const v1::JobEvent& e) {
+                absl::MutexLock lock(&mu_);
+                seen_.push_back(e);
+                return true;
+              },
+              [] { return false; });
+        }) {}
+
+  // Waits (30 s at most) until the watch has seen n events; false if it has not.
+  bool AwaitEvents(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&] { return seen_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(30));
+  }
+
+  // Waits for the watch to end; its status. seen() is complete after.
+  absl::Status Join() {
+    thread_.join();
+    return result_;
+  }
+  const std::vector<v1::JobEvent>& seen() const { return seen_; }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<v1::JobEvent> seen_ ABSL_GUARDED_BY(mu_);
+  absl::Status result_;
+  std::thread thread_;  // last: it starts once the rest is made
+};
+
 // Drives the coordinator's mechanics with a stand-in validator and planner and a manual clock;
 // RealSpecAndPlannerTest below runs the real ones.
 class CoordinatorTest : public ::testing::Test {
@@ -424,24 +461,8 @@ TEST_F(CoordinatorTest, PublishesAndStoresEachEvaluationAfterItsStep) {
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
-  std::vector<v1::JobEvent> seen;
-  absl::Mutex mu;
-  absl::Status result;
-  std::thread watcher([&] {
-    result = coordinator_->WatchJob(
-        job,
-        [&](const v1::JobEvent& e) {
-          absl::MutexLock lock(&mu);
-          seen.push_back(e);
-          return true;
-        },
-        [] { return false; });
-  });
-  {
-    absl::MutexLock lock(&mu);
-    auto replayed = [&] { return seen.size() >= 3; };  // PENDING, PLANNING, RUNNING
-    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&replayed), absl::Seconds(30)));
-  }
+  LiveWatch watch(coordinator_.get(), job);
+  ASSERT_TRUE(watch.AwaitEvents(3));  // the replay: PENDING, PLANNING, RUNNING
 
   // Step 1 evaluates nowhere; rank 1's figures differ from rank 0's (and are not used).
   coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 1, 3.0, 0.25, 1.5, std::nullopt));
@@ -492,7 +513,7 @@ TEST_F(CoordinatorTest, PublishesAndStoresEachEvaluationAfterItsStep) {
 
   Done(w1, job, 0, true);
   Done(w2, job, 1, true);
-  watcher.join();
+  absl::Status result = watch.Join();
   EXPECT_TRUE(result.ok()) << result;
 
   // Live and stored alike: each step's event, the eval right after its step's, then the end.
@@ -512,7 +533,7 @@ TEST_F(CoordinatorTest, PublishesAndStoresEachEvaluationAfterItsStep) {
   const std::vector<std::string> want = {"PENDING", "PLANNING", "RUNNING",  "step 1",
                                          "step 2",  "eval 2 2.75", "step 3", "step 4",
                                          "eval 4 1.25", "SUCCEEDED"};
-  EXPECT_EQ(describe(seen), want) << "published";
+  EXPECT_EQ(describe(watch.seen()), want) << "published";
   std::vector<v1::JobEvent> stored = Events(job);
   EXPECT_EQ(describe(stored), want) << "stored";
   for (const v1::JobEvent& e : stored) {
@@ -1078,29 +1099,14 @@ TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
   std::shared_ptr<FakeConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
-  std::vector<v1::JobEvent> seen;
-  absl::Mutex mu;
-  absl::Status result;
-  std::thread watcher([&] {
-    result = coordinator_->WatchJob(
-        job,
-        [&](const v1::JobEvent& e) {
-          absl::MutexLock lock(&mu);
-          seen.push_back(e);
-          return true;
-        },
-        [] { return false; });
-  });
-  {
-    // The replay (PENDING, PLANNING, RUNNING) has been seen before the live events are made.
-    absl::MutexLock lock(&mu);
-    auto replayed = [&] { return seen.size() >= 3; };
-    EXPECT_TRUE(mu.AwaitWithTimeout(absl::Condition(&replayed), absl::Seconds(30)));
-  }
+  LiveWatch watch(coordinator_.get(), job);
+  // The replay (PENDING, PLANNING, RUNNING) has been seen before the live events are made.
+  EXPECT_TRUE(watch.AwaitEvents(3));
   Step(w1, job, 0, 1, 0.3, 0.5);
   Done(w1, job, 0, true);
-  watcher.join();
+  absl::Status result = watch.Join();
   EXPECT_TRUE(result.ok()) << result;
+  const std::vector<v1::JobEvent>& seen = watch.seen();
   ASSERT_EQ(seen.size(), 5u);
   EXPECT_EQ(seen[0].state(), v1::PENDING);
   EXPECT_EQ(seen[1].state(), v1::PLANNING);

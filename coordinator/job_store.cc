@@ -327,27 +327,25 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& path
   return store;
 }
 
+absl::Status JobStore::AddColumnIfMissing(const std::string& table, const std::string& column,
+                                          const std::string& type) {
+  Statement columns(db_, "SELECT name FROM pragma_table_info(?1);");
+  RETURN_IF_ERROR(columns.status());
+  columns.BindText(1, table);
+  bool has = false;
+  while (columns.Step()) has |= columns.Bytes(0) == column;
+  RETURN_IF_ERROR(columns.done_status());
+  if (has) return absl::OkStatus();
+  return Annotate(
+      Exec(absl::StrCat("ALTER TABLE ", table, " ADD COLUMN ", column, " ", type, ";").c_str()),
+      absl::StrCat("adding the ", column, " column to the ", table, " table"));
+}
+
 absl::Status JobStore::Migrate() {
   // kSchema made the tables and indexes an older store lacks; the columns added to a table since
-  // it was first made are added here (SQLite has no ADD COLUMN IF NOT EXISTS).
-  Statement columns(db_, "SELECT name FROM pragma_table_info('jobs');");
-  RETURN_IF_ERROR(columns.status());
-  bool has_rank_errors = false;
-  while (columns.Step()) has_rank_errors |= columns.Bytes(0) == "rank_errors";
-  RETURN_IF_ERROR(columns.done_status());
-  if (!has_rank_errors) {
-    RETURN_IF_ERROR(Annotate(Exec("ALTER TABLE jobs ADD COLUMN rank_errors BLOB;"),
-                             "adding the rank_errors column to the jobs table"));
-  }
-  Statement event_columns(db_, "SELECT name FROM pragma_table_info('events');");
-  RETURN_IF_ERROR(event_columns.status());
-  bool has_eval_step = false;
-  while (event_columns.Step()) has_eval_step |= event_columns.Bytes(0) == "eval_step";
-  RETURN_IF_ERROR(event_columns.done_status());
-  if (!has_eval_step) {
-    RETURN_IF_ERROR(Annotate(Exec("ALTER TABLE events ADD COLUMN eval_step INTEGER;"),
-                             "adding the eval_step column to the events table"));
-  }
+  // it was first made are added here.
+  RETURN_IF_ERROR(AddColumnIfMissing("jobs", "rank_errors", "BLOB"));
+  RETURN_IF_ERROR(AddColumnIfMissing("events", "eval_step", "INTEGER"));
   // GetJob's latest evaluation (made here: the column may have just been added).
   RETURN_IF_ERROR(Annotate(Exec("CREATE INDEX IF NOT EXISTS evals_by_job ON events (job_id, seq) "
                                 "WHERE eval_step IS NOT NULL;"),

@@ -160,6 +160,10 @@ class JobStore {
   absl::Status Exec(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Brings a store made by an older coordinator up to this schema.
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `column` (with its type) to `table` unless the table has it (SQLite has no ADD COLUMN
+  // IF NOT EXISTS).
+  absl::Status AddColumnIfMissing(const std::string& table, const std::string& column,
+                                  const std::string& type) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // NOT_FOUND says "was deleted" for an id the store gave and no longer holds.
   absl::StatusOr<v1::Job> GetJobLocked(const std::string& job_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace weft::coordinator {
@@ -286,6 +287,35 @@ TEST(JobStoreTest, SummaryHoldsTheLastStepOfTheCurrentAttemptAndBoundedText) {
   EXPECT_DOUBLE_EQ(page->jobs[0].last_step().loss(), 0.125);
 }
 
+// Every page of the job's steps (GetJobSteps, page_size at a time), each after the step the one
+// before ended on.
+struct StepPages {
+  std::vector<int64_t> steps;
+  std::vector<double> losses;
+  std::vector<int> sizes;     // each page's number of steps
+  std::vector<v1::Job> jobs;  // each page's job record
+};
+
+StepPages ReadStepPages(JobStore& store, const std::string& id, int page_size) {
+  StepPages out;
+  int64_t after = 0;
+  do {
+    auto page = store.GetJobSteps(id, after, page_size);
+    if (!page.ok()) {
+      ADD_FAILURE() << page.status();
+      break;
+    }
+    out.sizes.push_back(page->job.steps_size());
+    for (const v1::StepMetrics& m : page->job.steps()) {
+      out.steps.push_back(m.step());
+      out.losses.push_back(m.loss());
+    }
+    out.jobs.push_back(page->job);
+    after = page->next_after_step;
+  } while (after != 0);
+  return out;
+}
+
 // Steps come a page at a time, in step order, each once, as its latest attempt ran it; each page
 // starts after the step the one before ended on.
 TEST(JobStoreTest, PagesOfStepsHoldEachStepOnceAsItsLatestAttemptRanIt) {
@@ -308,20 +338,10 @@ TEST(JobStoreTest, PagesOfStepsHoldEachStepOnceAsItsLatestAttemptRanIt) {
       ASSERT_TRUE((*store)->UpdateJob(*job, &again).ok());
     }
   }
-  std::vector<int64_t> steps;
-  std::vector<double> losses;
-  std::vector<int> sizes;
-  int64_t after = 0;
-  do {
-    auto page = (*store)->GetJobSteps(id, after, 2);
-    ASSERT_TRUE(page.ok()) << page.status();
-    sizes.push_back(page->job.steps_size());
-    for (const v1::StepMetrics& m : page->job.steps()) {
-      steps.push_back(m.step());
-      losses.push_back(m.loss());
-    }
-    after = page->next_after_step;
-  } while (after != 0);
+  const StepPages pages = ReadStepPages(**store, id, 2);
+  const std::vector<int64_t>& steps = pages.steps;
+  const std::vector<double>& losses = pages.losses;
+  const std::vector<int>& sizes = pages.sizes;
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7}));
   EXPECT_EQ(sizes, (std::vector<int>{2, 2, 2, 1}));
   EXPECT_DOUBLE_EQ(losses[1], 1.0 / 2);  // attempt 0's
@@ -576,18 +596,23 @@ TEST(JobStoreTest, LogLinesBeyondTheBoundAreDroppedAndCounted) {
   EXPECT_EQ(page->lines[0].seq(), 1);
 }
 
+// Makes the database at `path` with `sql`: a store as an older coordinator left it.
+void WriteRawStore(const std::string& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+      << (err != nullptr ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
 // A store made before the log table and the rank_errors column existed opens, keeps its jobs and
 // takes both.
 TEST(JobStoreTest, AStoreOfAnOlderSchemaOpensAndGainsLogsAndRankErrors) {
   const std::string path = TempDir() + "/weft.db";
   {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    v1::JobSpec spec = Spec("old");
-    std::string spec_hex;
-    for (unsigned char c : spec.SerializeAsString()) {
-      absl::StrAppend(&spec_hex, absl::Hex(c, absl::kZeroPad2));
-    }
+    const std::string spec_hex = absl::BytesToHexString(Spec("old").SerializeAsString());
     // The schema as coordinators before issue 14's logs made it.
     const std::string sql = absl::StrCat(R"sql(
       CREATE TABLE jobs (
@@ -603,10 +628,7 @@ TEST(JobStoreTest, AStoreOfAnOlderSchemaOpensAndGainsLogsAndRankErrors) {
       INSERT INTO jobs (seq, id, spec, state, message, create_time_ms)
         VALUES (1, 'job-000001', X')sql",
                                          spec_hex, R"sql(', 5, 'rank 1 failed', 100);)sql");
-    char* err = nullptr;
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
-        << (err != nullptr ? err : "");
-    sqlite3_close(db);
+    ASSERT_NO_FATAL_FAILURE(WriteRawStore(path, sql));
   }
   for (int open = 0; open < 2; ++open) {  // and again, migrated
     auto store = JobStore::Open(path);
@@ -720,24 +742,13 @@ TEST(JobStoreTest, EvaluationsAreStoredWithTheirStepAndTheLatestIsTheJobsLastEva
   EXPECT_EQ(got->steps_size(), 0) << "GetJob reads no steps";
 
   // Pages of steps: each step once, as its latest attempt ran it; no evaluation among them.
-  std::vector<int64_t> steps;
-  std::vector<double> losses;
-  std::vector<int> sizes;
-  int64_t after = 0;
-  do {
-    auto page = (*store)->GetJobSteps(id, after, 2);
-    ASSERT_TRUE(page.ok()) << page.status();
-    EXPECT_EQ(page->job.last_eval().step(), 3) << "every page has the job's last_eval";
-    sizes.push_back(page->job.steps_size());
-    for (const v1::StepMetrics& m : page->job.steps()) {
-      steps.push_back(m.step());
-      losses.push_back(m.loss());
-    }
-    after = page->next_after_step;
-  } while (after != 0);
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
-  EXPECT_EQ(losses, (std::vector<double>{4.0, 3.0, 1.75, 1.0}));
-  EXPECT_EQ(sizes, (std::vector<int>{2, 2}));
+  const StepPages pages = ReadStepPages(**store, id, 2);
+  for (const v1::Job& page : pages.jobs) {
+    EXPECT_EQ(page.last_eval().step(), 3) << "every page has the job's last_eval";
+  }
+  EXPECT_EQ(pages.steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(pages.losses, (std::vector<double>{4.0, 3.0, 1.75, 1.0}));
+  EXPECT_EQ(pages.sizes, (std::vector<int>{2, 2}));
 
   // The summary's last step is attempt 1's step 3, though an evaluation was stored after it.
   auto summaries = (*store)->ListJobSummaries(v1::JOB_STATE_UNSPECIFIED, "", 10);
@@ -777,14 +788,7 @@ TEST(JobStoreTest, EvaluationsAreStoredWithTheirStepAndTheLatestIsTheJobsLastEva
 // it opens again, migrated.
 TEST(JobStoreTest, AStoreWithoutTheEvalStepColumnOpensAndGainsEvaluations) {
   const std::string path = TempDir() + "/weft.db";
-  auto hex = [](const std::string& bytes) {
-    std::string out;
-    for (unsigned char c : bytes) absl::StrAppend(&out, absl::Hex(c, absl::kZeroPad2));
-    return out;
-  };
   {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
     // The schema as coordinators before evaluations made it (jobs and events; the tables and
     // indexes that have not changed are made by Open as for a new store).
     const std::string sql = absl::StrCat(R"sql(
@@ -804,19 +808,16 @@ TEST(JobStoreTest, AStoreWithoutTheEvalStepColumnOpensAndGainsEvaluations) {
       INSERT INTO counters (name, value) VALUES ('jobs', 1);
       INSERT INTO jobs (seq, id, spec, state, message, create_time_ms)
         VALUES (1, 'job-000001', X')sql",
-                                         hex(Spec("old").SerializeAsString()),
+                                         absl::BytesToHexString(Spec("old").SerializeAsString()),
                                          R"sql(', 3, 'running', 100);
       INSERT INTO events (job_id, seq, attempt, step, event) VALUES
         ('job-000001', 1, 0, 1, X')sql",
-                                         hex(StepEvent("job-000001", 1, 0.5).SerializeAsString()),
+      absl::BytesToHexString(StepEvent("job-000001", 1, 0.5).SerializeAsString()),
                                          R"sql('),
         ('job-000001', 2, 0, 2, X')sql",
-                                         hex(StepEvent("job-000001", 2, 0.25).SerializeAsString()),
+      absl::BytesToHexString(StepEvent("job-000001", 2, 0.25).SerializeAsString()),
                                          R"sql(');)sql");
-    char* err = nullptr;
-    ASSERT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
-        << (err != nullptr ? err : "");
-    sqlite3_close(db);
+    ASSERT_NO_FATAL_FAILURE(WriteRawStore(path, sql));
   }
   for (int open = 0; open < 2; ++open) {  // and again, migrated
     auto store = JobStore::Open(path);

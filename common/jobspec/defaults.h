@@ -24,10 +24,9 @@ inline constexpr double kDefaultBucketMb = 25;  // DDP's bucket_cap_mb
 // adamw betas [0.9, 0.999]; optimizer.weight_decay_params all; a schedule's decay constant and
 // decay_steps train.steps; device cpu; precision and storage f32; checkpoint every 100 and keep
 // 3 when it has a dir; with a pipeline (pipeline.dim set), micro_batches train.micro_batches
-// (else 1), virtual_stages 1 and, when any layer
-// gives a stage, the stage of every layer that gives none: the previous layer's (the first
-// layer's is 0); eval's data.batch_size, seq_len (tokens) and placements the job data's, and
-// eval.batches 1. Idempotent.
+// (else 1), virtual_stages 1 and, when any layer gives a stage, the stage of every layer that
+// gives none: the previous layer's (the first layer's is 0); eval's data.batch_size, seq_len
+// (tokens) and placements the job data's, and eval.batches 1. Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
 // The micro-batches of a step: train.micro_batches, or (none given) pipeline.micro_batches, else

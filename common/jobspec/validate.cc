@@ -453,14 +453,6 @@ absl::Status ValidateOptimizer(const v1::Optimizer& opt) {
   return absl::OkStatus();
 }
 
-// The job spec as its evaluation reads it: the job's, with eval.data as its data.
-JobSpec EvalView(const JobSpec& spec) {
-  JobSpec view = spec;
-  *view.mutable_data() = spec.eval().data();
-  view.clear_eval();
-  return view;
-}
-
 // Token files carry no vocabulary, so eval data of another tokenizer shows as ids past the
 // model's: every token evaluation reads (samples 0 .. samples-1, labels included) is checked here,
 // at submit, rather than failing a worker at the first evaluation hours into the job.
@@ -501,7 +493,7 @@ absl::Status ValidateEval(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("eval.batches: must be >= 1, got ", eval.batches()));
   }
-  const JobSpec view = EvalView(spec);
+  const JobSpec view = EvalJobSpec(spec);
   std::vector<int64_t> sample_shape, label_shape;
   RETURN_IF_ERROR(ValidateData(view, "eval.data", &sample_shape, &label_shape));
   // Token samples of another seq_len fit a transformer (up to its positions, which building the
@@ -769,6 +761,18 @@ absl::Status ResolveDataShapes(JobSpec* spec) {
   return ResolveShapesOf(*spec, "eval.data", spec->mutable_eval()->mutable_data());
 }
 
-
+JobSpec EvalJobSpec(const JobSpec& spec) {
+  JobSpec eval = spec;
+  *eval.mutable_data() = spec.eval().data();
+  eval.clear_eval();
+  if (eval.model().has_config()) {
+    v1::TransformerConfig* config = eval.mutable_model()->mutable_config();
+    config->set_embd_pdrop(0);
+    config->set_attn_pdrop(0);
+    config->set_resid_pdrop(0);
+    config->set_attention_dropout(0);
+  }
+  return eval;
+}
 
 }  // namespace weft

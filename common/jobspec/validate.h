@@ -57,6 +57,11 @@ absl::Status ResolveDataShapes(v1::JobSpec* spec);
 // ApplyParallelize, ResolveDataShapes, then ValidateJobSpec.
 absl::Status PrepareJobSpec(v1::JobSpec* spec);
 
+// The spec an evaluation reads (spec must have an eval block): `spec` with eval.data as its
+// data, no eval block, and every dropout probability 0. ValidateJobSpec checks eval.data as
+// this spec's data; the planner builds the evaluation's forward pass from it.
+v1::JobSpec EvalJobSpec(const v1::JobSpec& spec);
+
 }  // namespace weft
 
 #endif  // WEFT_COMMON_JOBSPEC_VALIDATE_H_

@@ -138,6 +138,18 @@ absl::StatusOr<Int> ReadInt(const YAML::Node& node, const std::string& path) {
   return value;
 }
 
+// m's `key` under `path`: a count, which must be >= 1 (proto3 would read a written 0 as absent,
+// and the defaults would fill it); 0 when m lacks it.
+template <typename Int>
+absl::StatusOr<Int> ReadCount(const MapReader& m, const std::string& path, const std::string& key) {
+  if (!m.Has(key)) return 0;
+  ASSIGN_OR_RETURN(Int value, ReadInt<Int>(m.Get(key), Join(path, key)));
+  if (value < 1) {
+    return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", value));
+  }
+  return value;
+}
+
 absl::StatusOr<double> ReadDouble(const YAML::Node& node, const std::string& path) {
   ASSIGN_OR_RETURN(std::string text, ReadScalar(node, path));
   double value;
@@ -584,15 +596,10 @@ absl::Status ParseSchedule(const YAML::Node& node, const std::string& path,
   if (m.Has("decay")) {
     ASSIGN_OR_RETURN(*schedule->mutable_decay(), ReadString(m.Get("decay"), Join(path, "decay")));
   }
-  for (const char* key : {"decay_steps", "cooldown_steps"}) {
-    if (!m.Has(key)) continue;
-    ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get(key), Join(path, key)));
-    if (steps < 1) {
-      return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", steps));
-    }
-    (std::string(key) == "decay_steps" ? schedule->set_decay_steps(steps)
-                                       : schedule->set_cooldown_steps(steps));
-  }
+  ASSIGN_OR_RETURN(int64_t decay_steps, ReadCount<int64_t>(m, path, "decay_steps"));
+  schedule->set_decay_steps(decay_steps);
+  ASSIGN_OR_RETURN(int64_t cooldown_steps, ReadCount<int64_t>(m, path, "cooldown_steps"));
+  schedule->set_cooldown_steps(cooldown_steps);
   if (m.Has("min_lr")) {
     ASSIGN_OR_RETURN(double min_lr, ReadDouble(m.Get("min_lr"), Join(path, "min_lr")));
     schedule->set_min_lr(min_lr);
@@ -668,15 +675,8 @@ absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Tra
                      ReadInt<int32_t>(m.Get("max_restarts"), Join(path, "max_restarts")));
     train->set_max_restarts(restarts);
   }
-  if (m.Has("micro_batches")) {
-    ASSIGN_OR_RETURN(int32_t micro_batches,
-                     ReadInt<int32_t>(m.Get("micro_batches"), Join(path, "micro_batches")));
-    if (micro_batches < 1) {  // proto3 would read a written 0 as absent
-      return Invalid(Join(path, "micro_batches"), m.Get("micro_batches"),
-                     absl::StrCat("must be >= 1, got ", micro_batches));
-    }
-    train->set_micro_batches(micro_batches);
-  }
+  ASSIGN_OR_RETURN(int32_t micro_batches, ReadCount<int32_t>(m, path, "micro_batches"));
+  train->set_micro_batches(micro_batches);
   return absl::OkStatus();
 }
 
@@ -688,21 +688,10 @@ absl::Status ParseEval(const YAML::Node& node, const std::string& path, const v1
   RETURN_IF_ERROR(RequireKey(m, node, path, "data"));
   RETURN_IF_ERROR(ParseData(m.Get("data"), Join(path, "data"), mesh, /*eval=*/true,
                             eval->mutable_data()));
-  if (m.Has("every")) {
-    ASSIGN_OR_RETURN(int64_t every, ReadInt<int64_t>(m.Get("every"), Join(path, "every")));
-    if (every < 1) {
-      return Invalid(Join(path, "every"), m.Get("every"), absl::StrCat("must be >= 1, got ", every));
-    }
-    eval->set_every(every);
-  }
-  if (m.Has("batches")) {
-    ASSIGN_OR_RETURN(int32_t batches, ReadInt<int32_t>(m.Get("batches"), Join(path, "batches")));
-    if (batches < 1) {
-      return Invalid(Join(path, "batches"), m.Get("batches"),
-                     absl::StrCat("must be >= 1, got ", batches));
-    }
-    eval->set_batches(batches);
-  }
+  ASSIGN_OR_RETURN(int64_t every, ReadCount<int64_t>(m, path, "every"));
+  eval->set_every(every);
+  ASSIGN_OR_RETURN(int32_t batches, ReadCount<int32_t>(m, path, "batches"));
+  eval->set_batches(batches);
   return absl::OkStatus();
 }
 
@@ -715,20 +704,10 @@ absl::Status ParseCheckpoint(const YAML::Node& node, const std::string& path,
   ASSIGN_OR_RETURN(std::string dir, ReadString(m.Get("dir"), Join(path, "dir")));
   if (dir.empty()) return Invalid(Join(path, "dir"), m.Get("dir"), "must not be empty");
   checkpoint->set_dir(ResolvePath(dir, base_dir));
-  if (m.Has("every")) {
-    ASSIGN_OR_RETURN(int64_t every, ReadInt<int64_t>(m.Get("every"), Join(path, "every")));
-    if (every < 1) {
-      return Invalid(Join(path, "every"), m.Get("every"), absl::StrCat("must be >= 1, got ", every));
-    }
-    checkpoint->set_every(every);
-  }
-  if (m.Has("keep")) {
-    ASSIGN_OR_RETURN(int32_t keep, ReadInt<int32_t>(m.Get("keep"), Join(path, "keep")));
-    if (keep < 1) {
-      return Invalid(Join(path, "keep"), m.Get("keep"), absl::StrCat("must be >= 1, got ", keep));
-    }
-    checkpoint->set_keep(keep);
-  }
+  ASSIGN_OR_RETURN(int64_t every, ReadCount<int64_t>(m, path, "every"));
+  checkpoint->set_every(every);
+  ASSIGN_OR_RETURN(int32_t keep, ReadCount<int32_t>(m, path, "keep"));
+  checkpoint->set_keep(keep);
   return absl::OkStatus();
 }
 
@@ -806,16 +785,8 @@ absl::Status ParsePipeline(const YAML::Node& node, const std::string& path,
   ASSIGN_OR_RETURN(*pipeline->mutable_schedule(),
                    ReadString(m.Get("schedule"), Join(path, "schedule")));
   // Absent: 0, which the defaults fill (micro_batches from train.micro_batches, else 1).
-  auto read_count = [&](const std::string& key) -> absl::StatusOr<int32_t> {
-    if (!m.Has(key)) return 0;
-    ASSIGN_OR_RETURN(int32_t value, ReadInt<int32_t>(m.Get(key), Join(path, key)));
-    if (value < 1) {
-      return Invalid(Join(path, key), m.Get(key), absl::StrCat("must be >= 1, got ", value));
-    }
-    return value;
-  };
-  ASSIGN_OR_RETURN(int32_t micro_batches, read_count("micro_batches"));
-  ASSIGN_OR_RETURN(int32_t virtual_stages, read_count("virtual_stages"));
+  ASSIGN_OR_RETURN(int32_t micro_batches, ReadCount<int32_t>(m, path, "micro_batches"));
+  ASSIGN_OR_RETURN(int32_t virtual_stages, ReadCount<int32_t>(m, path, "virtual_stages"));
   pipeline->set_micro_batches(micro_batches);
   pipeline->set_virtual_stages(virtual_stages);
   return absl::OkStatus();

@@ -99,8 +99,7 @@ class Rematerializer {
     const Layer* layer = g_.FindLayer(made.layer);
     const Recompute mode = layer != nullptr ? layer->recompute : Recompute::kNone;
     if (mode == Recompute::kNone || output_.count(t) > 0) return true;
-    const OpDef* def = FindOpDef(made.type);
-    if (def != nullptr && def->kind == OpKind::kLoad) return true;  // the step's batch
+    if (IsKind(made, OpKind::kLoad)) return true;  // the step's batch
     if (mode == Recompute::kSelective) {
       return made.type == "matmul" || made.type == "attention" || made.type == "reshard";
     }
@@ -162,8 +161,7 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
       needs[out] = needs[out] || any;
       maker[out] = op.layer;
     }
-    const OpDef* def = FindOpDef(op.type);
-    if (def != nullptr && def->kind == OpKind::kLoss) {
+    if (IsKind(op, OpKind::kLoss)) {
       if (loss_op >= 0) return absl::InternalError("autodiff: the graph has two loss ops");
       loss_op = static_cast<int>(i);
     }
@@ -192,8 +190,7 @@ absl::StatusOr<Graph> Autodiff(const RuleRegistry& registry, Graph g) {
 
   for (int i = loss_op; i >= 0; --i) {
     const Op op = g.ops[i];  // copy: emitting appends to g.ops
-    const OpDef* def = FindOpDef(op.type);
-    if (def != nullptr && def->kind == OpKind::kLoad) continue;
+    if (IsKind(op, OpKind::kLoad)) continue;
     std::vector<int> out_grads;
     bool any_out = i == loss_op;
     for (int out : op.outputs) {

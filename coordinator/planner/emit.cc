@@ -269,9 +269,7 @@ class RankEmitter {
   }
 
   bool IsUpdate(const StageItem& item) const {
-    if (item.kind != StageItem::kCompute) return false;
-    const OpDef* def = FindOpDef(g_.ops[item.op].type);
-    return def != nullptr && def->kind == OpKind::kUpdate;
+    return item.kind == StageItem::kCompute && IsKind(g_.ops[item.op], OpKind::kUpdate);
   }
 
   // The global gradient norm (grad_norm.h) where `at` stands (the stage's first update, or the
@@ -628,7 +626,7 @@ void AddWideningScratch(v1::Program* program,
 // Moves the evaluation's program `eval` (emitted for the same rank from the eval graph) into
 // program.eval: its parameters are the training program's buffers of the same name (their init
 // entries), its other buffers new ones, its groups the training program's (ids shared:
-// ShareGroupIds) plus any it alone uses.
+// Lower's numbering) plus any it alone uses.
 absl::Status MergeEval(const v1::Program& eval, v1::Program* program) {
   // The training program's parameters by name (a bf16 parameter's float32 master weight, an
   // optimizer state initialized under the same name, is not one).
@@ -677,22 +675,6 @@ absl::Status MergeEval(const v1::Program& eval, v1::Program* program) {
 }
 
 }  // namespace
-
-void ShareGroupIds(const LoweredGraph& training, const Mesh& mesh, LoweredGraph* eval) {
-  int next = 0;
-  for (const auto& [d, base] : training.group_base) {
-    next = std::max<int>(next, base + static_cast<int>(mesh.size() / mesh.dim_size(d)));
-  }
-  for (int d : eval->group_dims) {
-    auto it = training.group_base.find(d);
-    if (it != training.group_base.end()) {
-      eval->group_base[d] = it->second;
-    } else {
-      eval->group_base[d] = next;
-      next += static_cast<int>(mesh.size() / mesh.dim_size(d));
-    }
-  }
-}
 
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
                                         int rank, MemoryPlanner* memory,

@@ -51,16 +51,12 @@ struct PlannedGraph {
 
 // `header` holds the job-level fields (job id, attempt, mesh, data, steps, seed, init_from,
 // device, precision, trace, checkpointing, starting state, the evaluation's data and when it
-// runs); the rest is the rank's. With `eval` (the evaluation's forward graph, planned with group
-// ids shared with `planned`'s: ShareGroupIds) its instructions go into Program.eval, over the
+// runs); the rest is the rank's. With `eval` (the evaluation's forward graph, lowered with
+// `planned`'s group numbering: Lower) its instructions go into Program.eval, over the
 // training's parameters; the memory plan lays out both lists.
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
                                         int rank, MemoryPlanner* memory,
                                         const PlannedGraph* eval = nullptr);
-
-// Gives `eval`'s communicator groups the ids `training`'s have for the same mesh dims, and ids
-// after all of training's for dims only it uses, so that one program holds both lists' groups.
-void ShareGroupIds(const LoweredGraph& training, const Mesh& mesh, LoweredGraph* eval);
 
 }  // namespace weft::planner
 

@@ -7,11 +7,12 @@
 
 namespace weft::planner {
 
-absl::StatusOr<std::vector<int>> GradientNormDims(const Graph& g) {
+absl::StatusOr<std::optional<std::vector<int>>> GradientNormDims(const Graph& g) {
   std::set<int> dims;
+  bool updates = false;
   for (const Op& op : g.ops) {
-    const OpDef* def = FindOpDef(op.type);
-    if (def == nullptr || def->kind != OpKind::kUpdate) continue;
+    if (!IsKind(op, OpKind::kUpdate)) continue;
+    updates = true;
     const Tensor& grad = g.tensors[op.inputs[1]];
     if (!grad.dist) return absl::InternalError(absl::StrCat(grad.name, " has no placement"));
     for (int d = 0; d < g.mesh.ndim(); ++d) {
@@ -24,6 +25,7 @@ absl::StatusOr<std::vector<int>> GradientNormDims(const Graph& g) {
       if (p.is_shard() && d != g.pipeline.dim && g.mesh.dim_size(d) > 1) dims.insert(d);
     }
   }
+  if (!updates) return std::nullopt;
   return std::vector<int>(dims.begin(), dims.end());
 }
 

@@ -16,6 +16,7 @@
 #ifndef WEFT_COORDINATOR_PLANNER_GRAD_NORM_H_
 #define WEFT_COORDINATOR_PLANNER_GRAD_NORM_H_
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,9 +26,10 @@
 namespace weft::planner {
 
 // The mesh dims, other than the pipeline's and in mesh order, along which the gradient an update
-// reads is sharded for some parameter (dims of one rank excluded). INTERNAL when an update reads
-// a Partial gradient (the optimizer pass reduces every gradient first).
-absl::StatusOr<std::vector<int>> GradientNormDims(const Graph& g);
+// reads is sharded for some parameter (dims of one rank excluded); nullopt for a graph with no
+// update (an evaluation's forward pass: no norm). INTERNAL when an update reads a Partial
+// gradient (the optimizer pass reduces every gradient first).
+absl::StatusOr<std::optional<std::vector<int>>> GradientNormDims(const Graph& g);
 
 // Whether `rank` adds its piece of a gradient placed `dist` to the norm: on each of `dims`, the
 // gradient is sharded there or the rank is the dim's first member.

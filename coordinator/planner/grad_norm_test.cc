@@ -260,7 +260,8 @@ TEST(GradNormDimsTest, ShardedDimsButThePipelines) {
   ApplyJobSpecDefaults(&spec);
   absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanJob(spec, "job-1", 0);
   ASSERT_TRUE(plan.ok()) << plan.status();
-  absl::StatusOr<std::vector<int>> dims = GradientNormDims((*plan)->planned().graph);
+  absl::StatusOr<std::optional<std::vector<int>>> dims =
+      GradientNormDims((*plan)->planned().graph);
   ASSERT_TRUE(dims.ok()) << dims.status();
   EXPECT_EQ(*dims, (std::vector<int>{1}));  // mp; never pp
   EXPECT_EQ((*plan)->planned().grad_norm_dims, *dims);

@@ -169,15 +169,20 @@ absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, cons
                                                mesh.ToString(), " has no lowering"));
 }
 
-absl::StatusOr<LoweredGraph> Lower(const Graph& g, const std::vector<int>& extra_dims) {
+absl::StatusOr<LoweredGraph> Lower(const Graph& g, const std::vector<int>& extra_dims,
+                                   const LoweredGraph* numbering) {
   LoweredGraph lowered;
   lowered.steps.resize(g.ops.size());
-  int next_group = 0;
+  if (numbering != nullptr) lowered.next_group_id = numbering->next_group_id;
   auto add_dim = [&](int d) {
     if (lowered.group_base.count(d) > 0) return;
-    lowered.group_base[d] = next_group;
     lowered.group_dims.push_back(d);
-    next_group += g.mesh.size() / static_cast<int>(g.mesh.dim_size(d));
+    if (numbering != nullptr && numbering->group_base.count(d) > 0) {
+      lowered.group_base[d] = numbering->group_base.at(d);
+      return;
+    }
+    lowered.group_base[d] = lowered.next_group_id;
+    lowered.next_group_id += g.mesh.size() / static_cast<int>(g.mesh.dim_size(d));
   };
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const Op& op = g.ops[i];

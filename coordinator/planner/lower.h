@@ -65,6 +65,7 @@ struct LoweredGraph {
   std::vector<std::vector<ReshardStep>> steps;  // by op index; empty for other ops
   std::vector<int> group_dims;                  // mesh dims with communicator groups
   std::map<int, int> group_base;                // mesh dim -> id of its first group
+  int next_group_id = 0;                        // one past the last group's id
   // This rank's group along mesh dim d: group_base[d] + its index among the dim's groups.
   int GroupId(const Mesh& mesh, int rank, int d) const {
     return group_base.at(d) + mesh.GroupIndex(rank, {d});
@@ -80,8 +81,12 @@ absl::StatusOr<std::vector<ReshardStep>> LowerReshard(const DistAttr& from, cons
 
 // The mesh part of every reshard (over micro-batches a reshard only accumulates: emit's job), and
 // groups for every mesh dim a step runs on, plus `extra_dims` (the pipeline dim's send, recv and
-// loss sum) after them.
-absl::StatusOr<LoweredGraph> Lower(const Graph& g, const std::vector<int>& extra_dims = {});
+// loss sum) after them. With `numbering` (another graph's, lowered over the same mesh: the
+// training graph's, for an evaluation's that shares its program), a dim it has groups for keeps
+// their ids, and a dim it lacks gets ids after all of its ones, so that one program can hold
+// both graphs' groups.
+absl::StatusOr<LoweredGraph> Lower(const Graph& g, const std::vector<int>& extra_dims = {},
+                                   const LoweredGraph* numbering = nullptr);
 
 }  // namespace weft::planner
 

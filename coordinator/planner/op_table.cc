@@ -94,6 +94,11 @@ const OpDef* FindOpDef(absl::string_view type) {
   return nullptr;
 }
 
+bool IsKind(const Op& op, OpKind kind) {
+  const OpDef* def = FindOpDef(op.type);
+  return def != nullptr && def->kind == kind;
+}
+
 void FillDefaultAttrs(Op* op) {
   const OpDef* def = FindOpDef(op->type);
   if (def == nullptr) return;

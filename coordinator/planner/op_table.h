@@ -57,6 +57,8 @@ struct OpDef {
 
 // The entry for `type`, or null.
 const OpDef* FindOpDef(absl::string_view type);
+// Whether op's entry is of `kind` (false for an op the table lacks).
+bool IsKind(const Op& op, OpKind kind);
 // Every entry, in table order.
 const std::vector<OpDef>& OpTable();
 

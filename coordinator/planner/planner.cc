@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/jobspec/validate.h"
 #include "common/status.h"
 #include "coordinator/planner/autodiff.h"
 #include "coordinator/planner/build.h"
@@ -44,20 +45,16 @@ v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, in
   return p;
 }
 
-absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g) {
+absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* numbering) {
   PlannedGraph planned;
   ASSIGN_OR_RETURN(planned.pipeline, pipeline::PlanPipeline(g));
   std::vector<int> extra;
   if (g.pipeline.dim >= 0) extra.push_back(g.pipeline.dim);
-  const bool updates = std::any_of(g.ops.begin(), g.ops.end(), [](const Op& op) {
-    const OpDef* def = FindOpDef(op.type);
-    return def != nullptr && def->kind == OpKind::kUpdate;
-  });
-  if (updates) {
-    ASSIGN_OR_RETURN(planned.grad_norm_dims, GradientNormDims(g));
+  ASSIGN_OR_RETURN(planned.grad_norm_dims, GradientNormDims(g));
+  if (planned.grad_norm_dims) {
     extra.insert(extra.end(), planned.grad_norm_dims->begin(), planned.grad_norm_dims->end());
   }
-  ASSIGN_OR_RETURN(planned.lowered, Lower(g, extra));
+  ASSIGN_OR_RETURN(planned.lowered, Lower(g, extra, numbering));
   ASSIGN_OR_RETURN(planned.writers, CheckpointWriters::Assign(g, planned.pipeline));
   planned.graph = std::move(g);
   return planned;
@@ -78,27 +75,13 @@ absl::StatusOr<PlannedGraph> RunPasses(const v1::JobSpec& spec) {
 // The evaluation's forward pass: the model built over eval.data with every dropout off, placed
 // as the training graph is, with no backward pass or update; its group ids are training's.
 absl::StatusOr<PlannedGraph> PlanEval(const v1::JobSpec& spec, const PlannedGraph& training) {
-  ASSIGN_OR_RETURN(Graph g, BuildGraph(EvalSpec(spec)));
+  ASSIGN_OR_RETURN(Graph g, BuildGraph(EvalJobSpec(spec)));
   RETURN_IF_ERROR(ApplyStorage(&g));
   ASSIGN_OR_RETURN(g, Propagate(BuiltinRules(), std::move(g)));
-  ASSIGN_OR_RETURN(PlannedGraph planned, PlanPlacedGraph(std::move(g)));
-  ShareGroupIds(training.lowered, training.graph.mesh, &planned.lowered);
-  return planned;
+  return PlanPlacedGraph(std::move(g), &training.lowered);
 }
 
 }  // namespace
-
-v1::JobSpec EvalSpec(const v1::JobSpec& spec) {
-  v1::JobSpec eval = spec;
-  *eval.mutable_data() = spec.eval().data();
-  eval.clear_eval();
-  v1::TransformerConfig* config = eval.mutable_model()->mutable_config();
-  config->set_embd_pdrop(0);
-  config->set_attn_pdrop(0);
-  config->set_resid_pdrop(0);
-  config->set_attention_dropout(0);
-  return eval;
-}
 
 absl::StatusOr<v1::Program> Plan::Program(int rank) const {
   return Program(rank, Attempt{header_.job_id(), header_.attempt()});

@@ -78,13 +78,10 @@ class Plan {
 // the evaluation's data, every and batches.
 v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, int attempt);
 
-// The spec the evaluation's forward pass is built from: `spec` with eval.data as its data and
-// every dropout probability 0 (spec must have an eval block).
-v1::JobSpec EvalSpec(const v1::JobSpec& spec);
-
 // The passes after autodiff and the optimizer, on a graph whose ops are placed: pipeline, lower,
 // checkpoint writers. PlanJob runs them after the others; the SPMD validator on graphs of one op.
-absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g);
+// With `numbering`, group ids continue another graph's (Lower).
+absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* numbering = nullptr);
 
 // spec must have passed PrepareJobSpec (common/jobspec/validate.h). Model errors are
 // INVALID_ARGUMENT naming the field (validation is building); planning errors name the layer,

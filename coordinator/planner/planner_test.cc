@@ -608,7 +608,9 @@ TEST(PlannerTest, MicroBatchesWithoutAPipelineAccumulateOneAtATime) {
   }
   EXPECT_EQ(order, "F0 B0 F1 B1 F2 B2 F3 B3");
   for (const v1::Instruction& ins : p.instructions()) {
-    if (ins.op() == v1::Instruction::MSE_LOSS) EXPECT_FLOAT_EQ(ins.scale(), 1.0f / (64 * 8));
+    if (ins.op() == v1::Instruction::MSE_LOSS) {
+      EXPECT_FLOAT_EQ(ins.scale(), 1.0f / (64 * 8));
+    }
   }
   // A quarter of the batch's activations at a time.
   EXPECT_LT(ReportRank(p).peak_activation_bytes, ReportRank(whole).peak_activation_bytes / 2);
@@ -667,7 +669,9 @@ TEST(PlannerTest, EvalIsAForwardPassOverTheTrainingParameters) {
     EXPECT_NE(ins.phase(), v1::Instruction::BACKWARD);
     EXPECT_NE(ins.op(), v1::Instruction::ADAMW);
     EXPECT_NE(ins.op(), v1::Instruction::SUM_SQUARES);
-    if (ins.op() == v1::Instruction::ATTENTION) EXPECT_EQ(ins.dropout_p(), 0.0f);
+    if (ins.op() == v1::Instruction::ATTENTION) {
+      EXPECT_EQ(ins.dropout_p(), 0.0f);
+    }
     if (ins.op() == v1::Instruction::LOAD_INPUT) {
       ++loads;
       EXPECT_EQ(p.buffers(ins.outputs(0)).shape(0), 4);  // the eval batch

@@ -76,8 +76,7 @@ absl::Status PlaceOps(const RuleRegistry& registry, Graph* g) {
     const std::vector<int> outputs = op.outputs;
     const Phase phase = op.phase;
     const std::string layer = op.layer;
-    const OpDef* def = FindOpDef(op.type);
-    if (def != nullptr && def->kind == OpKind::kLoad) {
+    if (IsKind(op, OpKind::kLoad)) {
       RETURN_IF_ERROR(g->AddOp(std::move(op)));
     } else {
       RETURN_IF_ERROR(AppendPlacedOp(registry, g, std::move(op)));

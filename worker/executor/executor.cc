@@ -27,6 +27,15 @@ namespace {
 
 using v1::Instruction;
 
+// "instruction 3 (MATMUL 'fc0')": the instruction at `index` of a list (`what`: "instruction",
+// "eval instruction") in errors.
+std::string InstructionContext(absl::string_view what, int index, const Instruction& ins) {
+  std::string c = absl::StrCat(what, " ", index, " (", Instruction::Op_Name(ins.op()));
+  if (!ins.comment().empty()) absl::StrAppend(&c, " '", ins.comment(), "'");
+  absl::StrAppend(&c, ")");
+  return c;
+}
+
 class ProgramExecutor final : public Executor {
  public:
   ProgramExecutor(const v1::Program& program, CommunicatorFactory* factory,
@@ -78,7 +87,18 @@ class ProgramExecutor final : public Executor {
   // Decides, per step, which collectives start on their communicators' threads (starts_async_)
   // and which communicator each step needs to itself (sync_comm_).
   void PlanAsyncCollectives();
-  std::string Context(const Step& s) const;
+  std::string Context(const Step& s) const {
+    return InstructionContext("instruction", s.index, program_.instructions(s.index));
+  }
+  // Opens the data sources the loads of `list`'s instructions read (list.data(); none when it
+  // loads nothing) and checks that its input and label hold as many samples.
+  static absl::Status OpenDataSources(const v1::Program& list,
+                                      std::unique_ptr<BatchSource>* inputs,
+                                      std::unique_ptr<BatchSource>* labels);
+  // Decodes `list`'s instructions into `steps` (errors name them as `what` i) and raises the
+  // own scratch and staging to what each needs.
+  absl::Status DecodeSteps(const v1::Program& list, BatchSource* inputs, BatchSource* labels,
+                           absl::string_view what, std::vector<Step>* steps);
   // Checks a float32 buffer of at least one element that the host reads after a list runs (the
   // loss, the gradient norm, the eval loss); `what` names it in errors.
   absl::Status CheckReadBack(int id, const std::string& what) const;
@@ -171,15 +191,6 @@ absl::Status ProgramExecutor::CheckEval() {
   *eval_program_.mutable_data() = eval.data();
   eval_program_.clear_eval();
   for (const Instruction& ins : eval_program_.instructions()) {
-    for (auto [op, kind, source] :
-         {std::make_tuple(Instruction::LOAD_INPUT, BatchSource::kInput, &eval_inputs_),
-          std::make_tuple(Instruction::LOAD_LABEL, BatchSource::kLabel, &eval_labels_)}) {
-      if (ins.op() != op || *source != nullptr) continue;
-      absl::StatusOr<std::unique_ptr<BatchSource>> opened =
-          BatchSource::Create(eval.data(), kind, program_.seed());
-      if (!opened.ok()) return Annotate(opened.status(), "eval data");
-      *source = *std::move(opened);
-    }
     if (ins.op() == Instruction::SGD || ins.op() == Instruction::ADAMW ||
         ins.op() == Instruction::WEIGHT_DECAY) {
       return absl::InvalidArgumentError(
@@ -187,40 +198,54 @@ absl::Status ProgramExecutor::CheckEval() {
                        ": an evaluation updates nothing"));
     }
   }
-  const DecodeContext ctx{eval_program_, buffers_,           group_index_,
-                          group_member_, eval_inputs_.get(), eval_labels_.get()};
-  eval_steps_.resize(eval_program_.instructions_size());
-  for (int i = 0; i < eval_program_.instructions_size(); ++i) {
-    eval_steps_[i].index = i;
-    RETURN_IF_ERROR(Annotate(DecodeInstruction(ctx, &eval_steps_[i]),
-                             absl::StrCat("eval instruction ", i, " (",
-                                          Instruction::Op_Name(eval.instructions(i).op()), ")")));
-    own_scratch_bytes_ = std::max(own_scratch_bytes_, eval_steps_[i].own_scratch_bytes);
-    staging_bytes_ = std::max(staging_bytes_, eval_steps_[i].staging_bytes);
+  RETURN_IF_ERROR(
+      Annotate(OpenDataSources(eval_program_, &eval_inputs_, &eval_labels_), "eval data"));
+  return DecodeSteps(eval_program_, eval_inputs_.get(), eval_labels_.get(), "eval instruction",
+                     &eval_steps_);
+}
+
+absl::Status ProgramExecutor::OpenDataSources(const v1::Program& list,
+                                              std::unique_ptr<BatchSource>* inputs,
+                                              std::unique_ptr<BatchSource>* labels) {
+  for (const Instruction& ins : list.instructions()) {
+    if (ins.op() == Instruction::LOAD_INPUT && *inputs == nullptr) {
+      ASSIGN_OR_RETURN(*inputs,
+                       BatchSource::Create(list.data(), BatchSource::kInput, list.seed()));
+    }
+    if (ins.op() == Instruction::LOAD_LABEL && *labels == nullptr) {
+      ASSIGN_OR_RETURN(*labels,
+                       BatchSource::Create(list.data(), BatchSource::kLabel, list.seed()));
+    }
+  }
+  if (*inputs != nullptr && *labels != nullptr &&
+      (*inputs)->num_samples() != (*labels)->num_samples()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.input holds ", (*inputs)->num_samples(), " samples but data.label ",
+                     (*labels)->num_samples()));
   }
   return absl::OkStatus();
 }
 
-std::string ProgramExecutor::Context(const Step& s) const {
-  const Instruction& ins = program_.instructions(s.index);
-  std::string c = absl::StrCat("instruction ", s.index, " (", Instruction::Op_Name(ins.op()));
-  if (!ins.comment().empty()) absl::StrAppend(&c, " '", ins.comment(), "'");
-  absl::StrAppend(&c, ")");
-  return c;
+absl::Status ProgramExecutor::DecodeSteps(const v1::Program& list, BatchSource* inputs,
+                                          BatchSource* labels, absl::string_view what,
+                                          std::vector<Step>* steps) {
+  const DecodeContext ctx{list, buffers_, group_index_, group_member_, inputs, labels};
+  steps->resize(list.instructions_size());
+  for (int i = 0; i < list.instructions_size(); ++i) {
+    Step& s = (*steps)[i];
+    s.index = i;
+    RETURN_IF_ERROR(
+        Annotate(DecodeInstruction(ctx, &s), InstructionContext(what, i, list.instructions(i))));
+    own_scratch_bytes_ = std::max(own_scratch_bytes_, s.own_scratch_bytes);
+    staging_bytes_ = std::max(staging_bytes_, s.staging_bytes);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ProgramExecutor::Check() {
   ASSIGN_OR_RETURN(buffers_, Buffers::Create(program_));
   for (int i = 0; i < buffers_.size(); ++i) by_name_.emplace(buffers_.name(i), i);
-  if (program_.loss_buffer() < 0 || program_.loss_buffer() >= buffers_.size() ||
-      buffers_.numel(program_.loss_buffer()) < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("loss_buffer ", program_.loss_buffer(), " is not a non-empty buffer"));
-  }
-  if (buffers_.dtype(program_.loss_buffer()) != v1::F32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "loss_buffer ", buffers_.Describe(program_.loss_buffer()), " is not f32"));
-  }
+  RETURN_IF_ERROR(CheckReadBack(program_.loss_buffer(), "loss_buffer"));
   if (program_.has_grad_norm_buffer()) {
     RETURN_IF_ERROR(CheckReadBack(program_.grad_norm_buffer(), "grad_norm_buffer"));
   }
@@ -257,32 +282,8 @@ absl::Status ProgramExecutor::Check() {
     return absl::InvalidArgumentError(
         absl::StrCat("start_step ", program_.start_step(), " is negative"));
   }
-  // Data sources are opened only when the program loads data.
-  for (const Instruction& ins : program_.instructions()) {
-    if (ins.op() == Instruction::LOAD_INPUT && inputs_ == nullptr) {
-      ASSIGN_OR_RETURN(inputs_,
-                       BatchSource::Create(program_.data(), BatchSource::kInput, program_.seed()));
-    }
-    if (ins.op() == Instruction::LOAD_LABEL && labels_ == nullptr) {
-      ASSIGN_OR_RETURN(labels_,
-                       BatchSource::Create(program_.data(), BatchSource::kLabel, program_.seed()));
-    }
-  }
-  if (inputs_ != nullptr && labels_ != nullptr &&
-      inputs_->num_samples() != labels_->num_samples()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.input holds ", inputs_->num_samples(), " samples but data.label ",
-                     labels_->num_samples()));
-  }
-  const DecodeContext ctx{program_,      buffers_,      group_index_,
-                          group_member_, inputs_.get(), labels_.get()};
-  steps_.resize(program_.instructions_size());
-  for (int i = 0; i < program_.instructions_size(); ++i) {
-    steps_[i].index = i;
-    RETURN_IF_ERROR(Annotate(DecodeInstruction(ctx, &steps_[i]), Context(steps_[i])));
-    own_scratch_bytes_ = std::max(own_scratch_bytes_, steps_[i].own_scratch_bytes);
-    staging_bytes_ = std::max(staging_bytes_, steps_[i].staging_bytes);
-  }
+  RETURN_IF_ERROR(OpenDataSources(program_, &inputs_, &labels_));
+  RETURN_IF_ERROR(DecodeSteps(program_, inputs_.get(), labels_.get(), "instruction", &steps_));
   if (program_.has_eval()) RETURN_IF_ERROR(CheckEval());
   return absl::OkStatus();
 }
@@ -481,10 +482,9 @@ absl::StatusOr<double> ProgramExecutor::RunEval() {
       }
       absl::Status status = s.widened.empty() ? s.run(s, ctx) : RunWidened(s, ctx);
       if (!status.ok()) {
-        const Instruction& ins = eval.instructions(s.index);
-        return Annotate(status, absl::StrCat("eval batch ", j, ", eval instruction ", s.index, " (",
-                                             Instruction::Op_Name(ins.op()), " '", ins.comment(),
-                                             "')"));
+        return Annotate(status, absl::StrCat("eval batch ", j, ", ",
+                                             InstructionContext("eval instruction", s.index,
+                                                                eval.instructions(s.index))));
       }
     }
     RETURN_IF_ERROR(Annotate(kernels_->Synchronize(), absl::StrCat("eval batch ", j)));

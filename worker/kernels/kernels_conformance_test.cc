@@ -157,6 +157,22 @@ MatmulReference ReferenceMatmul(std::vector<float> a, std::vector<float> b, int6
   return r;
 }
 
+// Step t (from 1) of PyTorch's AdamW in float64, the formula of kernels.h, on the parameter p
+// and moments m, v, for the gradient g * grad_scale.
+void ReferenceAdamW(const AdamWHyper& h, int64_t t, const std::vector<float>& g, double grad_scale,
+                    std::vector<double>* p, std::vector<double>* m, std::vector<double>* v) {
+  const double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const double gs = static_cast<double>(g[i]) * grad_scale;
+    (*p)[i] -= lr * wd * (*p)[i];
+    (*m)[i] = b1 * (*m)[i] + (1 - b1) * gs;
+    (*v)[i] = b2 * (*v)[i] + (1 - b2) * gs * gs;
+    const double m_hat = (*m)[i] / (1 - std::pow(b1, t));
+    const double v_hat = (*v)[i] / (1 - std::pow(b2, t));
+    (*p)[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
+  }
+}
+
 class KernelsConformanceTest : public ::testing::TestWithParam<BackendConfig> {
  protected:
   void SetUp() override {
@@ -717,17 +733,9 @@ TEST_P(KernelsConformanceTest, AdamWOverSeveralSteps) {
     float* p = Upload(p0);
     float* m = Upload(std::vector<float>(n, 0.0f));
     float* v = Upload(std::vector<float>(n, 0.0f));
-    const double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay;
     for (int64_t t = 1; t <= 5; ++t) {
       const std::vector<float> g = Random(n);
-      for (int64_t i = 0; i < n; ++i) {
-        rp[i] -= lr * wd * rp[i];
-        rm[i] = b1 * rm[i] + (1 - b1) * g[i];
-        rv[i] = b2 * rv[i] + (1 - b2) * g[i] * g[i];
-        const double m_hat = rm[i] / (1 - std::pow(b1, t));
-        const double v_hat = rv[i] / (1 - std::pow(b2, t));
-        rp[i] -= lr * m_hat / (std::sqrt(v_hat) + eps);
-      }
+      ReferenceAdamW(h, t, g, 1.0, &rp, &rm, &rv);
       k_->AdamW(p, Upload(g), m, v, n, h, t, nullptr);
     }
     ASSERT_TRUE(Synced());
@@ -750,17 +758,9 @@ TEST_P(KernelsConformanceTest, AdamWWithGradientScale) {
     float* p = Upload(p0);
     float* m = Upload(std::vector<float>(n, 0.0f));
     float* v = Upload(std::vector<float>(n, 0.0f));
-    const double lr = h.lr, b1 = h.beta1, b2 = h.beta2, eps = h.eps, wd = h.weight_decay;
     for (int64_t t = 1; t <= 3; ++t) {
       const std::vector<float> g = Random(n);
-      for (int64_t i = 0; i < n; ++i) {
-        const double gs = static_cast<double>(g[i]) * scale;
-        rp[i] -= lr * wd * rp[i];
-        rm[i] = b1 * rm[i] + (1 - b1) * gs;
-        rv[i] = b2 * rv[i] + (1 - b2) * gs * gs;
-        rp[i] -= lr * (rm[i] / (1 - std::pow(b1, t))) /
-                 (std::sqrt(rv[i] / (1 - std::pow(b2, t))) + eps);
-      }
+      ReferenceAdamW(h, t, g, scale, &rp, &rm, &rv);
       k_->AdamW(p, Upload(g), m, v, n, h, t, Upload(std::vector<float>{scale}));
     }
     ASSERT_TRUE(Synced());

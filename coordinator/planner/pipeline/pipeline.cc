@@ -280,8 +280,7 @@ class Planner {
     bool summed = plan_.stages == 1;
     for (size_t i = 0; i < g_.ops.size(); ++i) {
       if (!plan_.per_step[i] || StageOf(plan_.op_chunk[i]) != stage) continue;
-      const OpDef* def = FindOpDef(g_.ops[i].type);
-      if (!summed && def != nullptr && def->kind == OpKind::kUpdate) {
+      if (!summed && IsKind(g_.ops[i], OpKind::kUpdate)) {
         loss_sum();
         summed = true;
       }
