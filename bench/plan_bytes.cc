@@ -9,9 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec/yaml.h"
-#include "coordinator/planner/plan_report.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/planner/submit.h"
+#include "planner/plan_report.h"
+#include "planner/planner.h"
+#include "planner/submit/submit.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

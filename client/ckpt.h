@@ -39,7 +39,7 @@ struct ExportOptions {
   // transformer job (model.arch gpt2 | llama): parameters only, in Hugging Face's layouts (the
   // index metadata "hf_shapes"), plus config.json (metadata "hf_config", with torch_dtype the
   // parameters' dtype) in the output's folder. The coordinator records that metadata at every
-  // commit (coordinator/planner/arch/hf_export.h); a checkpoint without it is an error naming it.
+  // commit (planner/arch/hf_export.h); a checkpoint without it is an error naming it.
   enum class Format { kWeft, kHf };
   Format format = Format::kWeft;
   // weft: also the optimizer states ("fc0.weight/adamw.m", CheckpointStateName), which only

@@ -263,7 +263,7 @@ TEST_F(TypedCkptTest, ExportWritesEachTensorInItsDtype) {
 
 // A gpt2-shaped checkpoint as the coordinator commits one (C = 2, H = 2, D = 1, V = 4, one
 // block): parameters in the graph's shapes, AdamW states beside them, and the index metadata of
-// coordinator/planner/arch/hf_export.h. c_attn.weight [C, 3, H, D] is [C, 3C] in Hugging Face's
+// planner/arch/hf_export.h. c_attn.weight [C, 3, H, D] is [C, 3C] in Hugging Face's
 // layout, c_attn.bias [3, H, D] is [3C].
 constexpr char kGpt2Config[] = R"({
   "architectures": ["GPT2LMHeadModel"],

@@ -10,10 +10,10 @@
 #include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
-#include "coordinator/planner/format.h"
+#include "planner/format.h"
 #include "common/dtype.h"
 #include "common/program.h"
-#include "coordinator/planner/submit.h"
+#include "planner/submit/submit.h"
 #include "nlohmann/json.hpp"
 
 namespace weft::client {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "coordinator/planner/plan_report.h"
+#include "planner/plan_report.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 

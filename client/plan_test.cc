@@ -12,7 +12,7 @@
 #include "absl/strings/str_replace.h"
 
 #include "common/testing_files.h"
-#include "coordinator/planner/planner.h"
+#include "planner/planner.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -40,7 +40,7 @@
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/tls.h"
-#include "coordinator/planner/submit.h"
+#include "planner/submit/submit.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace weft::client {

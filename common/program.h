@@ -78,7 +78,7 @@ int64_t BufferElements(const v1::Buffer& buffer);
 int64_t BufferBytes(const v1::Buffer& buffer);
 
 // When a buffer of a program holds a value, by the instruction list: the rule by which the
-// planner lets buffers share arena bytes (coordinator/planner/memory_plan.h) and the executor
+// planner lets buffers share arena bytes (planner/memory_plan.h) and the executor
 // checks that they may. The evaluation's instructions (Program.eval) count as following the
 // step's, numbered on from them. A buffer lives from the first instruction touching it (an
 // input, an output or an instruction's scratch) to the last, both included; the loss and the

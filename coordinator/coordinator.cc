@@ -23,9 +23,9 @@
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/utf8.h"
-#include "coordinator/planner/arch/hf_export.h"
-#include "coordinator/planner/planner.h"
-#include "coordinator/planner/submit.h"
+#include "planner/arch/hf_export.h"
+#include "planner/planner.h"
+#include "planner/submit/submit.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
 

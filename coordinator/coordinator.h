@@ -57,7 +57,7 @@
 #include "common/steady_stamp.h"
 #include "coordinator/checkpoint_aggregator.h"
 #include "coordinator/job_store.h"
-#include "coordinator/planner/planner.h"
+#include "planner/planner.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/rendezvous.h"
 #include "coordinator/step_aggregator.h"

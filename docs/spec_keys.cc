@@ -36,7 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "common/jobspec/yaml.h"
-#include "coordinator/planner/submit.h"
+#include "planner/submit/submit.h"
 #include "yaml-cpp/yaml.h"
 
 namespace weft {

@@ -7,9 +7,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "coordinator/planner/pipeline/deadlock.h"
-#include "coordinator/planner/submit.h"
-#include "coordinator/planner/planner.h"
+#include "planner/pipeline/deadlock.h"
+#include "planner/submit/submit.h"
+#include "planner/planner.h"
 #include "gtest/gtest.h"
 #include "worker/comm/local/local_communicator.h"
 #include "worker/executor/executor.h"

@@ -42,7 +42,7 @@ struct TensorEntry {
 };
 
 // Index.metadata keys of a transformer job's checkpoint, what `weftctl ckpt export --format hf`
-// needs (written by the coordinator from coordinator/planner/arch/hf_export.h): the
+// needs (written by the coordinator from planner/arch/hf_export.h): the
 // architecture, its config.json text, and the Hugging Face shapes of parameters laid out
 // otherwise (JSON: name -> shape).
 inline constexpr char kHfArchKey[] = "arch";

@@ -17,7 +17,7 @@
 
 // Reading job specs: YAML, defaults, placements by name, the parallelize shortcut, the pipeline
 // and checkpoint blocks. What a spec is rejected for at SubmitJob, the model included, is
-// coordinator/planner/submit_test.
+// planner/submit_test.
 namespace weft {
 namespace {
 

@@ -1,6 +1,6 @@
 // Job specs for the jobspec tests (parsing, defaults, parallelize: common/jobspec/jobspec_test)
 // and the SubmitJob tests (everything a submitted spec is checked for, the model included:
-// coordinator/planner/submit_test): example specs, a fixture with a scratch folder, npy and
+// planner/submit_test): example specs, a fixture with a scratch folder, npy and
 // safetensors files for them, and a fuzzer's edits.
 //
 // E.g.

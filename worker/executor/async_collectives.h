@@ -1,6 +1,6 @@
 // Collectives that run on a thread of their communicator while the executor's thread goes on
 // with the instructions after them (CPU workers; the planner starts each collective as early as
-// its data allows, coordinator/planner/early_collectives.h). The executor waits for a started
+// its data allows, planner/early_collectives.h). The executor waits for a started
 // collective only where an instruction touches its memory (any byte of the collective's inputs,
 // outputs or scratch, read or written), where another instruction needs its communicator
 // synchronously (SEND, RECV), and at the end of the step. Each communicator runs its collectives

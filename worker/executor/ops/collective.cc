@@ -28,7 +28,7 @@ char* Pack(const Step& s, const RunContext& c) {
 }
 
 // out = the group's sum, average or max of a (out may alias a). A gradient bucket
-// (coordinator/planner/buckets.h) has several pairs in_i -> out_i, of one dtype: packed back to
+// (planner/buckets.h) has several pairs in_i -> out_i, of one dtype: packed back to
 // back into the scratch buffer, reduced with one call, unpacked (counts: each pair's elements).
 absl::Status DecodeAllReduce(Decoder& d, Step* s) {
   const int pairs = d.ins().inputs_size();

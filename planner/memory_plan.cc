@@ -1,0 +1,73 @@
+#include "planner/memory_plan.h"
+
+#include <algorithm>
+
+#include "common/dtype.h"
+#include "common/program.h"
+
+namespace weft::planner {
+
+void MemoryPlanner::Plan(v1::Program* program) {
+  const int n = program->buffers_size();
+  const std::vector<BufferLife> lives = BufferLives(*program);
+  std::vector<int64_t> sizes(n), key;
+  key.reserve(4 * static_cast<size_t>(n));
+  for (int b = 0; b < n; ++b) {
+    sizes[b] = ArenaAligned(std::max<int64_t>(BufferBytes(program->buffers(b)), 1));
+    key.insert(key.end(), {sizes[b], lives[b].first, lives[b].last, lives[b].carried ? 1 : 0});
+  }
+  auto cached = layouts_.find(key);
+  if (cached == layouts_.end()) {
+    std::vector<int64_t> offsets(n, 0);
+    int64_t base = 0;
+    for (int b = 0; b < n; ++b) {
+      if (!lives[b].carried) continue;
+      offsets[b] = base;
+      base += sizes[b];
+    }
+    int64_t end = base;
+    std::vector<int> order;
+    for (int b = 0; b < n; ++b) {
+      if (!lives[b].carried && lives[b].first >= 0) order.push_back(b);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return sizes[a] != sizes[b] ? sizes[a] > sizes[b] : lives[a].first < lives[b].first;
+    });
+    std::vector<int> placed;
+    for (int b : order) {
+      // The placed buffers alive at the same time, by offset; pick the smallest gap that fits.
+      std::vector<int> overlapping;
+      for (int q : placed) {
+        if (AliveTogether(lives[q], lives[b])) {
+          overlapping.push_back(q);
+        }
+      }
+      std::sort(overlapping.begin(), overlapping.end(),
+                [&](int x, int y) { return offsets[x] < offsets[y]; });
+      int64_t best = -1, best_gap = 0, cursor = base;
+      for (int q : overlapping) {
+        const int64_t gap = offsets[q] - cursor;
+        if (gap >= sizes[b] && (best < 0 || gap < best_gap)) {
+          best = cursor;
+          best_gap = gap;
+        }
+        cursor = std::max(cursor, offsets[q] + sizes[q]);
+      }
+      offsets[b] = best >= 0 ? best : cursor;
+      end = std::max(end, offsets[b] + sizes[b]);
+      placed.push_back(b);
+    }
+    // A buffer no instruction touches still gets its own bytes (the executor fills it).
+    for (int b = 0; b < n; ++b) {
+      if (!lives[b].carried && lives[b].first < 0) {
+        offsets[b] = end;
+        end += sizes[b];
+      }
+    }
+    cached = layouts_.emplace(std::move(key), std::make_pair(std::move(offsets), end)).first;
+  }
+  for (int b = 0; b < n; ++b) program->mutable_buffers(b)->set_offset(cached->second.first[b]);
+  program->set_arena_bytes(cached->second.second);
+}
+
+}  // namespace weft::planner

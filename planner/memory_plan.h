@@ -1,0 +1,38 @@
+// The memory plan of a Program: every buffer gets an offset in one arena (Buffer.offset,
+// Program.arena_bytes) so that buffers whose lifetimes in the instruction list do not overlap
+// share bytes; the executor allocates the arena once, so the memory the plan predicts is the
+// memory the worker's allocator holds. Lifetimes are common/program.h's BufferLives, the rule the
+// executor checks the layout by: carried buffers (parameters, optimizer states, checkpointed
+// buffers, any buffer read before it is written in the step) live for the whole job and sit at
+// the bottom of the arena. The others are placed largest first, each in the smallest gap
+// left by the buffers it overlaps in time (greedy by size, as TFLite's arena planner). Offsets
+// are multiples of kArenaAlignment.
+//
+// E.g.
+//   MemoryPlanner planner;
+//   planner.Plan(&program);   // program.arena_bytes() is its rank's peak
+#ifndef WEFT_PLANNER_MEMORY_PLAN_H_
+#define WEFT_PLANNER_MEMORY_PLAN_H_
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "common/program.h"
+#include "weft/v1/program.pb.h"
+
+namespace weft::planner {
+
+class MemoryPlanner {
+ public:
+  // Sets every buffer's offset and the program's arena_bytes. Programs of one plan mostly share
+  // their buffers' sizes and lifetimes (the ranks of a stage), so layouts are remembered by them.
+  void Plan(v1::Program* program);
+
+ private:
+  std::map<std::vector<int64_t>, std::pair<std::vector<int64_t>, int64_t>> layouts_;
+};
+
+}  // namespace weft::planner
+
+#endif  // WEFT_PLANNER_MEMORY_PLAN_H_
