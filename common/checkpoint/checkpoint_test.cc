@@ -413,6 +413,21 @@ TEST_F(ProtocolTest, LatestPointsToTheNewestAndKeepRemovesOnlyAfterCommit) {
   EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-200", "step-300"}));
 }
 
+// A commit killed after it renamed step-200 into place, before it replaced `latest`: step-200 is
+// the newest checkpoint (a resume from step-100 would save step 200 onto a folder that exists).
+TEST_F(ProtocolTest, AValidStepNewerThanLatestIsTheNewest) {
+  const std::string dir = FreshDir("lagging");
+  ASSERT_TRUE(SaveStep(dir, 100, 3).ok());
+  ASSERT_TRUE(SaveStep(dir, 200, 3).ok());
+  WriteAll(dir + "/latest", "step-100\n");
+  EXPECT_EQ(*FindLatest(dir), dir + "/step-200");
+  EXPECT_EQ(*FindLatestReadOnly(dir), dir + "/step-200");
+  // A newer folder without a valid index is not one: `latest` stands.
+  fs::create_directories(dir + "/step-300");
+  WriteAll(dir + "/latest", "step-200\n");
+  EXPECT_EQ(*FindLatest(dir), dir + "/step-200");
+}
+
 TEST_F(ProtocolTest, OnlyAFolderOfWeftsOwnIsACheckpointFolder) {
   const std::string dir = FreshDir("owned");
   EXPECT_TRUE(CheckFolderIsWefts(dir + "/not-yet").ok());  // made by the first save

@@ -119,21 +119,31 @@ absl::StatusOr<std::string> FindLatestImpl(const std::string& dir_arg, bool remo
     }
   }
   std::vector<std::string> rejected;
+  // `latest`, when it names a valid step. A commit renames its folder into place before it
+  // replaces `latest`: a process killed between the two leaves a newer valid step than `latest`
+  // names, and that one is the newest checkpoint (resuming from `latest` would save that step
+  // again, onto a folder that exists).
+  std::optional<int64_t> pointed;
+  std::string pointed_path;
   absl::StatusOr<std::string> pointer = ReadFileToString(absl::StrCat(dir, "/", kLatestFile));
   if (pointer.ok()) {
     const std::string name(absl::StripAsciiWhitespace(*pointer));
-    if (StepOf(name)) {
+    if (std::optional<int64_t> step = StepOf(name)) {
       const std::string path = absl::StrCat(dir, "/", name);
-      absl::StatusOr<Index> index = LoadIndex(path);
-      if (index.ok()) return path;
+      if (LoadIndex(path).ok()) {
+        pointed = step;
+        pointed_path = path;
+      }
     }
   }
   for (const auto& [step, name] : StepFolders(dir)) {
+    if (pointed.has_value() && step <= *pointed) return pointed_path;
     const std::string path = absl::StrCat(dir, "/", name);
     absl::StatusOr<Index> index = LoadIndex(path);
     if (index.ok()) return path;
     rejected.push_back(absl::StrCat(name, " (", index.status().message(), ")"));
   }
+  if (pointed.has_value()) return pointed_path;
   if (rejected.empty()) {
     return absl::NotFoundError(absl::StrCat(dir, ": no committed checkpoint"));
   }

@@ -43,8 +43,9 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
                               const std::vector<IndexedChunk>& chunks, int keep,
                               const std::map<std::string, std::string>& metadata = {});
 
-// The newest committed checkpoint folder in dir (by <dir>/latest if it names a valid one, else
-// the highest step-<N> with a valid index). NOT_FOUND when there is none. Removes leftover
+// The newest committed checkpoint folder in dir: the highest step-<N> with a valid index, found
+// from <dir>/latest when that names a valid one and no newer valid step exists (a commit killed
+// after its rename, before it replaced `latest`). NOT_FOUND when there is none. Removes leftover
 // staging folders.
 absl::StatusOr<std::string> FindLatest(const std::string& dir);
 
