@@ -1,14 +1,21 @@
 // The coordinator's core: JobService, WorkerService and RendezvousService logic with no
-// transport. It owns the job queue, the registered workers, the running jobs (their rank
-// assignment, step aggregation and completion) and the watchers of job events; the gRPC adapters
-// in rpc/ only translate calls into these methods, so the whole life of a job is tested in one
-// process without sockets.
+// transport; the gRPC adapters in rpc/ only translate calls into these methods, so the whole life
+// of a job is tested in one process without sockets.
 //
-// Every job state change and step event is written to the JobStore before watchers see it. The
-// scheduler runs after every change that can free or add workers or jobs: jobs start in submit
+// It is a thin router. Each attempt of a job is a JobRun (job_run.h), a table from events to
+// commands; the workers are a WorkerRegistry (worker_registry.h), which turns their stream
+// messages into (job, attempt, rank) events. Under mu_ the Coordinator routes each event to its
+// JobRun and executes the commands: record and event writes are queued to the StoreWriter (one
+// thread, grouped transactions: no disk write runs under mu_), cancels go to the workers' streams,
+// complete saves to the committer thread, started attempts' starting states (checkpoint lookups)
+// and Programs are resolved and emitted off mu_ (DispatchStarted). Reads of the store first sync
+// the writer, so a caller reads its own writes; watchers see an event only once it is stored.
+//
+// Scheduling runs after every change that can free or add workers or jobs: jobs start in submit
 // order on WorldSize(spec) idle workers of the spec's device kind, ranks assigned in worker
 // registration order. Tick() (called by the background thread Start() launches, or by tests with
-// a fake clock) finds workers whose heartbeats stopped and cancellations whose grace ran out.
+// a fake clock) finds workers whose heartbeats stopped, cancellations whose grace ran out and
+// failures that settled.
 //
 // Failures: the ranks' failures of an attempt are gathered for failure_settle_ms and ordered by
 // when they happened; the earliest is the job's cause, and every one is kept in the job record
@@ -45,6 +52,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -56,100 +64,27 @@
 #include "common/path_roots.h"
 #include "common/steady_stamp.h"
 #include "coordinator/checkpoint_aggregator.h"
-#include "coordinator/job_store.h"
-#include "planner/planner.h"
+#include "coordinator/checkpoint_committer.h"
 #include "coordinator/coordinator_metrics.h"
+#include "coordinator/coordinator_options.h"
+#include "coordinator/job_plan.h"
+#include "coordinator/job_queries.h"
+#include "coordinator/job_run.h"
+#include "coordinator/job_store.h"
+#include "coordinator/job_watchers.h"
+#include "coordinator/observed_mutex.h"
 #include "coordinator/rendezvous.h"
-#include "coordinator/step_aggregator.h"
+#include "coordinator/retention.h"
+#include "coordinator/store_writer.h"
 #include "coordinator/trace_store.h"
 #include "coordinator/worker_connection.h"
+#include "coordinator/worker_registry.h"
+#include "planner/planner.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 #include "weft/v1/service.pb.h"
 
 namespace weft::coordinator {
-
-// A planned job as the coordinator keeps it from SubmitJob until its attempts start: each rank's
-// Program is emitted when an attempt starts (planner::Plan; tests substitute their own).
-class JobPlan {
- public:
-  virtual ~JobPlan() = default;
-  virtual int world_size() const = 0;
-  virtual absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const = 0;
-  // Index metadata that every checkpoint of the job records besides the job's name, id, attempt
-  // and optimizer (the planner's: the Hugging Face export, planner/arch/hf_export.h).
-  virtual std::map<std::string, std::string> checkpoint_metadata() const { return {}; }
-};
-
-// The pages of ListJobs (jobs) and GetJob (a job's steps): how many a request that names no size
-// gets, and the most a page holds (a request for more gets this many).
-struct PageLimits {
-  int jobs_default = 100;
-  int jobs_max = 1000;
-  int steps_default = 1000;
-  int steps_max = 10000;
-  // GetJobLogs' lines; a page also ends after logs_max_bytes of text (lines are up to 4 KiB).
-  int logs_default = 1000;
-  int logs_max = 10000;
-  size_t logs_max_bytes = 2 << 20;
-};
-
-// Job.rank_errors keeps at most this many errors of an attempt, each message cut to this many
-// bytes (a job of many ranks fails on all of them at once).
-inline constexpr int kMaxRankErrors = 256;
-inline constexpr size_t kRankErrorMessageBytes = 4096;
-// A stored log line's text is cut to this many bytes (workers cut theirs already).
-inline constexpr size_t kLogLineBytes = 4096;
-
-struct CoordinatorOptions {
-  // Told to workers in Welcome; how often they send a Heartbeat.
-  int64_t heartbeat_interval_ms = 1000;
-  // A worker silent for this long is lost.
-  int64_t worker_timeout_ms = 10000;
-  // How long a cancelled job's workers get to confirm (TaskDone) before the job is CANCELLED
-  // anyway and they are counted idle again.
-  int64_t cancel_grace_ms = 5000;
-  // After a rank's failure, how long the other ranks' failures are gathered before the attempt
-  // fails: the earliest by its time (TaskDone.failed_at_ms) is the cause, the others follow it
-  // in the message (a checksum error on rank 1, not rank 2's "connection closed" echo of it).
-  // 0: the first reported is the cause.
-  int64_t failure_settle_ms = 1000;
-  // Wall-clock milliseconds; tests substitute a manual clock.
-  std::function<int64_t()> now_ms;
-  // Fills derived fields and checks a submitted spec (default: PrepareJobSpec:
-  // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own; SubmitJob
-  // applies ApplyJobSpecDefaults (device, checkpoint keep, ...) before it either way.
-  std::function<absl::Status(v1::JobSpec*)> prepare_spec;
-  // Plans a prepared spec, once per job (default: planner::PlanPrepared: building the model
-  // validates it, and init_from or resume must hold its parameters).
-  std::function<absl::StatusOr<std::shared_ptr<const JobPlan>>(const v1::JobSpec&)> plan;
-  // Mesh size (default: WorldSize).
-  std::function<int64_t(const v1::JobSpec&)> world_size;
-  // The largest mesh SubmitJob plans (--max_ranks): a larger one is refused before planning,
-  // which would hold memory in proportion to it.
-  int64_t max_ranks = 65536;
-  // --data_root / --checkpoint_root: SubmitJob refuses a spec naming a path outside them
-  // (CheckSpecPaths) before it reads any file; a checkpoint.dir holding files that are not
-  // Weft's is refused too (checkpoint::CheckFolderIsWefts, in ValidateJobSpec).
-  PathRoots roots;
-  // Open WatchJob streams of a running or pending job, per job and in all: each holds a server
-  // thread (the gRPC server has 1024, which workers' streams need too); more are refused.
-  int max_watchers_per_job = 64;
-  int max_watchers = 512;
-  // Bounds on the timelines of traced jobs held in memory (GetJobTrace).
-  TraceLimits trace_limits;
-  PageLimits pages;
-  // --max_log_lines: the most log lines stored of one rank's attempt; the ones after are
-  // dropped, and one line says how many.
-  int64_t max_log_lines = 10000;
-  // Retention of ended jobs (--job_retention, --max_ended_jobs): a job that ended more than
-  // job_retention_ms ago, or that is not among the max_ended_jobs that ended last, is deleted
-  // with its events and log lines (0: no such bound). Checked every retention_interval_ms and
-  // after each job ends.
-  int64_t job_retention_ms = 0;
-  int64_t max_ended_jobs = 0;
-  int64_t retention_interval_ms = 60000;
-};
 
 class Coordinator {
  public:
@@ -238,211 +173,135 @@ class Coordinator {
   // The Prometheus text of the coordinator's metrics; takes mu_ (do not call under it).
   std::string RenderMetrics() ABSL_LOCKS_EXCLUDED(mu_);
 
- private:
-  enum class WorkerStatus { kIdle, kBusy, kLost };
-  struct Worker {
-    std::string id;
-    v1::Hello hello;
-    std::string host;
-    std::shared_ptr<WorkerConnection> connection;  // null once lost
-    WorkerStatus status = WorkerStatus::kIdle;
-    // While busy: the attempt it runs or, after that attempt ended, is still winding down.
-    std::string job_id;
-    int attempt = 0;
-    int rank = -1;
-    bool draining = false;            // its job ended; waiting for its TaskDone
-    int64_t release_deadline_ms = 0;  // draining: counted idle again after this
-    int64_t last_heartbeat_ms = 0;
-    bool drained = false;  // kLost because it said Goodbye: listed as drained
-  };
-  // A job attempt between PLANNING and its final state.
-  struct Run {
-    v1::Job job;                       // the stored record, without steps
-    std::vector<std::string> workers;  // worker id by global rank
-    std::vector<bool> done;            // by rank: TaskDone received (or worker lost)
-    std::unique_ptr<StepAggregator> steps;
-    std::unique_ptr<CheckpointAggregator> saves;
-    // Recorded in the index of each checkpoint this attempt commits; made when it starts.
-    std::map<std::string, std::string> checkpoint_metadata;
-    int commits_in_flight = 0;       // complete saves queued or being committed
-    bool finish_after_commits = false;  // every rank finished; SUCCEEDED once commits are done
-    bool cancelling = false;
-    std::string cancel_reason;
-    int64_t cancel_deadline_ms = 0;
-    // Rank failures gathered since the first (failure_settle_ms), and when to decide.
-    struct Failure {
-      int rank = -1;
-      int64_t at_us = 0;  // when it failed, Unix microseconds
-      std::string message;  // for Job.message: "rank 1 (worker-2): ..."
-      v1::RankError error;  // for Job.rank_errors
-    };
-    std::vector<Failure> failures;
-    int64_t settle_deadline_ms = 0;
-  };
-  // A complete save waiting for the committer thread.
-  struct Commit {
-    std::string job_id;
-    int attempt = 0;
-    std::string dir;
-    int keep = 0;
-    std::map<std::string, std::string> metadata;
-    CompleteSave save;
-  };
-  // One WatchJob call's queue of live events.
-  struct Watcher {
-    std::deque<v1::JobEvent> events;
-    bool closed = false;  // by Shutdown
-  };
+  // Store writes made by a thread that held mu_: none, by design (tests and the load benchmark
+  // check it).
+  int64_t store_writes_under_lock() const { return writes_under_lock_.load(); }
+  // The longest any thread held the coordinator's lock so far.
+  absl::Duration longest_lock_hold() const { return mu_.longest_hold(); }
+  // The store writer's groups (transactions) so far, and the most writes one held.
+  int64_t store_groups_written() const { return writer_.groups_written(); }
+  int64_t store_largest_group() const { return writer_.largest_group(); }
 
-  // An attempt that has started (RUNNING) and whose Programs are still to be sent. Emitting a
-  // Program costs time linear in the model, times the ranks: it runs off mu_ (DispatchStarted),
-  // each send under it.
-  struct Dispatch {
+ private:
+  using Worker = WorkerRegistry::Worker;
+  // An attempt between PLANNING and its end, and what its Programs need once it is planned.
+  struct Attempt {
+    std::unique_ptr<JobRun> run;
+    std::string rendezvous_ticket;  // only its workers get it
+  };
+  // A started attempt whose starting state (the newest checkpoint: a folder lookup that removes
+  // staging folders) is resolved off mu_ (DispatchStarted).
+  struct StartingAttempt {
+    v1::Job job;
+  };
+  // A planned attempt whose Programs are still to be sent. Emitting a Program costs time linear
+  // in the model, times the ranks: it runs off mu_ (DispatchStarted), each send under it.
+  struct Send {
     std::string job_id;
     int attempt = 0;
     std::shared_ptr<const JobPlan> plan;
     planner::Attempt start;  // job, attempt, starting state
     bool trace = false;
-    std::string rendezvous_scope;
     std::string rendezvous_ticket;
   };
 
   // mu_, for a call that may start jobs: when it ends, mu_ is released and then the started
-  // attempts' Programs are emitted and sent (DispatchStarted), before the call returns.
+  // attempts are resolved and their Programs emitted and sent (DispatchStarted), before the call
+  // returns.
   class ABSL_SCOPED_LOCKABLE SchedulingLock {
    public:
-    explicit SchedulingLock(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_) : c_(c) {
-      c_->mu_.Lock();
-    }
-    ~SchedulingLock() ABSL_UNLOCK_FUNCTION() {
-      c_->mu_.Unlock();
-      c_->DispatchStarted();
-    }
+    explicit SchedulingLock(Coordinator* c) ABSL_EXCLUSIVE_LOCK_FUNCTION(c->mu_);
+    ~SchedulingLock() ABSL_UNLOCK_FUNCTION();
 
    private:
     Coordinator* const c_;
   };
 
   Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options);
-  // Emits and sends each queued attempt's Programs, rank by rank; stops an attempt that ended
-  // meanwhile (its unsent ranks count as done), fails one whose Program cannot be emitted or
-  // sent.
-  void DispatchStarted() ABSL_LOCKS_EXCLUDED(mu_);
-
   int64_t Now() const { return options_.now_ms(); }
-  // RESOURCE_EXHAUSTED with the figures when a rank's planned peak (its Program's arena) exceeds
-  // the memory of the largest registered worker of the job's kind: it could never run. OK when
-  // no such worker reports its memory.
+
+  // CheckFits against the largest registered worker of the spec's device kind.
   absl::Status CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan)
       ABSL_LOCKS_EXCLUDED(mu_);
-  Worker* FindWorker(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  v1::JobEvent StateEvent(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stores the job (and the event when given), then hands the event to watchers.
-  void SaveJob(const v1::Job& job, const v1::JobEvent* event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Publish(const v1::JobEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Appends the event to the attempt's record, then hands it to watchers; false (logged) when
-  // the store fails, and then no watcher sees it.
-  bool AppendAndPublish(int attempt, const v1::JobEvent& event)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Starts the pending jobs that fit and updates what the others wait for.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(v1::Job job, const std::vector<std::string>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Moves the run to a final state: stores it, drops its rendezvous scope, frees the workers that
-  // are done and tells the others to cancel. Erases the run.
-  // Takes the id by value: callers pass the run's own, which this erases.
-  void FinishRunLocked(std::string job_id, v1::JobState state, const std::string& message)
+  // Resolves the starting states of started attempts and emits and sends their Programs, off mu_.
+  void DispatchStarted() ABSL_LOCKS_EXCLUDED(mu_);
+  void ResolveStart(const StartingAttempt& start) ABSL_LOCKS_EXCLUDED(mu_);
+  void SendPrograms(const Send& send) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // The live attempt, or null when it ended (or another attempt runs).
+  JobRun* FindRunLocked(const std::string& job_id, int attempt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the event to the job's live attempt and executes its commands.
+  void RouteLocked(const std::string& job_id, const JobRun::Event& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The attempt failed (`rank` failed or was lost; -1: no one rank): with restarts left
-  // (Train.max_restarts) the job goes to RESTARTING, its ranks are told to stop, a restart event
-  // names the rank, worker, host and cause, and its next attempt waits first in line; otherwise
-  // FinishRunLocked(FAILED).
-  void FailRunLocked(const std::string& job_id, int rank, const std::string& cause)
+  void ExecuteLocked(const std::string& job_id, std::vector<JobRun::Command> commands)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A rank's TaskDone (or loss) for a running attempt; a failure at `failed_at_us` (Unix
-  // microseconds; 0: now), `failure` as the job's message names it, `error` as the rank's own
-  // words (RankError.message).
-  void RankDoneLocked(Run* run, int rank, bool ok, const std::string& failure,
-                      const std::string& error = "", int64_t failed_at_us = 0)
+  void EndedLocked(const std::string& job_id, const JobRun::Ended& ended)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The rank's error in the run's attempt: its worker, that worker's host, the message cut.
-  v1::RankError RankErrorLocked(const Run& run, int rank, int64_t at_ms,
-                                const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The gathered failures decide: the earliest is the cause (FailRunLocked), the others follow;
-  // all of them (bounded) become the job's rank_errors.
-  void DecideFailureLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues the record (and the event) for the store writer, which publishes the event once stored.
+  void StoreLocked(const v1::Job& job, std::optional<v1::JobEvent> event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendCancelLocked(const JobRun& run, const std::vector<int>& ranks,
+                        const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // A worker's LogLines: stored, off mu_, when the worker runs that rank of that attempt.
   void HandleLogLines(const std::string& worker_id, const v1::LogLines& logs)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The worker is gone: its rank (if any) fails with `why`. `drained`: it left on purpose
-  // (Goodbye), and is listed as drained rather than lost.
-  void MarkLostLocked(Worker* worker, const std::string& why, bool drained = false)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps at most a bounded number of lost workers listed.
-  void ForgetOldLostWorkersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReleaseWorkerLocked(Worker* worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The run's workers once it ended: those done are idle again, the others drain (told to cancel,
-  // idle when they confirm or after cancel_grace_ms).
-  void ReleaseWorkersLocked(const Run& run) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleStepLocked(Worker* worker, const v1::StepReport& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleDoneLocked(Worker* worker, const v1::TaskDone& done) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void HandleCheckpointLocked(Worker* worker, const v1::CheckpointReport& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The committer thread: commits queued saves in order until Shutdown.
-  void CommitLoop();
-  bool CommitReadyLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || !commits_.empty();
-  }
-  // A commit's outcome: the CheckpointSaved event, or the job FAILED; finishes a job that was
-  // waiting for it.
-  void CommittedLocked(const Commit& commit, const absl::Status& status, double seconds,
-                       const std::string& path) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A worker's event for its rank: routed to the attempt when it is live.
+  void DeliverLocked(Worker* worker, const RankEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The worker is gone (no heartbeat, its stream ended): its rank (if any) fails with `why`.
+  void LostLocked(Worker* worker, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // A commit's outcome, from the committer thread: routed to its attempt when that is live.
+  void Committed(const Commit& commit, const absl::Status& status, double seconds)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Tick's part under mu_.
   void CheckDeadlines() ABSL_LOCKS_EXCLUDED(mu_);
-  // Deletes the ended jobs that retention no longer keeps, at most a batch a call, when a job
-  // ended since the last call or retention_interval_ms passed (or the last batch was full).
+  // Retention's pass (retention.h), once the ended jobs' records are stored.
   void ApplyRetention() ABSL_LOCKS_EXCLUDED(mu_);
   // The store's DeleteJob, then the job's trace and metric series go too; the job as it was.
   absl::StatusOr<v1::Job> DeleteEndedJob(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
-  // Drops the attempt's rendezvous scope (its keys, and its ticket with them).
-  void EndRendezvousLocked(const std::string& job_id, int attempt)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SendCancelLocked(const Run& run, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CoordinatorOptions options_;
   Rendezvous rendezvous_;
   // Its families have locks of their own; updated under mu_, rendered without it.
   CoordinatorMetrics metrics_;
 
-  absl::Mutex mu_;
-  // Written under mu_ (so the stored order is the published order); it has its own lock.
+  ObservedMutex mu_;
+  // Read without mu_ (it has its own lock); written only by writer_ and off mu_.
   const std::unique_ptr<JobStore> store_;
+  const JobQueries queries_;
+  // Its own lock, no I/O under it: writer_ publishes, WatchJob streams take.
+  JobWatchers watchers_;
+  // The one writer of job records and events; destroyed (drained) before store_.
+  StoreWriter writer_;
   // Written under mu_ (so spans land in the attempt they belong to); read without it.
   TraceStore traces_;
+  // Complete saves, committed in order on its thread; stopped by Shutdown.
+  CheckpointCommitter committer_;
+  // Store writes made while some thread held mu_ under this thread (tests expect none).
+  std::atomic<int64_t> writes_under_lock_{0};
+
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t next_worker_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);  // registration order
-  std::vector<v1::Job> pending_ ABSL_GUARDED_BY(mu_);                  // submit order
+  WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Job> pending_ ABSL_GUARDED_BY(mu_);  // submit order
   // Each job's plan from SubmitJob (or from Create, for the pending jobs it recovers) until the
   // job ends.
   std::map<std::string, std::shared_ptr<const JobPlan>> plans_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Run> runs_ ABSL_GUARDED_BY(mu_);               // by job id
-  std::map<std::string, std::vector<std::shared_ptr<Watcher>>> watchers_ ABSL_GUARDED_BY(mu_);
-  std::deque<Commit> commits_ ABSL_GUARDED_BY(mu_);  // for the committer thread, in order
-  std::string committing_ ABSL_GUARDED_BY(mu_);      // the job whose commit is in progress
-  std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);  // started attempts, in start order
+  std::map<std::string, Attempt> runs_ ABSL_GUARDED_BY(mu_);  // by job id
+  // Started attempts to resolve and planned ones to send, in order (DispatchStarted).
+  std::deque<std::variant<StartingAttempt, Send>> dispatches_ ABSL_GUARDED_BY(mu_);
 
-  // Set when a job ends (retention by count may then delete one), cleared by ApplyRetention.
-  std::atomic<bool> retention_due_{true};
-  std::atomic<int64_t> next_retention_ms_{0};  // ApplyRetention's next check by the interval
+  // Told when a job ends (retention by count may then delete one).
+  Retention retention_;
 
   absl::Notification stop_ticker_;
   // When Tick last got mu_ (or Start ran); read without it.
   SteadyStamp last_tick_;
   std::thread ticker_;     // owned; joined by Shutdown
-  std::thread committer_;  // owned; started by Create, joined by Shutdown
 };
 
 }  // namespace weft::coordinator

@@ -121,4 +121,24 @@ void CoordinatorMetrics::RemoveJobSeries(const LabelValues& labels) {
   }
 }
 
+void CoordinatorMetrics::CountAtScrape(
+    std::function<absl::StatusOr<std::map<v1::JobState, int64_t>>()> jobs_by_state,
+    std::function<std::vector<v1::WorkerInfo>()> workers) {
+  registry_.AddCollector([this, jobs_by_state = std::move(jobs_by_state)] {
+    absl::StatusOr<std::map<v1::JobState, int64_t>> counts = jobs_by_state();
+    if (!counts.ok()) return;
+    for (int s = v1::PENDING; s <= v1::JobState_MAX; ++s) {
+      if (!v1::JobState_IsValid(s)) continue;
+      auto it = counts->find(static_cast<v1::JobState>(s));
+      jobs_->Set({v1::JobState_Name(s)}, it == counts->end() ? 0 : it->second);
+    }
+  });
+  registry_.AddCollector([this, workers = std::move(workers)] {
+    std::map<LabelValues, int> counts;
+    for (const v1::WorkerInfo& w : workers()) counts[{w.state(), w.device().kind()}]++;
+    workers_->Clear();
+    for (const auto& [labels, n] : counts) workers_->Set(labels, n);
+  });
+}
+
 }  // namespace weft::coordinator

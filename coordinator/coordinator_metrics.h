@@ -26,12 +26,17 @@
 #define WEFT_COORDINATOR_COORDINATOR_METRICS_H_
 
 #include <deque>
+#include <functional>
+#include <map>
+#include <vector>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/metrics.h"
 #include "weft/v1/job.pb.h"
+#include "weft/v1/service.pb.h"
 
 namespace weft::coordinator {
 
@@ -44,6 +49,12 @@ class CoordinatorMetrics {
   MetricsRegistry& registry() { return registry_; }
   GaugeFamily* jobs() { return jobs_; }
   GaugeFamily* workers() { return workers_; }
+
+  // Jobs by state and workers by state and kind are counted at scrape time, from these: every
+  // job state is listed, 0 included.
+  void CountAtScrape(
+      std::function<absl::StatusOr<std::map<v1::JobState, int64_t>>()> jobs_by_state,
+      std::function<std::vector<v1::WorkerInfo>()> workers);
 
   // One aggregated step of `job`.
   void Step(const v1::Job& job, const v1::StepMetrics& step);

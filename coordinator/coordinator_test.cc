@@ -170,8 +170,13 @@ class CoordinatorTest : public ::testing::Test {
     dir_ = TempDir();
     Reopen();
   }
+  // Every test's whole run, recovery and shutdown included: no job store write is made under the
+  // coordinator's lock (the store writer and the unlocked paths make them all).
   void TearDown() override {
-    if (coordinator_ != nullptr) coordinator_->Shutdown();
+    if (coordinator_ != nullptr) {
+      coordinator_->Shutdown();
+      EXPECT_EQ(coordinator_->store_writes_under_lock(), 0);
+    }
   }
 
   CoordinatorOptions Options() {
@@ -203,7 +208,10 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   void Reopen() {
-    if (coordinator_ != nullptr) coordinator_->Shutdown();
+    if (coordinator_ != nullptr) {
+      coordinator_->Shutdown();
+      EXPECT_EQ(coordinator_->store_writes_under_lock(), 0);
+    }
     coordinator_.reset();
     auto store = JobStore::Open(dir_ + "/weft.db");
     ASSERT_TRUE(store.ok()) << store.status();

@@ -25,6 +25,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -86,6 +87,20 @@ struct LogLinesPage {
   bool more = false;  // lines follow the last of these
 };
 
+// A stored log line's text is cut to this many bytes, its level to kLogLevelBytes (workers cut
+// theirs already).
+inline constexpr size_t kLogLineBytes = 4096;
+inline constexpr size_t kLogLevelBytes = 16;
+
+// One write of JobStore::WriteBatch: the job's mutable fields (when `job` is set), then the event
+// (when set) of the job's `attempt`.
+struct JobWrite {
+  std::string job_id;
+  int attempt = 0;
+  std::optional<v1::Job> job;
+  std::optional<v1::JobEvent> event;
+};
+
 class JobStore {
  public:
   // Opens (creating if needed) the database at `path`; its folder must exist.
@@ -104,6 +119,15 @@ class JobStore {
 
   // Appends one event (e.g. a step) of the job's given attempt.
   absl::Status AppendEvent(const std::string& job_id, int attempt, const v1::JobEvent& event);
+
+  // The writes in order, in one transaction (one fsync for all of them: the coordinator's store
+  // writer groups what queued while the last batch was written). Each write stands alone: one
+  // that fails (a job deleted meanwhile: NOT_FOUND) is rolled back by itself, and its status is
+  // the one at its index.
+  std::vector<absl::Status> WriteBatch(const std::vector<JobWrite>& writes);
+
+  // Called at the start of every write (tests: which thread writes, and under which lock).
+  void SetWriteObserver(std::function<void()> observer);
 
   // The job without its step metrics. NOT_FOUND for an unknown id ("job-000007 was deleted" for
   // one the store gave and deleted).
@@ -180,6 +204,8 @@ class JobStore {
   template <typename Body>
   absl::Status InTransaction(Body body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  void ObserveWrite();
+  std::function<void()> write_observer_;  // set before the store is shared
   absl::Mutex mu_;
   sqlite3* db_ ABSL_GUARDED_BY(mu_);  // owned
 };

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 namespace weft::coordinator {
 
 void TraceStore::Begin(const std::string& job_id, int attempt,
@@ -81,6 +83,19 @@ void TraceStore::EraseLocked(const std::string& job_id) {
     finished_.erase(std::remove(finished_.begin(), finished_.end(), job_id), finished_.end());
   }
   jobs_.erase(it);
+}
+
+absl::StatusOr<v1::JobTrace> TraceStore::TraceOf(const v1::Job& job) const {
+  if (!job.spec().trace()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job.id(), " was not submitted with trace: true"));
+  }
+  std::optional<v1::JobTrace> trace = Get(job.id());
+  if (trace.has_value()) return *std::move(trace);
+  if (job.state() == v1::PENDING) return v1::JobTrace();
+  return absl::NotFoundError(absl::StrCat(
+      "the trace of job ", job.id(), " is no longer held (traces live in the coordinator's "
+      "memory: it restarted since, or forgot the trace to make room for newer ones)"));
 }
 
 }  // namespace weft::coordinator

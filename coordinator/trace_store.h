@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "google/protobuf/repeated_field.h"
 #include "weft/v1/service.pb.h"
@@ -57,6 +58,9 @@ class TraceStore {
   void Forget(const std::string& job_id) ABSL_LOCKS_EXCLUDED(mu_);
   // A copy of the job's trace; nullopt if none is held.
   std::optional<v1::JobTrace> Get(const std::string& job_id) const ABSL_LOCKS_EXCLUDED(mu_);
+  // GetJobTrace: the trace of the stored job, empty while it is pending. FAILED_PRECONDITION when
+  // it was not submitted with trace, NOT_FOUND for a trace no longer held.
+  absl::StatusOr<v1::JobTrace> TraceOf(const v1::Job& job) const ABSL_LOCKS_EXCLUDED(mu_);
 
   int64_t total_spans() const ABSL_LOCKS_EXCLUDED(mu_);
 

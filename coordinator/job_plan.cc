@@ -1,0 +1,77 @@
+#include "coordinator/job_plan.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/checkpoint/checkpoint.h"
+#include "common/status.h"
+#include "planner/arch/hf_export.h"
+#include "planner/submit/submit.h"
+
+namespace weft::coordinator {
+namespace {
+
+class PlannerJobPlan final : public JobPlan {
+ public:
+  PlannerJobPlan(std::shared_ptr<const planner::Plan> plan, planner::HfExportMetadata hf_export)
+      : plan_(std::move(plan)), hf_export_(std::move(hf_export)) {}
+  int world_size() const override { return plan_->world_size(); }
+  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
+    return plan_->Program(rank, attempt);
+  }
+  std::map<std::string, std::string> checkpoint_metadata() const override { return hf_export_; }
+
+ private:
+  const std::shared_ptr<const planner::Plan> plan_;
+  const planner::HfExportMetadata hf_export_;  // computed once with the plan
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanWithPlanner(const v1::JobSpec& spec) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const planner::Plan> plan, planner::PlanPrepared(spec, "", 0));
+  ASSIGN_OR_RETURN(planner::HfExportMetadata hf_export, planner::HfExportMetadataOf(spec));
+  return std::shared_ptr<const JobPlan>(
+      std::make_shared<PlannerJobPlan>(std::move(plan), std::move(hf_export)));
+}
+
+absl::Status CheckFits(const JobPlan& plan, const std::string& kind, int64_t largest_bytes,
+                       const std::string& largest_id) {
+  if (largest_bytes <= 0) return absl::OkStatus();
+  // Each rank's planned peak is its Program's arena (what its allocator holds); the first rank
+  // that cannot fit is refused.
+  for (int r = 0; r < plan.world_size(); ++r) {
+    absl::StatusOr<v1::Program> program = plan.Program(r, planner::Attempt{});
+    if (!program.ok()) return Annotate(program.status(), "planning the job");
+    if (program->arena_bytes() > largest_bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "rank ", r, " needs ", absl::StrFormat("%.2f", program->arena_bytes() / 1073741824.0),
+          " GiB at its planned peak (`weftctl plan` shows it by role), more than the ",
+          absl::StrFormat("%.2f", largest_bytes / 1073741824.0), " GiB of the largest registered ",
+          kind, " worker (", largest_id, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<CheckpointLoad> AttemptStartingState(const v1::Job& job) {
+  const std::string& dir = job.spec().checkpoint().dir();
+  if (job.attempt() > 0 && !dir.empty()) {
+    absl::StatusOr<std::string> latest = checkpoint::FindLatest(dir);
+    absl::StatusOr<checkpoint::CheckpointReader> reader =
+        latest.ok() ? checkpoint::CheckpointReader::Open(*latest)
+                    : absl::StatusOr<checkpoint::CheckpointReader>(latest.status());
+    if (reader.ok()) {
+      auto owner = reader->index().metadata.find("job_id");
+      if (owner != reader->index().metadata.end() && owner->second == job.id()) {
+        v1::JobSpec resumed = job.spec();
+        resumed.mutable_train()->set_resume(true);
+        return ResolveCheckpointLoad(resumed);
+      }
+    }
+  }
+  return ResolveCheckpointLoad(job.spec());
+}
+
+}  // namespace weft::coordinator

@@ -1,0 +1,61 @@
+// What SubmitJob does before a job is stored, and Create for the jobs a previous coordinator left,
+// all off the coordinator's lock: read the request, prepare the spec, plan it.
+//
+// SpecOfRequest: what a SubmitJobRequest asks to run: its spec, or its spec_yaml read as weftctl reads a spec
+// file (ParseJobSpecYaml). A spec_yaml's relative paths are resolved against spec_dir when given
+// (the client sees the cluster's files at the same paths), else as the cluster sees them: data
+// paths, init_from and model.config_file against roots.data, checkpoint.dir against
+// roots.checkpoint. A model.config_file is read only under roots.data.
+//
+// E.g.
+//   ASSIGN_OR_RETURN(v1::JobSpec spec, SpecOfRequest(request, options.roots));
+//   ASSIGN_OR_RETURN(Submission submission, PrepareSubmission(spec, options));
+#ifndef WEFT_COORDINATOR_SUBMISSION_H_
+#define WEFT_COORDINATOR_SUBMISSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/path_roots.h"
+#include "coordinator/coordinator_options.h"
+#include "coordinator/job_plan.h"
+#include "coordinator/job_store.h"
+#include "weft/v1/job.pb.h"
+#include "weft/v1/service.pb.h"
+
+namespace weft::coordinator {
+
+// INVALID_ARGUMENT for both spec and spec_yaml, a spec_yaml over 1 MiB, a spec_dir that is not
+// absolute (or given without spec_yaml), a relative path with no root to resolve it against
+// (naming the field and the flag), or a YAML error (naming the field and the line).
+absl::StatusOr<v1::JobSpec> SpecOfRequest(const v1::SubmitJobRequest& request,
+                                          const PathRoots& roots);
+
+// A submitted spec, prepared and planned.
+struct Submission {
+  v1::JobSpec spec;  // as prepared: what the job record keeps
+  std::shared_ptr<const JobPlan> plan;
+  int64_t world_size = 0;
+};
+
+// ApplyJobSpecDefaults, the spec's paths confined to options.roots (before any file is opened),
+// options.prepare_spec, the mesh within options.max_ranks (a larger one is refused before
+// planning, which would hold memory in proportion to it), then options.plan, once per job.
+absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
+                                             const CoordinatorOptions& options);
+
+// The jobs a previous coordinator left in the store, planned again (a plan lives in memory only).
+struct Recovered {
+  // Running ones first, now RESTARTING as their next attempt (they resume from their newest
+  // checkpoint), then the pending ones, in submit order.
+  std::vector<v1::Job> queued;
+  std::vector<std::shared_ptr<const JobPlan>> plans;  // by queued's index
+};
+// A job that can no longer be planned is stored FAILED and not queued.
+absl::StatusOr<Recovered> RecoverJobs(JobStore* store, const CoordinatorOptions& options);
+
+}  // namespace weft::coordinator
+
+#endif  // WEFT_COORDINATOR_SUBMISSION_H_
