@@ -32,6 +32,8 @@ struct AttrDef {
   Attrs::Value default_value;  // its alternative is the attribute's type
 };
 
+// The table's entries name their fields (designated initializers, in declaration order: C++20's,
+// which GCC and Clang take in C++17 too) and leave the defaults out.
 struct OpDef {
   std::string type;
   int min_inputs = 1;
