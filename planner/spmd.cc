@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
-#include "planner/lower.h"
+#include "planner/reshard_cost.h"
 
 namespace weft::planner {
 namespace {
