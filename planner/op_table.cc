@@ -50,10 +50,9 @@ std::vector<OpDef> MakeTable() {
        .attrs = {{"scale", 1.0}}, .dtypes = f32, .instruction = I::MSE_GRAD},
       // Optimizer updates: (param, grad) and (param, grad, m, v), written in place.
       {.type = "sgd", .min_inputs = 2, .max_inputs = 2, .outputs = 0, .attrs = update,
-       .dtypes = f32, .kind = OpKind::kUpdate, .updates_in_place = {0}, .instruction = I::SGD},
+       .dtypes = f32, .kind = OpKind::kUpdate, .instruction = I::SGD},
       {.type = "adamw", .min_inputs = 4, .max_inputs = 4, .outputs = 0, .attrs = adamw,
-       .dtypes = f32, .kind = OpKind::kUpdate, .updates_in_place = {0, 2, 3},
-       .instruction = I::ADAMW},
+       .dtypes = f32, .kind = OpKind::kUpdate, .instruction = I::ADAMW},
       {.type = "reshard", .min_inputs = 1, .max_inputs = 1, .outputs = 1,
        .kind = OpKind::kReshard},
       // Transformers (operands numbered inputs first, then outputs; see OpDef).
