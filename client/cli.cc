@@ -1,8 +1,10 @@
 #include "client/cli.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -10,14 +12,23 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
+#include "common/status.h"
 
 namespace weft::client {
 namespace {
+
+// Checks a command's arguments beyond their count (a ckpt or data subcommand's), with the flags
+// applied.
+using CommandCheck = absl::Status (*)(const CommandLine& cl);
+
+absl::Status CheckCkpt(const CommandLine& cl);
+absl::Status CheckData(const CommandLine& cl);
 
 struct CommandInfo {
   int min_positional;
   int max_positional;
   const char* positional_name;  // for errors: "SPEC", "JOB"
+  CommandCheck check = nullptr;
 };
 
 const std::map<std::string, CommandInfo>& Commands() {
@@ -28,62 +39,30 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"logs", {1, 1, "JOB"}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
       {"version", {0, 0, ""}},
-      {"trace", {2, 2, "JOB FILE"}},      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT"}},
-      {"data", {2, 1001, "tokenize --bytes IN... OUT or inspect FILE"}},
+      {"trace", {2, 2, "JOB FILE"}},
+      {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT", CheckCkpt}},
+      {"data", {2, 1001, "tokenize --bytes IN... OUT or inspect FILE", CheckData}},
   };
   return *commands;
 }
+
+// Sets a flag's field of `cl` from its value ("true" for a flag given without one); errors name
+// the flag. The command is known by then (cl->command, empty when none was given).
+using FlagSetter = std::function<absl::Status(const std::string& name, const std::string& value,
+                                              CommandLine* cl)>;
 
 struct FlagInfo {
   bool takes_value;
   std::set<std::string> commands;  // empty: every command
+  FlagSetter set;
 };
 
-// The commands that call a coordinator given by --coordinator, with its credentials.
-const std::set<std::string>& ConnectingCommands() {
-  static const auto* commands = new std::set<std::string>{
-      "submit", "get", "list", "cancel", "delete", "watch", "logs", "workers", "trace"};
-  return *commands;
-}
-
-const std::map<std::string, FlagInfo>& Flags() {
-  static const auto* flags = new std::map<std::string, FlagInfo>{
-      {"coordinator", {true, {}}},
-      {"token_file", {true, ConnectingCommands()}},
-      {"tls_ca", {true, ConnectingCommands()}},
-      {"tls_server_name", {true, ConnectingCommands()}},
-      {"json",
-       {false,
-        {"submit", "get", "list", "delete", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
-      {"output",
-       {true,
-        {"submit", "get", "list", "delete", "watch", "logs", "workers", "local", "plan", "ckpt"}}},
-      {"watch", {false, {"submit"}}},
-      {"check_local_files", {false, {"submit"}}},
-      {"ranks", {true, {"local"}}},
-      {"coordinator_bin", {true, {"local"}}},
-      {"worker_bin", {true, {"local"}}},
-      {"keep_tmp", {false, {"local"}}},
-      {"data_root", {true, {"local"}}},
-      {"checkpoint_root", {true, {"local"}}},
-      {"trace", {true, {"local"}}},
-      {"device", {true, {"local"}}},
-      {"reason", {true, {"cancel"}}},
-      {"limit", {true, {"list"}}},
-      {"state", {true, {"list"}}},
-      {"rank", {true, {"logs"}}},
-      {"attempt", {true, {"logs"}}},
-      {"follow", {false, {"logs"}}},
-      {"bytes", {false, {"data"}}},
-      {"holdout", {true, {"data"}}},
-      {"holdout_out", {true, {"data"}}},
-      {"format", {true, {"data", "ckpt"}}},
-      {"with_optimizer", {false, {"ckpt"}}},
-      {"list_ranks", {true, {"plan"}}},
-      {"help", {false, {}}},
-      {"version", {false, {}}},
-  };
-  return *flags;
+absl::StatusOr<bool> ParseBoolValue(const std::string& flag, const std::string& value) {
+  const std::string v = absl::AsciiStrToLower(value);
+  if (v == "true" || v == "1" || v == "yes") return true;
+  if (v == "false" || v == "0" || v == "no") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, ": expected true or false, got \"", value, "\""));
 }
 
 // A job state by its name in any case ("running", "RUNNING"); an error lists the names.
@@ -104,12 +83,347 @@ absl::StatusOr<v1::JobState> ParseJobState(const std::string& value) {
                                                  "\"; known: ", absl::StrJoin(names, ", ")));
 }
 
-absl::StatusOr<bool> ParseBoolValue(const std::string& flag, const std::string& value) {
-  const std::string v = absl::AsciiStrToLower(value);
-  if (v == "true" || v == "1" || v == "yes") return true;
-  if (v == "false" || v == "0" || v == "no") return false;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, ": expected true or false, got \"", value, "\""));
+// The setters most flags share: a boolean, any text, text that must not be empty (`what` it must
+// be: "--token_file: must be a file"), and presence alone (--help, --version).
+FlagSetter SetBool(bool CommandLine::*field) {
+  return [field](const std::string& name, const std::string& value, CommandLine* cl) {
+    ASSIGN_OR_RETURN(cl->*field, ParseBoolValue(name, value));
+    return absl::OkStatus();
+  };
+}
+FlagSetter SetText(std::string CommandLine::*field) {
+  return [field](const std::string&, const std::string& value, CommandLine* cl) {
+    cl->*field = value;
+    return absl::OkStatus();
+  };
+}
+FlagSetter SetNonEmpty(std::string CommandLine::*field, const char* what) {
+  return [field, what](const std::string& name, const std::string& value, CommandLine* cl) {
+    if (value.empty()) return absl::InvalidArgumentError(absl::StrCat("--", name, ": ", what));
+    cl->*field = value;
+    return absl::OkStatus();
+  };
+}
+FlagSetter SetPresent(bool CommandLine::*field) {
+  return [field](const std::string&, const std::string&, CommandLine* cl) {
+    cl->*field = true;
+    return absl::OkStatus();
+  };
+}
+
+absl::Status SetOutput(const std::string&, const std::string& value, CommandLine* cl) {
+  if (value != "json") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-o/--output: \"", value, "\" is not an output format; weftctl has json (-o json, "
+        "the same as --json) and, without the flag, text"));
+  }
+  cl->json = true;
+  return absl::OkStatus();
+}
+
+absl::Status SetHoldout(const std::string&, const std::string& value, CommandLine* cl) {
+  double f = 0;
+  if (!absl::SimpleAtod(value, &f) || !(f > 0 && f < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"", value,
+        "\""));
+  }
+  cl->holdout = f;
+  return absl::OkStatus();
+}
+
+absl::Status SetFormat(const std::string&, const std::string& value, CommandLine* cl) {
+  if (value.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--format: needs ", cl->command == "ckpt" ? "weft or hf" : "llmc, raw_u16 or megatron"));
+  }
+  cl->format = value;
+  return absl::OkStatus();
+}
+
+absl::Status SetRanks(const std::string&, const std::string& value, CommandLine* cl) {
+  if (!absl::SimpleAtoi(value, &cl->ranks) || cl->ranks <= 0 || cl->ranks > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ranks: expected a number of ranks in 1..1024, got \"", value, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetLimit(const std::string&, const std::string& value, CommandLine* cl) {
+  if (!absl::SimpleAtoi(value, &cl->limit) || cl->limit <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--limit: expected a number of jobs, at least 1, got \"", value, "\""));
+  }
+  return absl::OkStatus();
+}
+
+// --rank and --attempt: a number, 0 or more.
+absl::Status SetRankOrAttempt(const std::string& name, const std::string& value,
+                              CommandLine* cl) {
+  int* field = name == "rank" ? &cl->rank : &cl->attempt;
+  if (!absl::SimpleAtoi(value, field) || *field < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", name, ": expected a", name == "rank" ? " rank" : "n attempt",
+        " (0 or more), got \"", value, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SetState(const std::string&, const std::string& value, CommandLine* cl) {
+  ASSIGN_OR_RETURN(cl->state, ParseJobState(value));
+  return absl::OkStatus();
+}
+
+absl::Status SetDevice(const std::string&, const std::string& value, CommandLine* cl) {
+  if (value != "cpu" && value != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device: expected cpu or cuda, got \"", value, "\""));
+  }
+  cl->device = value;
+  return absl::OkStatus();
+}
+
+absl::Status SetListRanks(const std::string&, const std::string& value, CommandLine* cl) {
+  if (value == "all") {
+    cl->list_all_ranks = true;
+    return absl::OkStatus();
+  }
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    int rank;
+    if (!absl::SimpleAtoi(part, &rank) || rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--list_ranks: expected all or ranks like 0,5,9, got \"", value, "\""));
+    }
+    cl->list_ranks.push_back(rank);
+  }
+  return absl::OkStatus();
+}
+
+// The commands that call a coordinator given by --coordinator, with its credentials.
+const std::set<std::string>& ConnectingCommands() {
+  static const auto* commands = new std::set<std::string>{
+      "submit", "get", "list", "cancel", "delete", "watch", "logs", "workers", "trace"};
+  return *commands;
+}
+
+// Every flag: whether it takes a value, the commands it applies to, and how it sets its field.
+const std::map<std::string, FlagInfo>& Flags() {
+  using C = CommandLine;
+  static const std::set<std::string> output_commands = {
+      "submit", "get", "list", "delete", "watch", "logs", "workers", "local", "plan", "ckpt"};
+  static const auto* flags = new std::map<std::string, FlagInfo>{
+      {"coordinator", {true, {}, SetNonEmpty(&C::coordinator, "must be HOST:PORT")}},
+      {"token_file", {true, ConnectingCommands(), SetNonEmpty(&C::token_file, "must be a file")}},
+      {"tls_ca", {true, ConnectingCommands(), SetNonEmpty(&C::tls_ca, "must be a file")}},
+      {"tls_server_name",
+       {true, ConnectingCommands(), SetNonEmpty(&C::tls_server_name, "must be a name")}},
+      {"json", {false, output_commands, SetBool(&C::json)}},
+      {"output", {true, output_commands, SetOutput}},
+      {"watch", {false, {"submit"}, SetBool(&C::watch)}},
+      {"check_local_files", {false, {"submit"}, SetBool(&C::check_local_files)}},
+      {"ranks", {true, {"local"}, SetRanks}},
+      {"coordinator_bin", {true, {"local"}, SetText(&C::coordinator_bin)}},
+      {"worker_bin", {true, {"local"}, SetText(&C::worker_bin)}},
+      {"keep_tmp", {false, {"local"}, SetBool(&C::keep_tmp)}},
+      {"data_root", {true, {"local"}, SetText(&C::data_root)}},
+      {"checkpoint_root", {true, {"local"}, SetText(&C::checkpoint_root)}},
+      {"trace", {true, {"local"}, SetNonEmpty(&C::trace, "needs a FILE to write")}},
+      {"device", {true, {"local"}, SetDevice}},
+      {"reason", {true, {"cancel"}, SetText(&C::reason)}},
+      {"limit", {true, {"list"}, SetLimit}},
+      {"state", {true, {"list"}, SetState}},
+      {"rank", {true, {"logs"}, SetRankOrAttempt}},
+      {"attempt", {true, {"logs"}, SetRankOrAttempt}},
+      {"follow", {false, {"logs"}, SetBool(&C::follow)}},
+      {"bytes", {false, {"data"}, SetBool(&C::bytes)}},
+      {"holdout", {true, {"data"}, SetHoldout}},
+      {"holdout_out", {true, {"data"}, SetNonEmpty(&C::holdout_out, "must be a file")}},
+      {"format", {true, {"data", "ckpt"}, SetFormat}},
+      {"with_optimizer", {false, {"ckpt"}, SetBool(&C::with_optimizer)}},
+      {"list_ranks", {true, {"plan"}, SetListRanks}},
+      {"help", {false, {}, SetPresent(&C::help)}},
+      {"version", {false, {}, SetPresent(&C::version)}},
+  };
+  return *flags;
+}
+
+// A flag as given, before it is checked against the command: its name (dashes as underscores)
+// and its value ("true" for a flag given without one).
+struct GivenFlag {
+  std::string name;
+  std::string value;
+};
+
+// kubectl's -o json (also -o=json, -ojson): --output json. args[*i] starts with "-o"; a value in
+// the next argument advances *i.
+absl::StatusOr<GivenFlag> ReadShortOutput(const std::vector<std::string>& args, size_t* i) {
+  std::string value = args[*i].substr(2);
+  if (absl::StartsWith(value, "=")) value = value.substr(1);
+  if (value.empty()) {
+    if (*i + 1 >= args.size()) return absl::InvalidArgumentError("-o needs a value (json)");
+    value = args[++*i];
+  }
+  return GivenFlag{"output", value};
+}
+
+// --name, --name=value or --name value (for a flag that takes one: then *i advances); dashes
+// in the name are underscores. An unknown name is an error.
+absl::StatusOr<GivenFlag> ReadLongFlag(const std::vector<std::string>& args, size_t* i) {
+  std::string name = args[*i].substr(2);
+  std::string value;
+  bool has_value = false;
+  const size_t eq = name.find('=');
+  if (eq != std::string::npos) {
+    value = name.substr(eq + 1);
+    name = name.substr(0, eq);
+    has_value = true;
+  }
+  std::replace(name.begin(), name.end(), '-', '_');
+  auto it = Flags().find(name);
+  if (it == Flags().end()) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+  if (it->second.takes_value && !has_value) {
+    if (*i + 1 >= args.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+    }
+    value = args[++*i];
+    has_value = true;
+  }
+  return GivenFlag{name, has_value ? value : "true"};
+}
+
+// Splits args into the command and its positional arguments (into cl) and the flags, returned in
+// order. Flags may come anywhere; after "--" every argument is positional.
+absl::StatusOr<std::vector<GivenFlag>> SplitArgs(const std::vector<std::string>& args,
+                                                 CommandLine* cl) {
+  std::vector<GivenFlag> flags;
+  bool flags_done = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!flags_done && arg == "--") {
+      flags_done = true;
+    } else if (!flags_done && arg == "-h") {
+      flags.push_back({"help", ""});
+    } else if (!flags_done && absl::StartsWith(arg, "-o") && !absl::StartsWith(arg, "--")) {
+      ASSIGN_OR_RETURN(GivenFlag flag, ReadShortOutput(args, &i));
+      flags.push_back(std::move(flag));
+    } else if (!flags_done && absl::StartsWith(arg, "--") && arg.size() > 2) {
+      ASSIGN_OR_RETURN(GivenFlag flag, ReadLongFlag(args, &i));
+      flags.push_back(std::move(flag));
+    } else if (cl->command.empty()) {
+      cl->command = arg;
+    } else {
+      cl->positional.push_back(arg);
+    }
+  }
+  return flags;
+}
+
+// Sets a flag given to cl's command, after checking that it applies to the command (any command
+// while none is given).
+absl::Status ApplyFlag(const GivenFlag& flag, CommandLine* cl) {
+  const FlagInfo& info = Flags().at(flag.name);
+  if (!cl->command.empty() && !info.commands.empty() && info.commands.count(cl->command) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag.name, " does not apply to '", cl->command, "' (only to ",
+        absl::StrJoin(info.commands, ", "), ")"));
+  }
+  return info.set(flag.name, flag.value, cl);
+}
+
+// The command's entry; an unknown command is an error listing the known ones.
+absl::StatusOr<const CommandInfo*> FindCommand(const std::string& command) {
+  auto it = Commands().find(command);
+  if (it == Commands().end()) {
+    std::vector<std::string> names;
+    for (const auto& kv : Commands()) names.push_back(kv.first);
+    return absl::InvalidArgumentError(absl::StrCat("unknown command '", command,
+                                                   "'; known: ", absl::StrJoin(names, ", ")));
+  }
+  return &it->second;
+}
+
+absl::Status CheckPositionalCount(const CommandLine& cl, const CommandInfo& info) {
+  const int n = static_cast<int>(cl.positional.size());
+  if (n < info.min_positional) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", cl.command, "' needs ", info.positional_name));
+  }
+  if (n > info.max_positional) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", cl.command, "' takes ",
+        info.max_positional == 0   ? std::string("no arguments")
+        : info.max_positional == 1 ? absl::StrCat("one ", info.positional_name)
+                                   : std::string(info.positional_name),
+        ", got unexpected '", cl.positional[info.max_positional], "'"));
+  }
+  return absl::OkStatus();
+}
+
+// ckpt inspect DIR [--json], ckpt verify DIR, ckpt export DIR OUT [--format F] [--with-optimizer].
+absl::Status CheckCkpt(const CommandLine& cl) {
+  const int n = static_cast<int>(cl.positional.size());
+  const std::string& sub = cl.positional[0];
+  const int want = sub == "export" ? 3 : 2;
+  if (sub != "inspect" && sub != "verify" && sub != "export") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown 'ckpt' command '", sub, "'; known: inspect, verify, export"));
+  }
+  if (n != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'ckpt ", sub, "' takes ", sub == "export" ? "DIR OUT.safetensors" : "one DIR"));
+  }
+  if (cl.json && sub != "inspect") {
+    return absl::InvalidArgumentError("--json applies to 'ckpt inspect' only");
+  }
+  if (sub != "export" && (!cl.format.empty() || cl.with_optimizer)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        !cl.format.empty() ? "--format" : "--with-optimizer", " applies to 'ckpt export' only"));
+  }
+  if (!cl.format.empty() && cl.format != "weft" && cl.format != "hf") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--format: unknown checkpoint export format \"", cl.format, "\"; known: weft, hf"));
+  }
+  if (cl.format == "hf" && cl.with_optimizer) {
+    return absl::InvalidArgumentError(
+        "--with-optimizer: a Hugging Face export (--format hf) holds parameters only");
+  }
+  return absl::OkStatus();
+}
+
+// data tokenize --bytes IN... OUT [--holdout F --holdout_out VAL], data inspect FILE [--format F].
+absl::Status CheckData(const CommandLine& cl) {
+  const int n = static_cast<int>(cl.positional.size());
+  const std::string& sub = cl.positional[0];
+  if (sub != "tokenize" && sub != "inspect") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown 'data' command '", sub, "'; known: tokenize, inspect"));
+  }
+  const bool tokenize = sub == "tokenize";
+  if (tokenize ? n < 3 : n != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'data ", sub, "' takes ", tokenize ? "IN... OUT.bin" : "one FILE"));
+  }
+  if (!tokenize && (cl.holdout > 0 || !cl.holdout_out.empty())) {
+    return absl::InvalidArgumentError("--holdout applies to 'data tokenize' only");
+  }
+  if (cl.holdout_out.empty() != (cl.holdout == 0)) {
+    return absl::InvalidArgumentError(
+        "--holdout F and --holdout_out VAL.bin go together: the last fraction F of the tokens "
+        "is written to VAL.bin instead of OUT");
+  }
+  if (tokenize && !cl.bytes) {
+    return absl::InvalidArgumentError(
+        "'data tokenize' needs --bytes (byte-level tokens, vocab 256: the one tokenizer "
+        "weftctl has)");
+  }
+  if (!tokenize && cl.bytes) {
+    return absl::InvalidArgumentError("--bytes applies to 'data tokenize' only");
+  }
+  if (tokenize && !cl.format.empty()) {
+    return absl::InvalidArgumentError(
+        "--format applies to 'data inspect' only ('data tokenize' writes llmc)");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -124,288 +438,18 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   CommandLine cl;
   cl.coordinator = default_coordinator;
   // Flags are collected first and checked against the command once it is known.
-  std::vector<std::pair<std::string, std::string>> flags;
-  bool flags_done = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (!flags_done && arg == "--") {
-      flags_done = true;
-      continue;
-    }
-    if (!flags_done && (arg == "-h")) {
-      flags.push_back({"help", ""});
-      continue;
-    }
-    // kubectl's -o json (also -o=json, -ojson): --output json.
-    if (!flags_done && absl::StartsWith(arg, "-o") && !absl::StartsWith(arg, "--")) {
-      std::string value = arg.substr(2);
-      if (absl::StartsWith(value, "=")) value = value.substr(1);
-      if (value.empty()) {
-        if (i + 1 >= args.size()) return absl::InvalidArgumentError("-o needs a value (json)");
-        value = args[++i];
-      }
-      flags.push_back({"output", value});
-      continue;
-    }
-    if (!flags_done && absl::StartsWith(arg, "--") && arg.size() > 2) {
-      std::string name = arg.substr(2);
-      std::string value;
-      bool has_value = false;
-      const size_t eq = name.find('=');
-      if (eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        has_value = true;
-      }
-      std::replace(name.begin(), name.end(), '-', '_');
-      auto it = Flags().find(name);
-      if (it == Flags().end()) {
-        return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-      }
-      if (it->second.takes_value && !has_value) {
-        if (i + 1 >= args.size()) {
-          return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
-        }
-        value = args[++i];
-        has_value = true;
-      }
-      flags.push_back({name, has_value ? value : "true"});
-      continue;
-    }
-    if (cl.command.empty()) {
-      cl.command = arg;
-    } else {
-      cl.positional.push_back(arg);
-    }
-  }
-
-  for (const auto& [name, value] : flags) {
-    if (name == "help") {
-      cl.help = true;
-      continue;
-    }
-    if (name == "version") {
-      cl.version = true;
-      continue;
-    }
-    const FlagInfo& info = Flags().at(name);
-    if (!cl.command.empty() && !info.commands.empty() && info.commands.count(cl.command) == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--", name, " does not apply to '", cl.command, "' (only to ",
-          absl::StrJoin(info.commands, ", "), ")"));
-    }
-    if (name == "coordinator") {
-      if (value.empty()) return absl::InvalidArgumentError("--coordinator: must be HOST:PORT");
-      cl.coordinator = value;
-    } else if (name == "token_file") {
-      if (value.empty()) return absl::InvalidArgumentError("--token_file: must be a file");
-      cl.token_file = value;
-    } else if (name == "tls_ca") {
-      if (value.empty()) return absl::InvalidArgumentError("--tls_ca: must be a file");
-      cl.tls_ca = value;
-    } else if (name == "tls_server_name") {
-      if (value.empty()) return absl::InvalidArgumentError("--tls_server_name: must be a name");
-      cl.tls_server_name = value;
-    } else if (name == "json") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.json = *v;
-    } else if (name == "output") {
-      if (value != "json") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "-o/--output: \"", value, "\" is not an output format; weftctl has json (-o json, "
-            "the same as --json) and, without the flag, text"));
-      }
-      cl.json = true;
-    } else if (name == "watch") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.watch = *v;
-    } else if (name == "check_local_files") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.check_local_files = *v;
-    } else if (name == "bytes") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.bytes = *v;
-    } else if (name == "holdout") {
-      double f = 0;
-      if (!absl::SimpleAtod(value, &f) || !(f > 0 && f < 1)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--holdout: the held-out fraction of the tokens, a number in (0, 1), got \"", value,
-            "\""));
-      }
-      cl.holdout = f;
-    } else if (name == "holdout_out") {
-      if (value.empty()) return absl::InvalidArgumentError("--holdout_out: must be a file");
-      cl.holdout_out = value;
-    } else if (name == "format") {
-      if (value.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--format: needs ", cl.command == "ckpt" ? "weft or hf" : "llmc, raw_u16 or megatron"));
-      }
-      cl.format = value;
-    } else if (name == "with_optimizer") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.with_optimizer = *v;
-    } else if (name == "keep_tmp") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.keep_tmp = *v;
-    } else if (name == "ranks") {
-      if (!absl::SimpleAtoi(value, &cl.ranks) || cl.ranks <= 0 || cl.ranks > 1024) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--ranks: expected a number of ranks in 1..1024, got \"", value, "\""));
-      }
-    } else if (name == "coordinator_bin") {
-      cl.coordinator_bin = value;
-    } else if (name == "worker_bin") {
-      cl.worker_bin = value;
-    } else if (name == "data_root") {
-      cl.data_root = value;
-    } else if (name == "checkpoint_root") {
-      cl.checkpoint_root = value;
-    } else if (name == "reason") {
-      cl.reason = value;
-    } else if (name == "limit") {
-      if (!absl::SimpleAtoi(value, &cl.limit) || cl.limit <= 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--limit: expected a number of jobs, at least 1, got \"", value, "\""));
-      }
-    } else if (name == "rank" || name == "attempt") {
-      int* field = name == "rank" ? &cl.rank : &cl.attempt;
-      if (!absl::SimpleAtoi(value, field) || *field < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "--", name, ": expected a", name == "rank" ? " rank" : "n attempt",
-            " (0 or more), got \"", value, "\""));
-      }
-    } else if (name == "follow") {
-      auto v = ParseBoolValue(name, value);
-      if (!v.ok()) return v.status();
-      cl.follow = *v;
-    } else if (name == "state") {
-      absl::StatusOr<v1::JobState> state = ParseJobState(value);
-      if (!state.ok()) return state.status();
-      cl.state = *state;
-    } else if (name == "device") {
-      if (value != "cpu" && value != "cuda") {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--device: expected cpu or cuda, got \"", value, "\""));
-      }
-      cl.device = value;
-    } else if (name == "trace") {
-      if (value.empty()) return absl::InvalidArgumentError("--trace: needs a FILE to write");
-      cl.trace = value;
-    } else if (name == "list_ranks") {
-      if (value == "all") {
-        cl.list_all_ranks = true;
-        continue;
-      }
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int rank;
-        if (!absl::SimpleAtoi(part, &rank) || rank < 0) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "--list_ranks: expected all or ranks like 0,5,9, got \"", value, "\""));
-        }
-        cl.list_ranks.push_back(rank);
-      }
-    }
-  }
-
+  ASSIGN_OR_RETURN(std::vector<GivenFlag> flags, SplitArgs(args, &cl));
+  for (const GivenFlag& flag : flags) RETURN_IF_ERROR(ApplyFlag(flag, &cl));
   if (cl.command.empty()) {
-    if (cl.help) {
-      cl.command = "help";
-      return cl;
-    }
-    if (cl.version) {
-      cl.command = "version";
-      return cl;
-    }
-    return absl::InvalidArgumentError("no command given");
+    // --help or --version alone are those commands.
+    if (!cl.help && !cl.version) return absl::InvalidArgumentError("no command given");
+    cl.command = cl.help ? "help" : "version";
+    return cl;
   }
-  auto it = Commands().find(cl.command);
-  if (it == Commands().end()) {
-    std::vector<std::string> names;
-    for (const auto& kv : Commands()) names.push_back(kv.first);
-    return absl::InvalidArgumentError(absl::StrCat("unknown command '", cl.command,
-                                                   "'; known: ", absl::StrJoin(names, ", ")));
-  }
+  ASSIGN_OR_RETURN(const CommandInfo* info, FindCommand(cl.command));
   if (cl.help || cl.version) return cl;
-  const CommandInfo& info = it->second;
-  const int n = static_cast<int>(cl.positional.size());
-  if (n < info.min_positional) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", cl.command, "' needs ", info.positional_name));
-  }
-  if (n > info.max_positional) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", cl.command, "' takes ",
-        info.max_positional == 0   ? std::string("no arguments")
-        : info.max_positional == 1 ? absl::StrCat("one ", info.positional_name)
-                                   : std::string(info.positional_name),
-        ", got unexpected '", cl.positional[info.max_positional], "'"));
-  }
-  if (cl.command == "ckpt") {
-    const std::string& sub = cl.positional[0];
-    const int want = sub == "export" ? 3 : 2;
-    if (sub != "inspect" && sub != "verify" && sub != "export") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unknown 'ckpt' command '", sub, "'; known: inspect, verify, export"));
-    }
-    if (n != want) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'ckpt ", sub, "' takes ", sub == "export" ? "DIR OUT.safetensors" : "one DIR"));
-    }
-    if (cl.json && sub != "inspect") {
-      return absl::InvalidArgumentError("--json applies to 'ckpt inspect' only");
-    }
-    if (sub != "export" && (!cl.format.empty() || cl.with_optimizer)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          !cl.format.empty() ? "--format" : "--with-optimizer", " applies to 'ckpt export' only"));
-    }
-    if (!cl.format.empty() && cl.format != "weft" && cl.format != "hf") {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--format: unknown checkpoint export format \"", cl.format, "\"; known: weft, hf"));
-    }
-    if (cl.format == "hf" && cl.with_optimizer) {
-      return absl::InvalidArgumentError(
-          "--with-optimizer: a Hugging Face export (--format hf) holds parameters only");
-    }
-  }
-  if (cl.command == "data") {
-    const std::string& sub = cl.positional[0];
-    if (sub != "tokenize" && sub != "inspect") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown 'data' command '", sub, "'; known: tokenize, inspect"));
-    }
-    const bool tokenize = sub == "tokenize";
-    if (tokenize ? n < 3 : n != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'data ", sub, "' takes ", tokenize ? "IN... OUT.bin" : "one FILE"));
-    }
-    if (!tokenize && (cl.holdout > 0 || !cl.holdout_out.empty())) {
-      return absl::InvalidArgumentError("--holdout applies to 'data tokenize' only");
-    }
-    if (cl.holdout_out.empty() != (cl.holdout == 0)) {
-      return absl::InvalidArgumentError(
-          "--holdout F and --holdout_out VAL.bin go together: the last fraction F of the tokens "
-          "is written to VAL.bin instead of OUT");
-    }
-    if (tokenize && !cl.bytes) {
-      return absl::InvalidArgumentError(
-          "'data tokenize' needs --bytes (byte-level tokens, vocab 256: the one tokenizer "
-          "weftctl has)");
-    }
-    if (!tokenize && cl.bytes) {
-      return absl::InvalidArgumentError("--bytes applies to 'data tokenize' only");
-    }
-    if (tokenize && !cl.format.empty()) {
-      return absl::InvalidArgumentError(
-          "--format applies to 'data inspect' only ('data tokenize' writes llmc)");
-    }
-  }
+  RETURN_IF_ERROR(CheckPositionalCount(cl, *info));
+  if (info->check != nullptr) RETURN_IF_ERROR(info->check(cl));
   return cl;
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
+#include "common/instruction_def.h"
 #include "common/mesh.h"
 #include "common/status.h"
 
@@ -61,75 +62,22 @@ int64_t BufferBytes(const v1::Buffer& buffer) {
   return DTypeSize(buffer.dtype()) * BufferElements(buffer);
 }
 
-bool IsCollective(v1::Instruction::Op op) {
-  return op == v1::Instruction::ALL_REDUCE || op == v1::Instruction::ALL_GATHER ||
-         op == v1::Instruction::REDUCE_SCATTER || op == v1::Instruction::ALL_TO_ALL;
-}
+bool IsCollective(v1::Instruction::Op op) { return FindInstructionDef(op).collective; }
 
 BufferAccess InstructionAccess(const v1::Instruction& ins) {
+  const InstructionDef& def = FindInstructionDef(ins.op());
   BufferAccess a;
   a.reads.assign(ins.inputs().begin(), ins.inputs().end());
   a.writes.assign(ins.outputs().begin(), ins.outputs().end());
-  if (ins.op() == v1::Instruction::ACCUMULATE) {
-    a.reads.insert(a.reads.end(), ins.outputs().begin(), ins.outputs().end());
+  if (def.reads_outputs) a.reads.insert(a.reads.end(), ins.outputs().begin(), ins.outputs().end());
+  for (int i : def.writes_inputs) {
+    if (i < ins.inputs_size()) a.writes.push_back(ins.inputs(i));
   }
-  auto updates = [&](std::initializer_list<int> positions) {
-    for (int i : positions) {
-      if (i < ins.inputs_size()) a.writes.push_back(ins.inputs(i));
-    }
-  };
-  if (ins.op() == v1::Instruction::SGD) updates({0});
-  if (ins.op() == v1::Instruction::ADAMW) updates({0, 2, 3});
   if (ins.has_scratch()) a.writes.push_back(ins.scratch());
   return a;
 }
 
-bool ComputesInF32(v1::Instruction::Op op) {
-  switch (op) {
-    case v1::Instruction::MATMUL:
-    case v1::Instruction::ADD_BIAS:
-    case v1::Instruction::BIAS_GRAD:
-    case v1::Instruction::RELU:
-    case v1::Instruction::RELU_GRAD:
-    case v1::Instruction::GELU:
-    case v1::Instruction::GELU_GRAD:
-    case v1::Instruction::GELU_TANH:
-    case v1::Instruction::GELU_TANH_GRAD:
-    case v1::Instruction::SILU:
-    case v1::Instruction::SILU_GRAD:
-    case v1::Instruction::MUL:
-    case v1::Instruction::MSE_LOSS:
-    case v1::Instruction::MSE_GRAD:
-    case v1::Instruction::SGD:
-    case v1::Instruction::ADAMW:
-    case v1::Instruction::SCALE:
-    case v1::Instruction::ACCUMULATE:
-    case v1::Instruction::ADD:
-    case v1::Instruction::EMBEDDING:
-    case v1::Instruction::EMBEDDING_GRAD:
-    case v1::Instruction::LAYER_NORM:
-    case v1::Instruction::LAYER_NORM_GRAD:
-    case v1::Instruction::RMS_NORM:
-    case v1::Instruction::RMS_NORM_GRAD:
-    case v1::Instruction::ROPE:
-    case v1::Instruction::ROPE_GRAD:
-    case v1::Instruction::ATTENTION:
-    case v1::Instruction::ATTENTION_GRAD:
-    case v1::Instruction::DROPOUT:
-    case v1::Instruction::ROW_MAX:
-    case v1::Instruction::CE_PARTS:
-    case v1::Instruction::CE_PARTS_GRAD:
-    case v1::Instruction::CE_LOSS:
-    case v1::Instruction::CE_LOSS_GRAD:
-    case v1::Instruction::POSITIONS:
-    case v1::Instruction::SUM_SQUARES:
-    case v1::Instruction::CLIP_COEFFICIENT:
-    case v1::Instruction::WEIGHT_DECAY:
-      return true;
-    default:
-      return false;
-  }
-}
+bool ComputesInF32(v1::Instruction::Op op) { return FindInstructionDef(op).computes_in_f32; }
 
 std::vector<WidenedOperand> WidenedOperands(
     const google::protobuf::RepeatedPtrField<v1::Buffer>& buffers, const v1::Instruction& ins) {

@@ -1,5 +1,6 @@
 // Facts about a v1::Program that the planner (which writes it) and the worker (which runs it)
-// must agree on, defined once.
+// must agree on, defined once. What they depend on per op is its row of the instruction table
+// (common/instruction_def.h).
 //
 // E.g.
 //   RETURN_IF_ERROR(ResolveGroupRanks(&program));  // the worker, before creating communicators
@@ -25,15 +26,15 @@ absl::Status ResolveGroupRanks(v1::Program* program);
 // its mesh dims. Empty for a group ResolveGroupRanks would reject.
 std::vector<int> GroupMembers(const v1::Program& program, const v1::CommGroup& group);
 
-// ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL: the collectives over a group (SEND and
-// RECV are point-to-point).
+// The collectives over a group: ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER and ALL_TO_ALL (SEND and
+// RECV are point-to-point). InstructionDef::collective.
 bool IsCollective(v1::Instruction::Op op);
 
 // The buffers an instruction reads and the ones it writes (a buffer may be in both): its inputs
-// are read, its outputs and scratch written; ACCUMULATE also reads its output; the updates write
-// inputs in place, SGD its parameter (input 0) and ADAMW its parameter and states (inputs 0, 2
-// and 3); their clip coefficient, an optional last input, is read. Ids as the instruction gives
-// them, unchecked.
+// are read, its outputs and scratch written; an op that reads its outputs (ACCUMULATE) reads them
+// too; an update writes the inputs its InstructionDef::writes_inputs names in place (SGD its
+// parameter, ADAMW its parameter and states; their clip coefficient, an optional last input, is
+// read). Ids as the instruction gives them, unchecked.
 struct BufferAccess {
   std::vector<int> reads;
   std::vector<int> writes;
@@ -43,8 +44,7 @@ BufferAccess InstructionAccess(const v1::Instruction& ins);
 // The ops that compute in float32 (the worker's ElementTypes::kF32 handlers: MATMUL, the
 // elementwise ops and activations, norms, attention, the cross-entropy pieces, MSE, the updates,
 // EMBEDDING(_GRAD), ROPE, DROPOUT, ...): every operand but their ids is float32 or bf16 storage.
-// Not the data movement (collectives, SEND, RECV, SLICE, STACK, UNSTACK, CAST, FILL, the loads).
-// POSITIONS is one (its rule is kF32 with an ids output) but has no float operand to widen.
+// InstructionDef::computes_in_f32.
 bool ComputesInF32(v1::Instruction::Op op);
 
 // A bf16 operand of an op that computes in float32: the worker runs the op on a float32 copy of

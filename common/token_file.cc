@@ -48,6 +48,193 @@ constexpr MegatronDType kMegatronDTypes[] = {
 // A count of bytes, for messages: "1 byte", "12 bytes".
 std::string Bytes(int64_t n) { return absl::StrCat(n, n == 1 ? " byte" : " bytes"); }
 
+// What llm.c's header says of the tokens after it, checked against the file's size.
+struct LlmcTokens {
+  int token_bytes = 2;
+  absl::string_view token_type = "uint16";
+  int32_t count = 0;
+};
+
+absl::StatusOr<LlmcTokens> ReadLlmcHeader(const ReadOnlyFile& data) {
+  const std::string& path = data.path();
+  if (data.size() < kLlmcHeaderBytes) {
+    return Invalid(path, absl::StrCat("holds ", Bytes(data.size()),
+                                      ", shorter than llm.c's 1024-byte header"));
+  }
+  unsigned char header[12];
+  RETURN_IF_ERROR(data.ReadAt(0, sizeof(header), header));
+  const int32_t magic = Load<int32_t>(header);
+  const int32_t version = Load<int32_t>(header + 4);
+  LlmcTokens tokens;
+  tokens.count = Load<int32_t>(header + 8);
+  if (magic != kLlmcMagicU16 && magic != kLlmcMagicU32) {
+    // The magic is the file's first bytes, which are not quoted: they may be anything.
+    return Invalid(path, absl::StrCat("not an llm.c token file: its first 4 bytes are not the "
+                                      "magic (", kLlmcMagicU16, " for uint16 tokens or ",
+                                      kLlmcMagicU32, " for uint32)"));
+  }
+  const bool u32 = magic == kLlmcMagicU32;
+  const int32_t want = u32 ? kLlmcVersionU32 : kLlmcVersionU16;
+  if (version != want) {
+    return Invalid(path, absl::StrCat("llm.c header version ", version,
+                                      " is not supported with magic ", magic, " (expected ",
+                                      want, ")"));
+  }
+  tokens.token_bytes = u32 ? 4 : 2;
+  tokens.token_type = u32 ? "uint32" : "uint16";
+  if (tokens.count < 0) return Invalid(path, absl::StrCat("header says ", tokens.count, " tokens"));
+  const int64_t body = data.size() - kLlmcHeaderBytes;
+  if (body != static_cast<int64_t>(tokens.count) * tokens.token_bytes) {
+    const int64_t extra = body % tokens.token_bytes;
+    return Invalid(path, absl::StrCat("header says ", tokens.count, " tokens but the file holds ",
+                                      body / tokens.token_bytes,
+                                      extra == 0 ? "" : absl::StrCat(" and ", Bytes(extra))));
+  }
+  return tokens;
+}
+
+// path.idx, or NOT_FOUND naming the prefix meant when path is the .bin or .idx itself.
+absl::StatusOr<ReadOnlyFile> OpenMegatronIndex(const std::string& path) {
+  absl::StatusOr<ReadOnlyFile> idx = ReadOnlyFile::Open(path + ".idx");
+  if (absl::IsNotFound(idx.status()) &&
+      (absl::EndsWith(path, ".bin") || absl::EndsWith(path, ".idx"))) {
+    // The common slip: the data or index file given where Megatron takes their prefix.
+    return absl::NotFoundError(absl::StrCat(
+        idx.status().message(), "; format megatron takes the prefix of the .idx and .bin: ",
+        path.substr(0, path.size() - 4)));
+  }
+  return idx;
+}
+
+// The index's header, its counts checked against the index's size.
+struct MegatronHeader {
+  const MegatronDType* dtype = nullptr;
+  uint64_t sequences = 0;
+  uint64_t documents = 0;
+};
+
+absl::StatusOr<MegatronHeader> ReadMegatronHeader(const ReadOnlyFile& idx) {
+  const std::string& idx_path = idx.path();
+  if (idx.size() < kMegatronHeaderBytes) {
+    return Invalid(idx_path, absl::StrCat("holds ", Bytes(idx.size()), ", shorter than the ",
+                                          kMegatronHeaderBytes, "-byte Megatron index header"));
+  }
+  unsigned char header[kMegatronHeaderBytes];
+  RETURN_IF_ERROR(idx.ReadAt(0, sizeof(header), header));
+  if (std::memcmp(header, kMegatronMagic, kMegatronMagicBytes) != 0) {
+    return Invalid(idx_path, "not a Megatron index (the magic is not \"MMIDIDX\\0\\0\")");
+  }
+  const uint64_t version = Load<uint64_t>(header + 9);
+  if (version != 1) {
+    return Invalid(idx_path, absl::StrCat("index version ", version, " is not supported (1 is)"));
+  }
+  MegatronHeader h;
+  const int code = header[17];
+  for (const MegatronDType& d : kMegatronDTypes) {
+    if (d.code == code) h.dtype = &d;
+  }
+  if (h.dtype == nullptr) {
+    return Invalid(idx_path, absl::StrCat("unknown dtype code ", code, " (1..8)"));
+  }
+  if (!h.dtype->integer) {
+    return Invalid(idx_path, absl::StrCat("dtype code ", code, " (", h.dtype->name,
+                                          ") cannot hold token ids (integer codes 1-5 and 8 can)"));
+  }
+  h.sequences = Load<uint64_t>(header + 18);
+  h.documents = Load<uint64_t>(header + 26);
+  // Sizes are checked before anything is allocated: a corrupt count must not become a huge one.
+  constexpr uint64_t kMaxCount = uint64_t{1} << 56;  // keeps the byte counts below from wrapping
+  const bool sane = h.sequences < kMaxCount && h.documents < kMaxCount;
+  const uint64_t room = static_cast<uint64_t>(idx.size() - kMegatronHeaderBytes);
+  const uint64_t need = sane ? h.sequences * 12 + h.documents * 8 : 0;
+  // The index may end with int8 sequence_modes (multimodal datasets), one per sequence.
+  if (!sane || (room != need && room != need + h.sequences)) {
+    return Invalid(idx_path,
+                   absl::StrCat("header says ", h.sequences, " sequences and ", h.documents,
+                                " document indices, which need ",
+                                sane ? Bytes(kMegatronHeaderBytes + static_cast<int64_t>(need))
+                                     : std::string("over 2^56 bytes"),
+                                ", but the file holds ", Bytes(idx.size())));
+  }
+  return h;
+}
+
+// The index's sequences: their lengths in tokens and byte offsets in `data` (the .bin), each
+// checked to lie inside it.
+struct MegatronSequences {
+  std::vector<int32_t> lengths;
+  std::vector<int64_t> pointers;
+  int64_t total = 0;          // tokens in all
+  bool back_to_back = true;   // each sequence starts where the one before ends
+};
+
+absl::StatusOr<MegatronSequences> ReadMegatronSequences(const ReadOnlyFile& idx,
+                                                        const MegatronHeader& header,
+                                                        const ReadOnlyFile& data) {
+  const int64_t n = static_cast<int64_t>(header.sequences);
+  MegatronSequences seqs;
+  seqs.lengths.resize(n);
+  seqs.pointers.resize(n);
+  if (n > 0) {
+    RETURN_IF_ERROR(idx.ReadAt(kMegatronHeaderBytes, n * 4, seqs.lengths.data()));
+    RETURN_IF_ERROR(idx.ReadAt(kMegatronHeaderBytes + n * 4, n * 8, seqs.pointers.data()));
+  }
+  const std::vector<int32_t>& lengths = seqs.lengths;
+  const std::vector<int64_t>& pointers = seqs.pointers;
+  const int64_t bin_size = data.size();
+  const int bytes = header.dtype->bytes;
+  for (int64_t i = 0; i < n; ++i) {
+    if (lengths[i] < 0) {
+      return Invalid(idx.path(), absl::StrCat("sequence ", i, " has length ", lengths[i]));
+    }
+    const int64_t len_bytes = static_cast<int64_t>(lengths[i]) * bytes;
+    if (pointers[i] < 0 || pointers[i] > bin_size || len_bytes > bin_size - pointers[i]) {
+      return Invalid(idx.path(),
+                     absl::StrCat("sequence ", i, " (", lengths[i], " ", header.dtype->name,
+                                  " tokens at byte ", pointers[i], ") lies outside ",
+                                  data.path(), " (", Bytes(bin_size), ")"));
+    }
+    if (i > 0 && pointers[i] != pointers[i - 1] + static_cast<int64_t>(lengths[i - 1]) * bytes) {
+      seqs.back_to_back = false;
+    }
+    seqs.total += lengths[i];
+  }
+  return seqs;
+}
+
+// Documents are runs of sequences: indices from 0 to the sequence count, never decreasing.
+absl::Status CheckMegatronDocuments(const ReadOnlyFile& idx, const MegatronHeader& header) {
+  const int64_t n = static_cast<int64_t>(header.sequences);
+  const int64_t documents = static_cast<int64_t>(header.documents);
+  std::vector<int64_t> doc_chunk;
+  int64_t previous = 0;
+  const int64_t docs_at = kMegatronHeaderBytes + n * 12;
+  for (int64_t d0 = 0; d0 < documents; d0 += kChunkTokens) {
+    const int64_t m = std::min<int64_t>(kChunkTokens, documents - d0);
+    doc_chunk.resize(m);
+    RETURN_IF_ERROR(idx.ReadAt(docs_at + d0 * 8, m * 8, doc_chunk.data()));
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t d = doc_chunk[k];
+      const int64_t at = d0 + k;
+      if ((at == 0 && d != 0) || d < previous || d > n) {
+        return Invalid(idx.path(),
+                       absl::StrCat("document_indices[", at, "] is ", d,
+                                    at == 0 ? "; the first must be 0"
+                                            : absl::StrCat("; expected ", previous, "..", n,
+                                                           " (never decreasing, at most the "
+                                                           "sequence count)")));
+      }
+      previous = d;
+    }
+  }
+  if (documents > 0 && previous != n) {
+    return Invalid(idx.path(), absl::StrCat("document_indices ends at ", previous,
+                                            ", not at the sequence count ", n,
+                                            " (the sequences after it are in no document)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view TokenFormatName(TokenFormat format) {
@@ -81,179 +268,58 @@ absl::StatusOr<std::string> LlmcHeader(int64_t token_count, bool u32) {
 }
 
 absl::StatusOr<TokenFile> TokenFile::Open(const std::string& path, TokenFormat format) {
-  if (format == TokenFormat::kRawU16) {
-    ASSIGN_OR_RETURN(ReadOnlyFile data, ReadOnlyFile::Open(path));
-    if (data.size() % 2 != 0) {
-      return Invalid(path, absl::StrCat("holds ", Bytes(data.size()),
-                                        ", not a whole number of uint16 tokens (raw_u16)"));
-    }
-    TokenFile f(path, format, std::move(data));
-    f.token_count_ = f.data_.size() / 2;
-    return f;
+  switch (format) {
+    case TokenFormat::kRawU16: return OpenRawU16(path);
+    case TokenFormat::kLlmc: return OpenLlmc(path);
+    case TokenFormat::kMegatron: break;
   }
+  return OpenMegatron(path);
+}
 
-  if (format == TokenFormat::kLlmc) {
-    ASSIGN_OR_RETURN(ReadOnlyFile data, ReadOnlyFile::Open(path));
-    if (data.size() < kLlmcHeaderBytes) {
-      return Invalid(path, absl::StrCat("holds ", Bytes(data.size()),
-                                        ", shorter than llm.c's 1024-byte header"));
-    }
-    unsigned char header[12];
-    RETURN_IF_ERROR(data.ReadAt(0, sizeof(header), header));
-    const int32_t magic = Load<int32_t>(header);
-    const int32_t version = Load<int32_t>(header + 4);
-    const int32_t count = Load<int32_t>(header + 8);
-    TokenFile f(path, format, std::move(data));
-    if (magic == kLlmcMagicU16 || magic == kLlmcMagicU32) {
-      const bool u32 = magic == kLlmcMagicU32;
-      const int32_t want = u32 ? kLlmcVersionU32 : kLlmcVersionU16;
-      if (version != want) {
-        return Invalid(path, absl::StrCat("llm.c header version ", version,
-                                          " is not supported with magic ", magic, " (expected ",
-                                          want, ")"));
-      }
-      f.token_bytes_ = u32 ? 4 : 2;
-      f.token_type_ = u32 ? "uint32" : "uint16";
-    } else {
-      // The magic is the file's first bytes, which are not quoted: they may be anything.
-      return Invalid(path, absl::StrCat("not an llm.c token file: its first 4 bytes are not the "
-                                        "magic (", kLlmcMagicU16, " for uint16 tokens or ",
-                                        kLlmcMagicU32, " for uint32)"));
-    }
-    if (count < 0) return Invalid(path, absl::StrCat("header says ", count, " tokens"));
-    const int64_t body = f.data_.size() - kLlmcHeaderBytes;
-    if (body != static_cast<int64_t>(count) * f.token_bytes_) {
-      const int64_t extra = body % f.token_bytes_;
-      return Invalid(path, absl::StrCat("header says ", count, " tokens but the file holds ",
-                                        body / f.token_bytes_,
-                                        extra == 0 ? "" : absl::StrCat(" and ", Bytes(extra))));
-    }
-    f.token_count_ = count;
-    f.data_offset_ = kLlmcHeaderBytes;
-    return f;
+absl::StatusOr<TokenFile> TokenFile::OpenRawU16(const std::string& path) {
+  ASSIGN_OR_RETURN(ReadOnlyFile data, ReadOnlyFile::Open(path));
+  if (data.size() % 2 != 0) {
+    return Invalid(path, absl::StrCat("holds ", Bytes(data.size()),
+                                      ", not a whole number of uint16 tokens (raw_u16)"));
   }
+  TokenFile f(path, TokenFormat::kRawU16, std::move(data));
+  f.token_count_ = f.data_.size() / 2;
+  return f;
+}
 
-  // Megatron: validate the index, then its pointers against .bin.
-  const std::string idx_path = path + ".idx";
-  absl::StatusOr<ReadOnlyFile> idx_or = ReadOnlyFile::Open(idx_path);
-  if (absl::IsNotFound(idx_or.status()) &&
-      (absl::EndsWith(path, ".bin") || absl::EndsWith(path, ".idx"))) {
-    // The common slip: the data or index file given where Megatron takes their prefix.
-    return absl::NotFoundError(absl::StrCat(
-        idx_or.status().message(), "; format megatron takes the prefix of the .idx and .bin: ",
-        path.substr(0, path.size() - 4)));
-  }
-  if (!idx_or.ok()) return idx_or.status();
-  ReadOnlyFile idx = *std::move(idx_or);
+absl::StatusOr<TokenFile> TokenFile::OpenLlmc(const std::string& path) {
+  ASSIGN_OR_RETURN(ReadOnlyFile data, ReadOnlyFile::Open(path));
+  ASSIGN_OR_RETURN(const LlmcTokens tokens, ReadLlmcHeader(data));
+  TokenFile f(path, TokenFormat::kLlmc, std::move(data));
+  f.token_bytes_ = tokens.token_bytes;
+  f.token_type_ = tokens.token_type;
+  f.token_count_ = tokens.count;
+  f.data_offset_ = kLlmcHeaderBytes;
+  return f;
+}
+
+// Validates the index, then its pointers against .bin.
+absl::StatusOr<TokenFile> TokenFile::OpenMegatron(const std::string& path) {
+  ASSIGN_OR_RETURN(ReadOnlyFile idx, OpenMegatronIndex(path));
   ASSIGN_OR_RETURN(ReadOnlyFile data, ReadOnlyFile::Open(path + ".bin"));
-  if (idx.size() < kMegatronHeaderBytes) {
-    return Invalid(idx_path, absl::StrCat("holds ", Bytes(idx.size()), ", shorter than the ",
-                                          kMegatronHeaderBytes, "-byte Megatron index header"));
-  }
-  unsigned char header[kMegatronHeaderBytes];
-  RETURN_IF_ERROR(idx.ReadAt(0, sizeof(header), header));
-  if (std::memcmp(header, kMegatronMagic, kMegatronMagicBytes) != 0) {
-    return Invalid(idx_path, "not a Megatron index (the magic is not \"MMIDIDX\\0\\0\")");
-  }
-  const uint64_t version = Load<uint64_t>(header + 9);
-  if (version != 1) {
-    return Invalid(idx_path, absl::StrCat("index version ", version, " is not supported (1 is)"));
-  }
-  const int code = header[17];
-  const MegatronDType* dtype = nullptr;
-  for (const MegatronDType& d : kMegatronDTypes) {
-    if (d.code == code) dtype = &d;
-  }
-  if (dtype == nullptr) {
-    return Invalid(idx_path, absl::StrCat("unknown dtype code ", code, " (1..8)"));
-  }
-  if (!dtype->integer) {
-    return Invalid(idx_path, absl::StrCat("dtype code ", code, " (", dtype->name,
-                                          ") cannot hold token ids (integer codes 1-5 and 8 can)"));
-  }
-  const uint64_t sequences = Load<uint64_t>(header + 18);
-  const uint64_t documents = Load<uint64_t>(header + 26);
-  // Sizes are checked before anything is allocated: a corrupt count must not become a huge one.
-  constexpr uint64_t kMaxCount = uint64_t{1} << 56;  // keeps the byte counts below from wrapping
-  const bool sane = sequences < kMaxCount && documents < kMaxCount;
-  const uint64_t room = static_cast<uint64_t>(idx.size() - kMegatronHeaderBytes);
-  const uint64_t need = sane ? sequences * 12 + documents * 8 : 0;
-  // The index may end with int8 sequence_modes (multimodal datasets), one per sequence.
-  if (!sane || (room != need && room != need + sequences)) {
-    return Invalid(idx_path,
-                   absl::StrCat("header says ", sequences, " sequences and ", documents,
-                                " document indices, which need ",
-                                sane ? Bytes(kMegatronHeaderBytes + static_cast<int64_t>(need))
-                                     : std::string("over 2^56 bytes"),
-                                ", but the file holds ", Bytes(idx.size())));
-  }
-  const int64_t n = static_cast<int64_t>(sequences);
-  std::vector<int32_t> lengths(n);
-  std::vector<int64_t> pointers(n);
-  if (n > 0) {
-    RETURN_IF_ERROR(idx.ReadAt(kMegatronHeaderBytes, n * 4, lengths.data()));
-    RETURN_IF_ERROR(idx.ReadAt(kMegatronHeaderBytes + n * 4, n * 8, pointers.data()));
-  }
-  const std::string& bin_path = data.path();
-  const int64_t bin_size = data.size();
-  const int bytes = dtype->bytes;
-  int64_t total = 0;
-  bool back_to_back = true;
-  for (int64_t i = 0; i < n; ++i) {
-    if (lengths[i] < 0) {
-      return Invalid(idx_path, absl::StrCat("sequence ", i, " has length ", lengths[i]));
-    }
-    const int64_t len_bytes = static_cast<int64_t>(lengths[i]) * bytes;
-    if (pointers[i] < 0 || pointers[i] > bin_size || len_bytes > bin_size - pointers[i]) {
-      return Invalid(idx_path, absl::StrCat("sequence ", i, " (", lengths[i], " ", dtype->name,
-                                            " tokens at byte ", pointers[i], ") lies outside ",
-                                            bin_path, " (", Bytes(bin_size), ")"));
-    }
-    if (i > 0 && pointers[i] != pointers[i - 1] + static_cast<int64_t>(lengths[i - 1]) * bytes) {
-      back_to_back = false;
-    }
-    total += lengths[i];
-  }
-  // Documents are runs of sequences: indices from 0 to the sequence count, never decreasing.
-  std::vector<int64_t> doc_chunk;
-  int64_t previous = 0;
-  const int64_t docs_at = kMegatronHeaderBytes + n * 12;
-  for (int64_t d0 = 0; d0 < static_cast<int64_t>(documents); d0 += kChunkTokens) {
-    const int64_t m = std::min<int64_t>(kChunkTokens, static_cast<int64_t>(documents) - d0);
-    doc_chunk.resize(m);
-    RETURN_IF_ERROR(idx.ReadAt(docs_at + d0 * 8, m * 8, doc_chunk.data()));
-    for (int64_t k = 0; k < m; ++k) {
-      const int64_t d = doc_chunk[k];
-      const int64_t at = d0 + k;
-      if ((at == 0 && d != 0) || d < previous || d > n) {
-        return Invalid(idx_path, absl::StrCat("document_indices[", at, "] is ", d,
-                                              at == 0 ? "; the first must be 0"
-                                                      : absl::StrCat("; expected ", previous, "..",
-                                                                     n, " (never decreasing, at "
-                                                                     "most the sequence count)")));
-      }
-      previous = d;
-    }
-  }
-  if (documents > 0 && previous != n) {
-    return Invalid(idx_path, absl::StrCat("document_indices ends at ", previous,
-                                          ", not at the sequence count ", n,
-                                          " (the sequences after it are in no document)"));
-  }
+  ASSIGN_OR_RETURN(const MegatronHeader header, ReadMegatronHeader(idx));
+  ASSIGN_OR_RETURN(MegatronSequences seqs, ReadMegatronSequences(idx, header, data));
+  RETURN_IF_ERROR(CheckMegatronDocuments(idx, header));
 
   TokenFile f(path, TokenFormat::kMegatron, std::move(data));
-  f.token_count_ = total;
-  f.token_bytes_ = bytes;
-  f.is_signed_ = dtype->is_signed;
-  f.token_type_ = dtype->name;
-  if (back_to_back) {
-    f.data_offset_ = n > 0 ? pointers[0] : 0;
+  f.token_count_ = seqs.total;
+  f.token_bytes_ = header.dtype->bytes;
+  f.is_signed_ = header.dtype->is_signed;
+  f.token_type_ = header.dtype->name;
+  const int64_t n = static_cast<int64_t>(header.sequences);
+  if (seqs.back_to_back) {
+    f.data_offset_ = n > 0 ? seqs.pointers[0] : 0;
   } else {
     auto runs = std::make_shared<Runs>();
     runs->starts.resize(n + 1);
     runs->starts[0] = 0;
-    for (int64_t i = 0; i < n; ++i) runs->starts[i + 1] = runs->starts[i] + lengths[i];
-    runs->offsets = std::move(pointers);
+    for (int64_t i = 0; i < n; ++i) runs->starts[i + 1] = runs->starts[i] + seqs.lengths[i];
+    runs->offsets = std::move(seqs.pointers);
     f.runs_ = std::move(runs);
   }
   return f;

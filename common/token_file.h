@@ -87,6 +87,11 @@ class TokenFile {
   TokenFile(std::string path, TokenFormat format, ReadOnlyFile data)
       : path_(std::move(path)), format_(format), data_(std::move(data)) {}
 
+  // Open, by format: each opens its files and validates them.
+  static absl::StatusOr<TokenFile> OpenRawU16(const std::string& path);
+  static absl::StatusOr<TokenFile> OpenLlmc(const std::string& path);
+  static absl::StatusOr<TokenFile> OpenMegatron(const std::string& path);
+
   // Reads and converts tokens [first, first + count) that lie at byte `offset` contiguously.
   absl::Status ReadContiguous(int64_t first, int64_t count, int64_t offset, int32_t* out) const;
 

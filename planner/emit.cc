@@ -463,7 +463,7 @@ class RankEmitter {
     // The update where this rank holds the parameter's value. A Partial(sum) parameter not held
     // here: p_i = p_i * (1 - lr*wd), the step goes to the member that holds the value; AdamW
     // still advances m and v (replicated) with lr 0.
-    if (holds || def.updates_in_place.size() > 1) {
+    if (holds || def.updates_in_place().size() > 1) {
       Instruction* ins = Add(item, op.phase);
       ins->set_op(def.instruction);
       for (int b : bufs) ins->add_inputs(b);

@@ -6,10 +6,11 @@
 //                                         value; Replicate->Partial(avg) changes nothing)
 // A multi-dim reshard is a sequence of such one-dim moves. Which sequence is a small search
 // (Dijkstra over the placements each dim may pass through: its source, its target, Replicate),
-// priced by the bytes a rank sends, ties by fewer steps. A move on dim d that changes how axis
-// a is split is only legal when no later mesh dim splits a (dist_attr.h nests the splits in
-// mesh-dim order), which is what forces e.g. inner gathers before outer ones. Mesh dims of size
-// 1 need no step. The result is the same for every rank; emit instantiates it per rank.
+// priced by the bytes a rank sends (reshard_cost.h, the SPMD pass's prices too), ties by fewer
+// steps. A move on dim d that changes how axis a is split is only legal when no later mesh dim
+// splits a (dist_attr.h nests the splits in mesh-dim order), which is what forces e.g. inner
+// gathers before outer ones. Mesh dims of size 1 need no step. The result is the same for every
+// rank; emit instantiates it per rank.
 // Communicator groups get ids here: for each mesh dim in order of first use, its groups in
 // Mesh::AllGroups order (counted, never listed, so that planning stays linear in the ranks).
 //
@@ -30,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "common/dist_attr.h"
 #include "planner/graph.h"
+#include "planner/reshard_cost.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::planner {
@@ -47,19 +49,6 @@ struct ReshardStep {
   DistAttr before;  // the tensor's attr before and after the step
   DistAttr after;
 };
-
-// Bytes one rank sends to turn `from` into `to` on one mesh dim of size k, for a tensor whose
-// local piece is local_bytes: the cost of the step StepOf lowers it to. nullopt: Shard ->
-// Partial, which goes through Replicate. The one cost formula: MoveBytes and the SPMD search
-// (which makes only some of these moves) both price with it.
-std::optional<double> OneDimMoveBytes(const Placement& from, const Placement& to, int64_t k,
-                                      int64_t local_bytes);
-
-// Bytes one rank sends for one move on mesh dim d of a tensor with global `shape` and elements of
-// `element_bytes`, from `before` to `before.With(d, to)`; nullopt when the move is not a single
-// legal step.
-std::optional<double> MoveBytes(const DistAttr& before, int d, const Placement& to,
-                                const std::vector<int64_t>& shape, int64_t element_bytes);
 
 struct LoweredGraph {
   std::vector<std::vector<ReshardStep>> steps;  // by op index; empty for other ops

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "common/instruction_def.h"
 #include "planner/graph.h"
 #include "weft/v1/program.pb.h"
 
@@ -23,7 +24,7 @@ enum class OpKind {
   kCompute,  // a forward or backward computation
   kLoad,     // loads this rank's box of the step's batch (input or label)
   kLoss,     // a compute op whose output is the loss that autodiff starts from
-  kUpdate,   // an optimizer update: writes its `updates_in_place` inputs, no outputs
+  kUpdate,   // an optimizer update: writes its updates_in_place() inputs, no outputs
   kReshard,  // changes a tensor's placement; lowered to collectives (lower.h)
 };
 
@@ -32,6 +33,8 @@ struct AttrDef {
   Attrs::Value default_value;  // its alternative is the attribute's type
 };
 
+// The table's entries name their fields (designated initializers, in declaration order: C++20's,
+// which GCC and Clang take in C++17 too) and leave the defaults out.
 struct OpDef {
   std::string type;
   int min_inputs = 1;
@@ -43,7 +46,6 @@ struct OpDef {
   std::vector<v1::DType> dtypes;
   bool converts = false;  // cast: the output's dtype may differ from the input's
   OpKind kind = OpKind::kCompute;
-  std::vector<int> updates_in_place = {};  // kUpdate: the inputs written (param, states)
   v1::Instruction::Op instruction = v1::Instruction::OP_UNSPECIFIED;  // none for kReshard
   // The operand (numbered as id_operands) whose region on this rank emit writes into
   // Instruction.box, with its global shape into Instruction.global_shape: where an op needs to
@@ -53,6 +55,12 @@ struct OpDef {
   // Operands (inputs by index, then outputs after the inputs) that hold token or target ids
   // instead: I32 or I64.
   std::vector<int> id_operands = {};
+
+  // kUpdate: the inputs written in place (param, states), as its instruction's row of the
+  // instruction table says (common/instruction_def.h); empty for other ops.
+  const std::vector<int>& updates_in_place() const {
+    return FindInstructionDef(instruction).writes_inputs;
+  }
 };
 
 // The entry for `type`, or null.

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
-#include "planner/lower.h"
+#include "planner/reshard_cost.h"
 
 namespace weft::planner {
 namespace {
@@ -97,7 +97,7 @@ absl::StatusOr<SpmdDecision> InferSpmd(const RuleRegistry& registry, const Graph
                                                    " with inputs ", DescribeInputs(g, op)));
   }
   const OpDef* def = FindOpDef(op.type);
-  const std::vector<int> in_place = def != nullptr ? def->updates_in_place : std::vector<int>{};
+  const std::vector<int> in_place = def != nullptr ? def->updates_in_place() : std::vector<int>{};
   OpSignature sig;
   sig.op = &op;
   for (int id : op.inputs) {

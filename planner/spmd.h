@@ -85,7 +85,7 @@ struct SpmdDecision {
 };
 
 // Every input of op must already have a DistAttr in g. An op's inputs it updates in place (the
-// op table's updates_in_place: an optimizer's parameter and states) are never resharded, since
+// op table's updates_in_place(): an optimizer's parameter and states) are never resharded, since
 // the update would land in a copy; the other inputs move instead, with any move lowering can
 // make (Partial -> Shard too: nothing reads them afterwards). Byte costs count each tensor's
 // dtype and, with micro-batches, one micro-batch's piece. Errors are INVALID_ARGUMENT naming the
