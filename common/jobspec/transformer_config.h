@@ -54,9 +54,17 @@
 
 namespace weft {
 
-// "gpt2, llama".
+// The architectures' config halves are one table in transformer_config.cc (ArchConfig: keys,
+// Hugging Face's defaults, value checks), one entry per architecture; the planner's ArchDef of
+// the same name (planner/arch/arch.h) builds the model.
+
+// "gpt2, llama, ...": the architectures, as messages list them.
 std::string KnownArchs();
 bool IsKnownArch(absl::string_view arch);
+
+// Fills the values `config` leaves implied for `arch` (gpt2's n_inner 0: 4 * n_embd), so that
+// the planner reads one width. An unknown arch: nothing (validation reports it).
+void ResolveTransformerConfig(absl::string_view arch, v1::TransformerConfig* config);
 
 // Where a config was written: decides which keys may be absent (see the policy above).
 enum class ConfigSource { kSpec, kFile };

@@ -10,9 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "planner/arch/arch.h"
 #include "planner/arch/transformer.h"
 
 namespace weft::planner {
+namespace {
 
 absl::Status BuildLlama(TransformerBuilder& b) {
   const v1::TransformerConfig& c = b.config();
@@ -108,6 +111,56 @@ absl::Status BuildLlama(TransformerBuilder& b) {
   ASSIGN_OR_RETURN(x, b.ColumnInput(x));
   ASSIGN_OR_RETURN(int logits, b.Linear(x, head, "logits", /*transpose_b=*/true));
   return b.CrossEntropy(logits);
+}
+
+// Megatron's plan on nn.Linear layouts ([out, in]; the graph's shapes, transformer.h): q/k/v
+// column-parallel by whole (kv) heads, o_proj row-parallel over heads.
+constexpr MegatronRule kLlamaMegatron[] = {
+    {"model.embed_tokens.weight", 0},  // [V, C]: vocabulary-parallel
+    {"lm_head.weight", 0},             // [V, C]
+    {"self_attn.q_proj.weight", 0},    // [H, D, C]: column-parallel
+    {"self_attn.k_proj.weight", 0},    // [KVH, D, C]
+    {"self_attn.v_proj.weight", 0},    // [KVH, D, C]
+    {"self_attn.o_proj.weight", 1},    // [C, H, D]: row-parallel
+    {"mlp.gate_proj.weight", 0},       // [I, C]: column-parallel
+    {"mlp.up_proj.weight", 0},         // [I, C]
+    {"mlp.down_proj.weight", 1},       // [C, I]: row-parallel
+};
+
+nlohmann::ordered_json LlamaHfConfig(const v1::TransformerConfig& c) {
+  const int64_t kv_heads =
+      c.num_key_value_heads() > 0 ? c.num_key_value_heads() : c.num_attention_heads();
+  return nlohmann::ordered_json{{"architectures", {"LlamaForCausalLM"}},
+                                {"model_type", "llama"},
+                                {"vocab_size", c.vocab_size()},
+                                {"hidden_size", c.hidden_size()},
+                                {"intermediate_size", c.intermediate_size()},
+                                {"num_hidden_layers", c.num_hidden_layers()},
+                                {"num_attention_heads", c.num_attention_heads()},
+                                {"num_key_value_heads", kv_heads},
+                                {"head_dim", c.hidden_size() / c.num_attention_heads()},
+                                {"hidden_act", "silu"},
+                                {"max_position_embeddings", c.max_position_embeddings()},
+                                {"rms_norm_eps", c.rms_norm_eps()},
+                                {"rope_theta", c.rope_theta()},
+                                {"rope_scaling", nullptr},
+                                {"attention_bias", false},
+                                {"attention_dropout", c.attention_dropout()},
+                                {"mlp_bias", false},
+                                {"pretraining_tp", 1},
+                                {"tie_word_embeddings", c.tie_word_embeddings()}};
+}
+
+}  // namespace
+
+const ArchDef& LlamaArch() {
+  static constexpr ArchDef kLlama{
+      .name = "llama",
+      .build = BuildLlama,
+      .megatron = kLlamaMegatron,
+      .hf_config = LlamaHfConfig,
+  };
+  return kLlama;
 }
 
 }  // namespace weft::planner
