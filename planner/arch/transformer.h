@@ -132,6 +132,15 @@ class TransformerBuilder {
 // Weft's parameters with uniforms (Parameter::Init).
 float UniformBound(double std);
 
+// What Llama's relatives change in its decoder (llama.cc), as Hugging Face's modular Qwen2
+// derives from Llama.
+struct LlamaVariant {
+  bool qkv_bias = false;  // q_proj, k_proj and v_proj with biases (Qwen2)
+};
+
+// Llama's decoder (llama.cc) with `variant`'s changes, through `b`.
+absl::Status BuildLlamaDecoder(TransformerBuilder& b, const LlamaVariant& variant);
+
 }  // namespace weft::planner
 
 #endif  // WEFT_PLANNER_ARCH_TRANSFORMER_H_
