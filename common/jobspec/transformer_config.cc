@@ -483,9 +483,36 @@ const ArchConfig& LlamaConfig() {
   return *arch;
 }
 
+// Qwen2Config: Llama's keys and checks, without its attention_bias, mlp_bias and pretraining_tp
+// (Qwen2's q/k/v biases are always there, its o_proj and MLP never have any); sliding-window
+// attention is not implemented, so its other keys are ignored only while it is off.
+const ArchConfig& Qwen2Config() {
+  static const auto* arch = new ArchConfig{
+      .name = "qwen2",
+      .model = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "rope_theta",
+                "max_position_embeddings", "tie_word_embeddings", "attention_dropout"},
+      .optional = {},
+      // Qwen2Config's num_key_value_heads defaults to 32, not to the heads: a file must say.
+      .file_defaults = {"rope_theta", "tie_word_embeddings", "attention_dropout"},
+      .fixed = {{"hidden_act", {"silu"}, "the SwiGLU MLP"},
+                {"rope_scaling", {}, "no rope scaling"},
+                {"use_sliding_window", {false}, "full causal attention in every layer"}},
+      .related = {"head_dim", "rope_parameters"},
+      .ignored = {"sliding_window", "max_window_layers"},
+      .carried_by = {{"rope_theta", "rope_parameters"}},
+      .complete = CompleteLlama,
+      .check_values = CheckLlamaValues,
+      .check_related = CheckLlamaHeadDim,
+      .resolve = NothingImplied,
+  };
+  return *arch;
+}
+
 // Every architecture, in the order messages list them.
 const std::vector<const ArchConfig*>& ArchConfigs() {
-  static const auto* archs = new std::vector<const ArchConfig*>{&Gpt2Config(), &LlamaConfig()};
+  static const auto* archs = new std::vector<const ArchConfig*>{&Gpt2Config(), &LlamaConfig(),
+                                                                   &Qwen2Config()};
   return *archs;
 }
 

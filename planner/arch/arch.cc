@@ -9,9 +9,11 @@ namespace weft::planner {
 // The entries, one file each.
 const ArchDef& Gpt2Arch();
 const ArchDef& LlamaArch();
+const ArchDef& Qwen2Arch();
 
 const std::vector<const ArchDef*>& ArchTable() {
-  static const auto* table = new std::vector<const ArchDef*>{&Gpt2Arch(), &LlamaArch()};
+  static const auto* table = new std::vector<const ArchDef*>{&Gpt2Arch(), &LlamaArch(),
+                                                                    &Qwen2Arch()};
   return *table;
 }
 

@@ -52,17 +52,17 @@ TEST(ArchTest, AnUnknownArchNamesTheKnownOnes) {
   EXPECT_EQ(found.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(found.status().message(), HasSubstr("model.arch"));
   EXPECT_THAT(found.status().message(), HasSubstr("\"mistral\""));
-  EXPECT_THAT(found.status().message(), HasSubstr("known: gpt2, llama"));
+  EXPECT_THAT(found.status().message(), HasSubstr("known: gpt2, llama, qwen2"));
 
   // No silent fallback where the planner meets the name: the graph and the export metadata.
   v1::JobSpec spec = TinySpec("llama");
   spec.mutable_model()->set_arch("mistral");
   absl::StatusOr<Graph> g = BuildTransformerGraph(spec);
   ASSERT_FALSE(g.ok());
-  EXPECT_THAT(g.status().message(), HasSubstr("known: gpt2, llama"));
+  EXPECT_THAT(g.status().message(), HasSubstr("known: gpt2, llama, qwen2"));
   absl::StatusOr<HfExportMetadata> m = HfExportMetadataOf(spec);
   ASSERT_FALSE(m.ok());
-  EXPECT_THAT(m.status().message(), HasSubstr("known: gpt2, llama"));
+  EXPECT_THAT(m.status().message(), HasSubstr("known: gpt2, llama, qwen2"));
 }
 
 // The config half of each architecture lives in common/jobspec (the spec reader needs it before
