@@ -91,6 +91,13 @@ config: {vocab_size: 16, hidden_size: 8, intermediate_size: 16, num_hidden_layer
          max_position_embeddings: 8, tie_word_embeddings: false, attention_dropout: 0.0}
 )";
 
+constexpr char kQwen2Model[] = R"(
+arch: qwen2
+config: {vocab_size: 16, hidden_size: 8, intermediate_size: 16, num_hidden_layers: 1,
+         num_attention_heads: 2, num_key_value_heads: 1, rms_norm_eps: 1.0e-6, rope_theta: 10000.0,
+         max_position_embeddings: 8, tie_word_embeddings: false, attention_dropout: 0.0}
+)";
+
 // A job that passes every check and plans, for the value probes: each changes one field.
 constexpr char kValidSpec[] = R"(
 name: probe
@@ -303,7 +310,7 @@ int Run() {
   Explorer explorer;
   const YAML::Node layers = YAML::Load(kLayersSpec);
   explorer.Explore(layers, {}, "");
-  for (const char* model : {kGpt2Model, kLlamaModel}) {
+  for (const char* model : {kGpt2Model, kLlamaModel, kQwen2Model}) {
     explorer.Explore(With(layers, {"model"}, YAML::Load(model)), {}, "");
   }
 

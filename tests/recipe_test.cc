@@ -1,4 +1,4 @@
-// The LLM training recipe through the real daemons: GPT-2 and Llama (tiny configs) with the
+// The LLM training recipe through the real daemons: GPT-2, Llama and Qwen2 (tiny configs) with the
 // learning rate warmed up and decayed along a cosine, the gradient clipped by its global norm
 // (on some steps and not others), 4 micro-batches of gradient accumulation, AdamW's weight decay
 // on matrices only, and a held-out evaluation every 2 steps, on 1 rank, dp = 2, mp = 2 with
@@ -241,7 +241,7 @@ TEST_P(RecipeTest, Bf16StorageFollowsTheFloat32Run) {
   EXPECT_GT(differs, 1e-6) << "storage: bf16 ran as float32";
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, RecipeTest, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Arch, RecipeTest, ::testing::Values("gpt2", "llama", "qwen2"));
 
 // A job stopped after step 1 (mid-warmup) or step 5 (mid-decay) and resumed from its checkpoint
 // reports the losses, learning rates, gradient norms and eval losses of the uninterrupted run,

@@ -1,7 +1,8 @@
-// A small GPT-2 or Llama job for the integration tests: a token file (llm.c format) of a fixed
-// pattern, parameters from a Hugging Face-named safetensors file in Hugging Face's layouts (gpt2's
-// with the "transformer." prefix its files carry), spec files per case, the float64 reference of
-// the same run (tests/transformer_reference) and the parameters of a run's last checkpoint.
+// A small GPT-2, Llama or Qwen2 job for the integration tests: a token file (llm.c format) of a
+// fixed pattern, parameters from a Hugging Face-named safetensors file in Hugging Face's layouts
+// (gpt2's with the "transformer." prefix its files carry), spec files per case, the float64
+// reference of the same run (tests/transformer_reference) and the parameters of a run's last
+// checkpoint.
 //
 // E.g.
 //   TransformerJob job = TransformerJob::Create("gpt2");
@@ -45,7 +46,8 @@ struct TransformerJob {
   std::map<std::string, std::vector<double>> init;  // HF name -> values in HF layout
   RefOptimizer optimizer;                            // the spec's default optimizer
 
-  // gpt2 (16 wide, 4 heads) or llama (16 wide, 4 heads over 2 kv heads, untied), `dropout` on
+  // gpt2 (16 wide, 4 heads) or llama / qwen2 (16 wide, 4 heads over 2 kv heads, untied; qwen2's
+  // q/k/v biases from the same test values as the weights), `dropout` on
   // gpt2's three sites; 3 batches and a bit of tokens (step 4 wraps around to the first samples)
   // in dir/train.bin and the parameters in dir/init.safetensors.
   static TransformerJob Create(const std::string& arch, double dropout = 0.0,

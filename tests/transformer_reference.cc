@@ -570,6 +570,9 @@ Vec Gpt2BlockBackward(const ParamMap& p, const RefTransformerConfig& c, const Mo
   return dx;
 }
 
+// qwen2 is llama with biases on the q, k and v projections.
+bool HasQkvBias(const RefTransformerConfig& c) { return c.arch == "qwen2"; }
+
 struct LlamaLayerTape {
   Vec x;                         // the layer's input
   Vec norm1;                     // input_layernorm(x)
@@ -590,14 +593,20 @@ Vec LlamaLayerForward(const ParamMap& p, const RefTransformerConfig& c, const Mo
   const AttentionShape attention = AttentionOf(d);
   tape->x = x;
   tape->norm1 = RmsNormForward(x, Param(p, n + "input_layernorm.weight"), norm);
+  // qwen2: q, k and v projections with biases (added before the rotary embedding).
+  auto bias = [&](const std::string& proj) -> const Vec* {
+    return HasQkvBias(c) ? &Param(p, n + "self_attn." + proj + ".bias") : nullptr;
+  };
   tape->q = RopeForward(ProjectionForward(tape->norm1, Param(p, n + "self_attn.q_proj.weight"),
-                                          nullptr, {rows, C, q_width, WeightLayout::kLinear}),
+                                          bias("q_proj"),
+                                          {rows, C, q_width, WeightLayout::kLinear}),
                         {d.batch, d.seq, d.heads, d.head_dim, c.rope_theta});
   tape->k = RopeForward(ProjectionForward(tape->norm1, Param(p, n + "self_attn.k_proj.weight"),
-                                          nullptr, {rows, C, kv_width, WeightLayout::kLinear}),
+                                          bias("k_proj"),
+                                          {rows, C, kv_width, WeightLayout::kLinear}),
                         {d.batch, d.seq, d.kv_heads, d.head_dim, c.rope_theta});
-  tape->v = ProjectionForward(tape->norm1, Param(p, n + "self_attn.v_proj.weight"), nullptr,
-                              {rows, C, kv_width, WeightLayout::kLinear});
+  tape->v = ProjectionForward(tape->norm1, Param(p, n + "self_attn.v_proj.weight"),
+                              bias("v_proj"), {rows, C, kv_width, WeightLayout::kLinear});
   tape->attn_dropout = DropoutFactors(n + "self_attn.attention_dropout", attention.Probabilities(),
                                       c.attention_dropout, draw);
   tape->heads =
@@ -647,15 +656,18 @@ Vec LlamaLayerBackward(const ParamMap& p, const RefTransformerConfig& c, const M
                     &dq, &dk, &dv);
   dq = RopeBackward(dq, {d.batch, d.seq, d.heads, d.head_dim, c.rope_theta});
   dk = RopeBackward(dk, {d.batch, d.seq, d.kv_heads, d.head_dim, c.rope_theta});
+  auto dbias = [&](const std::string& proj) -> Vec* {
+    return HasQkvBias(c) ? Grad(g, n + "self_attn." + proj + ".bias") : nullptr;
+  };
   Vec dnorm1 = ProjectionBackward(tape.norm1, Param(p, n + "self_attn.q_proj.weight"), dq,
                                   {rows, C, q_width, WeightLayout::kLinear},
-                                  Grad(g, n + "self_attn.q_proj.weight"), nullptr);
+                                  Grad(g, n + "self_attn.q_proj.weight"), dbias("q_proj"));
   Accumulate(&dnorm1, ProjectionBackward(tape.norm1, Param(p, n + "self_attn.k_proj.weight"), dk,
                                          {rows, C, kv_width, WeightLayout::kLinear},
-                                         Grad(g, n + "self_attn.k_proj.weight"), nullptr));
+                                         Grad(g, n + "self_attn.k_proj.weight"), dbias("k_proj")));
   Accumulate(&dnorm1, ProjectionBackward(tape.norm1, Param(p, n + "self_attn.v_proj.weight"), dv,
                                          {rows, C, kv_width, WeightLayout::kLinear},
-                                         Grad(g, n + "self_attn.v_proj.weight"), nullptr));
+                                         Grad(g, n + "self_attn.v_proj.weight"), dbias("v_proj")));
   Accumulate(&dx, RmsNormBackward(tape.x, Param(p, n + "input_layernorm.weight"), dnorm1, norm,
                                   Grad(g, n + "input_layernorm.weight")));
   return dx;
@@ -770,7 +782,7 @@ RefTransformerConfig Validated(RefTransformerConfig c) {
     CheckProbability(c.embd_pdrop, "embd_pdrop");
     CheckProbability(c.attn_pdrop, "attn_pdrop");
     CheckProbability(c.resid_pdrop, "resid_pdrop");
-  } else if (c.arch == "llama") {
+  } else if (c.arch == "llama" || c.arch == "qwen2") {
     CheckPositive(c.hidden_size, "hidden_size");
     CheckPositive(c.intermediate_size, "intermediate_size");
     CheckPositive(c.num_hidden_layers, "num_hidden_layers");
@@ -790,7 +802,7 @@ RefTransformerConfig Validated(RefTransformerConfig c) {
     if (!(c.rope_theta > 0)) Fail("rope_theta must be positive");
     CheckProbability(c.attention_dropout, "attention_dropout");
   } else {
-    Fail("arch must be gpt2 or llama, got '" + c.arch + "'");
+    Fail("arch must be gpt2, llama or qwen2, got '" + c.arch + "'");
   }
   return c;
 }
@@ -969,6 +981,11 @@ std::vector<RefParamShape> RefTransformer::ParamShapes() const {
     shapes.push_back({n + "self_attn.q_proj.weight", {q_width, C}});
     shapes.push_back({n + "self_attn.k_proj.weight", {kv_width, C}});
     shapes.push_back({n + "self_attn.v_proj.weight", {kv_width, C}});
+    if (HasQkvBias(c)) {
+      shapes.push_back({n + "self_attn.q_proj.bias", {q_width}});
+      shapes.push_back({n + "self_attn.k_proj.bias", {kv_width}});
+      shapes.push_back({n + "self_attn.v_proj.bias", {kv_width}});
+    }
     shapes.push_back({n + "self_attn.o_proj.weight", {C, q_width}});
     shapes.push_back({n + "mlp.gate_proj.weight", {I, C}});
     shapes.push_back({n + "mlp.up_proj.weight", {I, C}});

@@ -1,8 +1,8 @@
-// An independent float64 reference of the transformer language models Weft trains (arch gpt2 and
-// llama, Hugging Face math and parameter names): forward, mean token cross-entropy, hand-written
-// backward op by op, Weft's SPMD-consistent dropout masks, SGD or decoupled AdamW, and the data
-// order of a Weft token job. Deliberately plain loops: it shares no code with Weft's kernels,
-// planner or executor (only common/philox.h, which defines the masks).
+// An independent float64 reference of the transformer language models Weft trains (arch gpt2, llama
+// and qwen2, Hugging Face math and parameter names): forward, mean token cross-entropy,
+// hand-written backward op by op, Weft's SPMD-consistent dropout masks, SGD or decoupled AdamW, and
+// the data order of a Weft token job. Deliberately plain loops: it shares no code with Weft's
+// kernels, planner or executor (only common/philox.h, which defines the masks).
 //
 // E.g.
 //   RefTransformerConfig config;
@@ -30,9 +30,9 @@
 namespace weft::testing {
 
 // A model's hyper-parameters under Hugging Face's config.json key names (GPT2Config,
-// LlamaConfig). An architecture reads only its own keys.
+// LlamaConfig; Qwen2Config has llama's keys). An architecture reads only its own keys.
 struct RefTransformerConfig {
-  std::string arch;  // gpt2 | llama
+  std::string arch;  // gpt2 | llama | qwen2 (llama with biases on q_proj, k_proj and v_proj)
   int64_t vocab_size = 0;
   // gpt2
   int64_t n_positions = 0;
@@ -44,7 +44,7 @@ struct RefTransformerConfig {
   double embd_pdrop = 0.0;
   double attn_pdrop = 0.0;
   double resid_pdrop = 0.0;
-  // llama
+  // llama, qwen2
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
   int64_t num_hidden_layers = 0;
@@ -151,7 +151,7 @@ class RefTransformer {
 
   const RefTransformerConfig& config() const { return config_; }
 
-  // Every parameter, in Hugging Face's order: gpt2 wte, wpe, h.N.*, ln_f; llama
+  // Every parameter, in Hugging Face's order: gpt2 wte, wpe, h.N.*, ln_f; llama (and qwen2)
   // model.embed_tokens, model.layers.N.*, model.norm, lm_head (absent when tied).
   std::vector<RefParamShape> ParamShapes() const;
 

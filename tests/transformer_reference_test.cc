@@ -56,6 +56,13 @@ RefTransformerConfig LlamaConfig(int kv_heads, bool tied, double pdrop) {
   return c;
 }
 
+// qwen2: llama's config (its keys are Qwen2Config's too) with biases on q, k and v.
+RefTransformerConfig Qwen2Config(int kv_heads, bool tied, double pdrop) {
+  RefTransformerConfig c = LlamaConfig(kv_heads, tied, pdrop);
+  c.arch = "qwen2";
+  return c;
+}
+
 // Token ids in [0, kVocab) from the test LCG.
 std::vector<int32_t> TestTokens(size_t n, uint64_t seed) {
   std::vector<int32_t> tokens;
@@ -120,6 +127,44 @@ TEST(TransformerReferenceTest, LlamaTiedGradientsMatchFiniteDifferences) {
 
 TEST(TransformerReferenceTest, LlamaTiedGradientsMatchFiniteDifferencesWithDropout) {
   ExpectGradientsMatchFiniteDifferences(LlamaConfig(/*kv_heads=*/2, /*tied=*/true, 0.3), 4);
+}
+
+TEST(TransformerReferenceTest, Qwen2GqaGradientsMatchFiniteDifferences) {
+  ExpectGradientsMatchFiniteDifferences(Qwen2Config(/*kv_heads=*/1, /*tied=*/false, 0.0), 1);
+}
+
+TEST(TransformerReferenceTest, Qwen2TiedGradientsMatchFiniteDifferencesWithDropout) {
+  ExpectGradientsMatchFiniteDifferences(Qwen2Config(/*kv_heads=*/2, /*tied=*/true, 0.3), 2);
+}
+
+// Qwen2's biases are Qwen2Attention's q_proj/k_proj/v_proj biases ([H*D], [KVH*D], [KVH*D]);
+// with them zero, qwen2 is llama with the same weights, and each bias changes the loss.
+TEST(TransformerReferenceTest, Qwen2IsLlamaWithQkvBiases) {
+  RefTransformer qwen2(Qwen2Config(/*kv_heads=*/1, /*tied=*/false, 0.0));
+  qwen2.SetTestParams(/*seed=*/100, /*scale=*/0.4);
+  RefTransformer llama(LlamaConfig(/*kv_heads=*/1, /*tied=*/false, 0.0));
+  llama.SetTestParams(/*seed=*/100, /*scale=*/0.4);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const RefParamShape& s : qwen2.ParamShapes()) shapes[s.name] = s.shape;
+  EXPECT_EQ(shapes.size(), llama.params.size() + 2 * 3);
+  EXPECT_EQ(shapes.at("model.layers.1.self_attn.q_proj.bias"), (std::vector<int64_t>{8}));
+  EXPECT_EQ(shapes.at("model.layers.1.self_attn.k_proj.bias"), (std::vector<int64_t>{4}));
+  EXPECT_EQ(shapes.at("model.layers.1.self_attn.v_proj.bias"), (std::vector<int64_t>{4}));
+  for (auto& [name, values] : qwen2.params) {
+    if (llama.params.count(name) > 0) {
+      values = llama.params.at(name);
+    } else {
+      std::fill(values.begin(), values.end(), 0.0);
+    }
+  }
+  const double llama_loss = llama.Loss(TestBatch(), kSeed, /*step=*/0);
+  EXPECT_NEAR(qwen2.Loss(TestBatch(), kSeed, /*step=*/0), llama_loss, 1e-14);
+  for (const std::string proj : {"q_proj", "k_proj", "v_proj"}) {
+    std::vector<double>& bias = qwen2.params.at("model.layers.0.self_attn." + proj + ".bias");
+    bias[0] = 0.5;
+    EXPECT_GT(std::fabs(qwen2.Loss(TestBatch(), kSeed, /*step=*/0) - llama_loss), 1e-6) << proj;
+    bias[0] = 0.0;
+  }
 }
 
 TEST(TransformerReferenceTest, ParameterNamesAndShapesAreHuggingFaces) {

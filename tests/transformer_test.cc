@@ -1,14 +1,14 @@
-// GPT-2 and Llama end to end through the real daemons: a token file (llm.c format, written here),
-// parameters from a Hugging Face-named safetensors file in Hugging Face's layouts (gpt2's with
-// the "transformer." prefix its files carry), trained on 1 rank, dp = 2, mp = 2 with the Megatron
-// plan, the same with sequence parallelism, pp = 2 (1F1B, FThenB, and VPP with 2 virtual stages
-// of the 4 blocks), dp = 2 x mp = 2 and pp = 2 x mp = 2 with sequence parallelism. Per-step
+// GPT-2, Llama and Qwen2 end to end through the real daemons: a token file (llm.c format, written
+// here), parameters from a Hugging Face-named safetensors file in Hugging Face's layouts (gpt2's
+// with the "transformer." prefix its files carry), trained on 1 rank, dp = 2, mp = 2 with the
+// Megatron plan, the same with sequence parallelism, pp = 2 (1F1B, FThenB, and VPP with 2 virtual
+// stages of the 4 blocks), dp = 2 x mp = 2 and pp = 2 x mp = 2 with sequence parallelism. Per-step
 // losses agree within 1e-5 of the 1-rank run and 1e-4 of the independent float64 reference
 // (tests/transformer_reference), and so do the final parameters, read from each run's last
 // checkpoint. ZeRO at every level (3: on dp x mp, and on dp x pp under full recompute) and
-// selective recompute under sequence parallelism agree the same way. With gpt2's dropout on,
-// 1 rank, dp = 2 and mp = 2 agree too: the masks depend on the global element, not on who
-// computes it; and recompute (full, selective) gives the same losses bit for bit in less memory.
+// selective recompute under sequence parallelism agree the same way. With gpt2's dropout on, 1
+// rank, dp = 2 and mp = 2 agree too: the masks depend on the global element, not on who computes
+// it; and recompute (full, selective) gives the same losses bit for bit in less memory.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -230,7 +230,7 @@ TEST_P(TransformerTest, HuggingFaceExportRoundTrips) {
   EXPECT_LT(from_export[0], b.one[0]);
 }
 
-INSTANTIATE_TEST_SUITE_P(Arch, TransformerTest, ::testing::Values("gpt2", "llama"));
+INSTANTIATE_TEST_SUITE_P(Arch, TransformerTest, ::testing::Values("gpt2", "llama", "qwen2"));
 
 // gpt2 with its three dropouts at p = 0.1: the same losses on 1 rank, dp = 2 and mp = 2 (and as
 // the float64 reference, which draws the masks by the same rule).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/transformer_config.h"
 
 namespace weft {
 
@@ -38,10 +39,7 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   }
   // A transformer (model.arch) predicts tokens; a layers model regresses.
   if (model->loss().empty()) model->set_loss(model->arch().empty() ? "mse" : "cross_entropy");
-  // gpt2: n_inner 0 is 4 * n_embd (TransformerConfig), resolved so the planner reads one width.
-  if (model->arch() == "gpt2" && model->config().n_inner() == 0) {
-    model->mutable_config()->set_n_inner(4 * model->config().n_embd());
-  }
+  if (!model->arch().empty()) ResolveTransformerConfig(model->arch(), model->mutable_config());
   v1::Data* data = spec->mutable_data();
   if (data->placements_size() == 0 && mesh->dim_names_size() == mesh->shape_size()) {
     *data->mutable_placements() = EffectiveDataPlacements(*spec);

@@ -26,32 +26,12 @@ namespace {
 using nlohmann::json;
 using v1::TransformerConfig;
 
-constexpr char kGpt2[] = "gpt2";
-constexpr char kLlama[] = "llama";
-
 // A Hugging Face key that changes the math, accepted only at the values Weft implements (none:
 // only null). `note` says what that value means.
 struct FixedKey {
   std::string key;
   std::vector<json> allowed;
   std::string note;
-};
-
-// What an architecture's config may hold (see the policy in the header).
-struct ArchKeys {
-  // The hyper-parameters (TransformerConfig fields of the same name), in the order messages
-  // list them.
-  std::vector<std::string> model;
-  // Model keys a spec's `config:` may leave out too (gpt2's n_inner: 4 * n_embd).
-  std::vector<std::string> optional;
-  // Model keys a config file may leave to Hugging Face's default.
-  std::vector<std::string> file_defaults;
-  // Checked against one value each by FixedKeys below.
-  std::vector<FixedKey> fixed;
-  // Checked against other keys: gpt2 n_ctx; llama head_dim, rope_parameters.
-  std::vector<std::string> related;
-  // Metadata of this architecture, ignored.
-  std::vector<std::string> ignored;
 };
 
 // HF metadata any architecture may carry: token ids, dtypes, library versions, init and
@@ -66,42 +46,6 @@ const std::vector<std::string>& CommonIgnoredKeys() {
   return *keys;
 }
 
-const ArchKeys& Gpt2Keys() {
-  static const auto* keys = new ArchKeys{
-      {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon",
-       "embd_pdrop", "attn_pdrop", "resid_pdrop", "n_inner"},
-      {"n_inner"},
-      {"layer_norm_epsilon", "embd_pdrop", "attn_pdrop", "resid_pdrop"},
-      {{"activation_function", {"gelu_new", "gelu_pytorch_tanh"}, "GELU's tanh approximation"},
-       {"scale_attn_weights", {true}, "scores divided by sqrt(head_dim)"},
-       {"scale_attn_by_inverse_layer_idx", {false}, ""},
-       {"reorder_and_upcast_attn", {false}, ""},
-       {"add_cross_attention", {false}, "a decoder-only model"},
-       {"tie_word_embeddings", {true}, "the LM head is wte"}},
-      {"n_ctx"},
-      {"summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
-       "summary_first_dropout", "task_specific_params"}};
-  return *keys;
-}
-
-const ArchKeys& LlamaKeys() {
-  static const auto* keys = new ArchKeys{
-      {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-       "num_key_value_heads", "rms_norm_eps", "rope_theta", "max_position_embeddings",
-       "tie_word_embeddings", "attention_dropout"},
-      {},
-      {"num_key_value_heads", "rope_theta", "tie_word_embeddings", "attention_dropout"},
-      {{"hidden_act", {"silu"}, "the SwiGLU MLP"},
-       {"rope_scaling", {}, "no rope scaling"},
-       {"attention_bias", {false}, ""},
-       {"mlp_bias", {false}, ""},
-       {"pretraining_tp", {1}, ""}},
-      {"head_dim", "rope_parameters"},
-      {}};
-  return *keys;
-}
-
-const ArchKeys& KeysOf(absl::string_view arch) { return arch == kGpt2 ? Gpt2Keys() : LlamaKeys(); }
 
 bool Contains(const std::vector<std::string>& list, const std::string& key) {
   return std::find(list.begin(), list.end(), key) != list.end();
@@ -238,36 +182,6 @@ class ConfigReader {
   const KeyNamer& namer_;
 };
 
-std::string UnknownKeyMessage(absl::string_view arch, const std::string& key) {
-  const ArchKeys& keys = KeysOf(arch);
-  std::vector<std::string> fixed = {"model_type"};
-  for (const FixedKey& f : keys.fixed) fixed.push_back(f.key);
-  fixed.insert(fixed.end(), keys.related.begin(), keys.related.end());
-  std::vector<std::string> ignored = CommonIgnoredKeys();
-  ignored.insert(ignored.end(), keys.ignored.begin(), keys.ignored.end());
-  return absl::StrCat(
-      "unknown key \"", key, "\" for ", arch, "; known: ", absl::StrJoin(keys.model, ", "),
-      "; Hugging Face's, accepted at the value Weft implements: ", absl::StrJoin(fixed, ", "),
-      "; Hugging Face metadata, ignored: ", absl::StrJoin(ignored, ", "));
-}
-
-// "missing (gpt2 needs vocab_size, ...)": the keys this source must give.
-std::string MissingMessage(absl::string_view arch, ConfigSource source) {
-  const ArchKeys& keys = KeysOf(arch);
-  std::vector<std::string> needed;
-  for (const std::string& key : keys.model) {
-    if (Contains(keys.optional, key)) continue;
-    if (source == ConfigSource::kFile && Contains(keys.file_defaults, key)) continue;
-    needed.push_back(key);
-  }
-  if (source == ConfigSource::kSpec) {
-    return absl::StrCat("missing (", arch, " needs ", absl::StrJoin(needed, ", "), ")");
-  }
-  return absl::StrCat("missing (a ", arch, " config.json needs ", absl::StrJoin(needed, ", "),
-                      "; Hugging Face's defaults fill ", absl::StrJoin(keys.file_defaults, ", "),
-                      ")");
-}
-
 // "\"relu\" is not supported; Weft implements \"gelu_new\" or \"gelu_pytorch_tanh\" (...)".
 std::string Unsupported(const json& value, const std::string& implemented,
                         const std::string& note) {
@@ -329,63 +243,161 @@ absl::StatusOr<std::optional<double>> ReadRopeParameters(const ConfigReader& r,
   return theta;
 }
 
-// The value checks (header), keys named by `namer`.
-absl::Status CheckValues(absl::string_view arch, const TransformerConfig& c,
-                         const KeyNamer& namer) {
-  auto positive = [&](const std::string& key, int64_t v) -> absl::Status {
+
+// The value checks every architecture draws on, keys named by `namer`.
+class ValueChecks {
+ public:
+  explicit ValueChecks(const KeyNamer& namer) : namer_(namer) {}
+
+  absl::Status Positive(const std::string& key, int64_t v) const {
     if (v > 0) return absl::OkStatus();
-    return namer.Error(key, absl::StrCat("must be > 0, got ", v));
-  };
-  auto epsilon = [&](const std::string& key, double v) -> absl::Status {
-    if (std::isfinite(v) && v > 0) return absl::OkStatus();
-    return namer.Error(key, absl::StrCat("must be a finite number > 0, got ", v));
-  };
-  // kMaxTransformerBlocks (validate.h): planning time grows faster than the depth.
-  auto blocks = [&](const std::string& key, int64_t v) -> absl::Status {
-    RETURN_IF_ERROR(positive(key, v));
-    if (v <= kMaxTransformerBlocks) return absl::OkStatus();
-    return namer.Error(key, absl::StrCat(v, " blocks; at most ", kMaxTransformerBlocks));
-  };
-  auto dropout = [&](const std::string& key, double v) -> absl::Status {
-    if (v >= 0 && v < 1) return absl::OkStatus();
-    return namer.Error(key, absl::StrCat("must be in [0, 1), got ", v));
-  };
-  if (arch == kGpt2) {
-    RETURN_IF_ERROR(positive("vocab_size", c.vocab_size()));
-    RETURN_IF_ERROR(positive("n_positions", c.n_positions()));
-    RETURN_IF_ERROR(positive("n_embd", c.n_embd()));
-    RETURN_IF_ERROR(blocks("n_layer", c.n_layer()));
-    RETURN_IF_ERROR(positive("n_head", c.n_head()));
-    if (c.n_inner() < 0) {
-      return namer.Error("n_inner",
-                         absl::StrCat("must be > 0 (or null: 4 * n_embd), got ", c.n_inner()));
-    }
-    RETURN_IF_ERROR(epsilon("layer_norm_epsilon", c.layer_norm_epsilon()));
-    RETURN_IF_ERROR(dropout("embd_pdrop", c.embd_pdrop()));
-    RETURN_IF_ERROR(dropout("attn_pdrop", c.attn_pdrop()));
-    RETURN_IF_ERROR(dropout("resid_pdrop", c.resid_pdrop()));
-    if (c.n_embd() % c.n_head() != 0) {
-      return namer.Error("n_head", absl::StrCat(c.n_head(), " does not divide n_embd ", c.n_embd(),
-                                                " (every head takes n_embd / n_head features)"));
-    }
-    return absl::OkStatus();
+    return namer_.Error(key, absl::StrCat("must be > 0, got ", v));
   }
-  RETURN_IF_ERROR(positive("vocab_size", c.vocab_size()));
-  RETURN_IF_ERROR(positive("hidden_size", c.hidden_size()));
-  RETURN_IF_ERROR(positive("intermediate_size", c.intermediate_size()));
-  RETURN_IF_ERROR(blocks("num_hidden_layers", c.num_hidden_layers()));
-  RETURN_IF_ERROR(positive("num_attention_heads", c.num_attention_heads()));
-  RETURN_IF_ERROR(positive("num_key_value_heads", c.num_key_value_heads()));
-  RETURN_IF_ERROR(epsilon("rms_norm_eps", c.rms_norm_eps()));
-  RETURN_IF_ERROR(epsilon("rope_theta", c.rope_theta()));
-  RETURN_IF_ERROR(positive("max_position_embeddings", c.max_position_embeddings()));
-  RETURN_IF_ERROR(dropout("attention_dropout", c.attention_dropout()));
+  absl::Status Epsilon(const std::string& key, double v) const {
+    if (std::isfinite(v) && v > 0) return absl::OkStatus();
+    return namer_.Error(key, absl::StrCat("must be a finite number > 0, got ", v));
+  }
+  // kMaxTransformerBlocks (validate.h): planning time grows faster than the depth.
+  absl::Status Blocks(const std::string& key, int64_t v) const {
+    RETURN_IF_ERROR(Positive(key, v));
+    if (v <= kMaxTransformerBlocks) return absl::OkStatus();
+    return namer_.Error(key, absl::StrCat(v, " blocks; at most ", kMaxTransformerBlocks));
+  }
+  absl::Status Dropout(const std::string& key, double v) const {
+    if (v >= 0 && v < 1) return absl::OkStatus();
+    return namer_.Error(key, absl::StrCat("must be in [0, 1), got ", v));
+  }
+
+ private:
+  const KeyNamer& namer_;
+};
+
+// What an architecture's config is (see the policy in the header): its keys, Hugging Face's
+// defaults and the checks of its values. One entry per architecture in ArchConfigs(); the
+// planner's ArchDef of the same name (planner/arch/arch.h) builds its model.
+struct ArchConfig {
+  // model.arch, and config.json's model_type.
+  std::string name;
+  // The hyper-parameters (TransformerConfig fields of the same name), in the order messages
+  // list them.
+  std::vector<std::string> model;
+  // Model keys a spec's `config:` may leave out too (gpt2's n_inner: 4 * n_embd).
+  std::vector<std::string> optional;
+  // Model keys a config file may leave to Hugging Face's default.
+  std::vector<std::string> file_defaults;
+  // Checked against one value each (CheckFixedKey).
+  std::vector<FixedKey> fixed;
+  // Checked against other keys by the hooks below: gpt2 n_ctx; llama head_dim, rope_parameters.
+  std::vector<std::string> related;
+  // Metadata of this architecture, ignored.
+  std::vector<std::string> ignored;
+  // Model key -> a related key that may carry it instead (newer transformers' rope_parameters
+  // holds rope_theta); `complete` reads it from there.
+  std::map<std::string, std::string> carried_by;
+  // After the model keys are read: Hugging Face's defaults for what a config file left out, and
+  // the related keys that need no valid values.
+  absl::Status (*complete)(const ConfigReader& r, const KeyNamer& namer, TransformerConfig* c);
+  // The value checks, on a config however it arrived.
+  absl::Status (*check_values)(const TransformerConfig& c, const KeyNamer& namer);
+  // After the value checks: the related keys checked against valid values (llama's head_dim).
+  absl::Status (*check_related)(const ConfigReader& r, const KeyNamer& namer,
+                                const TransformerConfig& c);
+  // The values a config leaves implied, filled in (gpt2's n_inner 0: 4 * n_embd).
+  void (*resolve)(TransformerConfig* c);
+};
+
+absl::Status NoRelatedChecks(const ConfigReader&, const KeyNamer&, const TransformerConfig&) {
+  return absl::OkStatus();
+}
+
+void NothingImplied(TransformerConfig*) {}
+
+// gpt2 (Hugging Face's GPT2Config).
+
+absl::Status CompleteGpt2(const ConfigReader& r, const KeyNamer& namer, TransformerConfig* c) {
+  // Hugging Face's GPT2Config defaults, for a config file.
+  if (!r.Has("layer_norm_epsilon")) c->set_layer_norm_epsilon(1e-5);
+  if (!r.Has("embd_pdrop")) c->set_embd_pdrop(0.1);
+  if (!r.Has("attn_pdrop")) c->set_attn_pdrop(0.1);
+  if (!r.Has("resid_pdrop")) c->set_resid_pdrop(0.1);
+  if (r.Has("n_inner") && c->n_inner() <= 0) {
+    return namer.Error("n_inner",
+                       absl::StrCat("must be > 0 (or null: 4 * n_embd), got ", c->n_inner()));
+  }
+  if (r.Has("n_ctx")) {
+    ASSIGN_OR_RETURN(int64_t n_ctx, r.Int("n_ctx", r.At("n_ctx")));
+    if (n_ctx != c->n_positions()) {
+      return namer.Error(
+          "n_ctx",
+          Unsupported(r.At("n_ctx"), absl::StrCat("n_ctx = n_positions = ", c->n_positions()),
+                      "n_positions sizes the position table and the causal mask"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGpt2Values(const TransformerConfig& c, const KeyNamer& namer) {
+  const ValueChecks check(namer);
+  RETURN_IF_ERROR(check.Positive("vocab_size", c.vocab_size()));
+  RETURN_IF_ERROR(check.Positive("n_positions", c.n_positions()));
+  RETURN_IF_ERROR(check.Positive("n_embd", c.n_embd()));
+  RETURN_IF_ERROR(check.Blocks("n_layer", c.n_layer()));
+  RETURN_IF_ERROR(check.Positive("n_head", c.n_head()));
+  if (c.n_inner() < 0) {
+    return namer.Error("n_inner",
+                       absl::StrCat("must be > 0 (or null: 4 * n_embd), got ", c.n_inner()));
+  }
+  RETURN_IF_ERROR(check.Epsilon("layer_norm_epsilon", c.layer_norm_epsilon()));
+  RETURN_IF_ERROR(check.Dropout("embd_pdrop", c.embd_pdrop()));
+  RETURN_IF_ERROR(check.Dropout("attn_pdrop", c.attn_pdrop()));
+  RETURN_IF_ERROR(check.Dropout("resid_pdrop", c.resid_pdrop()));
+  if (c.n_embd() % c.n_head() != 0) {
+    return namer.Error("n_head", absl::StrCat(c.n_head(), " does not divide n_embd ", c.n_embd(),
+                                              " (every head takes n_embd / n_head features)"));
+  }
+  return absl::OkStatus();
+}
+
+void ResolveGpt2(TransformerConfig* c) {
+  if (c->n_inner() == 0) c->set_n_inner(4 * c->n_embd());
+}
+
+// llama (Hugging Face's LlamaConfig), and the architectures that share its config keys.
+
+absl::Status CompleteLlama(const ConfigReader& r, const KeyNamer& namer, TransformerConfig* c) {
+  // Hugging Face's LlamaConfig defaults, for a config file.
+  if (!r.Has("num_key_value_heads")) c->set_num_key_value_heads(c->num_attention_heads());
+  ASSIGN_OR_RETURN(std::optional<double> rope_parameters_theta, ReadRopeParameters(r, namer));
+  if (rope_parameters_theta.has_value()) {
+    if (r.Has("rope_theta") && c->rope_theta() != *rope_parameters_theta) {
+      return namer.Error(
+          "rope_parameters.rope_theta",
+          absl::StrCat(*rope_parameters_theta, " differs from rope_theta ", c->rope_theta()));
+    }
+    c->set_rope_theta(*rope_parameters_theta);
+  } else if (!r.Has("rope_theta")) {
+    c->set_rope_theta(10000.0);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLlamaValues(const TransformerConfig& c, const KeyNamer& namer) {
+  const ValueChecks check(namer);
+  RETURN_IF_ERROR(check.Positive("vocab_size", c.vocab_size()));
+  RETURN_IF_ERROR(check.Positive("hidden_size", c.hidden_size()));
+  RETURN_IF_ERROR(check.Positive("intermediate_size", c.intermediate_size()));
+  RETURN_IF_ERROR(check.Blocks("num_hidden_layers", c.num_hidden_layers()));
+  RETURN_IF_ERROR(check.Positive("num_attention_heads", c.num_attention_heads()));
+  RETURN_IF_ERROR(check.Positive("num_key_value_heads", c.num_key_value_heads()));
+  RETURN_IF_ERROR(check.Epsilon("rms_norm_eps", c.rms_norm_eps()));
+  RETURN_IF_ERROR(check.Epsilon("rope_theta", c.rope_theta()));
+  RETURN_IF_ERROR(check.Positive("max_position_embeddings", c.max_position_embeddings()));
+  RETURN_IF_ERROR(check.Dropout("attention_dropout", c.attention_dropout()));
   if (c.hidden_size() % c.num_attention_heads() != 0) {
     return namer.Error(
         "num_attention_heads",
         absl::StrCat(c.num_attention_heads(), " does not divide hidden_size ", c.hidden_size(),
-                     " (every head takes hidden_size / num_attention_heads "
-                     "features)"));
+                     " (every head takes hidden_size / num_attention_heads features)"));
   }
   if (c.num_attention_heads() % c.num_key_value_heads() != 0) {
     return namer.Error(
@@ -406,120 +418,211 @@ absl::Status CheckValues(absl::string_view arch, const TransformerConfig& c,
   return absl::OkStatus();
 }
 
-}  // namespace
+// head_dim, when given, must be the one Weft computes with (after the checks: it divides).
+absl::Status CheckLlamaHeadDim(const ConfigReader& r, const KeyNamer& namer,
+                               const TransformerConfig& c) {
+  if (!r.Has("head_dim")) return absl::OkStatus();
+  ASSIGN_OR_RETURN(int64_t head_dim, r.Int("head_dim", r.At("head_dim")));
+  const int64_t implemented = c.hidden_size() / c.num_attention_heads();
+  if (head_dim == implemented) return absl::OkStatus();
+  return namer.Error(
+      "head_dim", Unsupported(r.At("head_dim"),
+                              absl::StrCat("hidden_size / num_attention_heads = ", c.hidden_size(),
+                                           " / ", c.num_attention_heads(), " = ", implemented),
+                              "or null"));
+}
 
-std::string KnownArchs() { return absl::StrCat(kGpt2, ", ", kLlama); }
+const ArchConfig& Gpt2Config() {
+  static const auto* arch = new ArchConfig{
+      .name = "gpt2",
+      .model = {"vocab_size", "n_positions", "n_embd", "n_layer", "n_head", "layer_norm_epsilon",
+                "embd_pdrop", "attn_pdrop", "resid_pdrop", "n_inner"},
+      .optional = {"n_inner"},
+      .file_defaults = {"layer_norm_epsilon", "embd_pdrop", "attn_pdrop", "resid_pdrop"},
+      .fixed = {{"activation_function", {"gelu_new", "gelu_pytorch_tanh"},
+                 "GELU's tanh approximation"},
+                {"scale_attn_weights", {true}, "scores divided by sqrt(head_dim)"},
+                {"scale_attn_by_inverse_layer_idx", {false}, ""},
+                {"reorder_and_upcast_attn", {false}, ""},
+                {"add_cross_attention", {false}, "a decoder-only model"},
+                {"tie_word_embeddings", {true}, "the LM head is wte"}},
+      .related = {"n_ctx"},
+      .ignored = {"summary_type", "summary_use_proj", "summary_activation",
+                  "summary_proj_to_labels", "summary_first_dropout", "task_specific_params"},
+      .carried_by = {},
+      .complete = CompleteGpt2,
+      .check_values = CheckGpt2Values,
+      .check_related = NoRelatedChecks,
+      .resolve = ResolveGpt2,
+  };
+  return *arch;
+}
 
-bool IsKnownArch(absl::string_view arch) { return arch == kGpt2 || arch == kLlama; }
+const ArchConfig& LlamaConfig() {
+  static const auto* arch = new ArchConfig{
+      .name = "llama",
+      .model = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "rope_theta",
+                "max_position_embeddings", "tie_word_embeddings", "attention_dropout"},
+      .optional = {},
+      .file_defaults = {"num_key_value_heads", "rope_theta", "tie_word_embeddings",
+                        "attention_dropout"},
+      .fixed = {{"hidden_act", {"silu"}, "the SwiGLU MLP"},
+                {"rope_scaling", {}, "no rope scaling"},
+                {"attention_bias", {false}, ""},
+                {"mlp_bias", {false}, ""},
+                {"pretraining_tp", {1}, ""}},
+      .related = {"head_dim", "rope_parameters"},
+      .ignored = {},
+      .carried_by = {{"rope_theta", "rope_parameters"}},
+      .complete = CompleteLlama,
+      .check_values = CheckLlamaValues,
+      .check_related = CheckLlamaHeadDim,
+      .resolve = NothingImplied,
+  };
+  return *arch;
+}
 
-namespace {
+// Qwen2Config: Llama's keys and checks, without its attention_bias, mlp_bias and pretraining_tp
+// (Qwen2's q/k/v biases are always there, its o_proj and MLP never have any); sliding-window
+// attention is not implemented, so its other keys are ignored only while it is off.
+const ArchConfig& Qwen2Config() {
+  static const auto* arch = new ArchConfig{
+      .name = "qwen2",
+      .model = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "rope_theta",
+                "max_position_embeddings", "tie_word_embeddings", "attention_dropout"},
+      .optional = {},
+      // Qwen2Config's num_key_value_heads defaults to 32, not to the heads: a file must say.
+      .file_defaults = {"rope_theta", "tie_word_embeddings", "attention_dropout"},
+      .fixed = {{"hidden_act", {"silu"}, "the SwiGLU MLP"},
+                {"rope_scaling", {}, "no rope scaling"},
+                {"use_sliding_window", {false}, "full causal attention in every layer"}},
+      .related = {"head_dim", "rope_parameters"},
+      .ignored = {"sliding_window", "max_window_layers"},
+      .carried_by = {{"rope_theta", "rope_parameters"}},
+      .complete = CompleteLlama,
+      .check_values = CheckLlamaValues,
+      .check_related = CheckLlamaHeadDim,
+      .resolve = NothingImplied,
+  };
+  return *arch;
+}
 
-absl::Status CheckKnownArch(absl::string_view arch) {
-  if (IsKnownArch(arch)) return absl::OkStatus();
+// Every architecture, in the order messages list them.
+const std::vector<const ArchConfig*>& ArchConfigs() {
+  static const auto* archs = new std::vector<const ArchConfig*>{&Gpt2Config(), &LlamaConfig(),
+                                                                   &Qwen2Config()};
+  return *archs;
+}
+
+const ArchConfig* FindArchConfig(absl::string_view arch) {
+  for (const ArchConfig* a : ArchConfigs()) {
+    if (a->name == arch) return a;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<const ArchConfig*> KnownArchConfig(absl::string_view arch) {
+  if (const ArchConfig* a = FindArchConfig(arch)) return a;
   return absl::InvalidArgumentError(
       absl::StrCat("model.arch: unknown arch \"", arch, "\"; known: ", KnownArchs()));
 }
 
+std::string UnknownKeyMessage(const ArchConfig& arch, const std::string& key) {
+  std::vector<std::string> fixed = {"model_type"};
+  for (const FixedKey& f : arch.fixed) fixed.push_back(f.key);
+  fixed.insert(fixed.end(), arch.related.begin(), arch.related.end());
+  std::vector<std::string> ignored = CommonIgnoredKeys();
+  ignored.insert(ignored.end(), arch.ignored.begin(), arch.ignored.end());
+  return absl::StrCat(
+      "unknown key \"", key, "\" for ", arch.name, "; known: ", absl::StrJoin(arch.model, ", "),
+      "; Hugging Face's, accepted at the value Weft implements: ", absl::StrJoin(fixed, ", "),
+      "; Hugging Face metadata, ignored: ", absl::StrJoin(ignored, ", "));
+}
+
+// "missing (gpt2 needs vocab_size, ...)": the keys this source must give.
+std::string MissingMessage(const ArchConfig& arch, ConfigSource source) {
+  std::vector<std::string> needed;
+  for (const std::string& key : arch.model) {
+    if (Contains(arch.optional, key)) continue;
+    if (source == ConfigSource::kFile && Contains(arch.file_defaults, key)) continue;
+    needed.push_back(key);
+  }
+  if (source == ConfigSource::kSpec) {
+    return absl::StrCat("missing (", arch.name, " needs ", absl::StrJoin(needed, ", "), ")");
+  }
+  return absl::StrCat("missing (a ", arch.name, " config.json needs ",
+                      absl::StrJoin(needed, ", "), "; Hugging Face's defaults fill ",
+                      absl::StrJoin(arch.file_defaults, ", "), ")");
+}
+
 }  // namespace
 
+std::string KnownArchs() {
+  std::vector<std::string> names;
+  for (const ArchConfig* a : ArchConfigs()) names.push_back(a->name);
+  return absl::StrJoin(names, ", ");
+}
+
+bool IsKnownArch(absl::string_view arch) { return FindArchConfig(arch) != nullptr; }
+
+void ResolveTransformerConfig(absl::string_view arch, TransformerConfig* config) {
+  if (const ArchConfig* a = FindArchConfig(arch)) a->resolve(config);
+}
+
 absl::StatusOr<TransformerConfig> TransformerConfigFromJson(
-    absl::string_view arch, const json& config, ConfigSource source, const std::string& path,
+    absl::string_view arch_name, const json& config, ConfigSource source, const std::string& path,
     const std::map<std::string, std::string>& where) {
-  RETURN_IF_ERROR(CheckKnownArch(arch));
-  const ArchKeys& keys = KeysOf(arch);
+  ASSIGN_OR_RETURN(const ArchConfig* arch, KnownArchConfig(arch_name));
   const KeyNamer namer(path, source, &where);
   if (!config.is_object()) {
-    return namer.MappingError(
-        "", absl::StrCat("expected a mapping of ", arch, " config keys, got ", TypeName(config)));
+    return namer.MappingError("", absl::StrCat("expected a mapping of ", arch->name,
+                                               " config keys, got ", TypeName(config)));
   }
   const ConfigReader r(config, namer);
   // Unknown keys first: a typo should not read as its key missing.
   for (auto it = config.begin(); it != config.end(); ++it) {
     const std::string& key = it.key();
-    const bool known = key == "model_type" || Contains(keys.model, key) ||
-                       Contains(keys.related, key) || Contains(keys.ignored, key) ||
+    const bool known = key == "model_type" || Contains(arch->model, key) ||
+                       Contains(arch->related, key) || Contains(arch->ignored, key) ||
                        Contains(CommonIgnoredKeys(), key) ||
-                       std::any_of(keys.fixed.begin(), keys.fixed.end(),
+                       std::any_of(arch->fixed.begin(), arch->fixed.end(),
                                    [&](const FixedKey& f) { return f.key == key; });
-    if (!known) return namer.MappingError(key, UnknownKeyMessage(arch, key));
+    if (!known) return namer.MappingError(key, UnknownKeyMessage(*arch, key));
   }
   if (r.Has("model_type")) {
     ASSIGN_OR_RETURN(std::string type, r.String("model_type", r.At("model_type")));
-    if (type != arch) {
+    if (type != arch->name) {
       return namer.Error("model_type",
-                         absl::StrCat("\"", type, "\" does not match model.arch ", arch,
-                                      ": this config is for another "
-                                      "architecture"));
+                         absl::StrCat("\"", type, "\" does not match model.arch ", arch->name,
+                                      ": this config is for another architecture"));
     }
   }
-  for (const FixedKey& fixed : keys.fixed) {
+  for (const FixedKey& fixed : arch->fixed) {
     if (r.Has(fixed.key)) RETURN_IF_ERROR(CheckFixedKey(fixed, r.At(fixed.key), namer));
-  }
-  std::optional<double> rope_parameters_theta;
-  if (arch == kLlama) {
-    ASSIGN_OR_RETURN(rope_parameters_theta, ReadRopeParameters(r, namer));
   }
 
   TransformerConfig c;
-  for (const std::string& key : keys.model) {
+  for (const std::string& key : arch->model) {
     if (r.Has(key)) {
       RETURN_IF_ERROR(r.ReadField(key, r.At(key), &c));
       continue;
     }
-    if (key == "rope_theta" && rope_parameters_theta.has_value()) continue;
-    const bool may_be_absent = Contains(keys.optional, key) ||
-                               (source == ConfigSource::kFile && Contains(keys.file_defaults, key));
-    if (!may_be_absent) return namer.Missing(key, MissingMessage(arch, source));
+    auto carrier = arch->carried_by.find(key);
+    if (carrier != arch->carried_by.end() && r.Has(carrier->second) &&
+        r.At(carrier->second).is_object() && r.At(carrier->second).contains(key)) {
+      continue;
+    }
+    const bool may_be_absent =
+        Contains(arch->optional, key) ||
+        (source == ConfigSource::kFile && Contains(arch->file_defaults, key));
+    if (!may_be_absent) return namer.Missing(key, MissingMessage(*arch, source));
   }
-
-  if (arch == kGpt2) {
-    // Hugging Face's GPT2Config defaults, for a config file.
-    if (!r.Has("layer_norm_epsilon")) c.set_layer_norm_epsilon(1e-5);
-    if (!r.Has("embd_pdrop")) c.set_embd_pdrop(0.1);
-    if (!r.Has("attn_pdrop")) c.set_attn_pdrop(0.1);
-    if (!r.Has("resid_pdrop")) c.set_resid_pdrop(0.1);
-    if (r.Has("n_inner") && c.n_inner() <= 0) {
-      return namer.Error("n_inner",
-                         absl::StrCat("must be > 0 (or null: 4 * n_embd), got ", c.n_inner()));
-    }
-    if (r.Has("n_ctx")) {
-      ASSIGN_OR_RETURN(int64_t n_ctx, r.Int("n_ctx", r.At("n_ctx")));
-      if (n_ctx != c.n_positions()) {
-        return namer.Error(
-            "n_ctx",
-            Unsupported(r.At("n_ctx"), absl::StrCat("n_ctx = n_positions = ", c.n_positions()),
-                        "n_positions sizes the position table and the "
-                        "causal mask"));
-      }
-    }
-  } else {
-    // Hugging Face's LlamaConfig defaults, for a config file.
-    if (!r.Has("num_key_value_heads")) c.set_num_key_value_heads(c.num_attention_heads());
-    if (rope_parameters_theta.has_value()) {
-      if (r.Has("rope_theta") && c.rope_theta() != *rope_parameters_theta) {
-        return namer.Error(
-            "rope_parameters.rope_theta",
-            absl::StrCat(*rope_parameters_theta, " differs from rope_theta ", c.rope_theta()));
-      }
-      c.set_rope_theta(*rope_parameters_theta);
-    } else if (!r.Has("rope_theta")) {
-      c.set_rope_theta(10000.0);
-    }
-  }
-  RETURN_IF_ERROR(CheckValues(arch, c, namer));
-  if (arch == kGpt2 && c.n_inner() == 0) c.set_n_inner(4 * c.n_embd());
-  if (arch == kLlama && r.Has("head_dim")) {
-    ASSIGN_OR_RETURN(int64_t head_dim, r.Int("head_dim", r.At("head_dim")));
-    const int64_t implemented = c.hidden_size() / c.num_attention_heads();
-    if (head_dim != implemented) {
-      return namer.Error(
-          "head_dim",
-          Unsupported(r.At("head_dim"),
-                      absl::StrCat("hidden_size / num_attention_heads = ", c.hidden_size(), " / ",
-                                   c.num_attention_heads(), " = ", implemented),
-                      "or null"));
-    }
-  }
+  RETURN_IF_ERROR(arch->complete(r, namer, &c));
+  RETURN_IF_ERROR(arch->check_values(c, namer));
+  arch->resolve(&c);
+  RETURN_IF_ERROR(arch->check_related(r, namer, c));
   return c;
 }
 
@@ -550,19 +653,20 @@ absl::StatusOr<TransformerConfig> LoadTransformerConfigFile(absl::string_view ar
   return TransformerConfigFromJson(arch, config, ConfigSource::kFile, path);
 }
 
-absl::Status ValidateTransformerConfig(absl::string_view arch, const TransformerConfig& config) {
-  RETURN_IF_ERROR(CheckKnownArch(arch));
+absl::Status ValidateTransformerConfig(absl::string_view arch_name,
+                                       const TransformerConfig& config) {
+  ASSIGN_OR_RETURN(const ArchConfig* arch, KnownArchConfig(arch_name));
   const KeyNamer namer("model.config", ConfigSource::kSpec, nullptr);
-  const ArchKeys& keys = KeysOf(arch);
   std::vector<const google::protobuf::FieldDescriptor*> set;
   config.GetReflection()->ListFields(config, &set);
   for (const google::protobuf::FieldDescriptor* field : set) {
-    if (!Contains(keys.model, field->name())) {
-      return namer.Error(field->name(), absl::StrCat("is not a ", arch, " key; ", arch, " reads ",
-                                                     absl::StrJoin(keys.model, ", ")));
+    if (!Contains(arch->model, field->name())) {
+      return namer.Error(field->name(),
+                         absl::StrCat("is not a ", arch->name, " key; ", arch->name, " reads ",
+                                      absl::StrJoin(arch->model, ", ")));
     }
   }
-  return CheckValues(arch, config, namer);
+  return arch->check_values(config, namer);
 }
 
 absl::Status ValidateTransformerModel(const v1::Model& model) {
@@ -583,7 +687,7 @@ absl::Status ValidateTransformerModel(const v1::Model& model) {
     }
     return absl::OkStatus();
   }
-  RETURN_IF_ERROR(CheckKnownArch(model.arch()));
+  RETURN_IF_ERROR(KnownArchConfig(model.arch()).status());
   if (model.layers_size() > 0) {
     return absl::InvalidArgumentError(
         "model.layers: not allowed with model.arch (a transformer's layers come from its "

@@ -10,13 +10,16 @@
 //   llama  vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads
 //          num_key_value_heads rms_norm_eps rope_theta max_position_embeddings
 //          tie_word_embeddings attention_dropout
+//   qwen2  llama's keys
 //
 // Policy. A real config.json must load as is, and a spec must say what it trains:
 //  - `config:` in the spec: every key above is required (n_inner excepted).
 //  - A config file may leave out what Hugging Face itself defaults, and gets HF's default: gpt2
 //    layer_norm_epsilon 1e-5, embd_pdrop = attn_pdrop = resid_pdrop 0.1; llama
 //    num_key_value_heads = num_attention_heads, rope_theta 10000, tie_word_embeddings false,
-//    attention_dropout 0. (Sizes, rms_norm_eps and max_position_embeddings are required.)
+//    attention_dropout 0; qwen2 as llama except num_key_value_heads (Qwen2Config's default is
+//    32, so a file must give it). (Sizes, rms_norm_eps and max_position_embeddings are
+//    required.)
 //  - Both: HF metadata that does not change the math is accepted and ignored (architectures,
 //    torch_dtype, token ids, initializer_range, use_cache, gpt2's summary_* and
 //    task_specific_params, ...; the full list is in the unknown-key message). model_type, when
@@ -27,15 +30,17 @@
 //    false, tie_word_embeddings true, n_ctx = n_positions; llama hidden_act silu, rope_scaling
 //    null, attention_bias false, mlp_bias false, pretraining_tp 1, head_dim null or
 //    hidden_size / num_attention_heads, rope_parameters {rope_type: default, rope_theta} (newer
-//    transformers' home of rope_theta). null counts as absent. Any other key is an error listing
-//    the known ones.
+//    transformers' home of rope_theta); qwen2 as llama without attention_bias, mlp_bias and
+//    pretraining_tp (its q/k/v biases are part of the model), and use_sliding_window false
+//    (sliding_window and max_window_layers are then ignored). null counts as absent. Any other
+//    key is an error listing the known ones.
 //  - Types are strict: an integer key takes an integer (not "4", 4.5 or true), a number key an
 //    integer or a float, a flag true or false.
 //  - Values: sizes > 0, epsilons and rope_theta finite and > 0, dropouts in [0, 1),
-//    n_embd % n_head == 0; llama hidden_size % num_attention_heads == 0, num_attention_heads %
-//    num_key_value_heads == 0 and an even head_dim (rotary embeddings rotate pairs). What depends
-//    on the mesh (heads, kv heads, vocab and sequence vs the tensor-parallel degree) is the
-//    planner's to check.
+//    n_embd % n_head == 0; llama (and qwen2) hidden_size % num_attention_heads == 0,
+//    num_attention_heads % num_key_value_heads == 0 and an even head_dim (rotary embeddings
+//    rotate pairs). What depends on the mesh (heads, kv heads, vocab and sequence vs the
+//    tensor-parallel degree) is the planner's to check.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(v1::TransformerConfig c,
@@ -54,9 +59,17 @@
 
 namespace weft {
 
-// "gpt2, llama".
+// The architectures' config halves are one table in transformer_config.cc (ArchConfig: keys,
+// Hugging Face's defaults, value checks), one entry per architecture; the planner's ArchDef of
+// the same name (planner/arch/arch.h) builds the model.
+
+// "gpt2, llama, ...": the architectures, as messages list them.
 std::string KnownArchs();
 bool IsKnownArch(absl::string_view arch);
+
+// Fills the values `config` leaves implied for `arch` (gpt2's n_inner 0: 4 * n_embd), so that
+// the planner reads one width. An unknown arch: nothing (validation reports it).
+void ResolveTransformerConfig(absl::string_view arch, v1::TransformerConfig* config);
 
 // Where a config was written: decides which keys may be absent (see the policy above).
 enum class ConfigSource { kSpec, kFile };

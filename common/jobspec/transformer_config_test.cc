@@ -412,6 +412,79 @@ TEST_F(TransformerSpecTest, ReadsHuggingFaceLlamaConfigFilesAsIs) {
   EXPECT_EQ(mha->model().config().num_key_value_heads(), 32);
 }
 
+// Qwen/Qwen2.5-0.5B's config.json, as published (sliding window off, its window keys present).
+constexpr char kQwen2Json[] = R"({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 24,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})";
+
+TEST_F(TransformerSpecTest, ReadsQwen2FromTheSpecAndItsConfigFilesAsIs) {
+  absl::StatusOr<v1::JobSpec> spec = Llama({{"arch: llama", "arch: qwen2"}});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->model().arch(), "qwen2");
+  EXPECT_EQ(spec->model().config().num_key_value_heads(), 2);
+
+  absl::StatusOr<v1::JobSpec> qwen = WithFile("qwen2", "qwen2.json", kQwen2Json);
+  ASSERT_TRUE(qwen.ok()) << qwen.status();
+  const v1::TransformerConfig& c = qwen->model().config();
+  EXPECT_EQ(c.vocab_size(), 151936);
+  EXPECT_EQ(c.hidden_size(), 896);
+  EXPECT_EQ(c.num_hidden_layers(), 24);
+  EXPECT_EQ(c.num_attention_heads(), 14);
+  EXPECT_EQ(c.num_key_value_heads(), 2);
+  EXPECT_DOUBLE_EQ(c.rope_theta(), 1000000.0);
+  EXPECT_TRUE(c.tie_word_embeddings());
+  // The window keys are ignored only while the window is off.
+  const std::string on = Error(WithFile(
+      "qwen2", "on.json",
+      absl::StrReplaceAll(kQwen2Json, {{"\"use_sliding_window\": false",
+                                        "\"use_sliding_window\": true"}})));
+  EXPECT_THAT(on, HasSubstr(absl::StrCat("model.config_file: ", Path("on.json"),
+                                         ": use_sliding_window: true is not supported; Weft "
+                                         "implements false (full causal attention in every "
+                                         "layer)")));
+  EXPECT_THAT(Error(Llama({{"arch: llama", "arch: qwen2"},
+                           {"attention_dropout: 0.0",
+                            "attention_dropout: 0.0, use_sliding_window: true"}})),
+              HasSubstr("model.config.use_sliding_window: true is not supported"));
+  // Qwen2Config's num_key_value_heads defaults to 32, not to the heads: a file must give it.
+  EXPECT_THAT(Error(WithFile("qwen2", "kv.json",
+                             absl::StrReplaceAll(kQwen2Json,
+                                                 {{"\"num_key_value_heads\": 2,", ""}}))),
+              HasSubstr("num_key_value_heads: missing (a qwen2 config.json needs "));
+  // Llama's bias switches are not Qwen2's keys: its q/k/v biases are always there.
+  EXPECT_THAT(Error(Llama({{"arch: llama", "arch: qwen2"},
+                           {"attention_dropout: 0.0",
+                            "attention_dropout: 0.0, attention_bias: false"}})),
+              HasSubstr("model.config: unknown key \"attention_bias\" for qwen2; known: "));
+  // A config.json of another architecture.
+  EXPECT_THAT(Error(WithFile("qwen2", "l.json",
+                             absl::StrReplaceAll(kQwen2Json, {{"\"model_type\": \"qwen2\"",
+                                                               "\"model_type\": \"llama\""}}))),
+              HasSubstr("model_type: \"llama\" does not match model.arch qwen2"));
+}
+
 TEST_F(TransformerSpecTest, MissingKeysAreErrorsNamingThem) {
   const std::string gpt2_needs =
       "missing (gpt2 needs vocab_size, n_positions, n_embd, n_layer, n_head, layer_norm_epsilon, "
@@ -712,7 +785,7 @@ TEST_F(TransformerSpecTest, ModelStructureErrors) {
   };
   for (const Case& c : std::vector<Case>{
            {{{"arch: gpt2", "arch: bert"}},
-            "model.arch: unknown arch \"bert\"; known: gpt2, llama (line 5, column 9)"},
+            "model.arch: unknown arch \"bert\"; known: gpt2, llama, qwen2 (line 5, column 9)"},
            {{{"arch: gpt2", "arch: gpt2\n  layers: [{name: fc0, type: relu}]"}},
             "model.layers: not allowed with model.arch (a transformer's layers come from its "
             "config) (line 6"},
@@ -726,14 +799,14 @@ TEST_F(TransformerSpecTest, ModelStructureErrors) {
             "model.config: expected a mapping of gpt2 config keys, got a list (line 6"},
            {{{config, "config_file: \"\""}}, "model.config_file: must not be empty"},
            {{{"arch: gpt2", "layers: [{name: fc0, type: relu}]"}},
-            "model.config: only with model.arch (a transformer: gpt2, llama) (line 6"},
+            "model.config: only with model.arch (a transformer: gpt2, llama, qwen2) (line 6"},
            {{{"arch: gpt2", "layers: [{name: fc0, type: relu}]"}, {config, ""}},
-            "model.placements: only with model.arch (a transformer: gpt2, llama); a layers model "
+            "model.placements: only with model.arch (a transformer: gpt2, llama, qwen2); a layers model "
             "places its parameters per layer (model.layers[i].placements) (line 7"},
            {{{"arch: gpt2", "loss: mse"},
              {config, ""},
              {"placements: {\"h.*.mlp.c_fc.weight\": {mp: Shard(1)}}", ""}},
-            "model.layers: is required (or model.arch: a transformer, gpt2, llama) (line 5"},
+            "model.layers: is required (or model.arch: a transformer, gpt2, llama, qwen2) (line 5"},
            {{{"arch: gpt2", "arch: gpt2\n  loss: mse"}},
             "model.loss: unknown loss \"mse\" for a transformer (model.arch); known: "
             "cross_entropy"},
@@ -845,7 +918,7 @@ TEST_F(TransformerSpecTest, MegatronPlanParsingAndErrors) {
                                               "plan: megatron"}}),
       dir_);
   EXPECT_EQ(Error(layers),
-            "parallelize.mp.plan: megatron needs a transformer (model.arch: gpt2, llama); a "
+            "parallelize.mp.plan: megatron needs a transformer (model.arch: gpt2, llama, qwen2); a "
             "layers model names its layers: {layer: ColWiseParallel | RowWiseParallel}");
 
   // The same checks for a spec that arrives over gRPC.
@@ -883,7 +956,7 @@ TEST_F(TransformerSpecTest, SpecsFromGrpcGetTheSameModelChecks) {
   };
   for (const Case& c : std::vector<Case>{
            {[](v1::Model* m) { m->set_arch("bert"); },
-            "model.arch: unknown arch \"bert\"; known: gpt2, llama"},
+            "model.arch: unknown arch \"bert\"; known: gpt2, llama, qwen2"},
            {[](v1::Model* m) { m->add_layers()->set_name("fc0"); },
             "model.layers: not allowed with model.arch"},
            {[](v1::Model* m) { m->clear_config(); },
@@ -905,12 +978,12 @@ TEST_F(TransformerSpecTest, SpecsFromGrpcGetTheSameModelChecks) {
            {[](v1::Model* m) { (*m->mutable_placements())["h..x"]; },
             "model.placements[\"h..x\"]: malformed pattern: an empty name part"},
            {[](v1::Model* m) { m->clear_arch(); },
-            "model.config: only with model.arch (a transformer: gpt2, llama)"},
+            "model.config: only with model.arch (a transformer: gpt2, llama, qwen2)"},
            {[](v1::Model* m) {
               m->clear_arch();
               m->clear_config();
             },
-            "model.placements: only with model.arch (a transformer: gpt2, llama); a layers "
+            "model.placements: only with model.arch (a transformer: gpt2, llama, qwen2); a layers "
             "model places its parameters per layer (model.layers[i].placements)"},
        }) {
     v1::Model model = spec->model();
@@ -977,7 +1050,7 @@ TEST_F(TransformerSpecTest, ReadsJsonObjectsDirectly) {
                                       "model.config")
                 .status()
                 .message(),
-            "model.arch: unknown arch \"gpt3\"; known: gpt2, llama");
+            "model.arch: unknown arch \"gpt3\"; known: gpt2, llama, qwen2");
 }
 
 TEST_F(TransformerSpecTest, NeverCrashesOnGarbledSpecsOrConfigFiles) {

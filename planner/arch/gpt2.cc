@@ -10,9 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "planner/arch/arch.h"
 #include "planner/arch/transformer.h"
 
 namespace weft::planner {
+namespace {
 
 absl::Status BuildGpt2(TransformerBuilder& b) {
   const v1::TransformerConfig& c = b.config();
@@ -109,6 +112,52 @@ absl::Status BuildGpt2(TransformerBuilder& b) {
   ASSIGN_OR_RETURN(x, b.ColumnInput(x));
   ASSIGN_OR_RETURN(int logits, b.Linear(x, head, "logits", /*transpose_b=*/true));
   return b.CrossEntropy(logits);
+}
+
+// Megatron's plan on Conv1D layouts ([in, out]; the graph's shapes, transformer.h): c_attn
+// splits its head axis, so each rank holds its heads of q, of k and of v.
+constexpr MegatronRule kGpt2Megatron[] = {
+    {"wte.weight", 0},          // [V, C]: vocabulary-parallel (and the tied head)
+    {"attn.c_attn.weight", 2},  // [C, 3, H, D]: column-parallel by heads
+    {"attn.c_attn.bias", 1},    // [3, H, D]
+    {"attn.c_proj.weight", 0},  // [H, D, C]: row-parallel over heads
+    {"mlp.c_fc.weight", 1},     // [C, 4C]: column-parallel
+    {"mlp.c_fc.bias", 0},       // [4C]
+    {"mlp.c_proj.weight", 0},   // [4C, C]: row-parallel
+};
+
+nlohmann::ordered_json Gpt2HfConfig(const v1::TransformerConfig& c) {
+  using Json = nlohmann::ordered_json;
+  return Json{{"architectures", {"GPT2LMHeadModel"}},
+              {"model_type", "gpt2"},
+              {"vocab_size", c.vocab_size()},
+              {"n_positions", c.n_positions()},
+              {"n_embd", c.n_embd()},
+              {"n_layer", c.n_layer()},
+              {"n_head", c.n_head()},
+              // 0 in a spec from gRPC: Hugging Face's null, 4 * n_embd.
+              {"n_inner", c.n_inner() > 0 ? Json(c.n_inner()) : Json(nullptr)},
+              {"activation_function", "gelu_new"},
+              {"layer_norm_epsilon", c.layer_norm_epsilon()},
+              {"embd_pdrop", c.embd_pdrop()},
+              {"attn_pdrop", c.attn_pdrop()},
+              {"resid_pdrop", c.resid_pdrop()},
+              {"scale_attn_weights", true},
+              {"scale_attn_by_inverse_layer_idx", false},
+              {"reorder_and_upcast_attn", false},
+              {"tie_word_embeddings", true}};
+}
+
+}  // namespace
+
+const ArchDef& Gpt2Arch() {
+  static constexpr ArchDef kGpt2{
+      .name = "gpt2",
+      .build = BuildGpt2,
+      .megatron = kGpt2Megatron,
+      .hf_config = Gpt2HfConfig,
+  };
+  return kGpt2;
 }
 
 }  // namespace weft::planner

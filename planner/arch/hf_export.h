@@ -5,12 +5,12 @@
 // say which parameters Hugging Face lays out otherwise (Parameter::file_shape: the same row-major
 // elements in another shape) and what config.json holds.
 //
-//   "arch"       gpt2 | llama
+//   "arch"       model.arch (gpt2, llama, ...)
 //   "hf_config"  config.json, as one line of JSON: model_type, architectures and the
 //                TransformerConfig keys of the arch under Hugging Face's names, plus the fixed
-//                keys Weft's math implies (gpt2 activation_function gelu_new, llama hidden_act
-//                silu, ...), so that GPT2Config / LlamaConfig and Weft's own
-//                `model.config_file` read it back (the client adds torch_dtype)
+//                keys Weft's math implies (ArchDef::hf_config: gpt2 activation_function
+//                gelu_new, llama hidden_act silu, ...), so that GPT2Config / LlamaConfig and
+//                Weft's own `model.config_file` read it back (the client adds torch_dtype)
 //   "hf_shapes"  JSON {name: [dims]}: the Hugging Face shape of each parameter whose graph shape
 //                differs (gpt2 h.N.attn.c_attn.weight [C, 3C], stored [C, 3, H, D])
 //

@@ -1,6 +1,6 @@
-// HfExportMetadataOf on tiny gpt2 and llama specs: the file shapes the architectures declare,
-// and a config.json that Weft's own config reader (model.config_file) reads back to the spec's
-// config, with the keys GPT2Config / LlamaConfig need.
+// HfExportMetadataOf on tiny gpt2, llama and qwen2 specs: the file shapes the architectures
+// declare, and a config.json that Weft's own config reader (model.config_file) reads back to the
+// spec's config, with the keys GPT2Config / LlamaConfig / Qwen2Config need.
 #include "planner/arch/hf_export.h"
 
 #include <string>
@@ -88,6 +88,32 @@ TEST(HfExportTest, Llama) {
   EXPECT_EQ(config["hidden_act"], "silu");
   EXPECT_EQ(config["num_key_value_heads"], 2);
   EXPECT_EQ(config["tie_word_embeddings"], false);
+  ExpectReadsBack(spec, m->at(kHfConfigKey));
+}
+
+// qwen2: llama's layouts plus the q/k/v biases, [H, D] / [KVH, D] in the graph, [H*D] / [KVH*D]
+// in Hugging Face's files; Qwen2Config's keys with the sliding window off.
+TEST(HfExportTest, Qwen2) {
+  v1::JobSpec spec = LlamaSpec();
+  spec.mutable_model()->set_arch("qwen2");
+  absl::StatusOr<HfExportMetadata> m = HfExportMetadataOf(spec);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->at(kHfArchKey), "qwen2");
+  EXPECT_EQ(json::parse(m->at(kHfShapesKey)),
+            json::parse(R"({"model.layers.0.self_attn.q_proj.weight": [8, 8],
+                            "model.layers.0.self_attn.k_proj.weight": [4, 8],
+                            "model.layers.0.self_attn.v_proj.weight": [4, 8],
+                            "model.layers.0.self_attn.q_proj.bias": [8],
+                            "model.layers.0.self_attn.k_proj.bias": [4],
+                            "model.layers.0.self_attn.v_proj.bias": [4],
+                            "model.layers.0.self_attn.o_proj.weight": [8, 8]})"));
+  const json config = json::parse(m->at(kHfConfigKey));
+  EXPECT_EQ(config["model_type"], "qwen2");
+  EXPECT_EQ(config["architectures"], json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(config["hidden_act"], "silu");
+  EXPECT_EQ(config["use_sliding_window"], false);
+  EXPECT_EQ(config["num_key_value_heads"], 2);
+  EXPECT_FALSE(config.contains("attention_bias"));
   ExpectReadsBack(spec, m->at(kHfConfigKey));
 }
 

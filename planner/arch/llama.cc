@@ -1,20 +1,22 @@
 // Llama (Hugging Face's LlamaForCausalLM): token embedding, pre-RMSNorm blocks
 // x + o_proj(attn(rope(q), rope(k), v)) with grouped-query attention (kv heads repeated) and
 // x + down(silu(gate(m)) * up(m)), a final norm, logits = x @ lm_head^T (embed_tokens^T when
-// tie_word_embeddings). No biases. Rotary embeddings use Hugging Face's rotate-half convention at
-// rope_theta. Attention dropout (attention_dropout) at the site
-// "model.layers.N.self_attn.attention_dropout".
+// tie_word_embeddings). No biases (LlamaVariant::qkv_bias adds Qwen2's to q, k and v). Rotary
+// embeddings use Hugging Face's rotate-half convention at rope_theta. Attention dropout
+// (attention_dropout) at the site "model.layers.N.self_attn.attention_dropout".
 // Init: weights U with standard deviation 0.02 (Hugging Face's initializer_range), norm gains 1.
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "planner/arch/arch.h"
 #include "planner/arch/transformer.h"
 
 namespace weft::planner {
 
-absl::Status BuildLlama(TransformerBuilder& b) {
+absl::Status BuildLlamaDecoder(TransformerBuilder& b, const LlamaVariant& variant) {
   const v1::TransformerConfig& c = b.config();
   RETURN_IF_ERROR(b.Prepare("max_position_embeddings", c.max_position_embeddings()));
   const int64_t V = c.vocab_size(), C = c.hidden_size(), I = c.intermediate_size();
@@ -50,6 +52,17 @@ absl::Status BuildLlama(TransformerBuilder& b) {
                                      Init::kUniform, bound, {KVH * D, C}));
     ASSIGN_OR_RETURN(int wv, b.Param(name("self_attn.v_proj.weight"), {KVH, D, C},
                                      Init::kUniform, bound, {KVH * D, C}));
+    // Biases [H*D] / [KVH*D] in files, [H, D] / [KVH, D] here (split per head with the weights);
+    // Hugging Face initializes them to zero.
+    int bq = -1, bk = -1, bv = -1;
+    if (variant.qkv_bias) {
+      ASSIGN_OR_RETURN(bq, b.Param(name("self_attn.q_proj.bias"), {H, D}, Init::kZeros, 0,
+                                   {H * D}));
+      ASSIGN_OR_RETURN(bk, b.Param(name("self_attn.k_proj.bias"), {KVH, D}, Init::kZeros, 0,
+                                   {KVH * D}));
+      ASSIGN_OR_RETURN(bv, b.Param(name("self_attn.v_proj.bias"), {KVH, D}, Init::kZeros, 0,
+                                   {KVH * D}));
+    }
     ASSIGN_OR_RETURN(int wo, b.Param(name("self_attn.o_proj.weight"), {C, H, D}, Init::kUniform,
                                      bound, {C, H * D}));
     ASSIGN_OR_RETURN(int post_norm,
@@ -65,9 +78,9 @@ absl::Status BuildLlama(TransformerBuilder& b) {
                                   {{"eps", eps}}));
     b.ResidualStream(a);
     ASSIGN_OR_RETURN(a, b.ColumnInput(a));
-    ASSIGN_OR_RETURN(int q, b.Linear(a, wq, name("self_attn.q_proj.out"), true));
-    ASSIGN_OR_RETURN(int k, b.Linear(a, wk, name("self_attn.k_proj.out"), true));
-    ASSIGN_OR_RETURN(int v, b.Linear(a, wv, name("self_attn.v_proj.out"), true));
+    ASSIGN_OR_RETURN(int q, b.Linear(a, wq, name("self_attn.q_proj.out"), true, bq));
+    ASSIGN_OR_RETURN(int k, b.Linear(a, wk, name("self_attn.k_proj.out"), true, bk));
+    ASSIGN_OR_RETURN(int v, b.Linear(a, wv, name("self_attn.v_proj.out"), true, bv));
     ASSIGN_OR_RETURN(q, b.Op1("rope", {q}, name("self_attn.q_rope"), {B, T, H, D},
                               {{"theta", theta}}));
     ASSIGN_OR_RETURN(k, b.Op1("rope", {k}, name("self_attn.k_rope"), {B, T, KVH, D},
@@ -108,6 +121,60 @@ absl::Status BuildLlama(TransformerBuilder& b) {
   ASSIGN_OR_RETURN(x, b.ColumnInput(x));
   ASSIGN_OR_RETURN(int logits, b.Linear(x, head, "logits", /*transpose_b=*/true));
   return b.CrossEntropy(logits);
+}
+
+namespace {
+
+absl::Status BuildLlama(TransformerBuilder& b) { return BuildLlamaDecoder(b, LlamaVariant{}); }
+
+// Megatron's plan on nn.Linear layouts ([out, in]; the graph's shapes, transformer.h): q/k/v
+// column-parallel by whole (kv) heads, o_proj row-parallel over heads.
+constexpr MegatronRule kLlamaMegatron[] = {
+    {"model.embed_tokens.weight", 0},  // [V, C]: vocabulary-parallel
+    {"lm_head.weight", 0},             // [V, C]
+    {"self_attn.q_proj.weight", 0},    // [H, D, C]: column-parallel
+    {"self_attn.k_proj.weight", 0},    // [KVH, D, C]
+    {"self_attn.v_proj.weight", 0},    // [KVH, D, C]
+    {"self_attn.o_proj.weight", 1},    // [C, H, D]: row-parallel
+    {"mlp.gate_proj.weight", 0},       // [I, C]: column-parallel
+    {"mlp.up_proj.weight", 0},         // [I, C]
+    {"mlp.down_proj.weight", 1},       // [C, I]: row-parallel
+};
+
+nlohmann::ordered_json LlamaHfConfig(const v1::TransformerConfig& c) {
+  const int64_t kv_heads =
+      c.num_key_value_heads() > 0 ? c.num_key_value_heads() : c.num_attention_heads();
+  return nlohmann::ordered_json{{"architectures", {"LlamaForCausalLM"}},
+                                {"model_type", "llama"},
+                                {"vocab_size", c.vocab_size()},
+                                {"hidden_size", c.hidden_size()},
+                                {"intermediate_size", c.intermediate_size()},
+                                {"num_hidden_layers", c.num_hidden_layers()},
+                                {"num_attention_heads", c.num_attention_heads()},
+                                {"num_key_value_heads", kv_heads},
+                                {"head_dim", c.hidden_size() / c.num_attention_heads()},
+                                {"hidden_act", "silu"},
+                                {"max_position_embeddings", c.max_position_embeddings()},
+                                {"rms_norm_eps", c.rms_norm_eps()},
+                                {"rope_theta", c.rope_theta()},
+                                {"rope_scaling", nullptr},
+                                {"attention_bias", false},
+                                {"attention_dropout", c.attention_dropout()},
+                                {"mlp_bias", false},
+                                {"pretraining_tp", 1},
+                                {"tie_word_embeddings", c.tie_word_embeddings()}};
+}
+
+}  // namespace
+
+const ArchDef& LlamaArch() {
+  static constexpr ArchDef kLlama{
+      .name = "llama",
+      .build = BuildLlama,
+      .megatron = kLlamaMegatron,
+      .hf_config = LlamaHfConfig,
+  };
+  return kLlama;
 }
 
 }  // namespace weft::planner

@@ -10,6 +10,7 @@
 #include "common/jobspec/placements.h"
 #include "common/philox.h"
 #include "common/status.h"
+#include "planner/arch/arch.h"
 #include "planner/build_frame.h"
 
 namespace weft::planner {
@@ -19,7 +20,8 @@ absl::Status Invalid(absl::string_view message) { return absl::InvalidArgumentEr
 
 }  // namespace
 
-TransformerBuilder::TransformerBuilder(const v1::JobSpec& spec, Graph* g) : spec_(spec), g_(*g) {}
+TransformerBuilder::TransformerBuilder(const v1::JobSpec& spec, const ArchDef& arch, Graph* g)
+    : spec_(spec), arch_(arch), g_(*g) {}
 
 int64_t TransformerBuilder::mp_size() const {
   return mp_dim_ ? g_.mesh.dim_size(*mp_dim_) : 1;
@@ -119,7 +121,7 @@ absl::StatusOr<DistAttr> TransformerBuilder::PlacementOf(const std::string& name
   std::vector<Placement> placements(g_.mesh.ndim(), Placement::Replicate());
   std::string megatron_field;
   if (mp_dim_) {
-    placements[*mp_dim_] = MegatronPlacement(spec_.model().arch(), name);
+    placements[*mp_dim_] = MegatronPlacement(arch_.megatron, name);
     megatron_field = absl::StrCat("parallelize.", mp_entry_);
   }
   std::string matched;
@@ -307,17 +309,10 @@ absl::Status TransformerBuilder::Finish() {
 float UniformBound(double std) { return static_cast<float>(std * std::sqrt(3.0)); }
 
 absl::StatusOr<Graph> BuildTransformerGraph(const v1::JobSpec& spec) {
+  ASSIGN_OR_RETURN(const ArchDef* arch, FindArch(spec.model().arch()));
   Graph g;
-  TransformerBuilder b(spec, &g);
-  const std::string& arch = spec.model().arch();
-  if (arch == "gpt2") {
-    RETURN_IF_ERROR(BuildGpt2(b));
-  } else if (arch == "llama") {
-    RETURN_IF_ERROR(BuildLlama(b));
-  } else {
-    return Invalid(absl::StrCat("model.arch: unknown architecture \"", arch,
-                                "\"; known: gpt2, llama"));
-  }
+  TransformerBuilder b(spec, *arch, &g);
+  RETURN_IF_ERROR(arch->build(b));
   RETURN_IF_ERROR(b.Finish());
   return g;
 }

@@ -1,9 +1,9 @@
-// The transformer language models (model.arch: gpt2 | llama): their single-device graphs with
-// Hugging Face's parameter names and math (gpt2.cc, llama.cc), kept apart from where the
-// parameters live: the Megatron plan (megatron_plan.cc, `parallelize: {mp: {dim: mp, plan:
-// megatron}}`) and the spec's per-pattern placements (model.placements). Neither the
-// architectures nor the plan know each other's internals: the plan names parameters by their
-// Hugging Face names, the architectures mark the residual stream for sequence parallelism.
+// The transformer language models (model.arch, the table in arch.h): their single-device graphs
+// with Hugging Face's parameter names and math (gpt2.cc, llama.cc, ...), kept apart from where
+// the parameters live: each architecture's Megatron plan (ArchDef::megatron, `parallelize: {mp:
+// {dim: mp, plan: megatron}}`) and the spec's per-pattern placements (model.placements). The
+// graph builders place no parameter: the plan names parameters by their Hugging Face names, the
+// builders mark the residual stream for sequence parallelism.
 //
 // The graph: tokens and targets [B, T] (I32, data.source tokens) are loaded; positions [B, T]
 // (t plus the piece's offset) are generated where the embedding runs; the model's logits
@@ -33,12 +33,16 @@
 
 namespace weft::planner {
 
+struct ArchDef;
+
+// The graph of spec.model().arch (an error naming the known ones if the table lacks it).
 absl::StatusOr<Graph> BuildTransformerGraph(const v1::JobSpec& spec);
 
-// What an architecture builds its graph with (gpt2.cc, llama.cc).
+// What an architecture builds its graph with (gpt2.cc, llama.cc, ...).
 class TransformerBuilder {
  public:
-  TransformerBuilder(const v1::JobSpec& spec, Graph* g);
+  // `arch` (its Megatron plan) and `spec` outlive the builder.
+  TransformerBuilder(const v1::JobSpec& spec, const ArchDef& arch, Graph* g);
 
   // The mesh, optimizer, pipeline, token batch and the parallel plan; checks that hold for every
   // architecture (token data, the sequence against the model's positions, the plan's mesh dim).
@@ -112,6 +116,7 @@ class TransformerBuilder {
   absl::StatusOr<int> Copy(int x, const std::string& name);
 
   const v1::JobSpec& spec_;
+  const ArchDef& arch_;
   Graph& g_;
   std::vector<Placement> batch_placements_;
   int64_t batch_ = 0, seq_ = 0;
@@ -127,13 +132,14 @@ class TransformerBuilder {
 // Weft's parameters with uniforms (Parameter::Init).
 float UniformBound(double std);
 
-// The Megatron tensor-parallel plan (megatron_plan.cc): the placement on the mp dim of the
-// parameter `name` of `arch` (Replicate for those it does not split).
-Placement MegatronPlacement(const std::string& arch, const std::string& name);
+// What Llama's relatives change in its decoder (llama.cc), as Hugging Face's modular Qwen2
+// derives from Llama.
+struct LlamaVariant {
+  bool qkv_bias = false;  // q_proj, k_proj and v_proj with biases (Qwen2)
+};
 
-// The architectures (gpt2.cc, llama.cc): the single-device model, through `b`, after Prepare.
-absl::Status BuildGpt2(TransformerBuilder& b);
-absl::Status BuildLlama(TransformerBuilder& b);
+// Llama's decoder (llama.cc) with `variant`'s changes, through `b`.
+absl::Status BuildLlamaDecoder(TransformerBuilder& b, const LlamaVariant& variant);
 
 }  // namespace weft::planner
 
