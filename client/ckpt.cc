@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
 #include "common/file_io.h"
+#include "common/jobspec/transformer_config.h"
 #include "common/safetensors.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -69,7 +70,7 @@ absl::StatusOr<HfModel> ReadHfModel(const CheckpointReader& reader) {
         reader.step_dir(), " is not a checkpoint of a transformer job",
         job == meta.end() ? std::string() : absl::StrCat(" (job '", job->second, "')"),
         ": its index metadata has no 'arch' and 'hf_config'; --format hf exports the "
-        "checkpoints of model.arch gpt2 and llama jobs"));
+        "checkpoints of jobs whose model.arch is one of ", KnownArchs()));
   }
   const std::string where = absl::StrCat(reader.step_dir(), "/index.json: metadata ");
   HfModel model;

@@ -493,7 +493,7 @@ TEST_F(CkptTest, HfExportOfANonTransformerCheckpointNamesIt) {
   EXPECT_EQ(summary.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(summary.status().message(),
               AllOf(HasSubstr(step_ + " is not a checkpoint of a transformer job"),
-                    HasSubstr("gpt2 and llama")));
+                    HasSubstr("model.arch is one of gpt2, llama, qwen2")));
   EXPECT_TRUE(fs::is_empty(TestTmpDir() + "/not_hf"));
 }
 
