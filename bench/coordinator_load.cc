@@ -24,6 +24,7 @@
 #include "common/checkpoint/checkpoint.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
+#include "coordinator/recorded_connection.h"
 
 ABSL_FLAG(int, workers, 256, "simulated workers");
 ABSL_FLAG(int, jobs, 16, "jobs, each of workers/jobs ranks");
@@ -36,25 +37,6 @@ namespace weft::coordinator {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A worker's stream: keeps the assignment it is sent.
-class Stream final : public WorkerConnection {
- public:
-  bool Send(const v1::CoordinatorMessage& msg) override {
-    absl::MutexLock lock(&mu_);
-    if (msg.has_assignment()) assignment_ = msg.assignment().program();
-    return true;
-  }
-  void Close(const absl::Status&) override {}
-  v1::Program assignment() {
-    absl::MutexLock lock(&mu_);
-    return assignment_;
-  }
-
- private:
-  absl::Mutex mu_;
-  v1::Program assignment_;
-};
 
 class TinyPlan final : public JobPlan {
  public:
@@ -104,10 +86,10 @@ int Run() {
   if (!coordinator.ok()) return std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str()), 1;
   Coordinator& c = **coordinator;
 
-  std::vector<std::shared_ptr<Stream>> streams;
+  std::vector<std::shared_ptr<RecordedConnection>> streams;
   std::vector<std::string> ids;
   for (int w = 0; w < workers; ++w) {
-    streams.push_back(std::make_shared<Stream>());
+    streams.push_back(std::make_shared<RecordedConnection>());
     v1::Hello hello;
     hello.set_pid(w + 1);
     ids.push_back(*c.ConnectWorker(hello, "ipv4:127.0.0.1:1", streams.back()));
@@ -127,8 +109,9 @@ int Run() {
   }
   std::vector<Rank> all;
   for (int w = 0; w < workers; ++w) {
-    const v1::Program p = streams[w]->assignment();
-    if (p.job_id().empty()) return std::fprintf(stderr, "worker %d got no program\n", w), 1;
+    const std::vector<v1::Assignment> assigned = streams[w]->assignments();
+    if (assigned.empty()) return std::fprintf(stderr, "worker %d got no program\n", w), 1;
+    const v1::Program& p = assigned.back().program();
     all.push_back({ids[w], p.job_id(), p.attempt(), p.rank()});
   }
 

@@ -282,7 +282,7 @@ class Coordinator {
   TraceStore traces_;
   // Complete saves, committed in order on its thread; stopped by Shutdown.
   CheckpointCommitter committer_;
-  // Store writes made while some thread held mu_ under this thread (tests expect none).
+  // Store writes made by a thread that held mu_ (tests expect none).
   std::atomic<int64_t> writes_under_lock_{0};
 
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -24,6 +24,7 @@
 #include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/path_roots.h"
+#include "coordinator/recorded_connection.h"
 
 namespace weft::coordinator {
 namespace {
@@ -37,52 +38,6 @@ std::string TempDir() {
   EXPECT_NE(mkdtemp(templ.data()), nullptr);
   return templ;
 }
-
-// An in-memory worker stream: keeps what the coordinator sent.
-class FakeConnection : public WorkerConnection {
- public:
-  bool Send(const v1::CoordinatorMessage& msg) override {
-    absl::MutexLock lock(&mu_);
-    if (closed_) return false;
-    sent_.push_back(msg);
-    return true;
-  }
-  void Close(const absl::Status& status) override {
-    absl::MutexLock lock(&mu_);
-    closed_ = true;
-    close_status_ = status;
-  }
-  std::vector<v1::CoordinatorMessage> sent() {
-    absl::MutexLock lock(&mu_);
-    return sent_;
-  }
-  std::vector<v1::Assignment> assignments() {
-    std::vector<v1::Assignment> out;
-    for (const auto& m : sent()) {
-      if (m.has_assignment()) out.push_back(m.assignment());
-    }
-    return out;
-  }
-  int cancels() {
-    int n = 0;
-    for (const auto& m : sent()) n += m.has_cancel();
-    return n;
-  }
-  bool closed() {
-    absl::MutexLock lock(&mu_);
-    return closed_;
-  }
-  absl::Status close_status() {
-    absl::MutexLock lock(&mu_);
-    return close_status_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::vector<v1::CoordinatorMessage> sent_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status close_status_ ABSL_GUARDED_BY(mu_);
-};
 
 v1::JobSpec Spec(int ranks, const std::string& name = "mlp", const std::string& device = "") {
   v1::JobSpec spec;
@@ -221,8 +176,8 @@ class CoordinatorTest : public ::testing::Test {
   }
 
   // Connects a worker; returns its id.
-  std::string Connect(std::shared_ptr<FakeConnection>* conn, const std::string& kind = "cpu") {
-    *conn = std::make_shared<FakeConnection>();
+  std::string Connect(std::shared_ptr<RecordedConnection>* conn, const std::string& kind = "cpu") {
+    *conn = std::make_shared<RecordedConnection>();
     v1::Hello hello;
     hello.set_host("127.0.0.1");
     hello.mutable_device()->set_kind(kind);
@@ -342,7 +297,7 @@ TEST_F(CoordinatorTest, AMeshAboveMaxRanksIsRefusedBeforePlanning) {
 }
 
 TEST_F(CoordinatorTest, PendingJobSaysWhatItWaitsForThenRunsWithStableRanks) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(2));
   EXPECT_EQ(job, "job-000001");
@@ -379,7 +334,7 @@ TEST_F(CoordinatorTest, PendingJobSaysWhatItWaitsForThenRunsWithStableRanks) {
 }
 
 TEST_F(CoordinatorTest, MatchesTheSpecsDeviceKind) {
-  std::shared_ptr<FakeConnection> cpu, gpu;
+  std::shared_ptr<RecordedConnection> cpu, gpu;
   Connect(&cpu, "cpu");
   std::string job = Submit(Spec(1, "mlp", "cuda"));
   EXPECT_EQ(Get(job).state(), v1::PENDING);
@@ -391,7 +346,7 @@ TEST_F(CoordinatorTest, MatchesTheSpecsDeviceKind) {
 }
 
 TEST_F(CoordinatorTest, AggregatesStepsAndSucceeds) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
@@ -465,7 +420,7 @@ std::string MetricLine(const std::string& metrics, const std::string& family,
 // coordinator still), its steps are the steps only, and the job's learning-rate, gradient-norm
 // and eval-loss gauges follow.
 TEST_F(CoordinatorTest, PublishesAndStoresEachEvaluationAfterItsStep) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
@@ -560,7 +515,7 @@ TEST_F(CoordinatorTest, PublishesAndStoresEachEvaluationAfterItsStep) {
 
 // A job that never evaluated has no last_eval, nor an eval-loss gauge.
 TEST_F(CoordinatorTest, AJobWithoutEvaluationsHasNoLastEval) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   for (int step = 1; step <= 3; ++step) {
@@ -578,7 +533,7 @@ TEST_F(CoordinatorTest, AJobWithoutEvaluationsHasNoLastEval) {
 
 // Deleting a job that evaluated removes its learning-rate, gradient-norm and eval-loss series.
 TEST_F(CoordinatorTest, DeletingAJobRemovesItsRecipeGauges) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   coordinator_->HandleWorkerMessage(w1, RecipeStep(job, 0, 1, 1.0, 0.5, 2.0, 1.5));
@@ -607,7 +562,7 @@ TEST_F(CoordinatorTest, ListJobsGivesBoundedPagesOfSummaries) {
   pages_.jobs_default = 2;
   pages_.jobs_max = 3;
   Reopen();
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) {
@@ -672,7 +627,7 @@ TEST_F(CoordinatorTest, GetJobGivesStepsInBoundedPages) {
   pages_.steps_default = 2;
   pages_.steps_max = 3;
   Reopen();
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   for (int step = 1; step <= 7; ++step) Step(w1, job, 0, step, 1.0 / step, 0.1);
@@ -733,7 +688,7 @@ v1::WorkerMessage TracedStep(const std::string& job, int rank, int64_t step,
 }
 
 TEST_F(CoordinatorTest, KeepsTheSpansOfATracedJobByRankAfterItEnds) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   v1::JobSpec spec = Spec(2);
   spec.set_trace(true);
@@ -772,7 +727,7 @@ TEST_F(CoordinatorTest, KeepsTheSpansOfATracedJobByRankAfterItEnds) {
 }
 
 TEST_F(CoordinatorTest, TraceOfAnUntracedOrUnknownJobIsAnError) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   EXPECT_EQ(coordinator_->GetJobTrace(job).status().code(),
@@ -786,7 +741,7 @@ TEST_F(CoordinatorTest, TraceOfAnUntracedOrUnknownJobIsAnError) {
   ASSERT_TRUE(trace.ok()) << trace.status();
   EXPECT_EQ(trace->ranks_size(), 0);
   // After a restart the trace of a finished traced job is gone: NOT_FOUND says why.
-  std::shared_ptr<FakeConnection> c2;
+  std::shared_ptr<RecordedConnection> c2;
   Done(w1, job, 0, true);
   std::string w2 = Connect(&c2);
   ASSERT_EQ(Get(pending).state(), v1::RUNNING);
@@ -797,7 +752,7 @@ TEST_F(CoordinatorTest, TraceOfAnUntracedOrUnknownJobIsAnError) {
 }
 
 TEST_F(CoordinatorTest, FailedRankFailsTheJobAndCancelsTheOthers) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   Done(w2, job, 1, false, "loading fc0.weight: shape mismatch");
@@ -815,7 +770,7 @@ TEST_F(CoordinatorTest, FailedRankFailsTheJobAndCancelsTheOthers) {
 }
 
 TEST_F(CoordinatorTest, BrokenStreamLosesTheWorkerAndFailsItsJob) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   coordinator_->DisconnectWorker(w2, "its stream broke");
@@ -832,7 +787,7 @@ TEST_F(CoordinatorTest, BrokenStreamLosesTheWorkerAndFailsItsJob) {
 // A worker that says Goodbye (SIGTERM) is drained, not lost: the rank it ran fails naming the
 // reason, its stream's end afterwards changes nothing, and an idle one leaves quietly.
 TEST_F(CoordinatorTest, AWorkerThatSaysGoodbyeIsDrainedNotLost) {
-  std::shared_ptr<FakeConnection> c1, c2, c3;
+  std::shared_ptr<RecordedConnection> c1, c2, c3;
   std::string w1 = Connect(&c1), w2 = Connect(&c2), w3 = Connect(&c3);
   std::string job = Submit(Spec(2));
   v1::WorkerMessage bye;
@@ -857,7 +812,7 @@ TEST_F(CoordinatorTest, AWorkerThatSaysGoodbyeIsDrainedNotLost) {
 }
 
 TEST_F(CoordinatorTest, MissedHeartbeatsLoseTheWorker) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   now_ += 600;
@@ -928,7 +883,7 @@ TEST_F(CoordinatorTest, CancelPendingAndFinalJobs) {
   EXPECT_EQ(coordinator_->CancelJob("job-424242", "").status().code(),
             absl::StatusCode::kNotFound);
   // A cancelled pending job never starts.
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   Connect(&c1);
   Connect(&c2);
   EXPECT_TRUE(c1->assignments().empty());
@@ -937,7 +892,7 @@ TEST_F(CoordinatorTest, CancelPendingAndFinalJobs) {
 // A job that ended is deleted with its events, trace and metric series; one still running is
 // refused with what to do; an id never given and one deleted are told apart.
 TEST_F(CoordinatorTest, DeleteJobRemovesAnEndedJobAndRefusesARunningOne) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   v1::JobSpec traced = Spec(1);
   traced.set_trace(true);
@@ -987,7 +942,7 @@ TEST_F(CoordinatorTest, RetentionDeletesEndedJobsPastTheCountOrAge) {
   max_ended_jobs_ = 2;
   job_retention_ms_ = 60000;
   Reopen();
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::vector<std::string> jobs;
   auto stored = [&] {
@@ -1019,7 +974,7 @@ TEST_F(CoordinatorTest, RetentionDeletesEndedJobsPastTheCountOrAge) {
 }
 
 TEST_F(CoordinatorTest, CancelRunningEndsWhenWorkersConfirm) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   auto j = coordinator_->CancelJob(job, "user pressed ^C");
@@ -1037,7 +992,7 @@ TEST_F(CoordinatorTest, CancelRunningEndsWhenWorkersConfirm) {
 }
 
 TEST_F(CoordinatorTest, CancelRunningEndsAfterTheGracePeriod) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string queued = Submit(Spec(1, "later"));  // runs first
   std::string job = Submit(Spec(1));
@@ -1059,7 +1014,7 @@ TEST_F(CoordinatorTest, CancelRunningEndsAfterTheGracePeriod) {
 }
 
 TEST_F(CoordinatorTest, PlanningFailureFailsTheJobAndFreesWorkers) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1, "unplannable"));
   v1::Job j = Get(job);
@@ -1070,7 +1025,7 @@ TEST_F(CoordinatorTest, PlanningFailureFailsTheJobAndFreesWorkers) {
 }
 
 TEST_F(CoordinatorTest, AProgramThatCannotBeEmittedFailsTheAttemptAndCancelsTheRanksSent) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1);
   std::string w2 = Connect(&c2);
   std::string job = Submit(Spec(2, "rank1-fails"));
@@ -1088,7 +1043,7 @@ TEST_F(CoordinatorTest, AProgramThatCannotBeEmittedFailsTheAttemptAndCancelsTheR
 }
 
 TEST_F(CoordinatorTest, PlansEachJobOnceAtSubmit) {
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(2));
   EXPECT_EQ(plans_, 1);  // planned at SubmitJob, before any worker is free for it
@@ -1104,7 +1059,7 @@ TEST_F(CoordinatorTest, PlansEachJobOnceAtSubmit) {
 }
 
 TEST_F(CoordinatorTest, WatchStreamsLiveEventsUntilTheJobIsFinal) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   LiveWatch watch(coordinator_.get(), job);
@@ -1192,7 +1147,7 @@ TEST_F(CoordinatorTest, WatchEndsWhenTheClientGoesAway) {
 TEST_F(CoordinatorTest, TheEarliestFailureOverTheRanksIsTheCause) {
   failure_settle_ms_ = 1000;
   Reopen();
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
@@ -1224,7 +1179,7 @@ TEST_F(CoordinatorTest, TheEarliestFailureOverTheRanksIsTheCause) {
 TEST_F(CoordinatorTest, FailuresWithinAMillisecondAreOrderedByTheirMicroseconds) {
   failure_settle_ms_ = 1000;
   Reopen();
-  std::shared_ptr<FakeConnection> c1, c2;
+  std::shared_ptr<RecordedConnection> c1, c2;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
@@ -1258,7 +1213,7 @@ TEST_F(CoordinatorTest, FailuresWithinAMillisecondAreOrderedByTheirMicroseconds)
 TEST_F(CoordinatorTest, EveryRanksErrorIsRecordedEarliestFirst) {
   failure_settle_ms_ = 1000;
   Reopen();
-  std::shared_ptr<FakeConnection> c1, c2, c3;
+  std::shared_ptr<RecordedConnection> c1, c2, c3;
   std::string w1 = Connect(&c1), w2 = Connect(&c2), w3 = Connect(&c3);
   std::string job = Submit(Spec(3));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
@@ -1300,7 +1255,7 @@ TEST_F(CoordinatorTest, EveryRanksErrorIsRecordedEarliestFirst) {
 // A restarted job keeps the errors of its latest failed attempt: attempt 0's while it restarts,
 // then attempt 1's.
 TEST_F(CoordinatorTest, RankErrorsAreThoseOfTheLatestFailedAttempt) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   v1::JobSpec spec = Spec(1);
   spec.mutable_train()->set_max_restarts(1);
@@ -1326,7 +1281,7 @@ TEST_F(CoordinatorTest, RankErrorsAreBounded) {
   failure_settle_ms_ = 1000;
   Reopen();
   constexpr int kRanks = kMaxRankErrors + 44;
-  std::vector<std::shared_ptr<FakeConnection>> connections(kRanks);
+  std::vector<std::shared_ptr<RecordedConnection>> connections(kRanks);
   std::vector<std::string> workers;
   for (auto& c : connections) workers.push_back(Connect(&c));
   std::string job = Submit(Spec(kRanks));
@@ -1382,7 +1337,7 @@ std::vector<std::string> LogTexts(Coordinator* coordinator, v1::GetJobLogsReques
 TEST_F(CoordinatorTest, LogLinesAreStoredOnlyFromTheWorkerRunningThatRank) {
   pages_.logs_default = 2;
   Reopen();
-  std::shared_ptr<FakeConnection> c1, c2, c3;
+  std::shared_ptr<RecordedConnection> c1, c2, c3;
   std::string w1 = Connect(&c1), w2 = Connect(&c2);
   std::string job = Submit(Spec(2));
   ASSERT_EQ(Get(job).state(), v1::RUNNING);
@@ -1428,7 +1383,7 @@ TEST_F(CoordinatorTest, LogLinesAreStoredOnlyFromTheWorkerRunningThatRank) {
 }
 
 TEST_F(CoordinatorTest, GetJobLogsNamesWhatIsWrongWithTheRequest) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   v1::GetJobLogsRequest unknown;
@@ -1466,7 +1421,7 @@ TEST_F(CoordinatorTest, GetJobLogsNamesWhatIsWrongWithTheRequest) {
 }
 
 TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   ASSERT_EQ(c1->assignments().size(), 1u);
@@ -1479,7 +1434,7 @@ TEST_F(CoordinatorTest, RendezvousScopeIsDroppedWhenTheAttemptEnds) {
 }
 
 TEST_F(CoordinatorTest, RestartRestartsRunningJobsFirstAndRequeuesPendingOnes) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string running = Submit(Spec(1));
   std::string pending = Submit(Spec(1, "second"));
@@ -1497,7 +1452,7 @@ TEST_F(CoordinatorTest, RestartRestartsRunningJobsFirstAndRequeuesPendingOnes) {
   EXPECT_EQ(Get(pending).state(), v1::PENDING);
 
   // The interrupted job goes first, as its next attempt; the pending one after it.
-  std::shared_ptr<FakeConnection> again;
+  std::shared_ptr<RecordedConnection> again;
   std::string w2 = Connect(&again);
   EXPECT_EQ(Get(running).state(), v1::RUNNING);
   EXPECT_EQ(Get(running).attempt(), 1);
@@ -1510,7 +1465,7 @@ TEST_F(CoordinatorTest, RestartRestartsRunningJobsFirstAndRequeuesPendingOnes) {
 }
 
 TEST_F(CoordinatorTest, ShutdownClosesWorkerStreamsWithoutFailingJobs) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   coordinator_->Shutdown();
@@ -1521,7 +1476,7 @@ TEST_F(CoordinatorTest, ShutdownClosesWorkerStreamsWithoutFailingJobs) {
 }
 
 TEST_F(CoordinatorTest, ListWorkersReportsDeviceAndAssignment) {
-  std::shared_ptr<FakeConnection> c1;
+  std::shared_ptr<RecordedConnection> c1;
   std::string w1 = Connect(&c1);
   std::string job = Submit(Spec(1));
   std::vector<v1::WorkerInfo> workers = coordinator_->ListWorkers();

@@ -69,7 +69,7 @@ std::vector<JobRun::Command> JobRun::Apply(const Event& event, int64_t now) {
     *job_.add_rank_errors() = RankError(e->rank, now, cause);
     Fail(e->rank, cause, now, &out);
   } else if (const auto* e = std::get_if<Unsent>(&event)) {
-    for (int r = e->rank; r < world_size() && !ended_; ++r) OnRankDone(r, true, "", "", 0, now, &out);
+    DoneFrom(e->rank, now, &out);
   } else if (const auto* e = std::get_if<RankDone>(&event)) {
     const std::string message = e->message.empty() ? "failed" : e->message;
     OnRankDone(e->rank, e->ok,
@@ -99,8 +99,7 @@ std::vector<JobRun::Command> JobRun::Apply(const Event& event, int64_t now) {
 void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
   if (job_.state() != v1::PLANNING) return;
   if (cancelling_) {
-    // Cancelled while planning: nothing was sent, so nothing is left to confirm.
-    for (int r = 0; r < world_size() && !ended_; ++r) OnRankDone(r, true, "", "", 0, now, out);
+    DoneFrom(0, now, out);  // cancelled while planning: nothing was sent, nothing to confirm
     return;
   }
   const v1::JobSpec& spec = job_.spec();
@@ -134,6 +133,25 @@ void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
   for (const Slot& slot : slots_) job_.add_workers(slot.worker);
   out->push_back(StoreJob{job_, StateEventOf(job_, now)});
   out->push_back(SendPrograms{e.start});
+}
+
+void JobRun::DoneFrom(int rank, int64_t now, Commands* out) {
+  for (int r = std::max(rank, 0); r < world_size() && !ended_; ++r) {
+    OnRankDone(r, true, "", "", 0, now, out);
+  }
+}
+
+std::vector<int> JobRun::Ranks(bool done) const {
+  std::vector<int> ranks;
+  for (int r = 0; r < world_size(); ++r) {
+    if (done_[r] == done) ranks.push_back(r);
+  }
+  return ranks;
+}
+
+void JobRun::CancelRunning(const std::string& reason, Commands* out) const {
+  std::vector<int> ranks = Ranks(/*done=*/false);
+  if (!ranks.empty()) out->push_back(CancelRanks{std::move(ranks), reason});
 }
 
 void JobRun::MarkDoneFrom(int rank) {
@@ -232,11 +250,7 @@ void JobRun::OnCancel(const std::string& reason, int64_t now, Commands* out) {
   cancel_deadline_ms_ = now + config_.cancel_grace_ms;
   job_.set_message(absl::StrCat("cancelling: ", reason));
   out->push_back(StoreJob{job_, std::nullopt});
-  CancelRanks cancel{{}, reason};
-  for (int r = 0; r < world_size(); ++r) {
-    if (!done_[r]) cancel.ranks.push_back(r);
-  }
-  out->push_back(std::move(cancel));
+  CancelRunning(reason, out);
 }
 
 void JobRun::OnTick(int64_t now, Commands* out) {
@@ -312,11 +326,7 @@ void JobRun::Fail(int rank, const std::string& cause, int64_t now, Commands* out
 
   // Every rank of the attempt is told to stop; each is free when it confirms (a rank stuck in a
   // collective is abandoned by its worker), or after the grace period.
-  CancelRanks cancel{{}, absl::StrCat("restarting: ", cause)};
-  for (int q = 0; q < world_size(); ++q) {
-    if (!done_[q]) cancel.ranks.push_back(q);
-  }
-  out->push_back(std::move(cancel));
+  CancelRunning(absl::StrCat("restarting: ", cause), out);
 
   v1::Job next = job_;
   next.set_attempt(job_.attempt() + 1);
@@ -338,11 +348,7 @@ void JobRun::End(v1::JobState state, const std::string& message, int64_t now, Co
     spdlog::info("job {}: SUCCEEDED", job_.id());
   } else {
     spdlog::warn("job {}: {}: {}", job_.id(), v1::JobState_Name(state), message);
-    CancelRanks cancel{{}, message};
-    for (int r = 0; r < world_size(); ++r) {
-      if (!done_[r]) cancel.ranks.push_back(r);
-    }
-    if (!cancel.ranks.empty()) out->push_back(std::move(cancel));
+    CancelRunning(message, out);
   }
   Release(state, now, std::nullopt, out);
 }
@@ -351,9 +357,8 @@ void JobRun::Release(v1::JobState state, int64_t now, std::optional<v1::Job> nex
                      Commands* out) {
   Ended ended;
   ended.state = state;
-  for (int r = 0; r < world_size(); ++r) {
-    (done_[r] ? ended.done_ranks : ended.draining_ranks).push_back(r);
-  }
+  ended.done_ranks = Ranks(/*done=*/true);
+  ended.draining_ranks = Ranks(/*done=*/false);
   ended.drain_deadline_ms = now + config_.cancel_grace_ms;
   ended.next = std::move(next);
   out->push_back(std::move(ended));

@@ -168,7 +168,6 @@ class JobRun {
   const Slot& slot(int rank) const { return slots_[rank]; }
   bool ended() const { return ended_; }
   bool cancelling() const { return cancelling_; }
-  bool planned() const { return job_.state() == v1::RUNNING; }
 
  private:
   struct Failure {
@@ -189,6 +188,12 @@ class JobRun {
   void OnTick(int64_t now, Commands* out);
   // The ranks from `rank` on count done; none of them ran.
   void MarkDoneFrom(int rank);
+  // The ranks from `rank` on were never sent: each is done, as a rank that finished.
+  void DoneFrom(int rank, int64_t now, Commands* out);
+  // The ranks done (or not).
+  std::vector<int> Ranks(bool done) const;
+  // Tells the ranks not done yet to stop.
+  void CancelRunning(const std::string& reason, Commands* out) const;
   bool AllDone() const;
   // The gathered failures decide: the earliest is the cause, the others follow it.
   void DecideFailure(int64_t now, Commands* out);

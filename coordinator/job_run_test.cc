@@ -99,7 +99,7 @@ TEST(JobRunTest, PlannedStoresRunningThenSendsPrograms) {
   EXPECT_EQ(store.job.message(), "running on 2 workers, resuming from /ckpt/step-4");
   EXPECT_THAT(store.job.workers(), ElementsAre("worker-1", "worker-2"));
   EXPECT_EQ(Nth<JobRun::SendPrograms>(c, 1).start.step, 4);
-  EXPECT_TRUE(run.planned());
+  EXPECT_EQ(run.job().state(), v1::RUNNING);
 }
 
 TEST(JobRunTest, PlannedFromACheckpointAtTheLastStepFails) {

@@ -5,38 +5,28 @@
 #include <memory>
 #include <vector>
 
+#include "coordinator/recorded_connection.h"
 #include "gtest/gtest.h"
 
 namespace weft::coordinator {
 namespace {
 
-class Stream final : public WorkerConnection {
- public:
-  bool Send(const v1::CoordinatorMessage&) override { return !closed; }
-  void Close(const absl::Status& status) override {
-    closed = true;
-    why = std::string(status.message());
-  }
-  bool closed = false;
-  std::string why;
-};
-
 TEST(WorkerRegistryTest, AddNamesTheHostFromThePeerUnlessHelloDoes) {
   WorkerRegistry workers;
   v1::Hello hello;
-  auto* a = workers.Add(hello, "ipv4:10.1.2.3:5000", std::make_shared<Stream>(), 7);
+  auto* a = workers.Add(hello, "ipv4:10.1.2.3:5000", std::make_shared<RecordedConnection>(), 7);
   EXPECT_EQ(a->id, "worker-1");
   EXPECT_EQ(a->host, "10.1.2.3");
   EXPECT_EQ(a->hello.device().kind(), "cpu");
-  EXPECT_EQ(workers.Add(hello, "ipv6:[::1]:5000", std::make_shared<Stream>(), 7)->host, "::1");
+  EXPECT_EQ(workers.Add(hello, "ipv6:[::1]:5000", std::make_shared<RecordedConnection>(), 7)->host, "::1");
   hello.set_host("node-7");
-  EXPECT_EQ(workers.Add(hello, "ipv4:10.1.2.3:5000", std::make_shared<Stream>(), 7)->host,
+  EXPECT_EQ(workers.Add(hello, "ipv4:10.1.2.3:5000", std::make_shared<RecordedConnection>(), 7)->host,
             "node-7");
 }
 
 TEST(WorkerRegistryTest, ReportsOfTheRankItRunsBecomeThatRanksEvents) {
   WorkerRegistry workers;
-  auto* w = workers.Add(v1::Hello(), "ipv4:10.0.0.1:1", std::make_shared<Stream>(), 0);
+  auto* w = workers.Add(v1::Hello(), "ipv4:10.0.0.1:1", std::make_shared<RecordedConnection>(), 0);
   workers.Assign(w, "job-000001", 2, 3);
   v1::WorkerMessage step;
   step.mutable_step()->set_job_id("job-000001");
@@ -72,7 +62,7 @@ TEST(WorkerRegistryTest, ReportsOfTheRankItRunsBecomeThatRanksEvents) {
 
 TEST(WorkerRegistryTest, GoodbyeDrainsTheWorkerAndLosesItsRank) {
   WorkerRegistry workers;
-  auto stream = std::make_shared<Stream>();
+  auto stream = std::make_shared<RecordedConnection>();
   auto* w = workers.Add(v1::Hello(), "ipv4:10.0.0.1:1", stream, 0);
   workers.Assign(w, "job-000001", 0, 1);
   v1::WorkerMessage bye;
@@ -83,15 +73,15 @@ TEST(WorkerRegistryTest, GoodbyeDrainsTheWorkerAndLosesItsRank) {
   EXPECT_EQ(lost.rank, 1);
   EXPECT_TRUE(lost.drained);
   EXPECT_EQ(lost.why, "node drained for maintenance");
-  EXPECT_TRUE(stream->closed);
+  EXPECT_TRUE(stream->closed());
   EXPECT_EQ(workers.List()[0].state(), "drained");
   EXPECT_EQ(workers.Heard(w->id, 5), nullptr) << "a lost worker is not heard again";
 }
 
 TEST(WorkerRegistryTest, SilentAndDrainOver) {
   WorkerRegistry workers;
-  auto* a = workers.Add(v1::Hello(), "ipv4:10.0.0.1:1", std::make_shared<Stream>(), 0);
-  auto* b = workers.Add(v1::Hello(), "ipv4:10.0.0.2:1", std::make_shared<Stream>(), 0);
+  auto* a = workers.Add(v1::Hello(), "ipv4:10.0.0.1:1", std::make_shared<RecordedConnection>(), 0);
+  auto* b = workers.Add(v1::Hello(), "ipv4:10.0.0.2:1", std::make_shared<RecordedConnection>(), 0);
   workers.Heard(b->id, 900);
   std::vector<WorkerRegistry::Worker*> silent = workers.Silent(1001, 1000);
   ASSERT_EQ(silent.size(), 1u);

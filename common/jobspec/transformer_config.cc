@@ -487,25 +487,17 @@ const ArchConfig& LlamaConfig() {
 // (Qwen2's q/k/v biases are always there, its o_proj and MLP never have any); sliding-window
 // attention is not implemented, so its other keys are ignored only while it is off.
 const ArchConfig& Qwen2Config() {
-  static const auto* arch = new ArchConfig{
-      .name = "qwen2",
-      .model = {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                "num_attention_heads", "num_key_value_heads", "rms_norm_eps", "rope_theta",
-                "max_position_embeddings", "tie_word_embeddings", "attention_dropout"},
-      .optional = {},
-      // Qwen2Config's num_key_value_heads defaults to 32, not to the heads: a file must say.
-      .file_defaults = {"rope_theta", "tie_word_embeddings", "attention_dropout"},
-      .fixed = {{"hidden_act", {"silu"}, "the SwiGLU MLP"},
-                {"rope_scaling", {}, "no rope scaling"},
-                {"use_sliding_window", {false}, "full causal attention in every layer"}},
-      .related = {"head_dim", "rope_parameters"},
-      .ignored = {"sliding_window", "max_window_layers"},
-      .carried_by = {{"rope_theta", "rope_parameters"}},
-      .complete = CompleteLlama,
-      .check_values = CheckLlamaValues,
-      .check_related = CheckLlamaHeadDim,
-      .resolve = NothingImplied,
-  };
+  static const auto* arch = [] {
+    auto* qwen2 = new ArchConfig(LlamaConfig());
+    qwen2->name = "qwen2";
+    // Qwen2Config's num_key_value_heads defaults to 32, not to the heads: a file must say.
+    qwen2->file_defaults = {"rope_theta", "tie_word_embeddings", "attention_dropout"};
+    qwen2->fixed = {{"hidden_act", {"silu"}, "the SwiGLU MLP"},
+                    {"rope_scaling", {}, "no rope scaling"},
+                    {"use_sliding_window", {false}, "full causal attention in every layer"}};
+    qwen2->ignored = {"sliding_window", "max_window_layers"};
+    return qwen2;
+  }();
   return *arch;
 }
 
