@@ -459,12 +459,18 @@ void Coordinator::HandleWorkerMessage(const std::string& worker_id, const v1::Wo
     HandleLogLines(worker_id, msg.logs());
     return;
   }
-  SchedulingLock lock(this);
-  Worker* w = workers_.Heard(worker_id, Now());
-  if (w == nullptr) return;
-  if (std::optional<RankEvent> e = workers_.Interpret(w, msg)) DeliverLocked(w, *e);
-  if (msg.has_goodbye()) workers_.ForgetOldLost();
-  ScheduleLocked();
+  {
+    SchedulingLock lock(this);
+    Worker* w = workers_.Heard(worker_id, Now());
+    if (w == nullptr) return;
+    if (std::optional<RankEvent> e = workers_.Interpret(w, msg)) DeliverLocked(w, *e);
+    if (msg.has_goodbye()) workers_.ForgetOldLost();
+    ScheduleLocked();
+  }
+  // A worker that reports faster than the store writes waits here, before its next message is
+  // read (its stream's flow control then holds its next write): the backlog, and so how long a
+  // read waits in Sync, stays bounded.
+  writer_.AwaitRoom();
 }
 
 void Coordinator::DeliverLocked(Worker* w, const RankEvent& e) {

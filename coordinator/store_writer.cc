@@ -7,8 +7,12 @@
 
 namespace weft::coordinator {
 
-StoreWriter::StoreWriter(JobStore* store, std::function<void(const v1::JobEvent&)> published)
-    : store_(store), published_(std::move(published)), thread_([this] { Loop(); }) {}
+StoreWriter::StoreWriter(JobStore* store, std::function<void(const v1::JobEvent&)> published,
+                         int64_t max_backlog)
+    : store_(store),
+      published_(std::move(published)),
+      max_backlog_(max_backlog),
+      thread_([this] { Loop(); }) {}
 
 StoreWriter::~StoreWriter() { Stop(); }
 
@@ -29,6 +33,12 @@ void StoreWriter::Sync() {
   const int64_t ticket = queued_;
   auto done = [&] { return written_ >= ticket || stopped_; };
   mu_.Await(absl::Condition(&done));
+}
+
+void StoreWriter::AwaitRoom() {
+  absl::MutexLock lock(&mu_);
+  auto room = [&] { return queued_ - written_ <= max_backlog_ || stopped_; };
+  mu_.Await(absl::Condition(&room));
 }
 
 void StoreWriter::RunInOrder(const std::function<void()>& fn) {

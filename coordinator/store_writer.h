@@ -5,7 +5,10 @@
 // write runs under the coordinator's lock.
 //
 // Readers see their own writes: a read of the store first waits (Sync) until every write queued
-// before it is stored. WatchJob's replay runs on this thread (RunInOrder), between two groups, so
+// before it is stored. The backlog is bounded: a producer that outpaces the disk (a worker that
+// reports thousands of tiny steps a second) waits in AwaitRoom, off the coordinator's lock, before
+// it reads its next message, so gRPC's flow control holds the worker's next report. Without the
+// bound the queue grows without end and a Sync waits behind all of it. WatchJob's replay runs on this thread (RunInOrder), between two groups, so
 // no event falls between the stored ones it replays and the live ones it is handed.
 //
 // E.g.
@@ -31,8 +34,13 @@ namespace weft::coordinator {
 
 class StoreWriter {
  public:
+  // Writes queued and not yet stored past which AwaitRoom waits: about a tenth of a second of
+  // step events on this project's CI machine.
+  static constexpr int64_t kDefaultMaxBacklog = 2048;
+
   // `store` outlives the writer. `published` runs on the writer thread for each stored event.
-  StoreWriter(JobStore* store, std::function<void(const v1::JobEvent&)> published);
+  StoreWriter(JobStore* store, std::function<void(const v1::JobEvent&)> published,
+              int64_t max_backlog = kDefaultMaxBacklog);
   ~StoreWriter();
   StoreWriter(const StoreWriter&) = delete;
   StoreWriter& operator=(const StoreWriter&) = delete;
@@ -41,6 +49,9 @@ class StoreWriter {
   void Write(JobWrite write) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until every write queued before the call is stored (or failed: it is logged).
   void Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits while more than max_backlog writes are queued and not yet stored. Never call it under
+  // a lock the writer's `published` takes.
+  void AwaitRoom() ABSL_LOCKS_EXCLUDED(mu_);
   // Runs `fn` on the writer thread once every write queued before it is stored, and waits for
   // it. After Stop it runs on the caller's thread.
   void RunInOrder(const std::function<void()>& fn) ABSL_LOCKS_EXCLUDED(mu_);
@@ -59,6 +70,7 @@ class StoreWriter {
 
   JobStore* const store_;
   const std::function<void(const v1::JobEvent&)> published_;
+  const int64_t max_backlog_;
   mutable absl::Mutex mu_;
   std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
   int64_t queued_ ABSL_GUARDED_BY(mu_) = 0;   // items ever queued

@@ -1,13 +1,17 @@
 // The store writer: writes queued while a group is written go in the next group (one
 // transaction); readers that Sync see every write queued before; events are published in queue
-// order and only once stored; RunInOrder runs between two groups; Stop stores what is queued.
+// order and only once stored; RunInOrder runs between two groups; Stop stores what is queued;
+// AwaitRoom holds a producer while the backlog is over its bound.
 #include "coordinator/store_writer.h"
 
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/testing_files.h"
 #include "gtest/gtest.h"
 
@@ -109,6 +113,33 @@ TEST_F(StoreWriterTest, StopStoresWhatIsQueuedAndLaterWritesGoStraightThrough) {
     ASSERT_TRUE(page.ok());
     EXPECT_EQ(page->job.steps_size(), 51);
   }
+}
+
+TEST_F(StoreWriterTest, AwaitRoomHoldsAProducerUntilTheBacklogIsWithinItsBound) {
+  // The writer stalls publishing the first event until `release`: everything behind it backs up.
+  absl::Notification release;
+  StoreWriter writer(
+      store_.get(), [&](const v1::JobEvent&) { release.WaitForNotification(); },
+      /*max_backlog=*/8);
+  for (int s = 1; s <= 20; ++s) writer.Write(Step(s));
+  absl::Notification room;
+  std::thread producer([&] {
+    writer.AwaitRoom();
+    room.Notify();
+  });
+  EXPECT_FALSE(room.WaitForNotificationWithTimeout(absl::Milliseconds(200)))
+      << "20 writes queued, more than the bound of 8: the producer must wait";
+  release.Notify();
+  room.WaitForNotification();
+  producer.join();
+  writer.Sync();
+  auto page = store_->GetJobSteps(job_.id(), 0, 100);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->job.steps_size(), 20) << "a producer that waited loses nothing";
+
+  // Within the bound it does not wait at all.
+  for (int s = 21; s <= 24; ++s) writer.Write(Step(s));
+  writer.AwaitRoom();
 }
 
 }  // namespace
