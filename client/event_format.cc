@@ -78,6 +78,8 @@ std::string FormatEventJson(const v1::JobEvent& event) {
       return FormatSavedJson(event.saved());
     case v1::JobEvent::kRestart:
       return FormatRestartJson(event.restart());
+    case v1::JobEvent::kResize:
+      return FormatResizeJson(event.resize());
     default:
       return "";
   }
@@ -110,6 +112,23 @@ std::string FormatRestartText(const v1::Restart& restart) {
   return absl::StrCat("restart: attempt ", restart.attempt() + 1, " failed", where, ": ",
                       restart.cause(), "; ", restart.restarts_left(), " restart",
                       restart.restarts_left() == 1 ? "" : "s", " left");
+}
+
+std::string FormatResizeJson(const v1::Resize& resize) {
+  return absl::StrCat("{\"type\":\"resize\",\"dim\":", JsonString(resize.dim()),
+                      ",\"from\":", resize.from_size(), ",\"to\":", resize.to_size(),
+                      ",\"micro_batches\":", resize.micro_batches(),
+                      ",\"world_size\":", resize.world_size(), ",\"step\":", resize.step(), "}");
+}
+
+std::string FormatResizeText(const v1::Resize& resize) {
+  const bool grow = resize.to_size() > resize.from_size();
+  return absl::StrCat("resize: ", grow ? "grow " : "shrink ", resize.dim(), " ",
+                      resize.from_size(), " -> ", resize.to_size(), " (", resize.world_size(),
+                      " ranks, ", resize.micro_batches(), " micro-batch",
+                      resize.micro_batches() == 1 ? "" : "es", ")",
+                      grow ? absl::StrCat(" from the checkpoint of step ", resize.step())
+                           : " from the newest checkpoint");
 }
 
 std::string FormatThousands(double value) {
@@ -189,6 +208,8 @@ std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps) {
       return FormatSavedText(event.saved());
     case v1::JobEvent::kRestart:
       return FormatRestartText(event.restart());
+    case v1::JobEvent::kResize:
+      return FormatResizeText(event.resize());
     default:
       return "";
   }
@@ -344,9 +365,10 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone 
     absl::StrAppend(&mesh, " (", absl::StrJoin(job.spec().mesh().dim_names(), ","), ")");
   }
   lines.push_back(absl::StrCat("mesh:     ", mesh));
-  lines.push_back(absl::StrCat("attempt:  ", job.attempt(), " (", job.attempt() + 1, " run",
-                               job.attempt() == 0 ? "" : "s", ", train.max_restarts ",
-                               job.spec().train().max_restarts(), ")"));
+  lines.push_back(absl::StrCat(
+      "attempt:  ", job.attempt(), " (", job.attempt() + 1, " run", job.attempt() == 0 ? "" : "s",
+      job.grows() > 0 ? absl::StrCat(", ", job.grows(), " begun by a grow") : "",
+      ", train.max_restarts ", job.spec().train().max_restarts(), ")"));
   auto when = [&](int64_t ms) {
     return absl::FormatTime("%Y-%m-%d %H:%M:%E3S %Z", absl::FromUnixMillis(ms), tz);
   };
@@ -370,6 +392,22 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone 
   if (job.has_last_eval()) {
     lines.push_back(absl::StrCat("eval:     ", FormatEvalText(job.last_eval(),
                                                                job.spec().train().steps())));
+  }
+  if (job.spec().train().has_elastic()) {
+    const v1::Elastic& elastic = job.spec().train().elastic();
+    const v1::Mesh& mesh = job.spec().mesh();
+    const auto at = std::find(mesh.dim_names().begin(), mesh.dim_names().end(), elastic.dim());
+    const int dim = static_cast<int>(at - mesh.dim_names().begin());
+    const int64_t submitted = dim < mesh.shape_size() ? mesh.shape(dim) : 0;
+    lines.push_back(absl::StrCat(
+        "elastic:  ", elastic.dim(), " ", job.elastic_size() > 0 ? job.elastic_size() : submitted,
+        " of ", submitted, " (min ", elastic.min(), ", wait ", elastic.wait_s(), " s); ",
+        job.resizes_size(), " resize", job.resizes_size() == 1 ? "" : "s"));
+    for (const v1::Resize& resize : job.resizes()) {
+      lines.push_back(absl::StrCat("  ", absl::FormatTime("%H:%M:%E3S", absl::FromUnixMillis(
+                                                                            resize.time_ms()), tz),
+                                   "  ", FormatResizeText(resize)));
+    }
   }
   if (job.workers_size() > 0) {
     std::vector<std::string> ranks;

@@ -81,6 +81,10 @@ std::string FormatSavedText(const v1::CheckpointSaved& saved);
 // (attempts counted from 1 in text, from 0 in JSON as in Job.attempt).
 std::string FormatRestartJson(const v1::Restart& restart);
 std::string FormatRestartText(const v1::Restart& restart);
+// A Resize event (train.elastic): {"type":"resize","dim":"dp","from":4,"to":2,...}, or
+// "resize: shrink dp 4 -> 2 (2 ranks, 2 micro-batches) from the newest checkpoint".
+std::string FormatResizeJson(const v1::Resize& resize);
+std::string FormatResizeText(const v1::Resize& resize);
 std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps);
 
 // 2345.6 -> "2,346"

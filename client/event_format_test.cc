@@ -255,6 +255,60 @@ TEST(EventFormatTest, JobDetailsShowTimesDurationAndWorkers) {
   EXPECT_THAT(FormatJobDetails(job, t0, absl::UTCTimeZone()), Not(HasSubstr("duration:")));
 }
 
+TEST(EventFormatTest, ElasticJobsShowTheirSizeAndEveryResize) {
+  v1::Job job;
+  job.set_id("job-8");
+  job.set_state(v1::RUNNING);
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->mutable_mesh()->add_shape(4);
+  spec->mutable_mesh()->add_dim_names("dp");
+  spec->mutable_train()->set_max_restarts(3);
+  spec->mutable_train()->mutable_elastic()->set_dim("dp");
+  spec->mutable_train()->mutable_elastic()->set_min(1);
+  spec->mutable_train()->mutable_elastic()->set_wait_s(30);
+  const int64_t t0 = int64_t{1700000000} * 1000;  // 2023-11-14 22:13:20 UTC
+  job.set_create_time_ms(t0);
+  EXPECT_THAT(FormatJobDetails(job, t0, absl::UTCTimeZone()),
+              HasSubstr("elastic:  dp 4 of 4 (min 1, wait 30 s); 0 resizes\n"));
+
+  v1::JobEvent shrink;
+  v1::Resize* r = shrink.mutable_resize();
+  r->set_dim("dp");
+  r->set_from_size(4);
+  r->set_to_size(2);
+  r->set_micro_batches(2);
+  r->set_world_size(2);
+  r->set_time_ms(t0 + 1000);
+  v1::Resize grow = *r;
+  grow.set_from_size(2);
+  grow.set_to_size(4);
+  grow.set_micro_batches(1);
+  grow.set_world_size(4);
+  grow.set_step(40);
+  grow.set_time_ms(t0 + 2500);
+  EXPECT_EQ(FormatEventText(shrink, 100),
+            "resize: shrink dp 4 -> 2 (2 ranks, 2 micro-batches) from the newest checkpoint");
+  EXPECT_EQ(FormatEventJson(shrink),
+            "{\"type\":\"resize\",\"dim\":\"dp\",\"from\":4,\"to\":2,\"micro_batches\":2,"
+            "\"world_size\":2,\"step\":0}");
+  EXPECT_EQ(FormatResizeText(grow),
+            "resize: grow dp 2 -> 4 (4 ranks, 1 micro-batch) from the checkpoint of step 40");
+
+  *job.add_resizes() = *r;
+  *job.add_resizes() = grow;
+  job.set_elastic_size(4);
+  job.set_attempt(2);
+  job.set_grows(1);
+  const std::string details = FormatJobDetails(job, t0 + 3000, absl::UTCTimeZone());
+  EXPECT_THAT(details, HasSubstr("attempt:  2 (3 runs, 1 begun by a grow, train.max_restarts 3)"));
+  EXPECT_THAT(details,
+              HasSubstr("elastic:  dp 4 of 4 (min 1, wait 30 s); 2 resizes\n"
+                        "  22:13:21.000  resize: shrink dp 4 -> 2 (2 ranks, 2 micro-batches) from "
+                        "the newest checkpoint\n"
+                        "  22:13:22.500  resize: grow dp 2 -> 4 (4 ranks, 1 micro-batch) from the "
+                        "checkpoint of step 40\n"));
+}
+
 // --json: 64-bit integers are numbers (proto3's mapping makes them strings), nested and
 // repeated ones too; field names are the .proto's, as in the event lines.
 TEST(EventFormatTest, ProtoJsonHas64BitIntegersAsNumbers) {

@@ -50,9 +50,28 @@ const std::optional<Armed>& ArmedPoint() {
   return *armed;
 }
 
+// WEFT_DEBUG_STEP_MS's milliseconds; 0 when unset.
+absl::StatusOr<int64_t> ParseStepMs(const char* value) {
+  if (value == nullptr) return 0;
+  int64_t ms;
+  if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kStepMsEnv, "=", value, ": must be a number of milliseconds >= 0"));
+  }
+  return ms;
+}
+
 }  // namespace
 
-absl::Status CheckCrashPointEnv() { return Parse(getenv(kCrashAtEnv)).status(); }
+absl::Status CheckCrashPointEnv() {
+  if (absl::Status s = Parse(getenv(kCrashAtEnv)).status(); !s.ok()) return s;
+  return ParseStepMs(getenv(kStepMsEnv)).status();
+}
+
+absl::Duration DebugMinStepTime() {
+  static const int64_t ms = ParseStepMs(getenv(kStepMsEnv)).value_or(0);
+  return absl::Milliseconds(ms);
+}
 
 void CrashPoint(absl::string_view point, int64_t step) {
   const std::optional<Armed>& armed = ArmedPoint();

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace weft {
 
@@ -28,10 +29,19 @@ inline constexpr char kCrashAtEnv[] = "WEFT_DEBUG_CRASH_AT";
 inline constexpr char kWorkerAfterShard[] = "worker_after_shard";
 inline constexpr char kCoordinatorBeforeCommit[] = "coordinator_before_commit";
 
-// OK when WEFT_DEBUG_CRASH_AT is unset; else INVALID_ARGUMENT unless it names a point above,
-// optionally with "@<step>" (step >= 0). The daemons check it at startup, so that a misspelt
-// point fails the test at once instead of never crashing.
+// A second hook, for tests that act while a job runs: WEFT_DEBUG_STEP_MS=<ms> makes each of a
+// worker's training steps take at least that long (it waits before it reports the step), so that
+// a job of a tiny model still runs when the test kills a worker or starts one.
+inline constexpr char kStepMsEnv[] = "WEFT_DEBUG_STEP_MS";
+
+// OK when WEFT_DEBUG_CRASH_AT and WEFT_DEBUG_STEP_MS are unset; else INVALID_ARGUMENT unless the
+// first names a point above, optionally with "@<step>" (step >= 0), and the second is a number
+// of milliseconds >= 0. The daemons check them at startup, so that a misspelt point fails the
+// test at once instead of never crashing.
 absl::Status CheckCrashPointEnv();
+
+// WEFT_DEBUG_STEP_MS as a duration; zero when unset (or malformed: CheckCrashPointEnv says so).
+absl::Duration DebugMinStepTime();
 
 // Ends this process with SIGKILL, after a line on stderr, when WEFT_DEBUG_CRASH_AT names `point`
 // and, if it gives a step, `step`. Returns otherwise.

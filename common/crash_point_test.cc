@@ -11,7 +11,10 @@ namespace {
 
 class CrashPointTest : public ::testing::Test {
  protected:
-  void TearDown() override { unsetenv(kCrashAtEnv); }
+  void TearDown() override {
+    unsetenv(kCrashAtEnv);
+    unsetenv(kStepMsEnv);
+  }
 };
 
 TEST_F(CrashPointTest, CheckNamesWhatIsWrong) {
@@ -30,6 +33,16 @@ TEST_F(CrashPointTest, CheckNamesWhatIsWrong) {
 }
 
 // Each case runs in a child process (a death test), which reads the variable afresh.
+TEST_F(CrashPointTest, StepPaceIsCheckedToo) {
+  setenv(kStepMsEnv, "25", 1);
+  EXPECT_TRUE(CheckCrashPointEnv().ok());
+  setenv(kStepMsEnv, "-1", 1);
+  EXPECT_EQ(CheckCrashPointEnv().message(),
+            "WEFT_DEBUG_STEP_MS=-1: must be a number of milliseconds >= 0");
+  setenv(kStepMsEnv, "soon", 1);
+  EXPECT_EQ(CheckCrashPointEnv().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CrashPointTest, KillsAtTheArmedPointAndStepOnly) {
   ::testing::FLAGS_gtest_death_test_style = "threadsafe";
   setenv(kCrashAtEnv, "worker_after_shard@2", 1);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/checkpoint/checkpoint.h"
+#include "common/jobspec/elastic.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/validate.h"
 #include "common/status.h"
@@ -41,7 +42,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(std::unique_ptr
   std::unique_ptr<Coordinator> c(new Coordinator(std::move(store), std::move(options)));
   ObservedMutexLock lock(&c->mu_);
   for (size_t i = 0; i < recovered.queued.size(); ++i) {
-    c->plans_[recovered.queued[i].id()] = recovered.plans[i];
+    const v1::Job& job = recovered.queued[i];
+    c->plans_[job.id()] = recovered.plans[i];
+    if (job.state() == v1::RESTARTING) c->waiting_since_[job.id()] = c->Now();
     c->pending_.push_back(std::move(recovered.queued[i]));
   }
   return c;
@@ -134,6 +137,7 @@ void Coordinator::ExecuteLocked(const std::string& job_id, std::vector<JobRun::C
       if (e.has_eval()) metrics_.Eval(run.job(), e.eval());
       if (e.has_saved()) metrics_.Checkpoint(run.job(), e.saved());
       if (e.has_restart()) metrics_.Restart(run.job());
+      if (e.has_resize()) metrics_.Resize(run.job(), e.resize());
       writer_.Write(JobWrite{job_id, run.job().attempt(), std::nullopt, std::move(c->event)});
     } else if (auto* c = std::get_if<JobRun::SendPrograms>(&command)) {
       const v1::Job& job = run.job();
@@ -171,23 +175,15 @@ void Coordinator::EndedLocked(const std::string& job_id, const JobRun::Ended& en
     // The next attempt waits first in line, from the newest checkpoint (AttemptStartingState),
     // once the failed attempt's complete saves are committed (ScheduleLocked).
     pending_.insert(pending_.begin(), *ended.next);
+    waiting_since_[job_id] = Now();
   } else {
     plans_.erase(job_id);
     metrics_.Ended(run->job());
     retention_.MarkDue();
   }
   // Done ranks' workers are idle again; the others were told to cancel and drain.
-  for (const std::vector<int>* ranks : {&ended.done_ranks, &ended.draining_ranks}) {
-    for (int r : *ranks) {
-      Worker* w = workers_.Find(run->slot(r).worker);
-      if (w == nullptr || w->status == WorkerRegistry::Status::kLost) continue;
-      if (ranks == &ended.done_ranks) {
-        workers_.Release(w);
-      } else {
-        workers_.Drain(w, ended.drain_deadline_ms);
-      }
-    }
-  }
+  workers_.EndAttempt(run->Workers(ended.done_ranks), run->Workers(ended.draining_ranks),
+                      ended.drain_deadline_ms);
 }
 
 void Coordinator::SendCancelLocked(const JobRun& run, const std::vector<int>& ranks,
@@ -196,10 +192,7 @@ void Coordinator::SendCancelLocked(const JobRun& run, const std::vector<int>& ra
   msg.mutable_cancel()->set_job_id(run.job().id());
   msg.mutable_cancel()->set_attempt(run.job().attempt());
   msg.mutable_cancel()->set_reason(reason);
-  for (int r : ranks) {
-    Worker* w = workers_.Find(run.slot(r).worker);
-    if (w != nullptr && w->connection != nullptr) w->connection->Send(msg);
-  }
+  workers_.SendTo(run.Workers(ranks), msg);
 }
 
 // ---- JobService ----
@@ -273,6 +266,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
       job.set_state(v1::CANCELLED);
       job.set_message(absl::StrCat("cancelled while pending: ", why));
       job.set_end_time_ms(Now());
+      waiting_since_.erase(job_id);
       StoreLocked(job, StateEventOf(job, Now()));
       retention_.MarkDue();
       spdlog::info("job {}: {}", job_id, job.message());
@@ -313,14 +307,16 @@ absl::StatusOr<v1::JobTrace> Coordinator::GetJobTrace(const std::string& job_id)
 
 void Coordinator::ScheduleLocked() {
   if (shutting_down_) return;
+  ResizeWaitingLocked();
   // Each pass starts jobs on disjoint workers; go again until a pass starts nothing.
   while (true) {
     std::vector<PendingJob> pending;
     for (const v1::Job& job : pending_) {
       // A restarting job waits for its failed attempt's commits, queued or in progress: its next
-      // attempt starts from the newest checkpoint, which they may still make.
-      if (committer_.Busy(job.id())) continue;
-      pending.push_back({job.id(), job.spec().device(), options_.world_size(job.spec())});
+      // attempt starts from the newest checkpoint, which they may still make. A resized one
+      // waits for its new plan.
+      if (committer_.Busy(job.id()) || replanning_.count(job.id()) > 0) continue;
+      pending.push_back({job.id(), job.spec().device(), plans_.at(job.id())->world_size()});
     }
     ScheduleDecision decision = Schedule(pending, workers_.Slots());
     for (v1::Job& job : pending_) {
@@ -342,6 +338,7 @@ void Coordinator::ScheduleLocked() {
 
 void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& workers) {
   const std::string job_id = job.id();
+  waiting_since_.erase(job_id);
   std::vector<JobRun::Slot> slots;
   for (size_t r = 0; r < workers.size(); ++r) {
     Worker* w = workers_.Find(workers[r]);
@@ -359,7 +356,7 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
 
 void Coordinator::DispatchStarted() {
   while (true) {
-    std::variant<StartingAttempt, Send> next;
+    Dispatch next;
     {
       ObservedMutexLock lock(&mu_);
       if (dispatches_.empty()) return;
@@ -368,6 +365,7 @@ void Coordinator::DispatchStarted() {
     }
     if (const auto* start = std::get_if<StartingAttempt>(&next)) ResolveStart(*start);
     if (const auto* send = std::get_if<Send>(&next)) SendPrograms(*send);
+    if (const auto* replan = std::get_if<Replan>(&next)) PlanResized(*replan);
   }
 }
 
@@ -377,13 +375,14 @@ void Coordinator::ResolveStart(const StartingAttempt& start) {
   ObservedMutexLock lock(&mu_);
   if (FindRunLocked(job.id(), job.attempt()) == nullptr) return;  // it ended meanwhile
   auto plan = plans_.find(job.id());
-  const int world = static_cast<int>(options_.world_size(job.spec()));
-  absl::Status ready = load.status();
+  absl::StatusOr<v1::JobSpec> spec = AttemptSpec(job);  // its mesh, at its elastic size
+  absl::Status ready = load.ok() ? spec.status() : load.status();
+  const int64_t world = ready.ok() ? options_.world_size(*spec) : 0;
   if (ready.ok() && (plan == plans_.end() || plan->second->world_size() != world)) {
     ready = absl::InternalError(absl::StrCat("no plan of ", world, " ranks for the job"));
   }
   if (ready.ok()) {
-    const v1::Mesh& mesh = job.spec().mesh();
+    const v1::Mesh& mesh = spec->mesh();
     absl::StatusOr<std::string> ticket = rendezvous_.Open(
         RendezvousScope(job.id(), job.attempt()),
         RendezvousLimits::ForMesh(std::vector<int64_t>(mesh.shape().begin(), mesh.shape().end())));
@@ -522,8 +521,8 @@ void Coordinator::LostLocked(Worker* w, const std::string& why) {
 void Coordinator::Committed(const Commit& commit, const absl::Status& status, double seconds) {
   SchedulingLock lock(this);
   if (shutting_down_) return;
-  if (FindRunLocked(commit.job_id, commit.attempt) != nullptr) {
-    JobRun::Committed committed{commit.save.step, status, {}};
+  if (const JobRun* run = FindRunLocked(commit.job_id, commit.attempt)) {
+    JobRun::Committed committed{commit.save.step, status, {}, GrowToLocked(run->job())};
     committed.saved.set_step(commit.save.step);
     committed.saved.set_bytes(commit.save.bytes);
     committed.saved.set_seconds(commit.save.write_seconds + seconds);

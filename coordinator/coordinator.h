@@ -50,6 +50,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <variant>
@@ -204,6 +205,13 @@ class Coordinator {
     bool trace = false;
     std::string rendezvous_ticket;
   };
+  // A pending job at a new elastic size (Job.elastic_size), planned again off mu_
+  // (DispatchStarted) before it may start; `planned_size` is the size its current plan is for.
+  struct Replan {
+    v1::Job job;
+    int planned_size = 0;
+  };
+  using Dispatch = std::variant<StartingAttempt, Send, Replan>;
 
   // mu_, for a call that may start jobs: when it ends, mu_ is released and then the started
   // attempts are resolved and their Programs emitted and sent (DispatchStarted), before the call
@@ -231,6 +239,16 @@ class Coordinator {
   void DispatchStarted() ABSL_LOCKS_EXCLUDED(mu_);
   void ResolveStart(const StartingAttempt& start) ABSL_LOCKS_EXCLUDED(mu_);
   void SendPrograms(const Send& send) ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Train.elastic (coordinator_elastic.cc). Under mu_, before scheduling: a job waiting to
+  // restart past its wait_s shrinks (ShrinkTo), and a job whose size changed (a shrink, a grow)
+  // is queued to be planned again.
+  void ResizeWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans the job at its new size and checks it fits, off mu_; then it may start or, when it
+  // cannot run at that size, it goes back to its planned size and waits on.
+  void PlanResized(const Replan& replan) ABSL_LOCKS_EXCLUDED(mu_);
+  // The size a committed checkpoint lets the running job grow to (GrowTo), 0 for none.
+  int GrowToLocked(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The live attempt, or null when it ended (or another attempt runs).
   JobRun* FindRunLocked(const std::string& job_id, int attempt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -293,7 +311,11 @@ class Coordinator {
   std::map<std::string, std::shared_ptr<const JobPlan>> plans_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Attempt> runs_ ABSL_GUARDED_BY(mu_);  // by job id
   // Started attempts to resolve and planned ones to send, in order (DispatchStarted).
-  std::deque<std::variant<StartingAttempt, Send>> dispatches_ ABSL_GUARDED_BY(mu_);
+  std::deque<Dispatch> dispatches_ ABSL_GUARDED_BY(mu_);
+  // Train.elastic: since when each job queued RESTARTING has waited (ShrinkTo), and the pending
+  // jobs being planned again at a new size (the scheduler skips them).
+  std::map<std::string, int64_t> waiting_since_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> replanning_ ABSL_GUARDED_BY(mu_);
 
   // Told when a job ends (retention by count may then delete one).
   Retention retention_;

@@ -49,6 +49,13 @@ CoordinatorMetrics::CoordinatorMetrics()
           "The most bytes any rank's allocator held in the job's last step.", {"job", "name"})),
       job_restarts_(registry_.AddCounter("weft_job_restarts_total", "Restarts of the job.",
                                          {"job", "name"})),
+      job_resizes_(registry_.AddCounter(
+          "weft_job_resizes_total", "Elastic resizes of the job (train.elastic): shrinks and grows.",
+          {"job", "name"})),
+      job_elastic_size_(registry_.AddGauge(
+          "weft_job_elastic_size",
+          "The size the job's elastic mesh dim (train.elastic) was last resized to.",
+          {"job", "name"})),
       checkpoint_seconds_(registry_.AddHistogram(
           "weft_checkpoint_seconds",
           "Checkpoint time (the slowest rank's write plus the commit), seconds.", {"job", "name"},
@@ -89,6 +96,12 @@ void CoordinatorMetrics::Restart(const v1::Job& job) {
   job_restarts_->Add(JobLabels(job));
 }
 
+void CoordinatorMetrics::Resize(const v1::Job& job, const v1::Resize& resize) {
+  const LabelValues labels = JobLabels(job);
+  job_resizes_->Add(labels);
+  job_elastic_size_->Set(labels, resize.to_size());
+}
+
 void CoordinatorMetrics::Ended(const v1::Job& job) {
   LabelValues gone;
   {
@@ -115,7 +128,7 @@ void CoordinatorMetrics::RemoveJobSeries(const LabelValues& labels) {
   for (MetricFamily* f : std::initializer_list<MetricFamily*>{
            job_steps_, job_step_seconds_, job_samples_per_second_, job_tokens_per_second_,
            job_bytes_sent_, job_loss_, job_lr_, job_grad_norm_, job_eval_loss_, job_peak_bytes_,
-           job_restarts_, checkpoint_seconds_,
+           job_restarts_, job_resizes_, job_elastic_size_, checkpoint_seconds_,
            checkpoint_bytes_}) {
     f->Remove(labels);
   }

@@ -12,6 +12,8 @@
 //   weft_job_learning_rate{job, name}, weft_job_grad_norm{job, name}  of its last step
 //   weft_job_eval_loss{job, name}         its latest held-out loss (eval)
 //   weft_job_restarts_total{job, name}
+//   weft_job_resizes_total{job, name}     its elastic resizes (train.elastic), shrinks and grows
+//   weft_job_elastic_size{job, name}      the size its elastic dim was last resized to
 //   weft_checkpoint_seconds{job, name}    histogram of its checkpoints' write + commit time
 //   weft_checkpoint_bytes_total{job, name}
 // A job's series stay while it runs and for the 64 jobs that ended last (a final scrape sees its
@@ -63,6 +65,8 @@ class CoordinatorMetrics {
   // A committed checkpoint.
   void Checkpoint(const v1::Job& job, const v1::CheckpointSaved& saved);
   void Restart(const v1::Job& job);
+  // An elastic resize (train.elastic).
+  void Resize(const v1::Job& job, const v1::Resize& resize);
   // The job reached a final state: its series go once 64 later jobs have ended too.
   void Ended(const v1::Job& job);
   // The job was deleted: its series go now.
@@ -87,6 +91,8 @@ class CoordinatorMetrics {
   GaugeFamily* const job_eval_loss_;
   GaugeFamily* const job_peak_bytes_;
   CounterFamily* const job_restarts_;
+  CounterFamily* const job_resizes_;
+  GaugeFamily* const job_elastic_size_;
   HistogramFamily* const checkpoint_seconds_;
   CounterFamily* const checkpoint_bytes_;
 

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/utf8.h"
+#include "coordinator/elastic.h"
 #include "spdlog/spdlog.h"
 
 namespace weft::coordinator {
@@ -39,6 +40,12 @@ v1::JobEvent StateEventOf(const v1::Job& job, int64_t now_ms) {
   event.set_state(job.state());
   event.set_message(job.message());
   return event;
+}
+
+std::vector<std::string> JobRun::Workers(const std::vector<int>& ranks) const {
+  std::vector<std::string> out;
+  for (int r : ranks) out.push_back(slots_[r].worker);
+  return out;
 }
 
 std::vector<JobRun::Command> JobRun::Start(int64_t now_ms) {
@@ -120,9 +127,13 @@ void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
   job_.set_state(v1::RUNNING);
   job_.set_start_time_ms(now);
   job_.set_message(absl::StrCat("running on ", Plural(slots_.size(), "worker")));
-  if (job_.attempt() > 0) {
-    absl::StrAppend(job_.mutable_message(), ", restart ", job_.attempt(), " of ",
+  if (const int restarts = job_.attempt() - job_.grows(); restarts > 0) {
+    absl::StrAppend(job_.mutable_message(), ", restart ", restarts, " of ",
                     spec.train().max_restarts());
+  }
+  if (job_.elastic_size() > 0) {
+    absl::StrAppend(job_.mutable_message(), ", ", spec.train().elastic().dim(), " ",
+                    job_.elastic_size());
   }
   if (e.start.optimizer_states) {
     absl::StrAppend(job_.mutable_message(), ", resuming from ", e.start.step_dir);
@@ -240,7 +251,28 @@ void JobRun::OnCommitted(const Committed& e, int64_t now, Commands* out) {
   out->push_back(AppendEvent{std::move(event)});
   if (finish_after_commits_ && commits_in_flight_ == 0) {
     End(v1::SUCCEEDED, absl::StrCat("all ", Plural(slots_.size(), "rank"), " finished"), now, out);
+    return;
   }
+  // Not past the last step, nor while the attempt fails or is cancelled.
+  if (e.grow_to > 0 && !finish_after_commits_ && !cancelling_ && failures_.empty() &&
+      e.step < job_.spec().train().steps()) {
+    Grow(e.grow_to, e.step, now, out);
+  }
+}
+
+void JobRun::Grow(int to, int64_t step, int64_t now, Commands* out) {
+  v1::JobEvent resize = ResizeEvent(job_, to, step, now);
+  spdlog::info("job {}: {}", job_.id(), resize.message());
+  out->push_back(AppendEvent{resize});
+  CancelRunning(absl::StrCat("resizing: ", resize.message()), out);
+  v1::Job next = job_;
+  ApplyResize(resize, &next);
+  next.set_attempt(job_.attempt() + 1);
+  next.set_grows(job_.grows() + 1);
+  next.set_state(v1::RESTARTING);
+  next.clear_workers();
+  out->push_back(StoreJob{next, StateEventOf(next, now)});
+  Release(v1::RESTARTING, now, std::move(next), out);
 }
 
 void JobRun::OnCancel(const std::string& reason, int64_t now, Commands* out) {
@@ -295,11 +327,12 @@ void JobRun::DecideFailure(int64_t now, Commands* out) {
 
 void JobRun::Fail(int rank, const std::string& cause, int64_t now, Commands* out) {
   const int max_restarts = job_.spec().train().max_restarts();
-  const int restarts = job_.attempt();  // attempts count from 0
+  const int restarts = job_.attempt() - job_.grows();  // attempts count from 0; grows are not
   if (restarts >= max_restarts) {
     End(v1::FAILED,
         max_restarts == 0 ? cause
-                          : absl::StrCat(cause, " (attempt ", restarts + 1, "; all ", max_restarts,
+                          : absl::StrCat(cause, " (attempt ", job_.attempt() + 1, "; all ",
+                                         max_restarts,
                                          " restarts (train.max_restarts) used)"),
         now, out);
     return;
@@ -331,7 +364,7 @@ void JobRun::Fail(int rank, const std::string& cause, int64_t now, Commands* out
   v1::Job next = job_;
   next.set_attempt(job_.attempt() + 1);
   next.set_state(v1::RESTARTING);
-  next.set_message(absl::StrCat("restart ", next.attempt(), " of ", max_restarts, " after: ",
+  next.set_message(absl::StrCat("restart ", restarts + 1, " of ", max_restarts, " after: ",
                                 cause));
   next.clear_workers();
   out->push_back(StoreJob{next, StateEventOf(next, now)});

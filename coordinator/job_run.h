@@ -10,12 +10,17 @@
 //   any        Cancel(reason)                  store message, cancel ranks → cancelling
 //   RUNNING    RankDone(ok) (last rank)        store SUCCEEDED, release → ended (after commits)
 //   RUNNING    RankDone(failed), WorkerLost    gather failures for failure_settle_ms, then:
-//                                              restarts left: append Restart, store RESTARTING,
+//                                              restarts left (train.max_restarts; attempts
+//                                              less grows): append Restart, store RESTARTING,
 //                                              cancel ranks, release, requeue → ended
 //                                              none left: store FAILED, cancel ranks, release
 //   RUNNING    Step(report) (last rank)        append step (and eval) event
 //   RUNNING    Shard(report) (last rank)       commit checkpoint
 //   RUNNING    Committed(ok / failed)          append CheckpointSaved / store FAILED
+//   RUNNING    Committed(ok, grow_to)          append CheckpointSaved and Resize, store
+//                                              RESTARTING at the new size (a grow, not a
+//                                              restart), cancel ranks, release → ended; not at
+//                                              the last step, nor while failing or cancelling
 //   RUNNING    ProgramFailed(rank)             store FAILED (ranks from it count done)
 //   RUNNING    SendFailed(rank)                as a failure of that rank, decided at once
 //   any        Tick(now)                       failures settled, cancel grace over
@@ -113,6 +118,8 @@ class JobRun {
     int64_t step = 0;
     absl::Status status;
     v1::CheckpointSaved saved;  // when ok
+    // Train.elastic: the size the coordinator found idle workers to grow to (GrowTo); 0: none.
+    int grow_to = 0;
   };
   struct Cancel {
     std::string reason;
@@ -166,6 +173,8 @@ class JobRun {
   const v1::Job& job() const { return job_; }
   int world_size() const { return static_cast<int>(slots_.size()); }
   const Slot& slot(int rank) const { return slots_[rank]; }
+  // The workers of `ranks`, in order.
+  std::vector<std::string> Workers(const std::vector<int>& ranks) const;
   bool ended() const { return ended_; }
   bool cancelling() const { return cancelling_; }
 
@@ -184,6 +193,8 @@ class JobRun {
   void OnStep(const v1::StepReport& report, int64_t now, Commands* out);
   void OnShard(const v1::CheckpointReport& report, Commands* out);
   void OnCommitted(const Committed& e, int64_t now, Commands* out);
+  // Ends the attempt for the next one at elastic size `to`, from the checkpoint of `step`.
+  void Grow(int to, int64_t step, int64_t now, Commands* out);
   void OnCancel(const std::string& reason, int64_t now, Commands* out);
   void OnTick(int64_t now, Commands* out);
   // The ranks from `rank` on count done; none of them ran.

@@ -271,6 +271,84 @@ TEST(JobRunTest, LastRestartUsedFails) {
             "rank 0 (worker-1): nan loss (attempt 2; all 1 restarts (train.max_restarts) used)");
 }
 
+// An elastic job (train.elastic over dp, a mesh of dp 4) running at dp 2 on two workers.
+v1::Job ShrunkElasticJob() {
+  v1::Job job = QueuedJob(2, /*max_restarts=*/1, "/ckpt");
+  v1::JobSpec* spec = job.mutable_spec();
+  spec->mutable_mesh()->add_shape(4);
+  spec->mutable_mesh()->add_dim_names("dp");
+  spec->mutable_train()->mutable_elastic()->set_dim("dp");
+  spec->mutable_train()->mutable_elastic()->set_min(1);
+  spec->mutable_train()->mutable_elastic()->set_wait_s(30);
+  job.set_elastic_size(2);
+  return job;
+}
+
+// Both ranks' shards of `step`, committed; grow_to as the coordinator found idle workers.
+Commands CommitStep(JobRun* run, int64_t step, int grow_to) {
+  run->Apply(JobRun::Shard{ShardOf(0, step)}, kT0);
+  run->Apply(JobRun::Shard{ShardOf(1, step)}, kT0);
+  JobRun::Committed committed{step, absl::OkStatus(), {}, grow_to};
+  committed.saved.set_step(step);
+  return run->Apply(committed, kT0 + 5);
+}
+
+TEST(JobRunTest, ACommitWithIdleWorkersGrowsTheJobAsItsNextAttempt) {
+  JobRun run = Running(ShrunkElasticJob());
+  Commands c = CommitStep(&run, 4, /*grow_to=*/4);
+  ASSERT_THAT(Kinds(c), ElementsAre("append", "append", "cancel", "store", "ended"));
+  EXPECT_EQ(Nth<JobRun::AppendEvent>(c, 0).event.saved().step(), 4);
+  const v1::JobEvent& resize = Nth<JobRun::AppendEvent>(c, 1).event;
+  EXPECT_EQ(resize.resize().from_size(), 2);
+  EXPECT_EQ(resize.resize().to_size(), 4);
+  EXPECT_EQ(resize.resize().step(), 4);
+  EXPECT_THAT(Nth<JobRun::CancelRanks>(c, 2).ranks, ElementsAre(0, 1));
+  EXPECT_THAT(Nth<JobRun::CancelRanks>(c, 2).reason, HasSubstr("resizing: growing dp 2 -> 4"));
+  const v1::Job& next = Nth<JobRun::StoreJob>(c, 3).job;
+  EXPECT_EQ(next.state(), v1::RESTARTING);
+  EXPECT_EQ(next.attempt(), 1);
+  EXPECT_EQ(next.grows(), 1);
+  EXPECT_EQ(next.elastic_size(), 4);
+  ASSERT_EQ(next.resizes_size(), 1);
+  EXPECT_EQ(next.resizes(0).to_size(), 4);
+  EXPECT_EQ(next.resizes(0).time_ms(), kT0 + 5);
+  EXPECT_THAT(next.message(), HasSubstr("growing dp 2 -> 4"));
+  const auto& ended = Nth<JobRun::Ended>(c, 4);
+  EXPECT_EQ(ended.state, v1::RESTARTING);
+  ASSERT_TRUE(ended.next.has_value());
+  EXPECT_EQ(ended.next->elastic_size(), 4);
+  EXPECT_THAT(ended.draining_ranks, ElementsAre(0, 1));
+}
+
+TEST(JobRunTest, NoGrowAtTheLastStepNorWithoutIdleWorkersNorWhileCancelling) {
+  {
+    JobRun run = Running(ShrunkElasticJob());
+    EXPECT_THAT(Kinds(CommitStep(&run, 4, /*grow_to=*/0)), ElementsAre("append"));
+    EXPECT_THAT(Kinds(CommitStep(&run, 10, /*grow_to=*/4)), ElementsAre("append"))
+        << "step 10 is train.steps: nothing is left to run bigger";
+  }
+  {
+    JobRun run = Running(ShrunkElasticJob());
+    run.Apply(JobRun::Cancel{"by the user"}, kT0);
+    EXPECT_THAT(Kinds(CommitStep(&run, 4, /*grow_to=*/4)), ElementsAre("append"));
+  }
+}
+
+TEST(JobRunTest, GrowsAreNotRestarts) {
+  v1::Job job = ShrunkElasticJob();  // max_restarts 1
+  job.set_attempt(1);
+  job.set_grows(1);  // attempt 1 began with a grow
+  JobRun run = Running(job, JobRunConfig{0, 5000});
+  Commands c = run.Apply(JobRun::WorkerLost{1, "no heartbeat", false}, kT0);
+  ASSERT_THAT(Kinds(c), ElementsAre("append", "cancel", "store", "ended"));
+  EXPECT_EQ(Nth<JobRun::AppendEvent>(c, 0).event.restart().restarts_left(), 0);
+  const v1::Job& next = Nth<JobRun::StoreJob>(c, 2).job;
+  EXPECT_EQ(next.attempt(), 2);
+  EXPECT_EQ(next.grows(), 1);
+  EXPECT_EQ(next.elastic_size(), 2) << "a restart keeps the size; the coordinator shrinks it";
+  EXPECT_THAT(next.message(), HasSubstr("restart 1 of 1 after:"));
+}
+
 TEST(JobRunTest, CancelStoresTheReasonAndCancelsTheRanks) {
   JobRun run = Running(QueuedJob(), JobRunConfig{1000, 5000});
   run.Apply(JobRun::RankDone{0, true}, kT0);

@@ -33,7 +33,10 @@ CREATE TABLE IF NOT EXISTS jobs (
   attempt INTEGER NOT NULL DEFAULT 0,
   workers TEXT NOT NULL DEFAULT '',
   -- A Job holding only rank_errors and rank_errors_omitted, serialized; NULL: none.
-  rank_errors BLOB
+  rank_errors BLOB,
+  -- A Job holding only its train.elastic state (elastic_size, grows, resizes), serialized; NULL:
+  -- none. Added by Migrate to older stores.
+  elastic BLOB
 );
 CREATE TABLE IF NOT EXISTS events (
   job_id TEXT NOT NULL,
@@ -137,10 +140,21 @@ class Statement {
 
 constexpr char kJobColumns[] =
     "id, spec, state, message, create_time_ms, start_time_ms, end_time_ms, attempt, workers";
-// kJobColumns and the rank errors: a whole job record (summaries leave them out).
+// kJobColumns, the rank errors and the elastic state: a whole job record (summaries leave them
+// out).
 constexpr char kFullJobColumns[] =
     "id, spec, state, message, create_time_ms, start_time_ms, end_time_ms, attempt, workers, "
-    "rank_errors";
+    "rank_errors, elastic";
+
+// The elastic column: a Job holding only its elastic state; empty when it has none.
+std::string ElasticBlob(const v1::Job& job) {
+  if (job.elastic_size() == 0 && job.grows() == 0 && job.resizes_size() == 0) return "";
+  v1::Job holder;
+  holder.set_elastic_size(job.elastic_size());
+  holder.set_grows(job.grows());
+  *holder.mutable_resizes() = job.resizes();
+  return holder.SerializeAsString();
+}
 
 // The rank_errors column: a Job holding only them, so no storage message of its own is needed.
 std::string RankErrorsBlob(const v1::Job& job) {
@@ -150,20 +164,16 @@ std::string RankErrorsBlob(const v1::Job& job) {
   return holder.SerializeAsString();
 }
 
-absl::Status ReadRankErrors(const std::string& blob, v1::Job* job) {
-  if (blob.empty()) return absl::OkStatus();
-  v1::Job holder;
-  if (!holder.ParseFromString(blob)) {
-    return absl::DataLossError(
-        absl::StrCat("job ", job->id(), ": its stored rank errors do not parse"));
-  }
-  job->mutable_rank_errors()->Swap(holder.mutable_rank_errors());
-  job->set_rank_errors_omitted(holder.rank_errors_omitted());
-  return absl::OkStatus();
+// A column holding part of a Job (the rank errors, the elastic state: a Job with only those
+// fields set), merged into `job`, which has none of them yet.
+absl::Status MergeJobPart(const std::string& blob, const std::string& what, v1::Job* job) {
+  if (blob.empty() || job->MergeFromString(blob)) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("job ", job->id(), ": its stored ", what,
+                                          " does not parse"));
 }
 
-// A row of kJobColumns (of kFullJobColumns, with_rank_errors) as a Job.
-absl::StatusOr<v1::Job> JobFromRow(const Statement& row, bool with_rank_errors) {
+// A row of kJobColumns (of kFullJobColumns when `full`) as a Job.
+absl::StatusOr<v1::Job> JobFromRow(const Statement& row, bool full) {
   v1::Job job;
   job.set_id(row.Bytes(0));
   if (!job.mutable_spec()->ParseFromString(row.Bytes(1))) {
@@ -179,7 +189,10 @@ absl::StatusOr<v1::Job> JobFromRow(const Statement& row, bool with_rank_errors) 
   if (!workers.empty()) {
     for (absl::string_view w : absl::StrSplit(workers, ',')) job.add_workers(std::string(w));
   }
-  if (with_rank_errors) RETURN_IF_ERROR(ReadRankErrors(row.Bytes(9), &job));
+  if (full) {
+    RETURN_IF_ERROR(MergeJobPart(row.Bytes(9), "rank error list", &job));
+    RETURN_IF_ERROR(MergeJobPart(row.Bytes(10), "elastic state", &job));
+  }
   return job;
 }
 
@@ -223,7 +236,7 @@ absl::StatusOr<std::vector<v1::Job>> QueryJobs(sqlite3* db, const std::string& w
   if (bind) bind(&st);
   std::vector<v1::Job> jobs;
   while (st.Step()) {
-    ASSIGN_OR_RETURN(v1::Job job, JobFromRow(st, /*with_rank_errors=*/true));
+    ASSIGN_OR_RETURN(v1::Job job, JobFromRow(st, /*full=*/true));
     jobs.push_back(std::move(job));
   }
   RETURN_IF_ERROR(st.done_status());
@@ -237,7 +250,7 @@ constexpr char kLastStepColumn[] =
 
 // A row of kJobColumns and kLastStepColumn as a summary.
 absl::StatusOr<v1::JobSummary> SummaryFromRow(const Statement& row) {
-  ASSIGN_OR_RETURN(v1::Job job, JobFromRow(row, /*with_rank_errors=*/false));
+  ASSIGN_OR_RETURN(v1::Job job, JobFromRow(row, /*full=*/false));
   v1::JobSummary summary;
   summary.set_id(job.id());
   summary.set_state(job.state());
@@ -345,6 +358,7 @@ absl::Status JobStore::Migrate() {
   // kSchema made the tables and indexes an older store lacks; the columns added to a table since
   // it was first made are added here.
   RETURN_IF_ERROR(AddColumnIfMissing("jobs", "rank_errors", "BLOB"));
+  RETURN_IF_ERROR(AddColumnIfMissing("jobs", "elastic", "BLOB"));
   RETURN_IF_ERROR(AddColumnIfMissing("events", "eval_step", "INTEGER"));
   // GetJob's latest evaluation (made here: the column may have just been added).
   RETURN_IF_ERROR(Annotate(Exec("CREATE INDEX IF NOT EXISTS evals_by_job ON events (job_id, seq) "
@@ -384,7 +398,8 @@ absl::Status JobStore::InTransaction(Body body) {
 absl::Status JobStore::WriteJobRow(const v1::Job& job) {
   Statement st(db_,
                "UPDATE jobs SET state = ?1, message = ?2, create_time_ms = ?3, start_time_ms = ?4, "
-               "end_time_ms = ?5, attempt = ?6, workers = ?7, rank_errors = ?9 WHERE id = ?8;");
+               "end_time_ms = ?5, attempt = ?6, workers = ?7, rank_errors = ?9, elastic = ?10 "
+               "WHERE id = ?8;");
   RETURN_IF_ERROR(st.status());
   st.BindInt(1, job.state());
   st.BindText(2, job.message());
@@ -398,6 +413,11 @@ absl::Status JobStore::WriteJobRow(const v1::Job& job) {
     st.BindBlob(9, RankErrorsBlob(job));
   } else {
     st.BindNull(9);
+  }
+  if (const std::string elastic = ElasticBlob(job); !elastic.empty()) {
+    st.BindBlob(10, elastic);
+  } else {
+    st.BindNull(10);
   }
   RETURN_IF_ERROR(st.Run());
   if (sqlite3_changes(db_) == 0) return absl::NotFoundError(absl::StrCat("job ", job.id()));

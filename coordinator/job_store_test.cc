@@ -411,6 +411,43 @@ v1::RankError RankErrorOf(int rank, int64_t at_ms, const std::string& message) {
 
 // The rank errors are part of the job record: written by UpdateJob, read by every whole-job read
 // (and a restart's), replaced or cleared by the next UpdateJob; summaries leave them out.
+TEST(JobStoreTest, TheElasticStateIsStoredWithTheJobAndKeptAcrossARestart) {
+  const std::string path = TempDir() + "/weft.db";
+  std::string id;
+  {
+    auto store = JobStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    auto job = (*store)->CreateJob(Spec("a"), 100, "submitted");
+    ASSERT_TRUE(job.ok());
+    id = job->id();
+    EXPECT_EQ(job->elastic_size(), 0);
+    job->set_state(v1::RUNNING);
+    job->set_attempt(2);
+    job->set_elastic_size(4);
+    job->set_grows(1);
+    for (const auto& [from, to] : std::vector<std::pair<int, int>>{{4, 2}, {2, 4}}) {
+      v1::Resize* r = job->add_resizes();
+      r->set_dim("dp");
+      r->set_from_size(from);
+      r->set_to_size(to);
+      r->set_time_ms(200 + to);
+    }
+    ASSERT_TRUE((*store)->UpdateJob(*job, nullptr).ok());
+  }
+  auto store = JobStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto restarted = (*store)->RestartInterruptedJobs(900, "restarting");
+  ASSERT_TRUE(restarted.ok());
+  ASSERT_EQ(restarted->size(), 1u);
+  for (const v1::Job& job : {(*restarted)[0], *(*store)->GetJob(id)}) {
+    EXPECT_EQ(job.elastic_size(), 4);
+    EXPECT_EQ(job.grows(), 1);
+    ASSERT_EQ(job.resizes_size(), 2);
+    EXPECT_EQ(job.resizes(0).to_size(), 2);
+    EXPECT_EQ(job.resizes(1).time_ms(), 204);
+  }
+}
+
 TEST(JobStoreTest, RankErrorsAreStoredWithTheJob) {
   const std::string path = TempDir() + "/weft.db";
   std::string id;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/defaults.h"
+#include "common/jobspec/elastic.h"
 #include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
@@ -109,6 +110,17 @@ absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
   return out;
 }
 
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanAttempt(const v1::Job& job,
+                                                           const CoordinatorOptions& options) {
+  ASSIGN_OR_RETURN(const v1::JobSpec spec, AttemptSpec(job));
+  ASSIGN_OR_RETURN(std::shared_ptr<const JobPlan> plan, options.plan(spec));
+  if (plan->world_size() != options.world_size(spec)) {
+    return absl::InternalError(absl::StrCat("the planner made ", plan->world_size(),
+                                            " ranks for ", options.world_size(spec)));
+  }
+  return plan;
+}
+
 absl::StatusOr<Recovered> RecoverJobs(JobStore* store, const CoordinatorOptions& options) {
   ASSIGN_OR_RETURN(std::vector<v1::Job> left,
                    store->RestartInterruptedJobs(options.now_ms(), kRestartMessage));
@@ -120,7 +132,7 @@ absl::StatusOr<Recovered> RecoverJobs(JobStore* store, const CoordinatorOptions&
   for (v1::Job& job : pending) left.push_back(std::move(job));
   Recovered out;
   for (v1::Job& job : left) {
-    absl::StatusOr<std::shared_ptr<const JobPlan>> plan = options.plan(job.spec());
+    absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanAttempt(job, options);
     if (plan.ok()) {
       out.queued.push_back(std::move(job));
       out.plans.push_back(*std::move(plan));

@@ -46,6 +46,11 @@ struct Submission {
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
                                              const CoordinatorOptions& options);
 
+// The plan of the job's current attempt: its prepared spec at its elastic size (AttemptSpec), by
+// options.plan; what an elastic resize and a recovered job are planned with.
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanAttempt(const v1::Job& job,
+                                                           const CoordinatorOptions& options);
+
 // The jobs a previous coordinator left in the store, planned again (a plan lives in memory only).
 struct Recovered {
   // Running ones first, now RESTARTING as their next attempt (they resume from their newest

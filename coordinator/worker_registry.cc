@@ -90,6 +90,29 @@ void WorkerRegistry::Drain(Worker* w, int64_t deadline_ms) {
   w->release_deadline_ms = deadline_ms;
 }
 
+void WorkerRegistry::EndAttempt(const std::vector<std::string>& done,
+                                const std::vector<std::string>& draining, int64_t deadline_ms) {
+  for (const std::vector<std::string>* ids : {&done, &draining}) {
+    for (const std::string& id : *ids) {
+      Worker* w = Find(id);
+      if (w == nullptr || w->status == Status::kLost) continue;
+      if (ids == &done) {
+        Release(w);
+      } else {
+        Drain(w, deadline_ms);
+      }
+    }
+  }
+}
+
+void WorkerRegistry::SendTo(const std::vector<std::string>& ids,
+                            const v1::CoordinatorMessage& msg) {
+  for (const std::string& id : ids) {
+    Worker* w = Find(id);
+    if (w != nullptr && w->connection != nullptr) w->connection->Send(msg);
+  }
+}
+
 std::optional<RankEvent> WorkerRegistry::Interpret(Worker* w, const v1::WorkerMessage& msg) {
   switch (msg.msg_case()) {
     case v1::WorkerMessage::kStep: {
@@ -201,6 +224,15 @@ std::vector<WorkerSlot> WorkerRegistry::Slots() const {
     slots.push_back({w->id, w->hello.device().kind(), w->status == Status::kIdle});
   }
   return slots;
+}
+
+int64_t WorkerRegistry::CountFree(const std::string& kind, bool winding_down) const {
+  int64_t n = 0;
+  for (const auto& w : workers_) {
+    if (w->status == Status::kLost || w->hello.device().kind() != kind) continue;
+    n += w->status == Status::kIdle || (winding_down && w->draining);
+  }
+  return n;
 }
 
 const WorkerRegistry::Worker* WorkerRegistry::LargestOfKind(const std::string& kind) const {

@@ -78,6 +78,12 @@ class WorkerRegistry {
   void Release(Worker* w);
   // Told to cancel: idle when it confirms, or after `deadline_ms`.
   void Drain(Worker* w, int64_t deadline_ms);
+  // An attempt ended: the `done` workers are idle again, the `draining` ones drain until
+  // `deadline_ms` (Drain). Unknown and lost ones are skipped.
+  void EndAttempt(const std::vector<std::string>& done, const std::vector<std::string>& draining,
+                  int64_t deadline_ms);
+  // Sends `msg` to each connected worker of `ids` (a send to a closed stream is dropped).
+  void SendTo(const std::vector<std::string>& ids, const v1::CoordinatorMessage& msg);
   // Keeps at most a bounded number of lost workers listed, oldest forgotten first.
   void ForgetOldLost();
   // Forgets a worker whose stream closed before it was welcomed.
@@ -90,6 +96,9 @@ class WorkerRegistry {
 
   // What the scheduler places jobs on: every worker not lost.
   std::vector<WorkerSlot> Slots() const;
+  // Connected workers of device kind `kind` that are idle, or (with winding_down) idle or
+  // draining an attempt that ended: what an elastic job may resize to.
+  int64_t CountFree(const std::string& kind, bool winding_down) const;
   // The connected worker of `kind` with the most memory (its memory_bytes; 0 and empty when none
   // says).
   const Worker* LargestOfKind(const std::string& kind) const;

@@ -596,11 +596,16 @@ void Worker::StartTask(const v1::Assignment& assignment) {
   }
   auto task = std::make_unique<Task>(
       assignment, env_,
-      [this, send, job_id = program.job_id(), attempt = program.attempt(),
-       rank = program.rank()](const v1::WorkerMessage& m) {
+      [this, send, job_id = program.job_id(), attempt = program.attempt(), rank = program.rank(),
+       last_step = std::make_shared<absl::Time>(absl::Now())](const v1::WorkerMessage& m) {
         // The rank's lines, its error among them, reach the coordinator before its TaskDone.
         if (m.has_done() && options_.task_log != nullptr) {
           options_.task_log->End(job_id, attempt, rank);
+        }
+        // Tests' pace (WEFT_DEBUG_STEP_MS): the step's thread waits out its minimum time.
+        if (m.has_step() && DebugMinStepTime() > absl::ZeroDuration()) {
+          absl::SleepFor(*last_step + DebugMinStepTime() - absl::Now());
+          *last_step = absl::Now();
         }
         send(m);
       });

@@ -66,6 +66,11 @@ void ApplyJobSpecDefaults(JobSpec* spec) {
   if (spec->precision().empty()) spec->set_precision("f32");
   if (spec->storage().empty()) spec->set_storage("f32");
   if (!spec->has_bucket_mb()) spec->set_bucket_mb(kDefaultBucketMb);
+  if (spec->train().has_elastic()) {
+    v1::Elastic* elastic = spec->mutable_train()->mutable_elastic();
+    if (elastic->min() == 0) elastic->set_min(1);
+    if (!elastic->has_wait_s()) elastic->set_wait_s(kDefaultElasticWaitSeconds);
+  }
   if (!spec->checkpoint().dir().empty()) {
     v1::Checkpoint* checkpoint = spec->mutable_checkpoint();
     if (checkpoint->every() == 0) checkpoint->set_every(kDefaultCheckpointEvery);

@@ -17,13 +17,15 @@ namespace weft {
 inline constexpr int64_t kDefaultCheckpointEvery = 100;
 inline constexpr int32_t kDefaultCheckpointKeep = 3;
 inline constexpr double kDefaultBucketMb = 25;  // DDP's bucket_cap_mb
+// train.elastic.wait_s: how long a restarting elastic job waits for a replacement worker.
+inline constexpr int32_t kDefaultElasticWaitSeconds = 30;
 
 // Fills the documented defaults that proto3 leaves implicit: mesh dim names d0, d1, ...;
 // linear bias true; loss mse (cross_entropy for a transformer, model.arch); gpt2 n_inner
 // 4 * n_embd; data placements Shard(0) on a dim named dp, Replicate elsewhere;
 // adamw betas [0.9, 0.999]; optimizer.weight_decay_params all; a schedule's decay constant and
 // decay_steps train.steps; device cpu; precision and storage f32; checkpoint every 100 and keep
-// 3 when it has a dir; with a pipeline (pipeline.dim set), micro_batches train.micro_batches
+// 3 when it has a dir; train.elastic's min 1 and wait_s 30; with a pipeline (pipeline.dim set), micro_batches train.micro_batches
 // (else 1), virtual_stages 1 and, when any layer gives a stage, the stage of every layer that
 // gives none: the previous layer's (the first layer's is 0); eval's data.batch_size, seq_len
 // (tokens) and placements the job data's, and eval.batches 1. Idempotent.

@@ -13,6 +13,7 @@
 #include "common/checkpoint/checkpoint.h"
 #include "common/dtype.h"
 #include "common/jobspec/defaults.h"
+#include "common/jobspec/elastic.h"
 #include "common/jobspec/field_path.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/parallelize.h"
@@ -732,6 +733,7 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
   }
   RETURN_IF_ERROR(ValidateEval(spec));
   RETURN_IF_ERROR(ValidateCheckpointSettings(spec));
+  RETURN_IF_ERROR(ValidateElastic(spec));
   RETURN_IF_ERROR(ValidateInitFromExists(spec));
   if (!spec.device().empty() && spec.device() != "cpu" && spec.device() != "cuda") {
     return absl::InvalidArgumentError(

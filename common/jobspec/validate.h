@@ -39,6 +39,7 @@ inline constexpr int64_t kMaxTransformerBlocks = 256;
 // empty. A stage on a layer without a pipeline is an error. Batch: one placement per mesh dim,
 // shard axes in range, every shard at least one sample. Checkpoint: dir absolute, every >= 1,
 // keep >= 1; train.resume needs checkpoint.dir holding a committed checkpoint before train.steps.
+// train.elastic: ValidateElastic (elastic.h).
 // init_from must exist (a safetensors file, or a folder with a committed checkpoint). Data: npy
 // files of float32, int32 or int64 (loaded in their dtype, cast to float32 for the model),
 // synthetic data float32, tokens a valid token file holding at least one sample (data.vocab_size

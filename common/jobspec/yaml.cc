@@ -655,10 +655,25 @@ absl::Status ParseOptimizer(const YAML::Node& node, const std::string& path, v1:
   return absl::OkStatus();
 }
 
+// train.elastic: {dim, min, wait_s}. min below 1 is rejected here with its line (absent: 1);
+// the rest is checked by ValidateJobSpec (ValidateElastic).
+absl::Status ParseElastic(const YAML::Node& node, const std::string& path, v1::Elastic* elastic) {
+  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"dim", "min", "wait_s"}));
+  RETURN_IF_ERROR(RequireKey(m, node, path, "dim"));
+  ASSIGN_OR_RETURN(*elastic->mutable_dim(), ReadString(m.Get("dim"), Join(path, "dim")));
+  ASSIGN_OR_RETURN(int32_t min, ReadCount<int32_t>(m, path, "min"));
+  elastic->set_min(min);
+  if (m.Has("wait_s")) {
+    ASSIGN_OR_RETURN(int32_t wait_s, ReadInt<int32_t>(m.Get("wait_s"), Join(path, "wait_s")));
+    elastic->set_wait_s(wait_s);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Train* train) {
   ASSIGN_OR_RETURN(MapReader m,
                    MapReader::Read(node, path, {"steps", "seed", "resume", "max_restarts",
-                                                "micro_batches"}));
+                                                "micro_batches", "elastic"}));
   RETURN_IF_ERROR(RequireKey(m, node, path, "steps"));
   ASSIGN_OR_RETURN(int64_t steps, ReadInt<int64_t>(m.Get("steps"), Join(path, "steps")));
   train->set_steps(steps);
@@ -677,6 +692,9 @@ absl::Status ParseTrain(const YAML::Node& node, const std::string& path, v1::Tra
   }
   ASSIGN_OR_RETURN(int32_t micro_batches, ReadCount<int32_t>(m, path, "micro_batches"));
   train->set_micro_batches(micro_batches);
+  if (m.Has("elastic")) {
+    RETURN_IF_ERROR(ParseElastic(m.Get("elastic"), Join(path, "elastic"), train->mutable_elastic()));
+  }
   return absl::OkStatus();
 }
 
