@@ -1,7 +1,7 @@
 // weft-coordinator: plans jobs and streams programs to workers. Serves JobService,
 // WorkerService, RendezvousService, gRPC health and reflection; keeps jobs in SQLite under
-// --data_dir. SIGTERM or SIGINT shuts it down gracefully (exit 0). Under a systemd Type=notify
-// unit it sends READY=1 once it serves, WATCHDOG=1 while its background thread ticks
+// --data_dir. SIGTERM, SIGINT or SIGHUP shuts it down gracefully (exit 0). Under a systemd
+// Type=notify unit it sends READY=1 once it serves, WATCHDOG=1 while its background thread ticks
 // (WatchdogSec=) and STOPPING=1 on SIGTERM.
 //
 // E.g.
@@ -152,12 +152,13 @@ int Run() {
   // Signals are taken by sigwait below; block them before any thread starts so none gets them.
   // A shell starts background children with SIGINT ignored, and an ignored signal never becomes
   // pending: restore the default disposition first.
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGINT, SIG_DFL);
+  // SIGHUP (a closed terminal) shuts it down gracefully too.
   sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) {
+    signal(sig, SIG_DFL);
+    sigaddset(&signals, sig);
+  }
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A write to a socket whose peer died (a Gloo pair, a gRPC connection) must fail with EPIPE,
   // not kill this process: a survivor of a killed peer reports the error and is restarted.
@@ -322,7 +323,8 @@ int Run() {
 
   int sig = 0;
   sigwait(&signals, &sig);
-  spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  spdlog::info("{}: shutting down",
+               sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP");
   if (absl::Status s = systemd::NotifyStopping(); !s.ok()) spdlog::warn("{}", s.ToString());
   watchdog.reset();
   metrics.reset();

@@ -2,7 +2,7 @@
 // runs the programs it is assigned, and reconnects when the coordinator goes away. Under a
 // systemd Type=notify unit it sends READY=1 once the coordinator first welcomes it, STATUS= as
 // it connects and disconnects, WATCHDOG=1 while its stream loop is alive (WatchdogSec=) and
-// STOPPING=1 on SIGTERM.
+// STOPPING=1 on SIGTERM. SIGTERM, SIGINT and SIGHUP drain it: it says Goodbye and exits 0.
 //
 // E.g.
 //   weft-worker --coordinator=127.0.0.1:7070 --host=10.0.0.5
@@ -126,12 +126,12 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  // SIGTERM and SIGINT are taken by sigtimedwait below, not by a handler: block them before any
-  // thread (gRPC's included) starts, so every thread inherits the mask.
+  // SIGTERM, SIGINT and SIGHUP (a closed terminal) are taken by sigtimedwait below, not by a
+  // handler: block them before any thread (gRPC's included) starts, so every thread inherits the
+  // mask. Each drains the worker: it says Goodbye before it exits.
   sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&signals, sig);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   // A write to a socket whose peer died (a Gloo pair, a gRPC connection) must fail with EPIPE,
   // not kill this process: a survivor of a killed peer reports the error and is restarted.
@@ -232,13 +232,13 @@ int main(int argc, char** argv) {
   while (!done) {
     const timespec tick = {0, 200 * 1000 * 1000};
     const int sig = sigtimedwait(&signals, nullptr, &tick);
-    if (sig == SIGTERM || sig == SIGINT) {
-      spdlog::info("{}: shutting down", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
+      const char* name = sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP";
+      spdlog::info("{}: shutting down", name);
       if (absl::Status s = weft::systemd::NotifyStopping(); !s.ok()) {
         spdlog::warn("{}", s.ToString());
       }
-      worker.Shutdown(sig == SIGTERM ? "SIGTERM: the worker is shutting down"
-                                      : "SIGINT: the worker is shutting down");
+      worker.Shutdown(absl::StrCat(name, ": the worker is shutting down"));
       break;
     }
   }
