@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/utf8.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -193,7 +194,7 @@ std::string StepProgress::Line(const v1::StepMetrics& step) {
 
 std::string FormatStateText(v1::JobState state, const std::string& message) {
   if (message.empty()) return absl::StrCat("state ", StateName(state));
-  return absl::StrCat("state ", StateName(state), ": ", message);
+  return absl::StrCat("state ", StateName(state), ": ", EscapeControlCharacters(message));
 }
 
 std::string FormatEventText(const v1::JobEvent& event, int64_t total_steps) {
@@ -249,7 +250,8 @@ std::string FormatJobsTable(const std::vector<v1::JobSummary>& jobs, int64_t now
     if (job.total_steps() > 0) absl::StrAppend(&steps, "/", job.total_steps());
     const std::string loss =
         job.has_last_step() ? absl::StrFormat("%.6g", job.last_step().loss()) : "-";
-    rows.push_back({job.id(), job.name(), StateName(job.state()), steps, loss,
+    rows.push_back({job.id(), EscapeControlCharacters(job.name()), StateName(job.state()), steps,
+                    loss,
                     FormatAge(job.create_time_ms(), now_ms)});
   }
   return FormatTable(rows);
@@ -357,9 +359,11 @@ std::string FormatDuration(int64_t ms) {
 std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone tz) {
   std::vector<std::string> lines;
   lines.push_back(absl::StrCat("id:       ", job.id()));
-  lines.push_back(absl::StrCat("name:     ", job.spec().name()));
+  lines.push_back(absl::StrCat("name:     ", EscapeControlCharacters(job.spec().name())));
   lines.push_back(absl::StrCat("state:    ", StateName(job.state())));
-  if (!job.message().empty()) lines.push_back(absl::StrCat("message:  ", job.message()));
+  if (!job.message().empty()) {
+    lines.push_back(absl::StrCat("message:  ", EscapeControlCharacters(job.message())));
+  }
   std::string mesh = absl::StrCat("[", absl::StrJoin(job.spec().mesh().shape(), ","), "]");
   if (job.spec().mesh().dim_names_size() > 0) {
     absl::StrAppend(&mesh, " (", absl::StrJoin(job.spec().mesh().dim_names(), ","), ")");
@@ -437,7 +441,8 @@ std::string FormatRankError(const v1::RankError& error, int64_t first_ms) {
   if (!error.host().empty()) absl::StrAppend(&where, " on host ", error.host());
   if (!error.worker().empty() || !error.host().empty()) absl::StrAppend(&where, ", ");
   return absl::StrCat(where, "attempt ", error.attempt(), ", +",
-                      error.failed_at_ms() - first_ms, " ms): ", error.message());
+                      error.failed_at_ms() - first_ms, " ms): ",
+                      EscapeControlCharacters(error.message()));
 }
 
 std::string FormatLogLineText(const v1::JobLogLine& line, absl::TimeZone tz) {

@@ -255,6 +255,26 @@ TEST(EventFormatTest, JobDetailsShowTimesDurationAndWorkers) {
   EXPECT_THAT(FormatJobDetails(job, t0, absl::UTCTimeZone()), Not(HasSubstr("duration:")));
 }
 
+// Text from a job record (a name stored before names were checked, a message quoting a worker's
+// error) is printed with its control characters escaped: nothing a terminal acts on.
+TEST(EventFormatTest, ControlCharactersArePrintedEscaped) {
+  v1::JobSummary summary;
+  summary.set_id("job-1");
+  summary.set_name("evil\x1b[2J");
+  EXPECT_THAT(FormatJobsTable({summary}, 0), HasSubstr("evil\\x1b[2J"));
+  EXPECT_THAT(FormatJobsTable({summary}, 0), Not(HasSubstr("\x1b")));
+  v1::Job job;
+  job.mutable_spec()->set_name("a\rb");
+  job.set_message("line\nforged");
+  *job.add_rank_errors() = v1::RankError();
+  job.mutable_rank_errors(0)->set_message("bell\a");
+  const std::string details = FormatJobDetails(job, 0, absl::UTCTimeZone());
+  EXPECT_THAT(details, HasSubstr("name:     a\\x0db\n"));
+  EXPECT_THAT(details, HasSubstr("message:  line\\x0aforged\n"));
+  EXPECT_THAT(details, HasSubstr("bell\\x07"));
+  EXPECT_EQ(FormatStateText(v1::FAILED, "x\x1by"), "state FAILED: x\\x1by");
+}
+
 TEST(EventFormatTest, ElasticJobsShowTheirSizeAndEveryResize) {
   v1::Job job;
   job.set_id("job-8");

@@ -78,6 +78,43 @@ inline absl::string_view Utf8Prefix(absl::string_view s, size_t max_bytes) {
   return s.substr(0, end);
 }
 
+// The byte offset of the first control character in `s` (C0 U+0000..U+001F, DEL U+007F, or C1
+// U+0080..U+009F, which is 0xc2 0x80..0x9f in UTF-8); npos when none. A terminal acts on them: a
+// name holding ESC rewrites what `weftctl list` shows, a CR or LF forges a log line.
+inline size_t FirstControlCharacter(absl::string_view s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+    if (c == 0xc2 && i + 1 < s.size()) {
+      const unsigned char next = static_cast<unsigned char>(s[i + 1]);
+      if (next >= 0x80 && next <= 0x9f) return i;
+    }
+  }
+  return absl::string_view::npos;
+}
+
+// `s` with each control character (FirstControlCharacter's) written as \xNN (C1 ones as their two
+// bytes), so that text from a job record is printed as text.
+inline std::string EscapeControlCharacters(absl::string_view s) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    const size_t at = FirstControlCharacter(s.substr(i, 2));
+    if (at != 0) {
+      out.push_back(s[i]);
+      continue;
+    }
+    const size_t n = static_cast<unsigned char>(s[i]) == 0xc2 ? 2 : 1;
+    for (size_t k = 0; k < n; ++k) {
+      const unsigned char c = static_cast<unsigned char>(s[i + k]);
+      out.append({'\\', 'x', kHex[c >> 4], kHex[c & 15]});
+    }
+    i += n - 1;
+  }
+  return out;
+}
+
 }  // namespace weft
 
 #endif  // WEFT_COMMON_UTF8_H_

@@ -65,5 +65,18 @@ TEST(Utf8Test, ReplaceInvalidKeepsCharactersAndReplacesStrayBytes) {
   }
 }
 
+TEST(Utf8Test, ControlCharactersAreFoundAndEscaped) {
+  EXPECT_EQ(FirstControlCharacter("plain name é 中"), absl::string_view::npos);
+  EXPECT_EQ(FirstControlCharacter("ab\x1b[2J"), 2u);
+  EXPECT_EQ(FirstControlCharacter("a\rb"), 1u);
+  EXPECT_EQ(FirstControlCharacter("x\x7f"), 1u);
+  EXPECT_EQ(FirstControlCharacter("x\xc2\x9b"), 1u) << "C1 CSI";
+  EXPECT_EQ(FirstControlCharacter("\xc2\xa0"), absl::string_view::npos) << "no-break space is text";
+  EXPECT_EQ(FirstControlCharacter(absl::string_view("a\0b", 3)), 1u);
+  EXPECT_EQ(EscapeControlCharacters("ok\x1b[31mred\n\xc2\x9b."),
+            "ok\\x1b[31mred\\x0a\\xc2\\x9b.");
+  EXPECT_EQ(EscapeControlCharacters("é plain"), "é plain");
+}
+
 }  // namespace
 }  // namespace weft

@@ -129,6 +129,20 @@ TEST_F(BadInputTest, PlacementsLongerThanTheMesh) {
                  {"fc0", "bias"});
 }
 
+// A name a terminal would act on (ESC rewrites `weftctl list`, CR/LF forge a coordinator log
+// line) is refused at submit, and nothing of it is stored or logged.
+TEST_F(BadInputTest, AJobNameWithControlCharactersIsRefused) {
+  auto spec = ParseJobSpecYaml(Dp2(), job_->dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const int64_t before = cluster_->Weftctl({"list", "--json"}).out.size();
+  for (const std::string& name : {"\x1b[2Jowned", "ok\ninfo job-000009: SUCCEEDED", "bell\a"}) {
+    spec->set_name(name);
+    ExpectRejected(SubmitSpec(*spec), {"name: holds a control character"});
+  }
+  EXPECT_EQ(cluster_->Weftctl({"list", "--json"}).out.size(), before) << "nothing stored";
+  EXPECT_EQ(ReadFileOrEmpty(cluster_->coordinator_log()).find("owned"), std::string::npos);
+}
+
 TEST_F(BadInputTest, ParallelizeNamesAMissingLayer) {
   // The YAML parser would already refuse it; a gRPC client can still send it.
   auto spec = ParseJobSpecYaml(job_->SpecYaml("{shape: [2], dim_names: [mp]}"), job_->dir);

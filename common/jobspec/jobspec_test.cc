@@ -83,6 +83,19 @@ TEST_F(SpecTest, NameAndSpecSizesAreBounded) {
   EXPECT_TRUE(ValidateJobSpec(named).ok()) << ValidateJobSpec(named);
   named.set_name(std::string(257, 'n'));
   EXPECT_EQ(ValidateJobSpec(named).message(), "name: 257 bytes; at most 256");
+  // A name holding what a terminal acts on (ESC, BEL, CR, LF, C1 CSI) is refused; text is not.
+  for (const std::string& bad : {"red\x1b[31m", "bell\a", "a\rb", "two\nlines", "c1\xc2\x9b"}) {
+    named.set_name(bad);
+    EXPECT_THAT(std::string(ValidateJobSpec(named).message()),
+                HasSubstr("name: holds a control character"))
+        << bad;
+  }
+  named.set_name("red\x1b[31m");
+  EXPECT_EQ(ValidateJobSpec(named).message(),
+            "name: holds a control character (byte 0x1b at byte 3); a job name is printed by "
+            "weftctl and logged by the coordinator");
+  named.set_name("gpt2 124M — run 3 (日本)");
+  EXPECT_TRUE(ValidateJobSpec(named).ok()) << ValidateJobSpec(named);
   v1::JobSpec big = *spec;
   big.set_init_from(std::string(size_t{1} << 20, 'x'));
   const absl::Status status = ValidateJobSpec(big);

@@ -701,6 +701,13 @@ absl::Status ValidateJobSpec(const JobSpec& submitted) {
                                                    kMaxJobSpecBytes, " (1 MiB)"));
   }
   RETURN_IF_ERROR(CheckStringsAreUtf8(submitted, ""));
+  // weftctl prints the name and the coordinator logs it: no byte a terminal acts on.
+  if (const size_t at = FirstControlCharacter(spec.name()); at != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "name: holds a control character (byte 0x",
+        absl::Hex(static_cast<unsigned char>(spec.name()[at]), absl::kZeroPad2), " at byte ", at,
+        "); a job name is printed by weftctl and logged by the coordinator"));
+  }
   if (spec.model().layers_size() > kMaxModelLayers) {
     return absl::InvalidArgumentError(absl::StrCat("model.layers: ", spec.model().layers_size(),
                                                    " layers; at most ", kMaxModelLayers));
