@@ -1,10 +1,13 @@
 #include "common/bearer_token.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/file_io.h"
 
 namespace weft {
@@ -21,6 +24,13 @@ absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path) {
   if (!read.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("token file ", read.status().message()));
   }
+  // Read first: a missing or special file is named as such before its mode.
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token file ", path, ": group or others may read or write it (mode 0",
+        absl::StrFormat("%o", st.st_mode & 0777), "); chmod 600 it, as ssh refuses a loose key"));
+  }
   std::string token = *std::move(read);
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r' ||
                             token.back() == ' ' || token.back() == '\t')) {
@@ -34,6 +44,12 @@ absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path) {
       return absl::InvalidArgumentError(absl::StrCat(
           "token file ", path, ": holds a byte that is not printable ASCII (one line, no spaces)"));
     }
+  }
+  if (token.size() < kMinTokenBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": fewer than ",
+                                                   kMinTokenBytes,
+                                                   " bytes; a short token is guessed (make one "
+                                                   "with `openssl rand -hex 32`)"));
   }
   return token;
 }

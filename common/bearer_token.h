@@ -21,9 +21,15 @@ namespace weft {
 inline constexpr char kAuthorizationKey[] = "authorization";
 std::string BearerValue(absl::string_view token);
 
+// The shortest token a file may hold: a guessable one protects nothing (NewBearerToken makes 64
+// hex digits).
+inline constexpr size_t kMinTokenBytes = 16;
+
 // The token in `path`: its bytes less trailing whitespace (a final newline). INVALID_ARGUMENT
-// naming the path (never the contents) for a file that is not a regular file, is empty, holds
-// more than 4 KiB, or holds a byte that is not printable ASCII (a gRPC header value must be).
+// naming the path (never the contents) for a file that is not a regular file, that group or
+// others may read or write (mode & 077, as ssh refuses a loose key: chmod 600 it), is empty,
+// holds fewer than 16 bytes or more than 4 KiB, or holds a byte that is not printable ASCII (a
+// gRPC header value must be).
 absl::StatusOr<std::string> ReadBearerTokenFile(const std::string& path);
 
 // A fresh token: 32 random bytes from /dev/urandom, hex. For `weftctl local`'s own cluster.

@@ -333,6 +333,7 @@ class ClientTest(unittest.TestCase):
         wrong = os.path.join(self.work, "wrong.token")
         with open(wrong, "w") as f:
             f.write(secrets.token_hex(32) + "\n")
+        os.chmod(wrong, 0o600)
         for token_file in (wrong, self.daemons.worker_token, None):
             with weft.Client(self.daemons.address, token_file=token_file) as other:
                 with self.assertRaises(weft.WeftError) as denied:
@@ -345,10 +346,23 @@ class ClientTest(unittest.TestCase):
         # The token file's own checks come before any call.
         empty = os.path.join(self.work, "empty.token")
         open(empty, "w").close()
+        os.chmod(empty, 0o600)
         with self.assertRaises(weft.WeftError) as bad_file:
             weft.Client(self.daemons.address, token_file=empty)
         self.assertEqual((bad_file.exception.code, bad_file.exception.message),
                          ("INVALID_ARGUMENT", f"token file {empty}: empty"))
+        # As weft-coordinator and weftctl: no loose file, no short token.
+        short = os.path.join(self.work, "short.token")
+        with open(short, "w") as f:
+            f.write("abc123\n")
+        os.chmod(short, 0o600)
+        os.chmod(wrong, 0o644)
+        for path, why in ((short, "fewer than 16 bytes"),
+                          (wrong, "group or others may read or write it (mode 0644)")):
+            with self.assertRaises(weft.WeftError) as refused:
+                weft.Client(self.daemons.address, token_file=path)
+            self.assertEqual(refused.exception.code, "INVALID_ARGUMENT")
+            self.assertIn(why, refused.exception.message)
 
     def test_6_server_reflection_lists_the_job_service(self) -> None:
         # ServerReflectionRequest{list_services: "*"} (field 7) as bytes, the reply read as bytes:

@@ -18,6 +18,7 @@
 // it but without the attempt's ticket (which only the attempt's workers get) can neither read,
 // wait on nor write them, and once the attempt ends its scope is gone.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <grpcpp/grpcpp.h>
 
@@ -48,8 +49,8 @@ class AuthTest : public ::testing::Test {
     dir_ = MakeTempDir(prefix);
     client_token_ = dir_ + "/client.token";
     worker_token_ = dir_ + "/worker.token";
-    WriteFile(client_token_, "client-7f3a9c\n");
-    WriteFile(worker_token_, "worker-51be02\n");
+    WriteFile(client_token_, "client-7f3a9c-5e1d0b42\n");
+    WriteFile(worker_token_, "worker-51be02-a9c47e13\n");
   }
 
   // The coordinator with both tokens and `flags`.
@@ -62,11 +63,13 @@ class AuthTest : public ::testing::Test {
     coordinator_ = *std::move(coordinator);
   }
 
+  // A token file as an operator makes one: readable by its owner only.
   static void WriteFile(const std::string& path, const std::string& bytes) {
     FILE* f = fopen(path.c_str(), "w");
     ASSERT_NE(f, nullptr) << path;
     fputs(bytes.c_str(), f);
     fclose(f);
+    ASSERT_EQ(chmod(path.c_str(), 0600), 0) << path;
   }
 
   // A worker with `token_file` and `flags`, its output in dir_/log.
@@ -121,7 +124,7 @@ TEST_F(AuthTest, EachRoleNeedsItsOwnToken) {
   EXPECT_NE(ended->CodeOrMinusSignal(), 0);
   const std::string log = ReadFileOrEmpty(dir_ + "/intruder.log");
   EXPECT_TRUE(absl::StrContains(log, "refused this worker")) << log;
-  EXPECT_FALSE(absl::StrContains(log, "client-7f3a9c")) << "the log quotes a token";
+  EXPECT_FALSE(absl::StrContains(log, "client-7f3a9c-5e1d0b42")) << "the log quotes a token";
 
   // weftctl without a token, or with the workers', is refused naming the service.
   for (const auto& [args, what] :
@@ -131,7 +134,7 @@ TEST_F(AuthTest, EachRoleNeedsItsOwnToken) {
     CommandResult r = Weftctl(args);
     EXPECT_NE(r.exit_code, 0) << what;
     EXPECT_TRUE(absl::StrContains(r.err, "weft.v1.JobService")) << what << ": " << r.err;
-    EXPECT_FALSE(absl::StrContains(r.err + r.out, "worker-51be02")) << what << " quotes a token";
+    EXPECT_FALSE(absl::StrContains(r.err + r.out, "worker-51be02-a9c47e13")) << what << " quotes a token";
   }
 
   // A worker with its token registers; weftctl sees it with the client token, from the flag or
@@ -217,9 +220,17 @@ TEST_F(AuthTest, TheWorkerTokenAloneOpensNoJobsRendezvousKeys) {
 TEST_F(AuthTest, TokenFilesThatCannotServeStopTheCoordinatorAtStart) {
   const std::string empty = dir_ + "/empty.token";
   WriteFile(empty, "\n");
+  // A guessable token, and a good one that others may read (0644, as a plain write leaves it).
+  const std::string short_token = dir_ + "/short.token", loose = dir_ + "/loose.token";
+  WriteFile(short_token, "abc123\n");
+  WriteFile(loose, "client-7f3a9c-5e1d0b42\n");
+  ASSERT_EQ(chmod(loose.c_str(), 0644), 0);
   for (const auto& [flags, says] :
        {std::pair<std::vector<std::string>, std::string>{
             {"--client_token_file", empty}, "--client_token_file: token file " + empty + ": empty"},
+        {{"--worker_token_file", short_token}, short_token + ": fewer than 16 bytes"},
+        {{"--client_token_file", loose},
+         loose + ": group or others may read or write it (mode 0644); chmod 600 it"},
         {{"--client_token_file", client_token_, "--worker_token_file", client_token_},
          "hold the same token"}}) {
     std::vector<std::string> argv = {BinaryPath("coordinator/weft-coordinator"), "--listen",
@@ -228,7 +239,7 @@ TEST_F(AuthTest, TokenFilesThatCannotServeStopTheCoordinatorAtStart) {
     CommandResult r = RunCommand(argv, 30);
     EXPECT_EQ(r.exit_code, 2) << says;
     EXPECT_TRUE(absl::StrContains(r.err, says)) << r.err;
-    EXPECT_FALSE(absl::StrContains(r.err, "client-7f3a9c")) << "quotes a token";
+    EXPECT_FALSE(absl::StrContains(r.err, "client-7f3a9c-5e1d0b42")) << "quotes a token";
   }
 }
 
@@ -315,7 +326,7 @@ TEST_F(TlsTest, ClientsThatDoNotTrustTheCertificateGetNoCallThrough) {
   EXPECT_EQ(garbage.exit_code, 1);
   EXPECT_TRUE(absl::StrContains(garbage.err, "--tls_ca " + client_token_ + ": holds no PEM"))
       << garbage.err;
-  EXPECT_FALSE(absl::StrContains(garbage.err, "client-7f3a9c")) << "quotes the file";
+  EXPECT_FALSE(absl::StrContains(garbage.err, "client-7f3a9c-5e1d0b42")) << "quotes the file";
 
   // A worker that trusts another certificate never registers.
   std::unique_ptr<Subprocess> stranger =

@@ -32,8 +32,10 @@ DEFAULT_COORDINATOR = "127.0.0.1:7070"
 _STEPS_PER_CALL = 10000
 _JOBS_PER_CALL = 1000
 _LOG_LINES_PER_CALL = 10000
-# A token file holds one line of printable ASCII, at most 4 KiB (common/bearer_token.h).
+# A token file holds one line of printable ASCII, 16 bytes to 4 KiB, readable by its owner only
+# (common/bearer_token.h).
 _MAX_TOKEN_BYTES = 4096
+_MIN_TOKEN_BYTES = 16
 
 JobState = job_pb2.JobState
 _FINAL_STATES = (job_pb2.SUCCEEDED, job_pb2.FAILED, job_pb2.CANCELLED)
@@ -81,16 +83,23 @@ def read_token_file(path: str) -> str:
             raise WeftError("INVALID_ARGUMENT", f"token file {path}: not a regular file")
         with open(path, "rb") as f:
             data = f.read(_MAX_TOKEN_BYTES + 1)
+        mode = os.stat(path).st_mode & 0o777
     except OSError as e:
         raise WeftError("INVALID_ARGUMENT", f"token file {path}: {e.strerror}") from None
     if len(data) > _MAX_TOKEN_BYTES:
         raise WeftError("INVALID_ARGUMENT", f"token file {path}: more than {_MAX_TOKEN_BYTES} bytes")
+    if mode & 0o077:
+        raise WeftError("INVALID_ARGUMENT", f"token file {path}: group or others may read or write "
+                        f"it (mode 0{mode:o}); chmod 600 it, as ssh refuses a loose key")
     token = data.rstrip(b"\r\n \t")
     if not token:
         raise WeftError("INVALID_ARGUMENT", f"token file {path}: empty")
     if any(b < 0x21 or b > 0x7E for b in token):
         raise WeftError("INVALID_ARGUMENT", f"token file {path}: holds a byte that is not "
                         "printable ASCII (one line, no spaces)")
+    if len(token) < _MIN_TOKEN_BYTES:
+        raise WeftError("INVALID_ARGUMENT", f"token file {path}: fewer than {_MIN_TOKEN_BYTES} "
+                        "bytes; a short token is guessed (make one with `openssl rand -hex 32`)")
     return token.decode("ascii")
 
 
