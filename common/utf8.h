@@ -42,13 +42,19 @@ inline size_t Utf8SequenceLength(absl::string_view s, size_t i) {
   return 1 + extra;
 }
 
-inline bool IsValidUtf8(absl::string_view s) {
+// The byte offset of the first byte of `s` that starts no well-formed sequence; npos when `s`
+// is valid UTF-8.
+inline size_t FirstInvalidUtf8(absl::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) return false;
+    if (n == 0) return i;
     i += n;
   }
-  return true;
+  return absl::string_view::npos;
+}
+
+inline bool IsValidUtf8(absl::string_view s) {
+  return FirstInvalidUtf8(s) == absl::string_view::npos;
 }
 
 // `s` with every byte that starts no well-formed sequence replaced by U+FFFD, so that text from

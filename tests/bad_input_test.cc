@@ -3,9 +3,11 @@
 // naming the field), a job whose mesh needs more workers than exist waits with a reason, and a
 // good job then still runs to SUCCEEDED on the same daemons. `weftctl list` on a cluster without
 // workers shows bounded, filtered summaries.
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -141,6 +143,30 @@ TEST_F(BadInputTest, AJobNameWithControlCharactersIsRefused) {
   }
   EXPECT_EQ(cluster_->Weftctl({"list", "--json"}).out.size(), before) << "nothing stored";
   EXPECT_EQ(ReadFileOrEmpty(cluster_->coordinator_log()).find("owned"), std::string::npos);
+}
+
+// A spec that is not UTF-8: weftctl names its line and column before it sends anything, and a
+// gRPC client sending such spec_yaml gets the same from the coordinator (not an INTERNAL with no
+// message), which goes on serving.
+TEST_F(BadInputTest, ASpecThatIsNotUtf8IsNamedByItsLineAndColumn) {
+  const std::string yaml = Replace(Dp2(), "mesh:", "# caf\xe9 au lait\nmesh:");
+  const std::string path = job_->WriteSpec("latin1.yaml", yaml);
+  CommandResult r = cluster_->Weftctl({"submit", path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, ::testing::HasSubstr(path + ": job spec is not valid UTF-8 at line "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr(", column 6 (byte 0xe9); save it as UTF-8"));
+  EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("INTERNAL")));
+
+  auto stub = v1::JobService::NewStub(
+      grpc::CreateChannel(cluster_->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(yaml);
+  v1::SubmitJobResponse response;
+  const grpc::Status s = stub->SubmitJob(&ctx, request, &response);
+  ExpectRejected(s, {"job spec is not valid UTF-8 at line ", "column 6 (byte 0xe9)"});
+  EXPECT_EQ(cluster_->Weftctl({"list"}).exit_code, 0) << "the coordinator serves on";
 }
 
 TEST_F(BadInputTest, ParallelizeNamesAMissingLayer) {

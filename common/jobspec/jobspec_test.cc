@@ -421,6 +421,19 @@ TEST_F(SpecTest, ParseErrorsNameTheFieldAndLine) {
   EXPECT_INVALID(no_data.status(), "dat");
 }
 
+// Text that is not UTF-8 is named by its line and column (1-based, in bytes) and its byte,
+// before YAML reads it: protobuf could neither store nor send such a string.
+TEST_F(SpecTest, TextThatIsNotUtf8IsNamedByItsLineAndColumn) {
+  for (const auto& [text, where] : std::vector<std::pair<std::string, std::string>>{
+           {"name: \"bad\xff\"\nmesh: {shape: [1]}\n", "line 1, column 11 (byte 0xff)"},
+           {"name: x\n# caf\xc3\n", "line 2, column 6 (byte 0xc3)"},  // a cut sequence
+           {"name: x\nmesh: {shape: [\xed\xa0\x80]}\n", "line 2, column 16 (byte 0xed)"}}) {
+    absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(text, dir_);
+    EXPECT_INVALID(spec.status(), absl::StrCat("job spec is not valid UTF-8 at ", where,
+                                               "; save it as UTF-8"));
+  }
+}
+
 TEST_F(SpecTest, MalformedYamlIsAnErrorWithItsPosition) {
   absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml("name: x\nmesh: {shape: [4\n", dir_);
   EXPECT_INVALID(spec.status(), "not valid YAML at line");

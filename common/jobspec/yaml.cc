@@ -24,6 +24,7 @@
 #include "common/jobspec/transformer_config.h"
 #include "common/jobspec/validate.h"
 #include "common/status.h"
+#include "common/utf8.h"
 #include "nlohmann/json.hpp"
 #include "yaml-cpp/anchor.h"
 #include "yaml-cpp/eventhandler.h"
@@ -989,6 +990,18 @@ absl::Status CheckExpandedSize(const std::string& text) {
 
 absl::StatusOr<JobSpec> ParseJobSpecYaml(absl::string_view yaml, const std::string& base_dir,
                                          const JobSpecYamlOptions& options) {
+  // YAML is Unicode text, and a job record's strings must be UTF-8: say where it is not (yaml-cpp
+  // would read the bytes into a string that protobuf then cannot send).
+  if (const size_t bad = FirstInvalidUtf8(yaml); bad != absl::string_view::npos) {
+    const absl::string_view before = yaml.substr(0, bad);
+    const size_t line_start = before.rfind('\n');
+    const size_t column = line_start == absl::string_view::npos ? bad + 1 : bad - line_start;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "job spec is not valid UTF-8 at line ", std::count(before.begin(), before.end(), '\n') + 1,
+        ", column ", column, " (byte 0x", absl::Hex(static_cast<unsigned char>(yaml[bad]),
+                                                    absl::kZeroPad2),
+        "); save it as UTF-8"));
+  }
   JobSpec spec;
   try {
     const std::string text(yaml);

@@ -191,7 +191,7 @@ class Client:
             request.spec.CopyFrom(spec)
         elif isinstance(spec, Mapping):
             # JSON is YAML: the coordinator's reader takes it as it is.
-            request.spec_yaml = json.dumps(spec, indent=2, default=_as_json)
+            request.spec_yaml = json.dumps(spec, indent=2, default=_as_json).encode("utf-8")
             if base_dir is not None or local_paths:
                 request.spec_dir = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
         elif isinstance(spec, (str, os.PathLike)):
@@ -203,7 +203,7 @@ class Client:
                 raise WeftError("INVALID_ARGUMENT", f"{path}: is a directory, not a job spec")
             try:
                 with open(path, "r", encoding="utf-8") as f:
-                    request.spec_yaml = f.read()
+                    request.spec_yaml = f.read().encode("utf-8")
             except FileNotFoundError:
                 raise WeftError("NOT_FOUND", f"{path}: no such file") from None
             except (OSError, UnicodeDecodeError) as e:
