@@ -33,6 +33,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/job_store.h"
 #include "coordinator/rpc/grpc_server.h"
+#include "coordinator/data_dir_lock.h"
 #include "coordinator/state_dir.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -147,6 +148,12 @@ int Run() {
   if (ec) {
     spdlog::error("creating --data_dir {}: {}", data_dir, ec.message());
     return 1;
+  }
+  // Held until the process exits: no second coordinator writes this job store.
+  absl::StatusOr<DataDirLock> data_dir_lock = DataDirLock::Acquire(data_dir);
+  if (!data_dir_lock.ok()) {
+    spdlog::error("{}", std::string(data_dir_lock.status().message()));
+    return 2;
   }
 
   // Signals are taken by sigwait below; block them before any thread starts so none gets them.

@@ -1,11 +1,13 @@
-// Signals through the real daemons: SIGHUP (a closed terminal) drains a worker as SIGTERM does
-// (it says Goodbye: listed drained, not lost, and exits 0) and shuts the coordinator down
-// gracefully (exit 0).
+// How the real daemons start and stop: SIGHUP (a closed terminal) drains a worker as SIGTERM
+// does (it says Goodbye: listed drained, not lost, and exits 0) and shuts the coordinator down
+// gracefully (exit 0); a second coordinator on the same --data_dir, or on the same --listen
+// address, exits at start naming why, and the first serves on alone.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -39,6 +41,37 @@ TEST(SignalsTest, SighupDrainsAWorkerAndStopsTheCoordinatorGracefully) {
   EXPECT_EQ(ended->CodeOrMinusSignal(), 0) << c.Logs();
   EXPECT_NE(ReadFileOrEmpty(c.coordinator_log()).find("SIGHUP: shutting down"), std::string::npos)
       << c.Logs();
+}
+
+TEST(SignalsTest, ASecondCoordinatorOnTheSameFolderOrPortIsRefusedAtStart) {
+  const std::string dir = MakeTempDir("two");
+  auto first = CoordinatorProcess::Start(BinaryPath("coordinator/weft-coordinator"), dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int pid = (*first)->process().pid();
+  // The same --data_dir (CoordinatorProcess's), another port.
+  CommandResult same_dir =
+      RunCommand({BinaryPath("coordinator/weft-coordinator"), "--listen", "127.0.0.1:0",
+                  "--data_dir", dir + "/coordinator-data"},
+                 30);
+  EXPECT_EQ(same_dir.exit_code, 2) << same_dir.err;
+  EXPECT_NE(same_dir.err.find(absl::StrCat(" is in use by another weft-coordinator (pid ", pid,
+                                           ")")),
+            std::string::npos)
+      << same_dir.err;
+  // Another folder, the same address.
+  CommandResult same_port =
+      RunCommand({BinaryPath("coordinator/weft-coordinator"), "--listen", (*first)->address(),
+                  "--data_dir", dir + "/other"},
+                 30);
+  EXPECT_NE(same_port.exit_code, 0) << same_port.err;
+  EXPECT_NE(same_port.err.find(absl::StrCat("cannot listen on ", (*first)->address())),
+            std::string::npos)
+      << same_port.err;
+  // The first serves on, alone.
+  CommandResult list = RunCommand(
+      {BinaryPath("client/weftctl"), "--coordinator", (*first)->address(), "list"}, 30);
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  EXPECT_TRUE((*first)->process().Running());
 }
 
 }  // namespace

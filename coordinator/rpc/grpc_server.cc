@@ -44,6 +44,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     credentials = grpc::SslServerCredentials(ssl);
   }
   grpc::ServerBuilder builder;
+  // No SO_REUSEPORT: a second coordinator on the same address must fail to bind, not share the
+  // port and split the clients with this one.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(listen, credentials, &s->port_);
   builder.RegisterService(&s->job_service_);
   builder.RegisterService(&s->worker_service_);
@@ -55,7 +58,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, " (is another process serving on that port?)"));
   }
   grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
   if (health != nullptr) {
@@ -71,7 +75,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 void CoordinatorServer::Shutdown() {
-  if (shut_down_) return;
+  // A server that never started (its port was taken) has nothing to stop.
+  if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
