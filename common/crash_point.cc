@@ -33,10 +33,11 @@ absl::StatusOr<std::optional<Armed>> Parse(const char* value) {
     }
     armed.step = step;
   }
-  if (armed.point != kWorkerAfterShard && armed.point != kCoordinatorBeforeCommit) {
-    return absl::InvalidArgumentError(absl::StrCat(kCrashAtEnv, "=", text, ": unknown point '",
-                                                   armed.point, "' (known: ", kWorkerAfterShard,
-                                                   ", ", kCoordinatorBeforeCommit, ")"));
+  if (armed.point != kWorkerAfterShard && armed.point != kCoordinatorBeforeCommit &&
+      armed.point != kCoordinatorAfterCommit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kCrashAtEnv, "=", text, ": unknown point '", armed.point, "' (known: ", kWorkerAfterShard,
+        ", ", kCoordinatorBeforeCommit, ", ", kCoordinatorAfterCommit, ")"));
   }
   return std::optional<Armed>(armed);
 }

@@ -9,6 +9,8 @@
 //                              staging folder and not yet reported it to the coordinator
 //   coordinator_before_commit  every writing rank has reported its shard of the step; nothing of
 //                              the commit is done (no index, no rename, `latest` unchanged)
+//   coordinator_after_commit   the step is committed (renamed, `latest` written); its event, and
+//                              at the job's last step its SUCCEEDED state, are not yet stored
 //
 // E.g.
 //   // The test: WEFT_DEBUG_CRASH_AT=coordinator_before_commit@2 in the coordinator's environment.
@@ -28,6 +30,7 @@ namespace weft {
 inline constexpr char kCrashAtEnv[] = "WEFT_DEBUG_CRASH_AT";
 inline constexpr char kWorkerAfterShard[] = "worker_after_shard";
 inline constexpr char kCoordinatorBeforeCommit[] = "coordinator_before_commit";
+inline constexpr char kCoordinatorAfterCommit[] = "coordinator_after_commit";
 
 // A second hook, for tests that act while a job runs: WEFT_DEBUG_STEP_MS=<ms> makes each of a
 // worker's training steps take at least that long (it waits before it reports the step), so that

@@ -60,6 +60,8 @@ void CheckpointCommitter::Loop() {
                    "s committing, {}", commit.job_id, commit.save.step, commit.save.bytes,
                    commit.save.write_seconds, seconds,
                    checkpoint::StepDir(commit.dir, commit.save.step));
+      // Crash tests: committed on disk, its event (and at the last step SUCCEEDED) not stored.
+      CrashPoint(kCoordinatorAfterCommit, commit.save.step);
     } else {
       spdlog::error("job {}: committing the checkpoint of step {}: {}", commit.job_id,
                     commit.save.step, status.ToString());

@@ -110,6 +110,16 @@ void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
     return;
   }
   const v1::JobSpec& spec = job_.spec();
+  if (e.start.optimizer_states && e.start.step >= spec.train().steps() && job_.attempt() > 0) {
+    // Its own checkpoint of the last step: every step ran and was committed before the attempt
+    // ended (the coordinator was killed between that commit and storing SUCCEEDED).
+    MarkDoneFrom(0);
+    End(v1::SUCCEEDED,
+        absl::StrCat("every step ran: ", e.start.step_dir,
+                     ", the checkpoint of the last step, was committed before the attempt ended"),
+        now, out);
+    return;
+  }
   if (e.start.optimizer_states && e.start.step >= spec.train().steps()) {
     MarkDoneFrom(0);
     End(v1::FAILED,

@@ -114,6 +114,23 @@ TEST(JobRunTest, PlannedFromACheckpointAtTheLastStepFails) {
   EXPECT_TRUE(run.ended());
 }
 
+// A later attempt that starts from its own checkpoint of the last step (the coordinator died
+// between that commit and storing SUCCEEDED) has nothing left to run: SUCCEEDED.
+TEST(JobRunTest, ARestartFromItsOwnCheckpointOfTheLastStepSucceeds) {
+  v1::Job job = QueuedJob(2, /*max_restarts=*/1);
+  job.set_attempt(1);
+  JobRun run(job, TwoSlots(), {});
+  run.Start(kT0);
+  Commands c = run.Apply(JobRun::Planned{{"/ckpt/step-10", 10, true}, {}}, kT0);
+  ASSERT_THAT(Kinds(c), ElementsAre("store", "ended"));
+  EXPECT_EQ(Nth<JobRun::StoreJob>(c, 0).job.state(), v1::SUCCEEDED);
+  EXPECT_EQ(Nth<JobRun::StoreJob>(c, 0).job.message(),
+            "every step ran: /ckpt/step-10, the checkpoint of the last step, was committed "
+            "before the attempt ended");
+  EXPECT_EQ(Nth<JobRun::Ended>(c, 1).state, v1::SUCCEEDED);
+  EXPECT_TRUE(run.ended());
+}
+
 TEST(JobRunTest, PlanFailedEndsFailedWithNothingToCancel) {
   JobRun run(QueuedJob(), TwoSlots(), {});
   run.Start(kT0);

@@ -355,5 +355,41 @@ TEST_F(CheckpointTest, CoordinatorKilledBeforeTheCommitLeavesThePreviousCheckpoi
   ExpectLoadable(dir, 2);
 }
 
+// The coordinator killed after it committed the last step's checkpoint and before it stored
+// SUCCEEDED: once restarted, the job resumes as its next attempt, finds its own checkpoint of the
+// last step and is SUCCEEDED (it was FAILED: "train.steps: 5 leaves nothing to resume"), its
+// steps' losses those of the float64 reference.
+TEST_F(CheckpointTest, CoordinatorKilledAfterTheLastCommitLeavesTheJobSucceeded) {
+  MlpJob job = MlpJob::Create();
+  const std::string spec = job.WriteSpec(
+      "last.yaml", MlpSpec(job, "{shape: [2], dim_names: [dp]}", MlpJob::kSteps,
+                           "{dir: last, every: 1}", false));
+  DaemonClusterOptions options;
+  options.cpu_workers = 2;
+  options.coordinator_env = CrashAt(kCoordinatorAfterCommit, MlpJob::kSteps);
+  absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  DaemonCluster& cluster = **started;
+  const std::string id = SubmitFile(cluster, spec);
+  ASSERT_FALSE(id.empty());
+  const std::optional<ExitStatus> exit = cluster.coordinator().WaitFor(absl::Seconds(120));
+  ASSERT_TRUE(exit.has_value()) << "the coordinator did not crash\n" << cluster.Logs();
+  EXPECT_EQ(exit->signal, SIGKILL) << exit->Describe() << "\n" << cluster.Logs();
+  ExpectLoadable(job.dir + "/last", MlpJob::kSteps);
+
+  ASSERT_TRUE(cluster.RestartCoordinator().ok()) << cluster.Logs();
+  // The workers reconnect to the new coordinator by themselves.
+  ASSERT_TRUE(PollUntil([&] { return cluster.ListWorkers().size() == 2; }, absl::Seconds(60)).ok())
+      << cluster.Logs();
+  const JobOutcome outcome = JobOutcome::Of(cluster.Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << "\n" << cluster.Logs();
+  EXPECT_NE(outcome.message.find("every step ran: "), std::string::npos) << outcome.message;
+  const std::vector<double> reference = job.ReferenceLosses();
+  ASSERT_FALSE(outcome.losses.empty());
+  for (const auto& [step, loss] : outcome.losses) {
+    EXPECT_LE(RelDiff(loss, reference[step - 1]), 1e-4) << "step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace weft::testing
