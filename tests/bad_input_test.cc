@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -300,6 +301,26 @@ TEST_F(BadInputTest, ANonFiniteLossFailsTheJobNamingTheStep) {
   std::string good;
   ASSERT_TRUE(Submit(Dp2(), &good).ok());
   EXPECT_EQ(JobOutcome::Of(cluster_->Watch(good, 120)).state, v1::SUCCEEDED);
+}
+
+// A NaN in the input data fails the step that reads it, naming the file, the sample and the
+// element; it was absorbed (the ReLU maps NaN to 0) and the job SUCCEEDED with other losses.
+TEST_F(BadInputTest, ANonFiniteInputFailsTheJobNamingTheFileAndSample) {
+  std::vector<double> inputs = job_->inputs;
+  inputs[9 * MlpJob::kIn + 3] = std::numeric_limits<double>::quiet_NaN();
+  const std::string path = job_->dir + "/nan_inputs.npy";
+  WriteNpyF32(path, {MlpJob::kSamples, MlpJob::kIn}, inputs);
+  std::string id;
+  grpc::Status s = Submit(Replace(Dp2(), "input: inputs.npy", "input: nan_inputs.npy"), &id);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  const JobOutcome outcome = JobOutcome::Of(cluster_->Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::FAILED) << outcome.message;
+  EXPECT_NE(outcome.message.find(path + ": sample 9 element 3 is NaN; non-finite inputs are "
+                                        "refused"),
+            std::string::npos)
+      << outcome.message;
+  // Batches of 8: samples 0..7 are step 1's, sample 9 is step 2's.
+  EXPECT_EQ(outcome.losses.size(), 1u) << "only the step before it is reported";
 }
 
 // The daemons refuse a --listen they could not honour, and --help lists their flags.

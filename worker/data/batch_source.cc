@@ -1,6 +1,7 @@
 #include "worker/data/batch_source.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -74,11 +75,13 @@ class NpySource final : public BatchSource {
       const int64_t first = SampleIndex(step, b0 + b);
       const int64_t count = std::min(nb - b, num_samples_ - first);
       if (whole_samples) {
-        RETURN_IF_ERROR(
-            Annotate(file_.ReadRows(first, count, out_bytes + b * per_row * elem), what_));
+        char* rows = out_bytes + b * per_row * elem;
+        RETURN_IF_ERROR(Annotate(file_.ReadRows(first, count, rows), what_));
+        RETURN_IF_ERROR(CheckFinite(rows, first, count));
       } else {
         scratch_.resize(static_cast<size_t>(count * sample_numel_ * elem));
         RETURN_IF_ERROR(Annotate(file_.ReadRows(first, count, scratch_.data()), what_));
+        RETURN_IF_ERROR(CheckFinite(scratch_.data(), first, count));
         for (int64_t k = 0; k < count; ++k) {
           const char* sample = scratch_.data() + k * sample_numel_ * elem;
           char* row = out_bytes + (b + k) * per_row * elem;
@@ -94,6 +97,22 @@ class NpySource final : public BatchSource {
   }
 
  private:
+  // A NaN or an infinity among `count` whole float32 samples read from sample `first` on is an
+  // error naming the file, the sample and the element: the model would carry it to the loss (a
+  // ReLU even maps NaN to 0, so the job would succeed with other numbers).
+  absl::Status CheckFinite(const char* samples, int64_t first, int64_t count) const {
+    if (dtype_ != v1::F32) return absl::OkStatus();
+    const float* values = reinterpret_cast<const float*>(samples);
+    for (int64_t i = 0; i < count * sample_numel_; ++i) {
+      if (std::isfinite(values[i])) continue;
+      return absl::InvalidArgumentError(absl::StrCat(
+          what_, ": ", origin_, ": sample ", first + i / sample_numel_, " element ",
+          i % sample_numel_, " is ", std::isnan(values[i]) ? "NaN" : "infinite",
+          "; non-finite inputs are refused"));
+    }
+    return absl::OkStatus();
+  }
+
   NpyFile file_;
   std::vector<char> scratch_;  // whole samples, as stored, when the box takes part of each
 };

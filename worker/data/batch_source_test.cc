@@ -104,6 +104,29 @@ TEST(BatchSourceTest, NpyWholeRowsAndSubBoxesAcrossTheWrap) {
   EXPECT_TRUE(std::isnan(part[4]));
 }
 
+// A NaN or an infinity in a float .npy fails the read naming the file, the sample and the
+// element, for whole rows and for a sub-box alike (a ReLU would map NaN to 0 and hide it).
+TEST(BatchSourceTest, NonFiniteNpyValuesAreErrorsNamingTheSample) {
+  const std::string path = TempPath("nan.npy");
+  const int64_t n = 4, f = 3;
+  std::vector<float> all(n * f, 0.25f);
+  all[2 * f + 1] = kNaN;
+  all[3 * f + 2] = std::numeric_limits<float>::infinity();
+  auto src = OpenNpy(path, {n, f}, all, BatchSource::kInput, 2);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<float> out(2 * f);
+  EXPECT_TRUE((*src)->ReadBox(1, Box({0, 0}, {2, f}), v1::F32, out.data()).ok()) << "samples 0, 1";
+  absl::Status nan = (*src)->ReadBox(2, Box({0, 0}, {2, f}), v1::F32, out.data());
+  EXPECT_EQ(nan.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(nan.message(), absl::StrCat("data.input: ", path,
+                                        ": sample 2 element 1 is NaN; non-finite inputs are "
+                                        "refused"));
+  absl::Status inf = (*src)->ReadBox(2, Box({1, 2}, {1, 1}), v1::F32, out.data());
+  EXPECT_EQ(inf.message(), absl::StrCat("data.input: ", path,
+                                        ": sample 3 element 2 is infinite; non-finite inputs are "
+                                        "refused"));
+}
+
 // Labels as class ids: an int32 .npy [n, 2] read in its own dtype, whole rows across the wrap
 // and a sub-box of one column, compared with the array written.
 TEST(BatchSourceTest, Int32NpyBoxesInTheFilesDtype) {
