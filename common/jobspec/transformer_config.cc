@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/file_io.h"
@@ -47,6 +48,16 @@ const std::vector<std::string>& CommonIgnoredKeys() {
 }
 
 
+// A key as messages show it: a config file's only when it reads as a config key (letters,
+// digits and underscores, at most 64), for the same reason.
+std::string ShowKey(const std::string& key, ConfigSource source) {
+  const bool identifier =
+      !key.empty() && key.size() <= 64 &&
+      std::all_of(key.begin(), key.end(), [](char c) { return absl::ascii_isalnum(c) || c == '_'; });
+  if (source == ConfigSource::kFile && !identifier) return "(a key that is not an identifier)";
+  return absl::StrCat("\"", key, "\"");
+}
+
 bool Contains(const std::vector<std::string>& list, const std::string& key) {
   return std::find(list.begin(), list.end(), key) != list.end();
 }
@@ -67,8 +78,12 @@ const char* TypeName(const json& value) {
   return "a scalar";
 }
 
-// A value as messages show it, JSON-written and cut short.
-std::string Show(const json& value) {
+// A value as messages show it, JSON-written and cut short. A config file's strings are never
+// quoted: model.config_file may name any JSON file the cluster can read, and its values (a key in
+// a credentials file) must not come back in an error.
+std::string Show(const json& value, ConfigSource source = ConfigSource::kSpec) {
+  if (source == ConfigSource::kFile && value.is_string()) return "a string (not shown)";
+  if (source == ConfigSource::kFile && value.is_structured()) return TypeName(value);
   if (!Shallow(value, 4)) return TypeName(value);
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
   if (text.size() > 80) text = absl::StrCat(text.substr(0, 77), "...");
@@ -136,19 +151,19 @@ class ConfigReader {
       return static_cast<int64_t>(u);
     }
     if (value.is_number_integer()) return value.get<int64_t>();
-    return namer_.Error(key, absl::StrCat("expected an integer, got ", Show(value)));
+    return namer_.Error(key, absl::StrCat("expected an integer, got ", Show(value, namer_.source())));
   }
   absl::StatusOr<double> Number(const std::string& key, const json& value) const {
     if (value.is_number()) return value.get<double>();
-    return namer_.Error(key, absl::StrCat("expected a number, got ", Show(value)));
+    return namer_.Error(key, absl::StrCat("expected a number, got ", Show(value, namer_.source())));
   }
   absl::StatusOr<bool> Bool(const std::string& key, const json& value) const {
     if (value.is_boolean()) return value.get<bool>();
-    return namer_.Error(key, absl::StrCat("expected true or false, got ", Show(value)));
+    return namer_.Error(key, absl::StrCat("expected true or false, got ", Show(value, namer_.source())));
   }
   absl::StatusOr<std::string> String(const std::string& key, const json& value) const {
     if (value.is_string()) return value.get<std::string>();
-    return namer_.Error(key, absl::StrCat("expected a string, got ", Show(value)));
+    return namer_.Error(key, absl::StrCat("expected a string, got ", Show(value, namer_.source())));
   }
 
   // Reads model key `key` into the TransformerConfig field of that name, typed as the field.
@@ -184,8 +199,8 @@ class ConfigReader {
 
 // "\"relu\" is not supported; Weft implements \"gelu_new\" or \"gelu_pytorch_tanh\" (...)".
 std::string Unsupported(const json& value, const std::string& implemented,
-                        const std::string& note) {
-  return absl::StrCat(Show(value), " is not supported; Weft implements ", implemented,
+                        const std::string& note, ConfigSource source = ConfigSource::kSpec) {
+  return absl::StrCat(Show(value, source), " is not supported; Weft implements ", implemented,
                       note.empty() ? "" : absl::StrCat(" (", note, ")"));
 }
 
@@ -203,13 +218,13 @@ absl::Status CheckFixedKey(const FixedKey& fixed, const json& value, const KeyNa
                                                  want.is_boolean()  ? "true or false"
                                                  : want.is_string() ? "a string"
                                                                     : "a number",
-                                                 ", got ", Show(value)));
+                                                 ", got ", Show(value, namer.source())));
     }
     for (const json& a : fixed.allowed) {
       if (a == value) return absl::OkStatus();
     }
   }
-  return namer.Error(fixed.key, Unsupported(value, implemented, fixed.note));
+  return namer.Error(fixed.key, Unsupported(value, implemented, fixed.note, namer.source()));
 }
 
 // Newer transformers keep rope_theta in rope_parameters {rope_type: default, rope_theta}.
@@ -228,15 +243,16 @@ absl::StatusOr<std::optional<double>> ReadRopeParameters(const ConfigReader& r,
     if (it.key() == "rope_type") {
       ASSIGN_OR_RETURN(std::string type, r.String(key, it.value()));
       if (type != "default") {
-        return namer.Error(key, Unsupported(it.value(), "\"default\"", "no rope scaling"));
+        return namer.Error(key, Unsupported(it.value(), "\"default\"", "no rope scaling",
+                                            namer.source()));
       }
     } else if (it.key() == "rope_theta") {
       ASSIGN_OR_RETURN(double v, r.Number(key, it.value()));
       theta = v;
     } else {
       return namer.Error("rope_parameters",
-                         absl::StrCat("unknown key \"", it.key(),
-                                      "\"; Weft implements rope_type default (no rope scaling), "
+                         absl::StrCat("unknown key ", ShowKey(it.key(), namer.source()),
+                                      "; Weft implements rope_type default (no rope scaling), "
                                       "read with rope_theta"));
     }
   }
@@ -521,14 +537,16 @@ absl::StatusOr<const ArchConfig*> KnownArchConfig(absl::string_view arch) {
       absl::StrCat("model.arch: unknown arch \"", arch, "\"; known: ", KnownArchs()));
 }
 
-std::string UnknownKeyMessage(const ArchConfig& arch, const std::string& key) {
+std::string UnknownKeyMessage(const ArchConfig& arch, const std::string& key,
+                              ConfigSource source) {
   std::vector<std::string> fixed = {"model_type"};
   for (const FixedKey& f : arch.fixed) fixed.push_back(f.key);
   fixed.insert(fixed.end(), arch.related.begin(), arch.related.end());
   std::vector<std::string> ignored = CommonIgnoredKeys();
   ignored.insert(ignored.end(), arch.ignored.begin(), arch.ignored.end());
   return absl::StrCat(
-      "unknown key \"", key, "\" for ", arch.name, "; known: ", absl::StrJoin(arch.model, ", "),
+      "unknown key ", ShowKey(key, source), " for ", arch.name, "; known: ",
+      absl::StrJoin(arch.model, ", "),
       "; Hugging Face's, accepted at the value Weft implements: ", absl::StrJoin(fixed, ", "),
       "; Hugging Face metadata, ignored: ", absl::StrJoin(ignored, ", "));
 }
@@ -581,7 +599,7 @@ absl::StatusOr<TransformerConfig> TransformerConfigFromJson(
                        Contains(CommonIgnoredKeys(), key) ||
                        std::any_of(arch->fixed.begin(), arch->fixed.end(),
                                    [&](const FixedKey& f) { return f.key == key; });
-    if (!known) return namer.MappingError(key, UnknownKeyMessage(*arch, key));
+    if (!known) return namer.MappingError(key, UnknownKeyMessage(*arch, key, namer.source()));
   }
   if (r.Has("model_type")) {
     ASSIGN_OR_RETURN(std::string type, r.String("model_type", r.At("model_type")));

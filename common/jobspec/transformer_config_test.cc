@@ -645,7 +645,7 @@ TEST_F(TransformerSpecTest, WrongTypesAndValuesAreErrorsNamingTheKey) {
       Error(WithFile("gpt2", "g.json",
                      absl::StrReplaceAll(kHfGpt2Json, {{"\"n_head\": 12", "\"n_head\": \"12\""}}))),
       absl::StrCat("model.config_file: ", Path("g.json"),
-                   ": n_head: expected an integer, got \"12\""));
+                   ": n_head: expected an integer, got a string (not shown)"));
   EXPECT_EQ(
       Error(WithFile("gpt2", "g.json",
                      absl::StrReplaceAll(kHfGpt2Json, {{"\"n_head\": 12", "\"n_head\": 12.0"}}))),
@@ -664,14 +664,34 @@ TEST_F(TransformerSpecTest, WrongTypesAndValuesAreErrorsNamingTheKey) {
                          ": rms_norm_eps: must be a finite number > 0, got 0"));
 }
 
+// model.config_file may name any JSON file the cluster can read: its string values are never
+// quoted in an error, nor its keys unless they read as config keys (a credentials file's secret
+// does not come back to the client).
+TEST_F(TransformerSpecTest, AConfigFilesValuesAreNeverQuoted) {
+  const std::string secret = "AKIA-SECRET-KEY-123";
+  const std::string message = Error(WithFile(
+      "gpt2", "secrets.json",
+      absl::StrCat(R"({"aws secret access key": ")", secret, R"(", "token": ")", secret, R"("})")));
+  EXPECT_THAT(message, Not(HasSubstr(secret))) << message;
+  EXPECT_THAT(message, HasSubstr("unknown key (a key that is not an identifier) for gpt2"));
+  const std::string typed = Error(WithFile(
+      "gpt2", "g.json", absl::StrReplaceAll(kHfGpt2Json, {{"\"n_head\": 12",
+                                                           "\"n_head\": \"" + secret + "\""}})));
+  EXPECT_THAT(typed, Not(HasSubstr(secret))) << typed;
+  EXPECT_THAT(typed, HasSubstr("n_head: expected an integer, got a string (not shown)"));
+  // A spec's own config: its values are the user's own, and shown.
+  EXPECT_THAT(Error(Gpt2({{"resid_pdrop: 0.0", "resid_pdrop: high"}})),
+              HasSubstr("expected a number, got \"high\""));
+}
+
 TEST_F(TransformerSpecTest, KeysThatChangeTheMathAreAcceptedOnlyAtWeftsValue) {
   struct Case {
     std::string from, to, message;
   };
   for (const Case& c : std::vector<Case>{
            {"\"activation_function\": \"gelu_new\"", "\"activation_function\": \"relu\"",
-            "activation_function: \"relu\" is not supported; Weft implements \"gelu_new\" or "
-            "\"gelu_pytorch_tanh\" (GELU's tanh approximation)"},
+            "activation_function: a string (not shown) is not supported; Weft implements "
+            "\"gelu_new\" or \"gelu_pytorch_tanh\" (GELU's tanh approximation)"},
            {"\"activation_function\": \"gelu_new\"", "\"activation_function\": true",
             "activation_function: expected a string, got true"},
            {"\"scale_attn_weights\": true", "\"scale_attn_weights\": false",
@@ -686,7 +706,7 @@ TEST_F(TransformerSpecTest, KeysThatChangeTheMathAreAcceptedOnlyAtWeftsValue) {
             "add_cross_attention: true is not supported; Weft implements false (a decoder-only "
             "model)"},
            {"\"add_cross_attention\": false", "\"add_cross_attention\": \"no\"",
-            "add_cross_attention: expected true or false, got \"no\""},
+            "add_cross_attention: expected true or false, got a string (not shown)"},
            {"\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false",
             "tie_word_embeddings: false is not supported; Weft implements true (the LM head is "
             "wte)"},
@@ -703,11 +723,11 @@ TEST_F(TransformerSpecTest, KeysThatChangeTheMathAreAcceptedOnlyAtWeftsValue) {
   }
   for (const Case& c : std::vector<Case>{
            {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"",
-            "hidden_act: \"gelu\" is not supported; Weft implements \"silu\" (the SwiGLU MLP)"},
+            "hidden_act: a string (not shown) is not supported; Weft implements \"silu\" (the "
+            "SwiGLU MLP)"},
            {"\"rope_scaling\": null",
             "\"rope_scaling\": {\"factor\": 8.0, \"rope_type\": \"llama3\"}",
-            "rope_scaling: {\"factor\":8.0,\"rope_type\":\"llama3\"} is not supported; Weft "
-            "implements null (no rope scaling)"},
+            "rope_scaling: a mapping is not supported; Weft implements null (no rope scaling)"},
            {"\"attention_bias\": false", "\"attention_bias\": true",
             "attention_bias: true is not supported; Weft implements false"},
            {"\"mlp_bias\": false", "\"mlp_bias\": true",
