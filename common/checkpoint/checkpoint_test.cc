@@ -343,15 +343,30 @@ TEST(CommitTest, ChunksMustAgreeAndCoverTheTensor) {
   }
 }
 
-TEST(CommitTest, AStepIsCommittedOnce) {
+// A step committed before (a process killed between its rename and `latest`, then the step run
+// again from an older one) stands: the second commit accepts it, drops its own staging folder and
+// points `latest` at it. A step folder that is not a committed checkpoint is never overwritten.
+TEST(CommitTest, AStepIsCommittedOnceAndASecondCommitAcceptsIt) {
   const Global g = MakeGlobal("w", {4});
   const std::string dir = FreshDir("once");
   std::vector<RankWrite> ranks(1);
   ranks[0].boxes.push_back({&g, AxisBox(g.shape, -1, 1, 0)});
   ASSERT_TRUE(Save(dir, 5, ranks).ok());
+  const std::string index = ReadAll(dir + "/step-5/index.json");
+  ASSERT_TRUE(Save(dir, 4, ranks).ok());  // `latest` now names step 4, as after the crash
   absl::Status s = Save(dir, 5, ranks);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ReadAll(dir + "/step-5/index.json"), index) << "the committed step stands";
+  EXPECT_FALSE(fs::exists(StagingDir(dir, 5)));
+  EXPECT_EQ(*FindLatest(dir), dir + "/step-5");
+  EXPECT_EQ(ReadAll(dir + "/latest"), "step-5\n");
+
+  // A damaged step folder: refused, left as it is.
+  WriteAll(dir + "/step-5/index.json", "{");
+  s = Save(dir, 5, ranks);
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(CheckpointReader::Open(dir + "/step-5").ok());
+  EXPECT_THAT(std::string(s.message()), HasSubstr("step-5 already exists and is not a committed "
+                                                  "checkpoint"));
 }
 
 // ---- Commit protocol

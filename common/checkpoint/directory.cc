@@ -243,7 +243,21 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
                 absl::StrCat(staging, " does not exist (no shard was written)"));
   }
   if (fs::exists(final_dir, ec)) {
-    return fail(absl::StatusCode::kAlreadyExists, absl::StrCat(final_dir, " already exists"));
+    // Committed before, complete (its index is written before the rename): a process killed
+    // between that rename and `latest` left it, and an attempt that resumed from an older step
+    // ran the step again to the same numbers. It stands; this save's staging goes.
+    absl::StatusOr<Index> existing = LoadIndex(final_dir);
+    if (!existing.ok()) {
+      return fail(absl::StatusCode::kAlreadyExists,
+                  absl::StrCat(final_dir, " already exists and is not a committed checkpoint (",
+                               existing.status().message(), "); remove it to save this step"));
+    }
+    fs::remove_all(staging, ec);
+    RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
+                                                 {absl::StrCat(kStepPrefix, step, "\n")}),
+                             context));
+    CollectGarbage(dir, keep, step);
+    return absl::OkStatus();
   }
   for (const auto& [k, v] : metadata) {
     if (!IsValidUtf8(k) || !IsValidUtf8(v)) {
