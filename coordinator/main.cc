@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "common/bearer_token.h"
 #include "common/crash_point.h"
+#include "common/open_file_limit.h"
 #include "common/file_io.h"
 #include "common/help_flags.h"
 #include "common/host_port.h"
@@ -137,6 +138,12 @@ int Run() {
       return 2;
     }
     data_dir = *std::move(state);
+  }
+  // Connections, streams and shards each hold a descriptor: the soft limit is raised to the hard.
+  if (absl::StatusOr<int64_t> files = weft::RaiseOpenFileLimit(); files.ok()) {
+    spdlog::info("open files: up to {}", *files);
+  } else {
+    spdlog::warn("{}", files.status().ToString());
   }
   // Crash tests arm a crash point through the environment; a misspelt one fails here.
   if (absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {

@@ -1,14 +1,19 @@
 // How the real daemons start and stop: SIGHUP (a closed terminal) drains a worker as SIGTERM
 // does (it says Goodbye: listed drained, not lost, and exits 0) and shuts the coordinator down
 // gracefully (exit 0); a second coordinator on the same --data_dir, or on the same --listen
-// address, exits at start naming why, and the first serves on alone.
+// address, exits at start naming why, and the first serves on alone; a daemon started with a low
+// open-file soft limit raises it to its hard limit.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <sstream>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
 
@@ -72,6 +77,43 @@ TEST(SignalsTest, ASecondCoordinatorOnTheSameFolderOrPortIsRefusedAtStart) {
       {BinaryPath("client/weftctl"), "--coordinator", (*first)->address(), "list"}, 30);
   EXPECT_EQ(list.exit_code, 0) << list.err;
   EXPECT_TRUE((*first)->process().Running());
+}
+
+// The soft and hard limits of /proc/<pid>/limits' "Max open files" line.
+std::pair<std::string, std::string> OpenFileLimits(pid_t pid) {
+  std::istringstream limits(ReadFileOrEmpty(absl::StrCat("/proc/", pid, "/limits")));
+  std::string line;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max open files", 0) != 0) continue;
+    std::istringstream fields(line.substr(std::string("Max open files").size()));
+    std::string soft, hard;
+    fields >> soft >> hard;
+    return {soft, hard};
+  }
+  return {"", ""};
+}
+
+TEST(SignalsTest, DaemonsRaiseTheirOpenFileSoftLimitToTheHardLimit) {
+  rlimit mine;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max <= 1024) GTEST_SKIP() << "this machine's hard limit is " << mine.rlim_max;
+  const std::string dir = MakeTempDir("nofile");
+  const std::string port_file = dir + "/port";
+  // Started with systemd's default soft limit, under this process's hard one.
+  absl::StatusOr<std::unique_ptr<Subprocess>> coordinator = StartDaemon(
+      {"/usr/bin/prlimit", absl::StrCat("--nofile=1024:", mine.rlim_max),
+       BinaryPath("coordinator/weft-coordinator"), "--listen", "127.0.0.1:0", "--data_dir",
+       dir + "/data", "--port_file", port_file},
+      dir + "/coordinator.log");
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  absl::StatusOr<int> port = WaitForPortFile(port_file, **coordinator, absl::Seconds(30));
+  ASSERT_TRUE(port.ok()) << port.status() << ReadFileOrEmpty(dir + "/coordinator.log");
+  const auto [soft, hard] = OpenFileLimits((*coordinator)->pid());
+  EXPECT_EQ(hard, absl::StrCat(mine.rlim_max));
+  EXPECT_EQ(soft, hard) << "the coordinator kept the soft limit it was started with";
+  EXPECT_NE(ReadFileOrEmpty(dir + "/coordinator.log")
+                .find(absl::StrCat("open files: up to ", mine.rlim_max)),
+            std::string::npos);
 }
 
 }  // namespace

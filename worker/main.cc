@@ -26,6 +26,7 @@
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
 #include "common/crash_point.h"
+#include "common/open_file_limit.h"
 #include "common/help_flags.h"
 #include "common/host_port.h"
 #include "common/metrics_server.h"
@@ -95,6 +96,12 @@ int main(int argc, char** argv) {
         "systemd unit and the container images do)");
   }
 
+  // Connections, streams and shards each hold a descriptor: the soft limit is raised to the hard.
+  if (absl::StatusOr<int64_t> files = weft::RaiseOpenFileLimit(); files.ok()) {
+    spdlog::info("open files: up to {}", *files);
+  } else {
+    spdlog::warn("{}", files.status().ToString());
+  }
   // Crash tests arm a crash point through the environment; a misspelt one fails here.
   if (const absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {
     std::fprintf(stderr, "weft-worker: %s\n", s.ToString().c_str());
