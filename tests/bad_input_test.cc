@@ -170,6 +170,25 @@ TEST_F(BadInputTest, ASpecThatIsNotUtf8IsNamedByItsLineAndColumn) {
   EXPECT_EQ(cluster_->Weftctl({"list"}).exit_code, 0) << "the coordinator serves on";
 }
 
+// num_samples = batch_size = 2^61 was accepted (the planner's memory estimate overflowed to
+// 21 KiB) and crashed every worker that read the batch; it is refused at submit.
+TEST_F(BadInputTest, ABatchOfTwoToTheSixtyFirstSamplesIsRefused) {
+  auto spec = ParseJobSpecYaml(Dp2(), job_->dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  spec->mutable_data()->set_source("synthetic");
+  spec->mutable_data()->clear_input();
+  spec->mutable_data()->clear_label();
+  spec->mutable_data()->add_sample_shape(MlpJob::kIn);
+  spec->mutable_data()->add_label_shape(MlpJob::kOut);
+  spec->mutable_data()->set_num_samples(int64_t{1} << 61);
+  spec->mutable_data()->set_batch_size(int64_t{1} << 61);
+  ExpectRejected(SubmitSpec(*spec), {"data.batch_size: 2305843009213693952 samples",
+                                     "more than 2^40 elements a batch"});
+  std::string good;
+  ASSERT_TRUE(Submit(Dp2(), &good).ok());
+  EXPECT_EQ(JobOutcome::Of(cluster_->Watch(good, 120)).state, v1::SUCCEEDED);
+}
+
 TEST_F(BadInputTest, ParallelizeNamesAMissingLayer) {
   // The YAML parser would already refuse it; a gRPC client can still send it.
   auto spec = ParseJobSpecYaml(job_->SpecYaml("{shape: [2], dim_names: [mp]}"), job_->dir);

@@ -423,6 +423,23 @@ TEST_F(SpecTest, ParseErrorsNameTheFieldAndLine) {
 
 // Text that is not UTF-8 is named by its line and column (1-based, in bytes) and its byte,
 // before YAML reads it: protobuf could neither store nor send such a string.
+// num_samples = batch_size = 2^61 would overflow the planner's sizes (it planned 21 KiB, and the
+// workers crashed reading the batch): a batch of more than 2^40 elements is refused, as is one
+// whose element count overflows.
+TEST_F(SpecTest, ABatchTooLargeForAnyMachineIsRefused) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec huge = *spec;
+  huge.mutable_data()->set_num_samples(int64_t{1} << 61);
+  huge.mutable_data()->set_batch_size(int64_t{1} << 61);
+  EXPECT_INVALID(ValidateJobSpec(huge), "data.batch_size: 2305843009213693952 samples of shape "
+                                        "[8] is more than 2^40 elements a batch");
+  huge.mutable_data()->set_batch_size(int64_t{1} << 38);  // 2^41 input elements
+  EXPECT_INVALID(ValidateJobSpec(huge), "is more than 2^40 elements a batch");
+  huge.mutable_data()->set_batch_size(int64_t{1} << 36);  // 2^39 and 2^38: allowed
+  EXPECT_THAT(std::string(ValidateJobSpec(huge).message()), Not(HasSubstr("2^40")));
+}
+
 TEST_F(SpecTest, TextThatIsNotUtf8IsNamedByItsLineAndColumn) {
   for (const auto& [text, where] : std::vector<std::pair<std::string, std::string>>{
            {"name: \"bad\xff\"\nmesh: {shape: [1]}\n", "line 1, column 11 (byte 0xff)"},

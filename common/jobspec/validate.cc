@@ -243,6 +243,19 @@ absl::Status ValidateData(const JobSpec& spec, const std::string& at,
     return absl::InvalidArgumentError(
         absl::StrCat(at + ".batch_size: must be > 0, got ", data.batch_size()));
   }
+  // Every size the planner and the workers derive from the batch (bytes of a batch, of each
+  // activation) is a product of these: bounded here, none of them overflows int64.
+  for (const auto* shape : {sample_shape, label_shape}) {
+    int64_t elements = data.batch_size();
+    for (int64_t d : *shape) {
+      if (__builtin_mul_overflow(elements, d, &elements) || elements > kMaxBatchElements) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, ".batch_size: ", data.batch_size(), " samples of shape [",
+            absl::StrJoin(*shape, ","), "]",
+            " is more than 2^40 elements a batch; no machine holds it"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -30,6 +30,9 @@ inline constexpr int kMaxModelLayers = 1024;
 // train.max_restarts: each restart holds the job's workers again from its last checkpoint.
 inline constexpr int kMaxRestarts = 100;
 inline constexpr int64_t kMaxTransformerBlocks = 256;
+// The most elements a batch (its inputs, or its labels) may hold: far beyond any machine, and
+// small enough that no size derived from it (bytes, activations) overflows int64.
+inline constexpr int64_t kMaxBatchElements = int64_t{1} << 40;
 
 // The checks above, on a copy with the defaults applied (a spec from gRPC may leave them
 // implicit). Pipeline: its dim on the mesh, its schedule (FThenB | 1F1B | VPP) with
