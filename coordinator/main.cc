@@ -139,12 +139,6 @@ int Run() {
     }
     data_dir = *std::move(state);
   }
-  // Connections, streams and shards each hold a descriptor: the soft limit is raised to the hard.
-  if (absl::StatusOr<int64_t> files = weft::RaiseOpenFileLimit(); files.ok()) {
-    spdlog::info("open files: up to {}", *files);
-  } else {
-    spdlog::warn("{}", files.status().ToString());
-  }
   // Crash tests arm a crash point through the environment; a misspelt one fails here.
   if (absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {
     spdlog::error("{}", s.ToString());
@@ -163,6 +157,12 @@ int Run() {
     return 2;
   }
 
+  // Connections, streams and shards each hold a descriptor: the soft limit is raised to the hard.
+  if (absl::StatusOr<int64_t> files = weft::RaiseOpenFileLimit(); files.ok()) {
+    spdlog::info("open files: up to {}", *files);
+  } else {
+    spdlog::warn("{}", files.status().ToString());
+  }
   // Signals are taken by sigwait below; block them before any thread starts so none gets them.
   // A shell starts background children with SIGINT ignored, and an ignored signal never becomes
   // pending: restore the default disposition first.

@@ -291,7 +291,7 @@ bool NamesWhatIsWrong(std::string message, const std::string& dir) {
       R"(^(name|mesh|model|data|optimizer|train|checkpoint|init_from|device|parallelize|)"
       R"(pipeline|sharding|storage|precision|allow_tf32|trace|overlap|bucket_mb)[.:\[ ])");
   if (std::regex_search(message, field)) return true;
-  static const std::regex position(R"(^job spec(:| is not valid YAML at) .*line [0-9]+)");
+  static const std::regex position(R"(^job spec(:| is not valid (YAML|UTF-8) at) .*line [0-9]+)");
   if (std::regex_search(message, position)) return true;
   return absl::StartsWith(message, dir);
 }

@@ -96,12 +96,6 @@ int main(int argc, char** argv) {
         "systemd unit and the container images do)");
   }
 
-  // Connections, streams and shards each hold a descriptor: the soft limit is raised to the hard.
-  if (absl::StatusOr<int64_t> files = weft::RaiseOpenFileLimit(); files.ok()) {
-    spdlog::info("open files: up to {}", *files);
-  } else {
-    spdlog::warn("{}", files.status().ToString());
-  }
   // Crash tests arm a crash point through the environment; a misspelt one fails here.
   if (const absl::Status s = weft::CheckCrashPointEnv(); !s.ok()) {
     std::fprintf(stderr, "weft-worker: %s\n", s.ToString().c_str());
@@ -133,6 +127,13 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // After the device probe, whose refusal is one line on stderr. Connections, streams and shards
+  // each hold a descriptor: the soft limit is raised to the hard.
+  if (absl::StatusOr<int64_t> files = weft::RaiseOpenFileLimit(); files.ok()) {
+    spdlog::info("open files: up to {}", *files);
+  } else {
+    spdlog::warn("{}", files.status().ToString());
+  }
   // SIGTERM, SIGINT and SIGHUP (a closed terminal) are taken by sigtimedwait below, not by a
   // handler: block them before any thread (gRPC's included) starts, so every thread inherits the
   // mask. Each drains the worker: it says Goodbye before it exits.

@@ -31,6 +31,11 @@ inline constexpr int32_t kDefaultElasticWaitSeconds = 30;
 // (tokens) and placements the job data's, and eval.batches 1. Idempotent.
 void ApplyJobSpecDefaults(v1::JobSpec* spec);
 
+// The most micro-batches a step may have: planning time and memory grow faster than the
+// micro-batches (a 4-stage MLP pipeline plans 256 in 0.7 s, 1024 in 4.4 s, 4096 in 36 s and
+// 780 MB on 2 cores), and SubmitJob plans before it answers.
+inline constexpr int32_t kMaxMicroBatches = 1024;
+
 // The micro-batches of a step: train.micro_batches, or (none given) pipeline.micro_batches, else
 // 1: one setting under two names (ValidateJobSpec refuses two different values).
 int32_t EffectiveMicroBatches(const v1::JobSpec& spec);

@@ -65,7 +65,7 @@ std::vector<int> ElasticSizes(const v1::JobSpec& spec) {
   const int64_t slices = int64_t{submitted} * EffectiveMicroBatches(spec);
   std::vector<int> sizes;
   for (int s = std::max(1, spec.train().elastic().min()); s <= submitted; ++s) {
-    if (slices % s == 0) sizes.push_back(s);
+    if (slices % s == 0 && slices / s <= kMaxMicroBatches) sizes.push_back(s);
   }
   return sizes;
 }

@@ -24,7 +24,8 @@ int ElasticDimIndex(const v1::JobSpec& spec);
 int ElasticSubmittedSize(const v1::JobSpec& spec);
 
 // The sizes the elastic dim may take, ascending: from train.elastic.min up to the submitted size,
-// each dividing submitted size x micro_batches. Empty without train.elastic.
+// each dividing submitted size x micro_batches, with at most kMaxMicroBatches micro-batches.
+// Empty without train.elastic.
 std::vector<int> ElasticSizes(const v1::JobSpec& spec);
 
 // `spec` with the elastic dim at `size` and the micro-batches (train's, and the pipeline's when

@@ -440,6 +440,20 @@ TEST_F(SpecTest, ABatchTooLargeForAnyMachineIsRefused) {
   EXPECT_THAT(std::string(ValidateJobSpec(huge).message()), Not(HasSubstr("2^40")));
 }
 
+// 8,000,024 pipeline micro-batches held the planner for minutes while its memory grew past the
+// machine's (the spec fuzz test found it): at most kMaxMicroBatches, by either name.
+TEST_F(SpecTest, MicroBatchesAreBounded) {
+  absl::StatusOr<v1::JobSpec> spec = ParseJobSpecYaml(kSyntheticSpec, dir_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  v1::JobSpec many = *spec;
+  many.mutable_data()->set_batch_size(1 << 20);
+  many.mutable_train()->set_micro_batches(kMaxMicroBatches);
+  EXPECT_TRUE(ValidateJobSpec(many).ok()) << ValidateJobSpec(many);
+  many.mutable_train()->set_micro_batches(kMaxMicroBatches + 1);
+  EXPECT_INVALID(ValidateJobSpec(many), absl::StrCat("train.micro_batches: ", kMaxMicroBatches + 1,
+                                                     "; at most 1024 (planning grows"));
+}
+
 TEST_F(SpecTest, TextThatIsNotUtf8IsNamedByItsLineAndColumn) {
   for (const auto& [text, where] : std::vector<std::pair<std::string, std::string>>{
            {"name: \"bad\xff\"\nmesh: {shape: [1]}\n", "line 1, column 11 (byte 0xff)"},

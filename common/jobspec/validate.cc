@@ -399,6 +399,12 @@ absl::Status ValidateMicroBatches(const JobSpec& spec, const std::string& at,
         absl::StrCat("train.micro_batches: must be >= 1, got ", spec.train().micro_batches()));
   }
   const int64_t micro_batches = EffectiveMicroBatches(spec);
+  if (micro_batches > kMaxMicroBatches) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.train().micro_batches() != 0 ? "train" : "pipeline", ".micro_batches: ",
+        micro_batches, "; at most ", kMaxMicroBatches,
+        " (planning grows faster than the micro-batches; give each more samples)"));
+  }
   const int64_t batch = spec.data().batch_size();
   if (batch < micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat(
