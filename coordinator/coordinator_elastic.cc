@@ -17,10 +17,9 @@ namespace weft::coordinator {
 void Coordinator::ResizeWaitingLocked() {
   for (v1::Job& job : pending_) {
     if (ElasticSize(job) == 0 || replanning_.count(job.id()) > 0) continue;
-    const JobPlan& plan = *plans_.at(job.id());
-    // The size the job's plan is for: the other dims' ranks times it.
-    const int64_t per_unit = options_.world_size(job.spec()) / ElasticSubmittedSize(job.spec());
-    const int planned = static_cast<int>(plan.world_size() / per_unit);
+    // The size the job's plan is for.
+    const int planned =
+        static_cast<int>(plans_.at(job.id())->world_size() / ElasticRanksPerUnit(job.spec()));
     auto since = waiting_since_.find(job.id());
     if (since != waiting_since_.end()) {
       const int64_t free = workers_.CountFree(DeviceKind(job.spec().device()), true);

@@ -3,20 +3,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/jobspec/defaults.h"
 #include "common/jobspec/elastic.h"
-#include "common/jobspec/mesh_spec.h"
 
 namespace weft::coordinator {
-namespace {
-
-// Ranks per unit of the elastic dim: the product of the other dims.
-int64_t RanksPerUnit(const v1::JobSpec& spec) {
-  const int submitted = ElasticSubmittedSize(spec);
-  return submitted == 0 ? 0 : WorldSize(spec) / submitted;
-}
-
-}  // namespace
 
 int ElasticSize(const v1::Job& job) {
   if (job.elastic_size() > 0) return job.elastic_size();
@@ -30,7 +19,7 @@ std::optional<int> ShrinkTo(const v1::Job& job, int64_t available, int64_t waiti
   if (now_ms - waiting_since_ms < int64_t{job.spec().train().elastic().wait_s()} * 1000) {
     return std::nullopt;
   }
-  const int64_t per_unit = RanksPerUnit(job.spec());
+  const int64_t per_unit = ElasticRanksPerUnit(job.spec());
   if (int64_t{current} * per_unit <= available) return std::nullopt;
   const std::vector<int> sizes = ElasticSizes(job.spec());
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
@@ -42,7 +31,7 @@ std::optional<int> ShrinkTo(const v1::Job& job, int64_t available, int64_t waiti
 std::optional<int> GrowTo(const v1::Job& job, int64_t idle) {
   const int current = ElasticSize(job);
   if (current == 0) return std::nullopt;
-  const int64_t per_unit = RanksPerUnit(job.spec());
+  const int64_t per_unit = ElasticRanksPerUnit(job.spec());
   const int64_t workers = int64_t{current} * per_unit + idle;
   const std::vector<int> sizes = ElasticSizes(job.spec());
   for (auto it = sizes.rbegin(); it != sizes.rend(); ++it) {
@@ -54,8 +43,7 @@ std::optional<int> GrowTo(const v1::Job& job, int64_t idle) {
 v1::JobEvent ResizeEvent(const v1::Job& job, int to, int64_t step, int64_t now_ms) {
   const v1::JobSpec& spec = job.spec();
   const int from = ElasticSize(job);
-  const int64_t micro_batches =
-      int64_t{ElasticSubmittedSize(spec)} * EffectiveMicroBatches(spec) / to;
+  const int32_t micro_batches = ElasticMicroBatches(spec, to);
   v1::JobEvent event;
   event.set_job_id(job.id());
   event.set_time_ms(now_ms);
@@ -63,8 +51,8 @@ v1::JobEvent ResizeEvent(const v1::Job& job, int to, int64_t step, int64_t now_m
   r->set_dim(spec.train().elastic().dim());
   r->set_from_size(from);
   r->set_to_size(to);
-  r->set_micro_batches(static_cast<int32_t>(micro_batches));
-  r->set_world_size(RanksPerUnit(spec) * to);
+  r->set_micro_batches(micro_batches);
+  r->set_world_size(ElasticRanksPerUnit(spec) * to);
   r->set_step(step);
   r->set_time_ms(now_ms);
   const bool grow = to > from;

@@ -110,18 +110,17 @@ void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
     return;
   }
   const v1::JobSpec& spec = job_.spec();
-  if (e.start.optimizer_states && e.start.step >= spec.train().steps() && job_.attempt() > 0) {
-    // Its own checkpoint of the last step: every step ran and was committed before the attempt
-    // ended (the coordinator was killed between that commit and storing SUCCEEDED).
-    MarkDoneFrom(0);
-    End(v1::SUCCEEDED,
-        absl::StrCat("every step ran: ", e.start.step_dir,
-                     ", the checkpoint of the last step, was committed before the attempt ended"),
-        now, out);
-    return;
-  }
   if (e.start.optimizer_states && e.start.step >= spec.train().steps()) {
     MarkDoneFrom(0);
+    if (job_.attempt() > 0) {
+      // Its own checkpoint of the last step: every step ran and was committed before the
+      // attempt ended (the coordinator was killed between that commit and storing SUCCEEDED).
+      End(v1::SUCCEEDED,
+          absl::StrCat("every step ran: ", e.start.step_dir,
+                       ", the checkpoint of the last step, was committed before the attempt ended"),
+          now, out);
+      return;
+    }
     End(v1::FAILED,
         absl::StrCat("planning failed: train.steps: ", spec.train().steps(),
                      " leaves nothing to resume: ", e.start.step_dir, " is at step ",

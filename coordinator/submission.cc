@@ -86,6 +86,16 @@ absl::StatusOr<v1::JobSpec> SpecOfRequest(const v1::SubmitJobRequest& request,
   return spec;
 }
 
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
+                                                        const CoordinatorOptions& options) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const JobPlan> plan, options.plan(spec));
+  if (plan->world_size() != options.world_size(spec)) {
+    return absl::InternalError(absl::StrCat("the planner made ", plan->world_size(),
+                                            " ranks for ", options.world_size(spec)));
+  }
+  return plan;
+}
+
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
                                              const CoordinatorOptions& options) {
   Submission out;
@@ -100,12 +110,8 @@ absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
         " (--max_ranks)"));
   }
   // Planned once, here: the job's attempts only emit each rank's Program from it.
-  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = options.plan(out.spec);
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanSpec(out.spec, options);
   if (!plan.ok()) return Annotate(plan.status(), "planning the job");
-  if ((*plan)->world_size() != out.world_size) {
-    return absl::InternalError(absl::StrCat("planning the job: the planner made ",
-                                            (*plan)->world_size(), " ranks for ", out.world_size));
-  }
   out.plan = *std::move(plan);
   return out;
 }
@@ -113,12 +119,7 @@ absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanAttempt(const v1::Job& job,
                                                            const CoordinatorOptions& options) {
   ASSIGN_OR_RETURN(const v1::JobSpec spec, AttemptSpec(job));
-  ASSIGN_OR_RETURN(std::shared_ptr<const JobPlan> plan, options.plan(spec));
-  if (plan->world_size() != options.world_size(spec)) {
-    return absl::InternalError(absl::StrCat("the planner made ", plan->world_size(),
-                                            " ranks for ", options.world_size(spec)));
-  }
-  return plan;
+  return PlanSpec(spec, options);
 }
 
 absl::StatusOr<Recovered> RecoverJobs(JobStore* store, const CoordinatorOptions& options) {

@@ -46,8 +46,12 @@ struct Submission {
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
                                              const CoordinatorOptions& options);
 
-// The plan of the job's current attempt: its prepared spec at its elastic size (AttemptSpec), by
-// options.plan; what an elastic resize and a recovered job are planned with.
+// A prepared spec planned by options.plan; INTERNAL when the plan's ranks are not the mesh's.
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
+                                                        const CoordinatorOptions& options);
+
+// The plan of the job's current attempt: its prepared spec at its elastic size (AttemptSpec);
+// what an elastic resize and a recovered job are planned with.
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanAttempt(const v1::Job& job,
                                                            const CoordinatorOptions& options);
 

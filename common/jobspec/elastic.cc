@@ -60,6 +60,16 @@ int ElasticSubmittedSize(const v1::JobSpec& spec) {
   return dim < 0 ? 0 : static_cast<int>(spec.mesh().shape(dim));
 }
 
+int32_t ElasticMicroBatches(const v1::JobSpec& spec, int size) {
+  return static_cast<int32_t>(int64_t{ElasticSubmittedSize(spec)} * EffectiveMicroBatches(spec) /
+                              size);
+}
+
+int64_t ElasticRanksPerUnit(const v1::JobSpec& spec) {
+  const int submitted = ElasticSubmittedSize(spec);
+  return submitted == 0 ? 0 : WorldSize(spec) / submitted;
+}
+
 std::vector<int> ElasticSizes(const v1::JobSpec& spec) {
   const int submitted = ElasticSubmittedSize(spec);
   const int64_t slices = int64_t{submitted} * EffectiveMicroBatches(spec);
@@ -76,11 +86,9 @@ absl::StatusOr<v1::JobSpec> ResizedSpec(const v1::JobSpec& spec, int size) {
     return Invalid(absl::StrCat("dim: ", spec.train().elastic().dim(), " cannot run at size ",
                                 size, "; its sizes: ", absl::StrJoin(sizes, ", ")));
   }
-  const int dim = ElasticDimIndex(spec);
-  const int64_t slices = spec.mesh().shape(dim) * int64_t{EffectiveMicroBatches(spec)};
   v1::JobSpec out = spec;
-  out.mutable_mesh()->set_shape(dim, size);
-  const auto micro_batches = static_cast<int32_t>(slices / size);
+  out.mutable_mesh()->set_shape(ElasticDimIndex(spec), size);
+  const int32_t micro_batches = ElasticMicroBatches(spec, size);
   out.mutable_train()->set_micro_batches(micro_batches);
   if (!out.pipeline().dim().empty()) out.mutable_pipeline()->set_micro_batches(micro_batches);
   // One attempt's fixed mesh: its sizes are the submitted spec's, not this one's.

@@ -28,6 +28,13 @@ int ElasticSubmittedSize(const v1::JobSpec& spec);
 // Empty without train.elastic.
 std::vector<int> ElasticSizes(const v1::JobSpec& spec);
 
+// The micro-batches of a step at elastic size `size`: submitted size x micro_batches / size.
+int32_t ElasticMicroBatches(const v1::JobSpec& spec, int size);
+
+// The ranks of one unit of the elastic dim (the product of the other dims): an attempt at size s
+// has s times this many.
+int64_t ElasticRanksPerUnit(const v1::JobSpec& spec);
+
 // `spec` with the elastic dim at `size` and the micro-batches (train's, and the pipeline's when
 // it has one) raised or lowered to keep size x micro_batches, and without train.elastic: one
 // attempt's fixed mesh, which the planner plans. INVALID_ARGUMENT for a size not in

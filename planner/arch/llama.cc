@@ -141,6 +141,9 @@ constexpr MegatronRule kLlamaMegatron[] = {
     {"mlp.down_proj.weight", 1},       // [C, I]: row-parallel
 };
 
+
+}  // namespace
+
 nlohmann::ordered_json LlamaHfConfig(const v1::TransformerConfig& c) {
   const int64_t kv_heads =
       c.num_key_value_heads() > 0 ? c.num_key_value_heads() : c.num_attention_heads();
@@ -164,8 +167,6 @@ nlohmann::ordered_json LlamaHfConfig(const v1::TransformerConfig& c) {
                                 {"pretraining_tp", 1},
                                 {"tie_word_embeddings", c.tie_word_embeddings()}};
 }
-
-}  // namespace
 
 const ArchDef& LlamaArch() {
   static constexpr ArchDef kLlama{

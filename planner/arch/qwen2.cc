@@ -30,28 +30,19 @@ constexpr MegatronRule kQwen2Megatron[] = {
     {"mlp.down_proj.weight", 1},       // [C, I]: row-parallel
 };
 
-// Qwen2Config's keys; sliding_window null (it only applies with use_sliding_window).
+// Qwen2Config's keys: Llama's, less the ones Qwen2Config does not have, and full attention in
+// every layer (sliding_window only applies with use_sliding_window).
 nlohmann::ordered_json Qwen2HfConfig(const v1::TransformerConfig& c) {
-  const int64_t kv_heads =
-      c.num_key_value_heads() > 0 ? c.num_key_value_heads() : c.num_attention_heads();
-  return nlohmann::ordered_json{{"architectures", {"Qwen2ForCausalLM"}},
-                                {"model_type", "qwen2"},
-                                {"vocab_size", c.vocab_size()},
-                                {"hidden_size", c.hidden_size()},
-                                {"intermediate_size", c.intermediate_size()},
-                                {"num_hidden_layers", c.num_hidden_layers()},
-                                {"num_attention_heads", c.num_attention_heads()},
-                                {"num_key_value_heads", kv_heads},
-                                {"hidden_act", "silu"},
-                                {"max_position_embeddings", c.max_position_embeddings()},
-                                {"rms_norm_eps", c.rms_norm_eps()},
-                                {"rope_theta", c.rope_theta()},
-                                {"rope_scaling", nullptr},
-                                {"use_sliding_window", false},
-                                {"sliding_window", nullptr},
-                                {"max_window_layers", c.num_hidden_layers()},
-                                {"attention_dropout", c.attention_dropout()},
-                                {"tie_word_embeddings", c.tie_word_embeddings()}};
+  nlohmann::ordered_json config = LlamaHfConfig(c);
+  config["architectures"] = {"Qwen2ForCausalLM"};
+  config["model_type"] = "qwen2";
+  for (const char* key : {"head_dim", "attention_bias", "mlp_bias", "pretraining_tp"}) {
+    config.erase(key);
+  }
+  config["use_sliding_window"] = false;
+  config["sliding_window"] = nullptr;
+  config["max_window_layers"] = c.num_hidden_layers();
+  return config;
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "planner/graph.h"
 #include "weft/v1/job.pb.h"
 
@@ -140,6 +141,9 @@ struct LlamaVariant {
 
 // Llama's decoder (llama.cc) with `variant`'s changes, through `b`.
 absl::Status BuildLlamaDecoder(TransformerBuilder& b, const LlamaVariant& variant);
+
+// Llama's config.json for a Hugging Face export (llama.cc), which its relatives' start from.
+nlohmann::ordered_json LlamaHfConfig(const v1::TransformerConfig& c);
 
 }  // namespace weft::planner
 
