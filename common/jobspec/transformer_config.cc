@@ -499,6 +499,34 @@ const ArchConfig& LlamaConfig() {
   return *arch;
 }
 
+// Newer transformers (4.53 on) write Qwen2's layer_types: one "full_attention" or
+// "sliding_attention" per layer. Weft implements full attention in every layer, so the list must
+// say that, one entry per layer.
+absl::Status CheckQwen2Related(const ConfigReader& r, const KeyNamer& namer,
+                               const TransformerConfig& c) {
+  RETURN_IF_ERROR(CheckLlamaHeadDim(r, namer, c));
+  if (!r.Has("layer_types") || r.At("layer_types").is_null()) return absl::OkStatus();
+  const json& types = r.At("layer_types");
+  if (!types.is_array()) {
+    return namer.Error("layer_types", absl::StrCat("expected a list of \"full_attention\", one per "
+                                                   "layer, got ", TypeName(types)));
+  }
+  if (static_cast<int64_t>(types.size()) != c.num_hidden_layers()) {
+    return namer.Error("layer_types", absl::StrCat("has ", types.size(), " entries for ",
+                                                   c.num_hidden_layers(),
+                                                   " layers (num_hidden_layers)"));
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (types[i] != "full_attention") {
+      return namer.Error(
+          absl::StrCat("layer_types[", i, "]"),
+          Unsupported(types[i], "\"full_attention\"", "sliding-window attention is not implemented",
+                      namer.source()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Qwen2Config: Llama's keys and checks, without its attention_bias, mlp_bias and pretraining_tp
 // (Qwen2's q/k/v biases are always there, its o_proj and MLP never have any); sliding-window
 // attention is not implemented, so its other keys are ignored only while it is off.
@@ -512,6 +540,8 @@ const ArchConfig& Qwen2Config() {
                     {"rope_scaling", {}, "no rope scaling"},
                     {"use_sliding_window", {false}, "full causal attention in every layer"}};
     qwen2->ignored = {"sliding_window", "max_window_layers"};
+    qwen2->related.push_back("layer_types");
+    qwen2->check_related = CheckQwen2Related;
     return qwen2;
   }();
   return *arch;

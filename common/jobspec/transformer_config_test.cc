@@ -468,6 +468,28 @@ TEST_F(TransformerSpecTest, ReadsQwen2FromTheSpecAndItsConfigFilesAsIs) {
                            {"attention_dropout: 0.0",
                             "attention_dropout: 0.0, use_sliding_window: true"}})),
               HasSubstr("model.config.use_sliding_window: true is not supported"));
+  // transformers 4.53 on write layer_types, one per layer (seen from transformers 5.17's
+  // save_pretrained on a GPU node): all "full_attention" is what Weft implements.
+  std::string types = "[";
+  for (int i = 0; i < 24; ++i) types += i == 0 ? "\"full_attention\"" : ", \"full_attention\"";
+  types += "]";
+  auto with_types = [&](const std::string& list) {
+    return absl::StrReplaceAll(kQwen2Json, {{"\"use_sliding_window\": false",
+                                             "\"use_sliding_window\": false, \"layer_types\": " +
+                                                 list}});
+  };
+  EXPECT_TRUE(WithFile("qwen2", "types.json", with_types(types)).ok());
+  EXPECT_TRUE(WithFile("qwen2", "null_types.json", with_types("null")).ok());
+  std::string sliding = types;
+  sliding.replace(sliding.rfind("full_attention"), 14, "sliding_attention");
+  EXPECT_THAT(Error(WithFile("qwen2", "sliding.json", with_types(sliding))),
+              HasSubstr("layer_types[23]: a string (not shown) is not supported; Weft implements "
+                        "\"full_attention\" (sliding-window attention is not implemented)"));
+  EXPECT_THAT(Error(WithFile("qwen2", "short.json", with_types("[\"full_attention\"]"))),
+              HasSubstr("layer_types: has 1 entries for 24 layers (num_hidden_layers)"));
+  EXPECT_THAT(Error(WithFile("qwen2", "scalar.json", with_types("3"))),
+              HasSubstr("layer_types: expected a list of \"full_attention\", one per layer, got "
+                        "a scalar"));
   // Qwen2Config's num_key_value_heads defaults to 32, not to the heads: a file must give it.
   EXPECT_THAT(Error(WithFile("qwen2", "kv.json",
                              absl::StrReplaceAll(kQwen2Json,
