@@ -1,66 +1,178 @@
 #include "common/metrics_server.h"
 
-#include <httplib.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
-#include <atomic>
-#include <chrono>
+#include <algorithm>
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <utility>
 
-#include "absl/strings/numbers.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace weft {
+namespace {
+
+constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+// libmicrohttpd's messages while MHD_start_daemon runs on this thread, for Start's error; null on
+// every other thread, so that the server thread's messages at run time (each about one client:
+// a timeout, a refused over-long request, the connection cap) are dropped rather than let a
+// hostile client fill the log.
+thread_local std::string* start_messages = nullptr;
+
+void KeepStartMessage(void*, const char* format, va_list args) {
+  if (start_messages == nullptr) return;
+  char line[512];
+  std::vsnprintf(line, sizeof(line), format, args);
+  absl::StrAppend(start_messages, start_messages->empty() ? "" : "; ", line);
+  while (!start_messages->empty() && start_messages->back() == '\n') start_messages->pop_back();
+}
+
+MHD_Result Queue(MHD_Connection* connection, unsigned status, const std::string& body,
+                 const char* allow) {
+  MHD_Response* response =
+      MHD_create_response_from_buffer(body.size(), const_cast<char*>(body.data()),
+                                      MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;  // out of memory: libmicrohttpd closes the connection
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE,
+                          status == MHD_HTTP_OK ? kContentType : "text/plain; charset=utf-8");
+  if (allow != nullptr) MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, allow);
+  const MHD_Result queued = MHD_queue_response(connection, status, response);
+  MHD_destroy_response(response);  // the connection holds its own reference until it is sent
+  return queued;
+}
+
+// libmicrohttpd's access handler, called once the request line and headers are in. It answers
+// at once: a request body is not wanted, and libmicrohttpd discards one that follows an answer.
+// HEAD is answered as GET without the body (libmicrohttpd leaves it out).
+MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                  const char* /*version*/, const char* /*upload_data*/,
+                  size_t* /*upload_data_size*/, void** /*request_state*/) {
+  if (std::strcmp(url, "/metrics") != 0) {
+    return Queue(connection, MHD_HTTP_NOT_FOUND, "only /metrics is served here\n", nullptr);
+  }
+  if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+      std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+    return Queue(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
+                 absl::StrCat(method, " /metrics: only GET and HEAD are served\n"), "GET, HEAD");
+  }
+  const auto& render = *static_cast<const std::function<std::string()>*>(cls);
+  return Queue(connection, MHD_HTTP_OK, render(), nullptr);
+}
+
+// A listening socket on host:port, SO_REUSEADDR (a restarted daemon gets its port back at once)
+// but not SO_REUSEPORT (with which a second daemon on the same port would share it silently);
+// close-on-exec, so that child processes do not hold the port. The first of the host's addresses
+// that binds; UNAVAILABLE naming `listen` and the reason when none does.
+absl::StatusOr<int> Listen(const std::string& listen, const std::string& host, int port) {
+  auto unavailable = [&](const std::string& reason) {
+    return absl::UnavailableError(absl::StrCat("--metrics_listen ", listen,
+                                               ": cannot listen there (in use, or not an address "
+                                               "of this machine): ",
+                                               reason));
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* addresses = nullptr;
+  if (int error = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &addresses);
+      error != 0) {
+    return unavailable(gai_strerror(error));
+  }
+  std::string reason = "no address";
+  int socket_fd = -1;
+  for (const addrinfo* a = addresses; a != nullptr && socket_fd < 0; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      reason = std::strerror(errno);
+      continue;
+    }
+    const int yes = 1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes)) != 0 ||
+        bind(fd, a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd, SOMAXCONN) != 0) {
+      reason = std::strerror(errno);
+      close(fd);
+      continue;
+    }
+    socket_fd = fd;
+  }
+  freeaddrinfo(addresses);
+  if (socket_fd < 0) return unavailable(reason);
+  return socket_fd;
+}
+
+// kMaxConnections, or half the open-file limit where that is lower.
+unsigned ConnectionLimit() {
+  rlimit files;
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur == RLIM_INFINITY) {
+    return MetricsServer::kMaxConnections;
+  }
+  return static_cast<unsigned>(
+      std::clamp<rlim_t>(files.rlim_cur / 2, 1, MetricsServer::kMaxConnections));
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen, std::function<std::string()> render) {
   std::string host;
   int port = 0;
   if (absl::Status s = ParseHostPort("--metrics_listen", listen, &host, &port); !s.ok()) return s;
-  auto server = std::make_unique<httplib::Server>();
-  server->Get("/metrics", [render = std::move(render)](const httplib::Request&,
-                                                       httplib::Response& response) {
-    response.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  // SO_REUSEADDR alone (a restarted daemon gets its port back at once), not httplib's default
-  // SO_REUSEPORT as well, with which a second daemon on the same port would share it silently.
-  server->set_socket_options([](int socket) {
-    int yes = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  // A scraper is a short request: a slow or silent client is dropped rather than hold a thread.
-  server->set_read_timeout(5, 0);
-  server->set_write_timeout(5, 0);
-  server->set_payload_max_length(64 << 10);
-  const int bound = port == 0 ? server->bind_to_any_port(host) : server->bind_to_port(host, port)
-                                                                     ? port
-                                                                     : -1;
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--metrics_listen ", listen, ": cannot listen there (in use, or not an "
-                     "address of this machine)"));
+  absl::StatusOr<int> socket_fd = Listen(listen, host, port);
+  if (!socket_fd.ok()) return socket_fd.status();
+  sockaddr_storage bound{};
+  socklen_t bound_size = sizeof(bound);
+  if (getsockname(*socket_fd, reinterpret_cast<sockaddr*>(&bound), &bound_size) != 0) {
+    const std::string reason = std::strerror(errno);
+    close(*socket_fd);
+    return absl::InternalError(
+        absl::StrCat("--metrics_listen ", listen, ": reading the port bound: ", reason));
   }
-  std::unique_ptr<MetricsServer> out(new MetricsServer(std::move(server), host, bound));
-  httplib::Server* raw = out->server_.get();
-  auto ended = std::make_shared<std::atomic<bool>>(false);
-  out->thread_ = std::thread([raw, ended] {
-    raw->listen_after_bind();
-    ended->store(true);
-  });
-  // stop() does nothing to a server that is not running yet: wait until it runs (or ended at
-  // once), so that the destructor always ends it.
-  while (!raw->is_running() && !ended->load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool v6 = bound.ss_family == AF_INET6;
+  port = ntohs(v6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
+                  : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+
+  std::unique_ptr<MetricsServer> out(new MetricsServer(std::move(render), host, port));
+  std::string messages;
+  start_messages = &messages;
+  // One thread multiplexes every connection with epoll (no thread per connection, no
+  // FD_SETSIZE cap). The daemon owns the socket from here: it closes it when it stops, and on
+  // nearly every failure to start (not all, so it is not closed again here: a descriptor left
+  // open beats closing one another thread may have been given since).
+  out->daemon_ = MHD_start_daemon(
+      MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+      static_cast<uint16_t>(port), /*apc=*/nullptr, /*apc_cls=*/nullptr, &Answer,
+      const_cast<std::function<std::string()>*>(&out->render_),
+      MHD_OPTION_EXTERNAL_LOGGER, &KeepStartMessage, nullptr,
+      MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*socket_fd),
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(kConnectionMemoryLimit),
+      MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(kInactivityTimeoutSeconds),
+      MHD_OPTION_CONNECTION_LIMIT, ConnectionLimit(), MHD_OPTION_END);
+  start_messages = nullptr;
+  if (out->daemon_ == nullptr) {
+    return absl::InternalError(absl::StrCat("--metrics_listen ", listen,
+                                            ": starting the HTTP server (libmicrohttpd): ",
+                                            messages.empty() ? "failed" : messages));
   }
   return out;
 }
 
-MetricsServer::MetricsServer(std::unique_ptr<httplib::Server> server, std::string host, int port)
-    : server_(std::move(server)), host_(std::move(host)), port_(port) {}
+MetricsServer::MetricsServer(std::function<std::string()> render, std::string host, int port)
+    : render_(std::move(render)), host_(std::move(host)), port_(port) {}
 
 MetricsServer::~MetricsServer() {
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
 }
 
 std::string MetricsServer::address() const { return JoinHostPort(host_, port_); }

@@ -1,7 +1,10 @@
 // MetricsServer: serves a process's metrics over HTTP for Prometheus (`--metrics_listen` on the
-// coordinator and the workers): GET /metrics answers the text exposition format (version 0.0.4),
-// anything else 404. cpp-httplib's server, on threads of its own; a scrape calls `render` on one
-// of them.
+// coordinator and the workers): GET (or HEAD) /metrics answers the text exposition format
+// (version 0.0.4), another method on /metrics 405, any other path 404. GNU libmicrohttpd, every
+// connection on one epoll thread of its own, bounded against hostile clients: a request line and
+// headers must fit in kConnectionMemoryLimit (a longer one is answered 414 or 431 and closed,
+// never buffered), a connection silent for kInactivityTimeoutSeconds is closed, and at most
+// kMaxConnections are open at once. A scrape calls `render` on that thread.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
@@ -10,28 +13,42 @@
 #ifndef WEFT_COMMON_METRICS_SERVER_H_
 #define WEFT_COMMON_METRICS_SERVER_H_
 
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "common/host_port.h"
 
-namespace httplib {
-class Server;
-}
+struct MHD_Daemon;
 
 namespace weft {
 
 class MetricsServer {
  public:
+  // The most memory one connection may hold for its request (libmicrohttpd's per-connection pool:
+  // request line, headers and the answer's headers). A scraper's request is a few hundred bytes,
+  // a few KiB with a bearer token; 32 KiB is libmicrohttpd's own default.
+  static constexpr size_t kConnectionMemoryLimit = 32 << 10;
+  // A connection that sends nothing (or reads nothing of its answer) for this long is closed. A
+  // scraper sends its request as soon as it connects; 5 s is what the cpp-httplib server allowed
+  // before. A client that sends a byte every few seconds is still bounded: by the memory limit
+  // above and the connection cap below.
+  static constexpr unsigned kInactivityTimeoutSeconds = 5;
+  // Connections open at once; further ones wait in the kernel's accept queue until one closes.
+  // Twice the 2,000 stalled connections of the security review (issue 30), so that a scraper
+  // still gets in beside them, and at most 4096 x 32 KiB = 128 MiB of request memory. Capped
+  // further at half the process's open-file limit, so that gRPC, Gloo and the job store keep
+  // descriptors of their own.
+  static constexpr unsigned kMaxConnections = 4096;
+
   // Listens on `listen` (HOST:PORT, the host a name or an address, IPv6 in brackets; port 0
   // picks a free one): INVALID_ARGUMENT naming a malformed address, UNAVAILABLE when it cannot
   // be bound.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& listen, std::function<std::string()> render);
-  // Stops serving and waits for the server's threads.
+  // Stops serving: closes every connection and waits for the server's thread.
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -43,12 +60,14 @@ class MetricsServer {
   std::string url() const;
 
  private:
-  MetricsServer(std::unique_ptr<httplib::Server> server, std::string host, int port);
+  MetricsServer(std::function<std::string()> render, std::string host, int port);
 
-  const std::unique_ptr<httplib::Server> server_;
+  // Called by libmicrohttpd's thread for each scrape; outlives daemon_ (stopped first).
+  const std::function<std::string()> render_;
   const std::string host_;
   const int port_;
-  std::thread thread_;
+  // Owned: MHD_stop_daemon in the destructor.
+  MHD_Daemon* daemon_ = nullptr;
 };
 
 }  // namespace weft

@@ -325,14 +325,18 @@ int Run() {
     spdlog::warn("{}", s.ToString());
   }
   // The background thread ticks every 250 ms at most; a gap of the whole timeout means it, or
-  // the coordinator's lock, is stuck.
+  // the coordinator's lock, is stuck. A server that stopped accepting connections is as stuck to
+  // its clients.
   std::unique_ptr<systemd::Watchdog> watchdog = systemd::Watchdog::StartIfEnabled(
-      "weft-coordinator", [c = coordinator->get()](absl::Duration timeout) {
+      "weft-coordinator",
+      [c = coordinator->get(), s = server->get()](absl::Duration timeout) -> absl::Status {
         const absl::Duration since = c->SinceLastTick();
-        if (since < timeout) return absl::OkStatus();
-        return absl::DeadlineExceededError(absl::StrCat(
-            "the coordinator's background thread has not ticked for ",
-            absl::FormatDuration(absl::Trunc(since, absl::Milliseconds(1)))));
+        if (since >= timeout) {
+          return absl::DeadlineExceededError(absl::StrCat(
+              "the coordinator's background thread has not ticked for ",
+              absl::FormatDuration(absl::Trunc(since, absl::Milliseconds(1)))));
+        }
+        return s->Accepting();
       });
 
   int sig = 0;

@@ -367,14 +367,20 @@ class ClientTest(unittest.TestCase):
     def test_6_server_reflection_lists_the_job_service(self) -> None:
         # ServerReflectionRequest{list_services: "*"} (field 7) as bytes, the reply read as bytes:
         # what grpcurl asks when it is given no protos (README.md, "Python client").
+        # With the client token: a coordinator that has one asks reflection for it too.
         import grpc
+        with open(self.daemons.client_token) as f:
+            bearer = [("authorization", "Bearer " + f.read().strip())]
         with grpc.insecure_channel(self.daemons.address) as channel:
             info = channel.stream_stream(
                 "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
                 request_serializer=lambda b: b, response_deserializer=lambda b: b)
-            replies = list(info(iter([b"\x3a\x01*"]), timeout=10))
+            replies = list(info(iter([b"\x3a\x01*"]), timeout=10, metadata=bearer))
+            with self.assertRaises(grpc.RpcError) as refused:
+                list(info(iter([b"\x3a\x01*"]), timeout=10))
         self.assertEqual(len(replies), 1)
         self.assertIn(b"weft.v1.JobService", replies[0])
+        self.assertEqual(refused.exception.code(), grpc.StatusCode.CANCELLED)
 
     def test_7_the_example_script_watches_a_job_to_success(self) -> None:
         spec = os.path.join(self.work, "example.yaml")

@@ -9,8 +9,8 @@ packages=(
   g++ pkg-config
   protobuf-compiler libprotobuf-dev protobuf-compiler-grpc libgrpc++-dev libgrpc-dev
   libabsl-dev libspdlog-dev libfmt-dev libyaml-cpp-dev nlohmann-json3-dev
-  libgloo-dev libopenblas-dev libsqlite3-dev libssl-dev libsystemd-dev libcpp-httplib-dev
-  libgtest-dev libgmock-dev
+  libgloo-dev libopenblas-dev libsqlite3-dev libssl-dev libsystemd-dev libmicrohttpd-dev
+  libcpp-httplib-dev libgtest-dev libgmock-dev
   openssl
   # The Python client (python/) and its test: Debian's python3 and its gRPC, protobuf and numpy
   # (the test's float64 reference).

@@ -14,12 +14,16 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include <grpcpp/server.h>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/rpc/grpc_services.h"
+#include "coordinator/rpc/open_call_guard.h"
 
 namespace weft::coordinator::rpc {
 
@@ -48,20 +52,36 @@ class CoordinatorServer {
 
   // The bound port.
   int port() const { return port_; }
+  // OK while the server accepts connections; UNAVAILABLE saying why once connections have waited
+  // in the listening socket's accept queue for 10 s (then health says NOT_SERVING too, until the
+  // queue drains). gRPC stops accepting for good after an accept fails with EMFILE, so the
+  // systemd watchdog asks this and a supervisor restarts the coordinator.
+  absl::Status Accepting() const;
+  // The bound on reflection and health Watch streams (open_call_guard.h).
+  const OpenCallGuard& guard() const { return *guard_; }
   // Reports NOT_SERVING, shuts the coordinator down (ending worker streams, watches and
   // rendezvous waits), then stops the server. Idempotent.
   void Shutdown();
 
  private:
   CoordinatorServer(Coordinator* coordinator, const ServiceTokens& tokens);
+  // Health's status, overall and per service.
+  void SetServing(bool serving);
+  // The accept monitor's loop (Accepting()), until Shutdown.
+  void MonitorAccepts();
 
   Coordinator* const coordinator_;  // not owned
   GrpcJobService job_service_;
   GrpcWorkerService worker_service_;
   GrpcRendezvousService rendezvous_service_;
+  std::shared_ptr<OpenCallGuard> guard_;  // shared with the server's interceptors
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   bool shut_down_ = false;
+  mutable absl::Mutex accept_mu_;
+  absl::Status accepting_ ABSL_GUARDED_BY(accept_mu_);
+  absl::Notification stop_monitor_;
+  std::thread accept_monitor_;
 };
 
 }  // namespace weft::coordinator::rpc

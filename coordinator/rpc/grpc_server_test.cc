@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/impl/codegen/sync_stream.h>
 #include <grpcpp/security/credentials.h>
 #include <stdlib.h>
 
 #include <chrono>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/coordinator_channel.h"
+#include "common/subprocess.h"
 #include "common/testing_tls.h"
 #include "common/tls.h"
 #include "coordinator/coordinator.h"
@@ -257,6 +260,101 @@ TEST_F(GrpcServerTest, HealthServiceSaysServing) {
   const grpc::Status status = HealthCheck(channel_, &bytes);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+// A server reflection stream (ServerReflectionInfo, bidi, raw bytes), as grpcurl opens one.
+struct ReflectionStream {
+  std::shared_ptr<grpc::Channel> channel;
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> stream;
+
+  ReflectionStream(std::shared_ptr<grpc::Channel> on, const std::string& token)
+      : channel(std::move(on)) {
+    context.set_deadline(In(30000));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    stream.reset(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::
+                     Create(channel.get(),
+                            grpc::internal::RpcMethod(
+                                "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                grpc::internal::RpcMethod::BIDI_STREAMING),
+                            &context));
+  }
+  // Asks ServerReflectionRequest{list_services: "*"}; the reply's bytes, or nullopt when the
+  // stream ended instead.
+  std::optional<std::string> ListServices() {
+    const std::string ask("\x3a\x01*", 3);
+    grpc::Slice slice(ask);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::ByteBuffer reply;
+    if (!stream->Write(request) || !stream->Read(&reply)) return std::nullopt;
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (reply.Dump(&slices).ok()) {
+      for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    return bytes;
+  }
+  grpc::Status Close() {
+    stream->WritesDone();
+    return stream->Finish();
+  }
+};
+
+// Server reflection needs no token of its own: its streams are bounded, so that idle ones cannot
+// take every server thread (about 1,000 did, and every other call failed RESOURCE_EXHAUSTED).
+TEST_F(GrpcServerTest, ReflectionStreamsAreBounded) {
+  const int bound = OpenCallGuard::Limits().max_reflection_streams;
+  std::vector<std::unique_ptr<ReflectionStream>> open;
+  for (int i = 0; i < bound; ++i) {
+    open.push_back(std::make_unique<ReflectionStream>(channel_, ""));
+    std::optional<std::string> reply = open.back()->ListServices();
+    ASSERT_TRUE(reply.has_value()) << "stream " << i;
+    EXPECT_NE(reply->find("weft.v1.JobService"), std::string::npos);
+  }
+  EXPECT_EQ(server_->guard().open(OpenCallGuard::Kind::kReflection), bound);
+  {
+    ReflectionStream over(channel_, "");
+    EXPECT_FALSE(over.ListServices().has_value());
+    EXPECT_EQ(over.Close().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  EXPECT_EQ(server_->guard().refused(), 1);
+  // The services still answer while the bound is full.
+  auto stub = v1::JobService::NewStub(channel_);
+  grpc::ClientContext list_context;
+  list_context.set_deadline(In(10000));
+  v1::ListJobsResponse jobs;
+  EXPECT_TRUE(stub->ListJobs(&list_context, v1::ListJobsRequest(), &jobs).ok());
+  // A stream that ends frees its place.
+  EXPECT_TRUE(open.back()->Close().ok());
+  open.pop_back();
+  ASSERT_TRUE(PollUntil([&] { return server_->guard().open(OpenCallGuard::Kind::kReflection) < bound; },
+                        absl::Seconds(10))
+                  .ok());
+  ReflectionStream again(channel_, "");
+  EXPECT_TRUE(again.ListServices().has_value());
+  EXPECT_TRUE(again.Close().ok());
+  for (auto& stream : open) EXPECT_TRUE(stream->Close().ok());
+}
+
+TEST(OpenCallGuardTest, CountsOnlyTheUnauthenticatedStreams) {
+  using Kind = OpenCallGuard::Kind;
+  EXPECT_EQ(OpenCallGuard::KindOf("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"),
+            Kind::kReflection);
+  EXPECT_EQ(OpenCallGuard::KindOf("/grpc.reflection.v1.ServerReflection/ServerReflectionInfo"),
+            Kind::kReflection);
+  EXPECT_EQ(OpenCallGuard::KindOf("/grpc.health.v1.Health/Watch"), Kind::kHealthWatch);
+  EXPECT_EQ(OpenCallGuard::KindOf("/grpc.health.v1.Health/Check"), Kind::kOther);
+  EXPECT_EQ(OpenCallGuard::KindOf("/weft.v1.JobService/WatchJob"), Kind::kOther);
+  OpenCallGuard guard("", {.max_reflection_streams = 1, .max_health_watches = 2});
+  EXPECT_TRUE(guard.Admit(Kind::kHealthWatch, nullptr));
+  EXPECT_TRUE(guard.Admit(Kind::kHealthWatch, nullptr));
+  EXPECT_FALSE(guard.Admit(Kind::kHealthWatch, nullptr));
+  EXPECT_TRUE(guard.Admit(Kind::kReflection, nullptr));
+  EXPECT_EQ(guard.open(Kind::kHealthWatch), 2);
+  guard.Release(Kind::kHealthWatch);
+  EXPECT_TRUE(guard.Admit(Kind::kHealthWatch, nullptr));
+  EXPECT_TRUE(guard.Admit(Kind::kOther, nullptr));  // never counted
+  EXPECT_EQ(guard.refused(), 1);
 }
 
 TEST_F(GrpcServerTest, ConnectWithoutHelloIsInvalidArgument) {
@@ -568,6 +666,20 @@ TEST_F(GrpcServerAuthTest, HealthStaysOpen) {
   const grpc::Status status = HealthCheck(Channel(""), &bytes);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+// With a client token, reflection asks for it too: it lists the services, a client's business.
+TEST_F(GrpcServerAuthTest, ReflectionTakesOnlyTheClientToken) {
+  for (const std::string& token : {std::string(), std::string(kWorker)}) {
+    ReflectionStream refused(Channel(""), token);
+    EXPECT_FALSE(refused.ListServices().has_value()) << token;
+    EXPECT_EQ(refused.Close().error_code(), grpc::StatusCode::CANCELLED) << token;
+  }
+  ReflectionStream allowed(Channel(""), kClient);
+  std::optional<std::string> reply = allowed.ListServices();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_NE(reply->find("weft.v1.JobService"), std::string::npos);
+  EXPECT_TRUE(allowed.Close().ok());
 }
 
 // With a certificate: a channel that checks it against its CA gets through (tokens as before);
