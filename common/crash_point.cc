@@ -4,12 +4,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
 #include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace weft {
 namespace {
@@ -33,11 +36,11 @@ absl::StatusOr<std::optional<Armed>> Parse(const char* value) {
     }
     armed.step = step;
   }
-  if (armed.point != kWorkerAfterShard && armed.point != kCoordinatorBeforeCommit &&
-      armed.point != kCoordinatorAfterCommit) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kCrashAtEnv, "=", text, ": unknown point '", armed.point, "' (known: ", kWorkerAfterShard,
-        ", ", kCoordinatorBeforeCommit, ", ", kCoordinatorAfterCommit, ")"));
+  if (std::find(std::begin(kCrashPoints), std::end(kCrashPoints), armed.point) ==
+      std::end(kCrashPoints)) {
+    return absl::InvalidArgumentError(absl::StrCat(kCrashAtEnv, "=", text, ": unknown point '",
+                                                   armed.point, "' (known: ",
+                                                   absl::StrJoin(kCrashPoints, ", "), ")"));
   }
   return std::optional<Armed>(armed);
 }

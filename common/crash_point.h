@@ -9,8 +9,13 @@
 //                              staging folder and not yet reported it to the coordinator
 //   coordinator_before_commit  every writing rank has reported its shard of the step; nothing of
 //                              the commit is done (no index, no rename, `latest` unchanged)
-//   coordinator_after_commit   the step is committed (renamed, `latest` written); its event, and
-//                              at the job's last step its SUCCEEDED state, are not yet stored
+//   coordinator_after_index    the index is written and fsynced in the staging folder, which is
+//                              not yet renamed to step-<N>
+//   coordinator_after_rename   step-<N> is in place, `latest` still names the step before
+//   coordinator_after_latest   `latest` names step-<N>; steps beyond `keep` not yet removed
+//   coordinator_after_commit   the step is committed (renamed, `latest` written, old steps
+//                              removed); its event, and at the job's last step its SUCCEEDED
+//                              state, are not yet stored
 //
 // E.g.
 //   // The test: WEFT_DEBUG_CRASH_AT=coordinator_before_commit@2 in the coordinator's environment.
@@ -30,7 +35,15 @@ namespace weft {
 inline constexpr char kCrashAtEnv[] = "WEFT_DEBUG_CRASH_AT";
 inline constexpr char kWorkerAfterShard[] = "worker_after_shard";
 inline constexpr char kCoordinatorBeforeCommit[] = "coordinator_before_commit";
+inline constexpr char kCoordinatorAfterIndex[] = "coordinator_after_index";
+inline constexpr char kCoordinatorAfterRename[] = "coordinator_after_rename";
+inline constexpr char kCoordinatorAfterLatest[] = "coordinator_after_latest";
 inline constexpr char kCoordinatorAfterCommit[] = "coordinator_after_commit";
+
+// Every point above, in protocol order.
+inline constexpr const char* kCrashPoints[] = {
+    kWorkerAfterShard,       kCoordinatorBeforeCommit, kCoordinatorAfterIndex,
+    kCoordinatorAfterRename, kCoordinatorAfterLatest,  kCoordinatorAfterCommit};
 
 // A second hook, for tests that act while a job runs: WEFT_DEBUG_STEP_MS=<ms> makes each of a
 // worker's training steps take at least that long (it waits before it reports the step), so that

@@ -391,5 +391,57 @@ TEST_F(CheckpointTest, CoordinatorKilledAfterTheLastCommitLeavesTheJobSucceeded)
   }
 }
 
+// The crash-point sweep: the coordinator SIGKILLed at every point of the checkpoint commit (before
+// it, after the index, after the rename, after `latest`, after the old steps are removed and
+// before the step's event and the job's end are stored), at a middle step and at the last, and
+// restarted without the crash armed: every run ends SUCCEEDED, with every step's loss that of
+// the uninterrupted run bit for bit, and its last step's checkpoint whole.
+TEST(CheckpointCrashSweepTest, TheCoordinatorKilledAtEveryCommitPointRestartsToTheSameLosses) {
+  MlpJob job = MlpJob::Create();
+  DaemonClusterOptions options;
+  options.cpu_workers = 2;
+  absl::StatusOr<std::unique_ptr<DaemonCluster>> started = DaemonCluster::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  DaemonCluster& cluster = **started;
+  auto spec = [&](const std::string& name) {
+    return job.WriteSpec(name + ".yaml",
+                         MlpSpec(job, "{shape: [2], dim_names: [dp]}", MlpJob::kSteps,
+                                 absl::StrCat("{dir: ", name, ", every: 1, keep: 2}"), false));
+  };
+  const JobOutcome straight = cluster.RunSpecFile(spec("straight"));
+  ASSERT_EQ(straight.losses.size(), static_cast<size_t>(MlpJob::kSteps));
+
+  for (const char* point : {kCoordinatorBeforeCommit, kCoordinatorAfterIndex,
+                            kCoordinatorAfterRename, kCoordinatorAfterLatest,
+                            kCoordinatorAfterCommit}) {
+    for (const int64_t step : {int64_t{2}, int64_t{MlpJob::kSteps}}) {
+      const std::string name = absl::StrCat(point, "_", step);
+      SCOPED_TRACE(name);
+      ASSERT_TRUE(cluster.RestartCoordinator(CrashAt(point, step)).ok()) << cluster.Logs();
+      ASSERT_TRUE(
+          PollUntil([&] { return cluster.ListWorkers().size() == 2; }, absl::Seconds(60)).ok())
+          << cluster.Logs();
+      const std::string id = SubmitFile(cluster, spec(name));
+      ASSERT_FALSE(id.empty());
+      const std::optional<ExitStatus> exit = cluster.coordinator().WaitFor(absl::Seconds(120));
+      ASSERT_TRUE(exit.has_value()) << "the coordinator did not crash\n" << cluster.Logs();
+      EXPECT_EQ(exit->signal, SIGKILL) << exit->Describe() << "\n" << cluster.Logs();
+
+      ASSERT_TRUE(cluster.RestartCoordinator({}).ok()) << cluster.Logs();
+      // The workers reconnect to the new coordinator by themselves.
+      ASSERT_TRUE(
+          PollUntil([&] { return cluster.ListWorkers().size() == 2; }, absl::Seconds(60)).ok())
+          << cluster.Logs();
+      const JobOutcome outcome = JobOutcome::Of(cluster.Watch(id, 120));
+      EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << "\n" << cluster.Logs();
+      ASSERT_EQ(outcome.losses.size(), static_cast<size_t>(MlpJob::kSteps)) << cluster.Logs();
+      for (const auto& [s, loss] : straight.losses) {
+        EXPECT_EQ(outcome.losses.at(s), loss) << "step " << s;
+      }
+      ExpectLoadable(job.dir + "/" + name, MlpJob::kSteps);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weft::testing

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "common/checkpoint/box_geometry.h"
+#include "common/crash_point.h"
 #include "common/dtype.h"
 #include "common/file_io.h"
 #include "common/safetensors.h"
@@ -341,11 +342,14 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
 
   RETURN_IF_ERROR(Annotate(WriteFile(absl::StrCat(staging, "/", kIndexFile), {SerializeIndex(index)}), context));
   RETURN_IF_ERROR(Annotate(FsyncDir(staging), context));
+  CrashPoint(kCoordinatorAfterIndex, step);  // crash tests (common/crash_point.h)
   RETURN_IF_ERROR(Annotate(Rename(staging, final_dir), context));
   RETURN_IF_ERROR(Annotate(FsyncDir(dir), context));
+  CrashPoint(kCoordinatorAfterRename, step);
   RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
                                                {absl::StrCat(kStepPrefix, step, "\n")}),
                            context));
+  CrashPoint(kCoordinatorAfterLatest, step);
   CollectGarbage(dir, keep, step);
   return absl::OkStatus();
 }
