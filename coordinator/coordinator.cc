@@ -236,18 +236,18 @@ absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const Job
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const v1::GetJobRequest& request) {
-  writer_.Sync();
+  RETURN_IF_ERROR(writer_.Sync());
   return queries_.GetJob(request);
 }
 
 absl::StatusOr<v1::ListJobsResponse> Coordinator::ListJobs(const v1::ListJobsRequest& request) {
-  writer_.Sync();
+  RETURN_IF_ERROR(writer_.Sync());
   return queries_.ListJobs(request);
 }
 
 absl::StatusOr<v1::GetJobLogsResponse> Coordinator::GetJobLogs(
     const v1::GetJobLogsRequest& request) {
-  writer_.Sync();
+  RETURN_IF_ERROR(writer_.Sync());
   return queries_.GetJobLogs(request);
 }
 
@@ -279,7 +279,7 @@ absl::StatusOr<v1::Job> Coordinator::CancelJob(const std::string& job_id,
       RouteLocked(job_id, JobRun::Cancel{why});
     }
   }
-  writer_.Sync();
+  RETURN_IF_ERROR(writer_.Sync());
   ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
   if (running) return job;
   return absl::FailedPreconditionError(absl::StrCat("job ", job_id, " is already ",
@@ -298,7 +298,7 @@ std::vector<v1::WorkerInfo> Coordinator::ListWorkers() {
 }
 
 absl::StatusOr<v1::JobTrace> Coordinator::GetJobTrace(const std::string& job_id) {
-  writer_.Sync();
+  RETURN_IF_ERROR(writer_.Sync());
   ASSIGN_OR_RETURN(v1::Job job, store_->GetJob(job_id));
   return traces_.TraceOf(job);
 }
@@ -565,12 +565,13 @@ void Coordinator::ApplyRetention() {
     ObservedMutexLock lock(&mu_);
     if (shutting_down_) return;
   }
-  writer_.Sync();  // the ended jobs' final states are stored
+  // The ended jobs' final states are stored first; while the store fails, nothing is deleted.
+  if (!writer_.Sync().ok()) return;
   retention_.Apply();
 }
 
 absl::StatusOr<v1::Job> Coordinator::DeleteJob(const std::string& job_id) {
-  writer_.Sync();
+  RETURN_IF_ERROR(writer_.Sync());
   absl::StatusOr<v1::Job> job = DeleteEndedJob(job_id);
   if (absl::IsFailedPrecondition(job.status())) {
     return absl::FailedPreconditionError(absl::StrCat(

@@ -110,6 +110,9 @@ class Coordinator {
   // says. The daemon's systemd watchdog pings only while this stays short: the background thread
   // ticks every 250 ms at most, so a long gap means the thread or mu_ is stuck.
   absl::Duration SinceLastTick() const;
+  // OK, or why job records wait to be stored (the job store's disk is full): they are retried
+  // until stored, reads answer this error meanwhile, and health says NOT_SERVING.
+  absl::Status StoreHealth() const { return writer_.health(); }
 
   // ---- JobService ----
   // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.

@@ -82,6 +82,26 @@ CREATE TABLE IF NOT EXISTS counters (
 );
 )sql";
 
+// SQLite's failure as a status: RESOURCE_EXHAUSTED for a full disk and UNAVAILABLE for the other
+// failures of a store that cannot take a write now but could later (an I/O error, the file busy
+// or read-only), so that the writer retries them (IsRetriableStoreError); INTERNAL otherwise (the
+// write itself is wrong).
+absl::Status SqliteStatus(int rc, const std::string& why) {
+  switch (rc & 0xff) {  // the primary code of an extended one
+    case SQLITE_FULL:
+      return absl::ResourceExhaustedError(absl::StrCat("SQLite: ", why));
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOMEM:
+    case SQLITE_READONLY:
+      return absl::UnavailableError(absl::StrCat("SQLite: ", why));
+    default:
+      return absl::InternalError(absl::StrCat("SQLite: ", why));
+  }
+}
+
 // One prepared statement, finalized when it goes out of scope.
 class Statement {
  public:
@@ -117,12 +137,11 @@ class Statement {
   absl::Status Run() {
     while (Step()) {
     }
-    if (rc_ == SQLITE_OK) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("SQLite: ", sqlite3_errmsg(db_)));
+    return done_status();
   }
   absl::Status done_status() const {
     if (rc_ == SQLITE_OK) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("SQLite: ", sqlite3_errmsg(db_)));
+    return SqliteStatus(rc_, sqlite3_errmsg(db_));
   }
 
   int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
@@ -378,10 +397,11 @@ JobStore::~JobStore() {
 
 absl::Status JobStore::Exec(const char* sql) {
   char* err = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+  const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, &err);
+  if (rc != SQLITE_OK) {
     std::string why = err != nullptr ? err : sqlite3_errmsg(db_);
     sqlite3_free(err);
-    return absl::InternalError(absl::StrCat("SQLite: ", why));
+    return SqliteStatus(sqlite3_extended_errcode(db_), why);
   }
   return absl::OkStatus();
 }
@@ -507,6 +527,10 @@ absl::Status JobStore::AppendEvent(const std::string& job_id, int attempt,
                   absl::StrCat("storing an event of job ", job_id));
 }
 
+bool IsRetriableStoreError(const absl::Status& status) {
+  return absl::IsResourceExhausted(status) || absl::IsUnavailable(status);
+}
+
 std::vector<absl::Status> JobStore::WriteBatch(const std::vector<JobWrite>& writes) {
   ObserveWrite();
   absl::MutexLock lock(&mu_);
@@ -526,6 +550,13 @@ std::vector<absl::Status> JobStore::WriteBatch(const std::vector<JobWrite>& writ
     } else {
       Exec("ROLLBACK TO job_write;").IgnoreError();
       Exec("RELEASE job_write;").IgnoreError();
+    }
+    if (IsRetriableStoreError(s)) {
+      // The store cannot take writes now (a full disk): none of the batch is stored, so that
+      // the writer, which tries them again, keeps their order.
+      Exec("ROLLBACK;").IgnoreError();
+      for (absl::Status& each : statuses) each = Annotate(s, "storing a batch of job writes");
+      return statuses;
     }
     statuses[i] = Annotate(s, absl::StrCat("storing job ", w.job_id));
   }

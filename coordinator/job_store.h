@@ -101,6 +101,10 @@ struct JobWrite {
   std::optional<v1::JobEvent> event;
 };
 
+// Whether a store error means the store cannot take writes now but may later: RESOURCE_EXHAUSTED
+// (its disk is full) or UNAVAILABLE (an I/O error, the file busy or read-only).
+bool IsRetriableStoreError(const absl::Status& status);
+
 class JobStore {
  public:
   // Opens (creating if needed) the database at `path`; its folder must exist.
@@ -123,7 +127,9 @@ class JobStore {
   // The writes in order, in one transaction (one fsync for all of them: the coordinator's store
   // writer groups what queued while the last batch was written). Each write stands alone: one
   // that fails (a job deleted meanwhile: NOT_FOUND) is rolled back by itself, and its status is
-  // the one at its index.
+  // the one at its index. When the store cannot take writes now (IsRetriableStoreError: SQLite's
+  // disk full, I/O, busy or read-only errors), none of the batch is stored and every status says
+  // so.
   std::vector<absl::Status> WriteBatch(const std::vector<JobWrite>& writes);
 
   // Called at the start of every write (tests: which thread writes, and under which lock).

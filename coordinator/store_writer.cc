@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace weft::coordinator {
@@ -25,14 +26,26 @@ void StoreWriter::Write(JobWrite write) {
       return;
     }
   }
-  WriteGroup({std::move(write)});
+  absl::Status why;
+  std::vector<JobWrite> lost = WriteGroup({std::move(write)}, &why);
+  if (!lost.empty()) {
+    spdlog::error("job {}: a write after the store writer stopped is lost: {}", lost[0].job_id,
+                  why.ToString());
+  }
 }
 
-void StoreWriter::Sync() {
+absl::Status StoreWriter::Sync() {
   absl::MutexLock lock(&mu_);
   const int64_t ticket = queued_;
-  auto done = [&] { return written_ >= ticket || stopped_; };
+  auto done = [&] { return written_ >= ticket || stopped_ || !failing_.ok(); };
   mu_.Await(absl::Condition(&done));
+  if (written_ >= ticket || stopped_) return absl::OkStatus();
+  return failing_;
+}
+
+absl::Status StoreWriter::health() const {
+  absl::MutexLock lock(&mu_);
+  return failing_;
 }
 
 void StoreWriter::AwaitRoom() {
@@ -97,29 +110,67 @@ void StoreWriter::Loop() {
     }
     if (fn != nullptr) {
       (*fn)();
-    } else {
-      WriteGroup(group);
+      absl::MutexLock lock(&mu_);
+      ++written_;
+      continue;
     }
+    const int64_t size = static_cast<int64_t>(group.size());
+    absl::Status why;
+    std::vector<JobWrite> waiting = WriteGroup(std::move(group), &why);
     absl::MutexLock lock(&mu_);
-    if (fn == nullptr) {
-      ++groups_;
-      largest_group_ = std::max<int64_t>(largest_group_, static_cast<int64_t>(group.size()));
+    ++groups_;
+    largest_group_ = std::max(largest_group_, size);
+    written_ += size - static_cast<int64_t>(waiting.size());
+    if (waiting.empty()) {
+      if (!failing_.ok()) spdlog::info("the job store takes writes again");
+      failing_ = absl::OkStatus();
+      continue;
     }
-    written_ += fn != nullptr ? 1 : static_cast<int64_t>(group.size());
+    const int64_t count = static_cast<int64_t>(waiting.size());
+    if (stopping_) {
+      // The coordinator is stopping: one try was all; what the store still refuses is lost.
+      written_ += count;
+      spdlog::error("stopping: {} write(s) the job store refused are lost: {}", count,
+                    why.ToString());
+      continue;
+    }
+    // Never lost while running: back at the front, in order, tried again after a pause.
+    for (auto it = waiting.rbegin(); it != waiting.rend(); ++it) queue_.push_front(std::move(*it));
+    const bool first = failing_.ok();
+    failing_ = absl::Status(
+        why.code(), absl::StrCat("the job store cannot be written (", why.message(), "): ",
+                                 queued_ - written_, " write(s) wait, tried again every ",
+                                 absl::FormatDuration(kRetryEvery)));
+    if (first) {
+      spdlog::error("{}; health says NOT_SERVING until they are stored",
+                    std::string(failing_.message()));
+    }
+    auto stopping = [&] { return stopping_; };
+    mu_.AwaitWithTimeout(absl::Condition(&stopping), kRetryEvery);
   }
 }
 
-void StoreWriter::WriteGroup(const std::vector<JobWrite>& group) {
+std::vector<JobWrite> StoreWriter::WriteGroup(std::vector<JobWrite> group, absl::Status* why) {
   const std::vector<absl::Status> statuses = store_->WriteBatch(group);
+  std::vector<JobWrite> waiting;
   for (size_t i = 0; i < group.size(); ++i) {
+    if (IsRetriableStoreError(statuses[i])) {
+      // The store cannot take it now (JobStore::WriteBatch then stored none of the batch, so the
+      // order holds when they are tried again).
+      if (waiting.empty()) *why = statuses[i];
+      waiting.push_back(std::move(group[i]));
+      continue;
+    }
     if (!statuses[i].ok()) {
-      // The in-memory state moves on (workers must still be freed); the record is stale, and no
-      // watcher sees an event the store does not hold.
+      // A write the store refuses for what it is: the in-memory state moves on (workers must
+      // still be freed); the record is stale, and no watcher sees an event the store does not
+      // hold.
       spdlog::error("job {}: {}", group[i].job_id, statuses[i].ToString());
       continue;
     }
     if (group[i].event.has_value()) published_(*group[i].event);
   }
+  return waiting;
 }
 
 }  // namespace weft::coordinator

@@ -26,6 +26,8 @@
 #include <variant>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/synchronization/mutex.h"
 #include "coordinator/job_store.h"
 #include "weft/v1/job.pb.h"
@@ -37,6 +39,8 @@ class StoreWriter {
   // Writes queued and not yet stored past which AwaitRoom waits: about a tenth of a second of
   // step events on this project's CI machine.
   static constexpr int64_t kDefaultMaxBacklog = 2048;
+  // How often writes the store could not take are tried again.
+  static constexpr absl::Duration kRetryEvery = absl::Seconds(1);
 
   // `store` outlives the writer. `published` runs on the writer thread for each stored event.
   StoreWriter(JobStore* store, std::function<void(const v1::JobEvent&)> published,
@@ -47,8 +51,15 @@ class StoreWriter {
 
   // Queues the write; never waits for the disk. After Stop it is written at once.
   void Write(JobWrite write) ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits until every write queued before the call is stored (or failed: it is logged).
-  void Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until every write queued before the call is stored (or failed for good: it is logged).
+  // While the store cannot take writes (its disk is full), returns that at once (RESOURCE_EXHAUSTED
+  // for a full disk, else UNAVAILABLE), saying how many writes wait: the reader answers with it
+  // rather than with a stale record.
+  absl::Status Sync() ABSL_LOCKS_EXCLUDED(mu_);
+  // OK, or why writes wait to be stored (the store failed them with IsRetriableStoreError: a full
+  // disk, an I/O error); the writer retries them, oldest first, every kRetryEvery until they are
+  // stored.
+  absl::Status health() const ABSL_LOCKS_EXCLUDED(mu_);
   // Waits while more than max_backlog writes are queued and not yet stored. Never call it under
   // a lock the writer's `published` takes.
   void AwaitRoom() ABSL_LOCKS_EXCLUDED(mu_);
@@ -65,8 +76,10 @@ class StoreWriter {
  private:
   using Item = std::variant<JobWrite, const std::function<void()>*>;
   void Loop();
-  // Stores the writes, then publishes the events of those stored.
-  void WriteGroup(const std::vector<JobWrite>& group);
+  // Stores the writes, then publishes the events of those stored. Returns those the store could
+  // not take now (UNAVAILABLE), in order, and sets *why to the first such failure; a write that
+  // fails otherwise is logged and dropped.
+  std::vector<JobWrite> WriteGroup(std::vector<JobWrite> group, absl::Status* why);
 
   JobStore* const store_;
   const std::function<void(const v1::JobEvent&)> published_;
@@ -77,6 +90,7 @@ class StoreWriter {
   int64_t written_ ABSL_GUARDED_BY(mu_) = 0;  // items ever done, in queue order
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status failing_ ABSL_GUARDED_BY(mu_);  // health()
   int64_t groups_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t largest_group_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;  // owned; joined by Stop

@@ -75,6 +75,9 @@ class DaemonCluster {
   // crashed coordinator's supervisor would; returns once it serves. Workers reconnect by
   // themselves.
   absl::Status RestartCoordinator();
+  // The same with `env` in place of the cluster's coordinator environment from now on (e.g. a
+  // crash point armed, or none).
+  absl::Status RestartCoordinator(const std::map<std::string, std::string>& env);
 
   grpc::Status Submit(const v1::JobSpec& spec, std::string* job_id = nullptr) const;
   // The job; fails the calling test if the call fails.
@@ -100,6 +103,13 @@ class DaemonCluster {
   int coordinator_restarts_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
 };
+
+// A channel of its own (its own connection, not one shared with other channels): a call on it
+// shows whether the server accepts new connections.
+std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address);
+// grpc.health.v1.Health/Check (service "") over `channel`: "SERVING", "NOT_SERVING", or the
+// call's error.
+std::string HealthStatus(const std::shared_ptr<grpc::Channel>& channel);
 
 // A suite whose cases share one cluster of kWorkers cpu workers: started before its first case,
 // stopped after its last. Base is ::testing::Test or ::testing::TestWithParam<...>; a suite that

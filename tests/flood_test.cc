@@ -21,15 +21,11 @@
 #include <string>
 #include <vector>
 
-#include <grpcpp/create_channel.h>
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/security/credentials.h>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/jobspec/yaml.h"
 #include "common/subprocess.h"
@@ -105,44 +101,6 @@ class IdleConnections {
   std::vector<int> fds_;
 };
 
-// grpc.health.v1.Health/Check (service "") over `channel`: "SERVING", "NOT_SERVING", or the
-// call's error.
-std::string Health(const std::shared_ptr<grpc::Channel>& channel) {
-  grpc::GenericStub stub(channel);
-  grpc::Slice empty("", 0);
-  grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
-                   status = s;
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  if (!status.ok()) return absl::StrCat("error ", status.error_code(), ": ", status.error_message());
-  std::vector<grpc::Slice> slices;
-  std::string bytes;
-  if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) {
-      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-  }
-  // HealthCheckResponse{status}: 08 01 SERVING, 08 02 NOT_SERVING.
-  if (bytes == std::string("\x08\x01", 2)) return "SERVING";
-  if (bytes == std::string("\x08\x02", 2)) return "NOT_SERVING";
-  return "unexpected reply";
-}
-
-// A channel of its own (its own connection, not one shared with other channels).
-std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-}
-
 // GET /metrics on a new connection: the status line's code, or 0 when nothing answered in 5 s.
 int Scrape(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -213,7 +171,7 @@ TEST(FloodTest, AThousandIdleConnectionsOnEachPortDoNotStopServingOrTheJob) {
   WriteAll(spec_file, MlpSpec(job, "{shape: [1], dim_names: [dp]}", 3, "", false));
   CommandResult submit = c.Weftctl({"submit", "--check-local-files", spec_file}, 30);
   EXPECT_EQ(submit.exit_code, 0) << submit.err;
-  EXPECT_EQ(Health(FreshChannel(c.address())), "SERVING");
+  EXPECT_EQ(HealthStatus(FreshChannel(c.address())), "SERVING");
   // The metrics server bounds its connections: a scrape is answered, once idle ones time out if
   // the bound is full.
   int code = 0;
@@ -236,7 +194,7 @@ TEST(FloodTest, AThousandIdleConnectionsOnEachPortDoNotStopServingOrTheJob) {
                         absl::Seconds(40), absl::Milliseconds(500))
                   .ok())
       << metrics_flood.ClosedByServer() << " of " << kFlood << " metrics connections closed";
-  EXPECT_EQ(Health(FreshChannel(c.address())), "SERVING");
+  EXPECT_EQ(HealthStatus(FreshChannel(c.address())), "SERVING");
 }
 
 TEST(FloodTest, AServerOutOfDescriptorsSaysNotServingAndStopsPingingTheWatchdog) {
@@ -259,12 +217,12 @@ TEST(FloodTest, AServerOutOfDescriptorsSaysNotServingAndStopsPingingTheWatchdog)
       << ReadFileOrEmpty(log);
   // A client connected before the flood keeps its connection.
   std::shared_ptr<grpc::Channel> before = FreshChannel(absl::StrCat("127.0.0.1:", *port));
-  ASSERT_EQ(Health(before), "SERVING");
+  ASSERT_EQ(HealthStatus(before), "SERVING");
 
   IdleConnections flood(*port, 300);
   ASSERT_EQ(flood.size(), 300);
   std::string health;
-  ASSERT_TRUE(PollUntil([&] { return (health = Health(before)) == "NOT_SERVING"; },
+  ASSERT_TRUE(PollUntil([&] { return (health = HealthStatus(before)) == "NOT_SERVING"; },
                         absl::Seconds(60), absl::Milliseconds(500))
                   .ok())
       << health << "\n" << ReadFileOrEmpty(log);

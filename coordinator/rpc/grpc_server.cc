@@ -86,10 +86,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
         absl::StrCat("cannot listen on ", listen, " (is another process serving on that port?)"));
   }
   s->SetServing(true);
-  // A unix socket has no accept queue in /proc/net/tcp.
-  if (!absl::StartsWith(listen, "unix:")) {
-    s->accept_monitor_ = std::thread([raw = s.get()] { raw->MonitorAccepts(); });
-  }
+  s->monitor_ = std::thread([raw = s.get(), unix = absl::StartsWith(listen, "unix:")] {
+    raw->Monitor(/*watch_accepts=*/!unix);  // a unix socket has no queue in /proc/net/tcp
+  });
   return s;
 }
 
@@ -108,35 +107,48 @@ absl::Status CoordinatorServer::Accepting() const {
   return accepting_;
 }
 
-void CoordinatorServer::MonitorAccepts() {
+void CoordinatorServer::Monitor(bool watch_accepts) {
   // Opened now, while descriptors are to be had: each sample needs none.
-  absl::StatusOr<std::unique_ptr<ListenQueueProbe>> probe = ListenQueueProbe::Open(port_);
-  if (!probe.ok()) {
-    spdlog::warn("cannot watch the gRPC port's accept queue: {}", probe.status().ToString());
-    return;
+  std::unique_ptr<ListenQueueProbe> probe;
+  if (watch_accepts) {
+    absl::StatusOr<std::unique_ptr<ListenQueueProbe>> opened = ListenQueueProbe::Open(port_);
+    if (opened.ok()) {
+      probe = *std::move(opened);
+    } else {
+      spdlog::warn("cannot watch the gRPC port's accept queue: {}", opened.status().ToString());
+    }
   }
   int waiting_samples = 0;
+  bool serving = true;
   while (!stop_monitor_.WaitForNotificationWithTimeout(kAcceptSampleEvery)) {
-    absl::StatusOr<int64_t> waiting = (*probe)->Sample();
-    if (!waiting.ok()) {
-      spdlog::warn("cannot watch the gRPC port's accept queue: {}", waiting.status().ToString());
-      return;
+    if (probe != nullptr) {
+      absl::StatusOr<int64_t> waiting = probe->Sample();
+      if (!waiting.ok()) {
+        spdlog::warn("cannot watch the gRPC port's accept queue: {}", waiting.status().ToString());
+        probe.reset();
+        continue;
+      }
+      waiting_samples = *waiting > 0 ? waiting_samples + 1 : 0;
+      absl::MutexLock lock(&accept_mu_);
+      if (waiting_samples >= kStalledSamples && accepting_.ok()) {
+        accepting_ = absl::UnavailableError(absl::StrCat(
+            "the gRPC server has stopped accepting connections: ", *waiting,
+            " have waited in port ", port_, "'s accept queue for ",
+            absl::FormatDuration(kAcceptSampleEvery * kStalledSamples),
+            " (out of file descriptors? see the open-file limit logged at start)"));
+        spdlog::error("{}; health says NOT_SERVING and the systemd watchdog is no longer pinged",
+                      std::string(accepting_.message()));
+      } else if (waiting_samples == 0 && !accepting_.ok()) {
+        accepting_ = absl::OkStatus();
+        spdlog::info("the gRPC server accepts connections again");
+      }
     }
-    waiting_samples = *waiting > 0 ? waiting_samples + 1 : 0;
-    absl::MutexLock lock(&accept_mu_);
-    if (waiting_samples >= kStalledSamples && accepting_.ok()) {
-      accepting_ = absl::UnavailableError(absl::StrCat(
-          "the gRPC server has stopped accepting connections: ", *waiting,
-          " have waited in port ", port_, "'s accept queue for ",
-          absl::FormatDuration(kAcceptSampleEvery * kStalledSamples),
-          " (out of file descriptors? see the open-file limit logged at start)"));
-      spdlog::error("{}; health says NOT_SERVING and the systemd watchdog is no longer pinged",
-                    std::string(accepting_.message()));
-      SetServing(false);
-    } else if (waiting_samples == 0 && !accepting_.ok()) {
-      accepting_ = absl::OkStatus();
-      spdlog::info("the gRPC server accepts connections again; health says SERVING");
-      SetServing(true);
+    // Health says SERVING while connections are accepted and job records can be stored.
+    const bool now = Accepting().ok() && coordinator_->StoreHealth().ok();
+    if (now != serving) {
+      serving = now;
+      SetServing(serving);
+      spdlog::info("health says {}", serving ? "SERVING" : "NOT_SERVING");
     }
   }
 }
@@ -148,7 +160,7 @@ void CoordinatorServer::Shutdown() {
   if (shut_down_ || server_ == nullptr) return;
   shut_down_ = true;
   stop_monitor_.Notify();
-  if (accept_monitor_.joinable()) accept_monitor_.join();
+  if (monitor_.joinable()) monitor_.join();
   if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
     health->SetServingStatus(false);
   }

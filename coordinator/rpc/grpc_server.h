@@ -55,7 +55,8 @@ class CoordinatorServer {
   // OK while the server accepts connections; UNAVAILABLE saying why once connections have waited
   // in the listening socket's accept queue for 10 s (then health says NOT_SERVING too, until the
   // queue drains). gRPC stops accepting for good after an accept fails with EMFILE, so the
-  // systemd watchdog asks this and a supervisor restarts the coordinator.
+  // systemd watchdog asks this and a supervisor restarts the coordinator. Health also says
+  // NOT_SERVING while job records cannot be stored (Coordinator::StoreHealth).
   absl::Status Accepting() const;
   // The bound on reflection and health Watch streams (open_call_guard.h).
   const OpenCallGuard& guard() const { return *guard_; }
@@ -67,8 +68,9 @@ class CoordinatorServer {
   CoordinatorServer(Coordinator* coordinator, const ServiceTokens& tokens);
   // Health's status, overall and per service.
   void SetServing(bool serving);
-  // The accept monitor's loop (Accepting()), until Shutdown.
-  void MonitorAccepts();
+  // Once a second until Shutdown: the accept queue (Accepting(), when `watch_accepts`) and the job
+  // store's writes (Coordinator::StoreHealth) set health's status.
+  void Monitor(bool watch_accepts);
 
   Coordinator* const coordinator_;  // not owned
   GrpcJobService job_service_;
@@ -81,7 +83,7 @@ class CoordinatorServer {
   mutable absl::Mutex accept_mu_;
   absl::Status accepting_ ABSL_GUARDED_BY(accept_mu_);
   absl::Notification stop_monitor_;
-  std::thread accept_monitor_;
+  std::thread monitor_;
 };
 
 }  // namespace weft::coordinator::rpc
