@@ -65,11 +65,28 @@ absl::StatusOr<int64_t> ParseStepMs(const char* value) {
   return ms;
 }
 
+// WEFT_DEBUG_STALL_AT's step; 0 when unset.
+absl::StatusOr<int64_t> ParseStallAt(const char* value) {
+  if (value == nullptr) return 0;
+  int64_t step;
+  if (!absl::SimpleAtoi(value, &step) || step < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kStallAtEnv, "=", value, ": must be a step number >= 1"));
+  }
+  return step;
+}
+
 }  // namespace
 
 absl::Status CheckCrashPointEnv() {
   if (absl::Status s = Parse(getenv(kCrashAtEnv)).status(); !s.ok()) return s;
+  if (absl::Status s = ParseStallAt(getenv(kStallAtEnv)).status(); !s.ok()) return s;
   return ParseStepMs(getenv(kStepMsEnv)).status();
+}
+
+bool DebugStallAt(int64_t attempt, int64_t step) {
+  static const int64_t stall_at = ParseStallAt(getenv(kStallAtEnv)).value_or(0);
+  return stall_at > 0 && attempt == 0 && step == stall_at;
 }
 
 absl::Duration DebugMinStepTime() {

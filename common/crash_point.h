@@ -50,14 +50,22 @@ inline constexpr const char* kCrashPoints[] = {
 // a job of a tiny model still runs when the test kills a worker or starts one.
 inline constexpr char kStepMsEnv[] = "WEFT_DEBUG_STEP_MS";
 
-// OK when WEFT_DEBUG_CRASH_AT and WEFT_DEBUG_STEP_MS are unset; else INVALID_ARGUMENT unless the
-// first names a point above, optionally with "@<step>" (step >= 0), and the second is a number
-// of milliseconds >= 0. The daemons check them at startup, so that a misspelt point fails the
+// A third, for the coordinator's progress watchdog: WEFT_DEBUG_STALL_AT=<step> makes a worker's
+// rank stop, in the job's first attempt, as it reports that step (its thread sleeps, as a rank
+// blocked in a collective whose peer it cannot reach), while the worker's heartbeats go on.
+inline constexpr char kStallAtEnv[] = "WEFT_DEBUG_STALL_AT";
+
+// OK when WEFT_DEBUG_CRASH_AT, WEFT_DEBUG_STEP_MS and WEFT_DEBUG_STALL_AT are unset; else
+// INVALID_ARGUMENT unless the first names a point above, optionally with "@<step>" (step >= 0),
+// the second is a number of milliseconds >= 0 and the third a step >= 1. The daemons check them at startup, so that a misspelt point fails the
 // test at once instead of never crashing.
 absl::Status CheckCrashPointEnv();
 
 // WEFT_DEBUG_STEP_MS as a duration; zero when unset (or malformed: CheckCrashPointEnv says so).
 absl::Duration DebugMinStepTime();
+
+// Whether WEFT_DEBUG_STALL_AT names `step` and `attempt` is the first (0).
+bool DebugStallAt(int64_t attempt, int64_t step);
 
 // Ends this process with SIGKILL, after a line on stderr, when WEFT_DEBUG_CRASH_AT names `point`
 // and, if it gives a step, `step`. Returns otherwise.

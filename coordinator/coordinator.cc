@@ -347,7 +347,8 @@ void Coordinator::StartJobLocked(v1::Job job, const std::vector<std::string>& wo
   }
   auto run = std::make_unique<JobRun>(job, std::move(slots),
                                       JobRunConfig{options_.failure_settle_ms,
-                                                   options_.cancel_grace_ms});
+                                                   options_.cancel_grace_ms,
+                                                   options_.progress_floor_ms});
   std::vector<JobRun::Command> commands = run->Start(Now());
   runs_[job_id] = Attempt{std::move(run), ""};
   ExecuteLocked(job_id, std::move(commands));

@@ -30,6 +30,9 @@ struct CoordinatorOptions {
   // in the message (a checksum error on rank 1, not rank 2's "connection closed" echo of it).
   // 0: the first reported is the cause.
   int64_t failure_settle_ms = 1000;
+  // The progress watchdog's floor (JobRunConfig::progress_floor_ms): an attempt that completes no
+  // step for max(this, 10 x its median step time) restarts. 0: no watchdog.
+  int64_t progress_floor_ms = 60'000;
   // Wall-clock milliseconds; tests substitute a manual clock.
   std::function<int64_t()> now_ms;
   // Fills derived fields and checks a submitted spec (default: PrepareJobSpec:

@@ -5,6 +5,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/utf8.h"
 #include "coordinator/elastic.h"
 #include "spdlog/spdlog.h"
@@ -18,6 +19,9 @@ std::string WithoutRankPrefix(const std::string& message, int rank) {
   const std::string prefix = absl::StrCat("rank ", rank, ": ");
   return absl::StartsWith(message, prefix) ? message.substr(prefix.size()) : message;
 }
+
+// "12.3 s".
+std::string FormatMs(int64_t ms) { return absl::StrFormat("%.1f s", ms / 1000.0); }
 
 std::string Plural(size_t n, const char* noun) {
   return absl::StrCat(n, " ", noun, n == 1 ? "" : "s");
@@ -92,7 +96,7 @@ std::vector<JobRun::Command> JobRun::Apply(const Event& event, int64_t now) {
   } else if (const auto* e = std::get_if<Step>(&event)) {
     OnStep(e->report, now, &out);
   } else if (const auto* e = std::get_if<Shard>(&event)) {
-    OnShard(e->report, &out);
+    OnShard(e->report, now, &out);
   } else if (const auto* e = std::get_if<Committed>(&event)) {
     OnCommitted(*e, now, &out);
   } else if (const auto* e = std::get_if<Cancel>(&event)) {
@@ -217,6 +221,12 @@ void JobRun::OnStep(const v1::StepReport& report, int64_t now, Commands* out) {
     return;
   }
   if (!complete->has_value()) return;
+  if (steps_seen_++ > 0) {
+    step_gaps_ms_.push_back(now - last_step_ms_);
+    if (step_gaps_ms_.size() > 64) step_gaps_ms_.pop_front();
+  }
+  last_step_ms_ = now;
+  last_progress_ms_ = now;
   v1::JobEvent step;
   step.set_job_id(job_.id());
   step.set_time_ms(now);
@@ -230,7 +240,8 @@ void JobRun::OnStep(const v1::StepReport& report, int64_t now, Commands* out) {
   out->push_back(AppendEvent{std::move(eval)});
 }
 
-void JobRun::OnShard(const v1::CheckpointReport& report, Commands* out) {
+void JobRun::OnShard(const v1::CheckpointReport& report, int64_t now, Commands* out) {
+  last_progress_ms_ = now;  // a rank is saving: it is not stuck
   if (job_.spec().checkpoint().dir().empty()) {
     spdlog::warn("job {}: ignoring a checkpoint report: the job has no checkpoint.dir", job_.id());
     return;
@@ -294,10 +305,33 @@ void JobRun::OnCancel(const std::string& reason, int64_t now, Commands* out) {
   CancelRunning(reason, out);
 }
 
+int64_t JobRun::ProgressLimitMs() const {
+  if (config_.progress_floor_ms <= 0 || steps_seen_ < JobRunConfig::kProgressSteps) return 0;
+  std::vector<int64_t> gaps(step_gaps_ms_.begin(), step_gaps_ms_.end());
+  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  return std::max(config_.progress_floor_ms, JobRunConfig::kProgressFactor * gaps[gaps.size() / 2]);
+}
+
 void JobRun::OnTick(int64_t now, Commands* out) {
   if (!failures_.empty() && !cancelling_ && settle_deadline_ms_ <= now) {
     DecideFailure(now, out);
     return;
+  }
+  // The progress watchdog, while the ranks are meant to be stepping.
+  if (job_.state() == v1::RUNNING && !cancelling_ && failures_.empty() && !finish_after_commits_) {
+    const int64_t limit = ProgressLimitMs();
+    if (limit > 0 && now - last_progress_ms_ > limit) {
+      std::vector<int64_t> gaps(step_gaps_ms_.begin(), step_gaps_ms_.end());
+      std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+      Fail(-1,
+           absl::StrCat("no step completed for ", FormatMs(now - last_progress_ms_), " (",
+                        JobRunConfig::kProgressFactor, " x the median step time ",
+                        FormatMs(gaps[gaps.size() / 2]), ", at least ",
+                        FormatMs(config_.progress_floor_ms),
+                        "): a rank is stuck, or its workers cannot reach each other"),
+           now, out);
+      return;
+    }
   }
   if (cancelling_ && cancel_deadline_ms_ <= now) {
     const size_t silent = std::count(done_.begin(), done_.end(), false);

@@ -34,6 +34,7 @@
 #define WEFT_COORDINATOR_JOB_RUN_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -64,6 +65,14 @@ struct JobRunConfig {
   int64_t failure_settle_ms = 1000;
   // How long cancelled ranks get to confirm before the attempt ends anyway.
   int64_t cancel_grace_ms = 5000;
+  // The progress watchdog: once kProgressSteps steps have completed, an attempt that completes no
+  // step (nor checkpoint shard) for max(progress_floor_ms, kProgressFactor x the median time
+  // between its steps) fails as a rank would, and restarts (train.max_restarts): a partition
+  // between workers that heartbeats to the coordinator do not see, or a hung collective, is
+  // found in a multiple of a step rather than the collective timeout. 0: no watchdog.
+  int64_t progress_floor_ms = 60'000;
+  static constexpr int kProgressFactor = 10;
+  static constexpr int kProgressSteps = 3;
 };
 
 class JobRun {
@@ -191,12 +200,14 @@ class JobRun {
   void OnRankDone(int rank, bool ok, const std::string& failure, const std::string& error,
                   int64_t failed_at_us, int64_t now, Commands* out);
   void OnStep(const v1::StepReport& report, int64_t now, Commands* out);
-  void OnShard(const v1::CheckpointReport& report, Commands* out);
+  void OnShard(const v1::CheckpointReport& report, int64_t now, Commands* out);
   void OnCommitted(const Committed& e, int64_t now, Commands* out);
   // Ends the attempt for the next one at elastic size `to`, from the checkpoint of `step`.
   void Grow(int to, int64_t step, int64_t now, Commands* out);
   void OnCancel(const std::string& reason, int64_t now, Commands* out);
   void OnTick(int64_t now, Commands* out);
+  // The progress watchdog's limit now (0: not armed yet).
+  int64_t ProgressLimitMs() const;
   // The ranks from `rank` on count done; none of them ran.
   void MarkDoneFrom(int rank);
   // The ranks from `rank` on were never sent: each is done, as a rank that finished.
@@ -229,6 +240,12 @@ class JobRun {
   int64_t cancel_deadline_ms_ = 0;
   std::vector<Failure> failures_;
   int64_t settle_deadline_ms_ = 0;
+  // The progress watchdog (JobRunConfig::progress_floor_ms): when the last step completed (or a
+  // shard was reported), and the times between the last steps (at most 64).
+  int64_t last_progress_ms_ = 0;
+  int64_t last_step_ms_ = 0;
+  std::deque<int64_t> step_gaps_ms_;
+  int64_t steps_seen_ = 0;
   bool ended_ = false;
 };
 

@@ -278,6 +278,37 @@ TEST(JobRunTest, FailureWithRestartsLeftRestarts) {
   EXPECT_EQ(ended.next->attempt(), 1);
 }
 
+// The progress watchdog: after 3 steps 100 ms apart, no step for max(floor 1 s, 10 x 100 ms)
+// fails the attempt (restarting it), naming the wait and the median; a shard report is progress
+// too, and before the third step nothing is watched.
+TEST(JobRunTest, NoStepForTenMedianStepTimesRestartsTheAttempt) {
+  JobRunConfig config{0, 5000};
+  config.progress_floor_ms = 1000;
+  JobRun run = Running(QueuedJob(2, /*max_restarts=*/1, "ckpt"), config);
+  auto step = [&](int64_t s, int64_t at) {
+    run.Apply(JobRun::Step{StepOf(0, s, 1.0)}, at);
+    return run.Apply(JobRun::Step{StepOf(1, s, 1.0)}, at);
+  };
+  step(1, kT0 + 100);
+  step(2, kT0 + 200);
+  EXPECT_TRUE(run.Apply(JobRun::Tick{}, kT0 + 100'000).empty()) << "two steps arm nothing";
+  step(3, kT0 + 100'100);
+  step(4, kT0 + 100'200);
+  step(5, kT0 + 100'300);
+  // Gaps 99,800, 100, 100, 100 ms: the median is 100 ms, the limit the 1 s floor.
+  EXPECT_TRUE(run.Apply(JobRun::Tick{}, kT0 + 101'300).empty());
+  run.Apply(JobRun::Shard{ShardOf(0, 5)}, kT0 + 101'200);  // saving: progress
+  EXPECT_TRUE(run.Apply(JobRun::Tick{}, kT0 + 102'100).empty());
+  Commands c = run.Apply(JobRun::Tick{}, kT0 + 102'201);
+  ASSERT_THAT(Kinds(c), ElementsAre("append", "cancel", "store", "ended"));
+  const v1::Restart& restart = Nth<JobRun::AppendEvent>(c, 0).event.restart();
+  EXPECT_EQ(restart.rank(), -1);
+  EXPECT_EQ(restart.cause(),
+            "no step completed for 1.0 s (10 x the median step time 0.1 s, at least 1.0 s): a "
+            "rank is stuck, or its workers cannot reach each other");
+  EXPECT_EQ(Nth<JobRun::StoreJob>(c, 2).job.state(), v1::RESTARTING);
+}
+
 TEST(JobRunTest, LastRestartUsedFails) {
   v1::Job job = QueuedJob(2, /*max_restarts=*/1);
   job.set_attempt(1);

@@ -55,6 +55,9 @@ ABSL_FLAG(int64_t, worker_timeout_ms, 10000, "a worker silent this long is lost"
 ABSL_FLAG(int64_t, failure_settle_ms, 1000,
           "after a rank fails, how long the others' failures are gathered; the earliest is the "
           "job's cause");
+ABSL_FLAG(int64_t, progress_floor_ms, 60000,
+          "an attempt that completes no step for max(this, 10 x its median step time) restarts "
+          "(a partition or a hung rank); 0: never");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
 ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger ones are refused");
@@ -230,6 +233,7 @@ int Run() {
   options.worker_timeout_ms = absl::GetFlag(FLAGS_worker_timeout_ms);
   options.cancel_grace_ms = absl::GetFlag(FLAGS_cancel_grace_ms);
   options.failure_settle_ms = absl::GetFlag(FLAGS_failure_settle_ms);
+  options.progress_floor_ms = absl::GetFlag(FLAGS_progress_floor_ms);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
   options.max_log_lines = absl::GetFlag(FLAGS_max_log_lines);
   const absl::Duration retention = absl::GetFlag(FLAGS_job_retention);

@@ -155,6 +155,40 @@ TEST(RestartTest, AStoppedWorkersPeerIsFreeWithinFiveSecondsAndTheJobRestarts) {
   c.worker(1).Signal(SIGKILL);
 }
 
+// A rank that stops stepping while its worker's heartbeats go on (WEFT_DEBUG_STALL_AT: as a rank
+// blocked in a collective whose peer a silent partition hides) is found by the coordinator's
+// progress watchdog within max(--progress_floor_ms, 10 x the median step time), not the 300 s
+// collective timeout: the attempt restarts from its newest checkpoint and the job SUCCEEDS with
+// the losses of the float64 reference.
+TEST(RestartTest, ARankThatStopsSteppingIsRestartedByTheProgressWatchdog) {
+  const MlpJob job = MlpJob::Create();
+  constexpr int kSteps = MlpJob::kSteps;  // 5: the watchdog arms after 3
+  DaemonClusterOptions options = FastLossDetection(1);
+  options.coordinator_flags.insert(options.coordinator_flags.end(),
+                                   {"--progress_floor_ms", "1500"});
+  options.worker_env = {{"WEFT_DEBUG_STEP_MS", "50"}};
+  auto cluster = DaemonCluster::Start(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  DaemonCluster& c = **cluster;
+  ASSERT_TRUE(c.StartWorker({{"WEFT_DEBUG_STALL_AT", "4"}}).ok()) << c.Logs();
+  std::string id;
+  ASSERT_TRUE(c.Submit(Spec(job, kSteps, "{dir: stalled, every: 2}", 1), &id).ok());
+  const JobOutcome outcome = JobOutcome::Of(c.Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << c.Logs();
+  const v1::Job record = c.GetJob(id);
+  EXPECT_EQ(record.attempt(), 1);
+  // The cause is the watchdog's, not the collective timeout's (300 s) nor a lost worker's.
+  EXPECT_NE(ReadFileOrEmpty(c.coordinator_log())
+                .find("restart 1 of 1: no step completed for "),
+            std::string::npos)
+      << c.Logs();
+  const std::vector<double> reference = job.ReferenceLosses();
+  ASSERT_EQ(outcome.losses.size(), static_cast<size_t>(kSteps));
+  for (const auto& [step, loss] : outcome.losses) {
+    EXPECT_LE(RelDiff(loss, reference[step - 1]), 1e-4) << "step " << step;
+  }
+}
+
 // kill -9 of the coordinator mid-job, then a new one on the same job store: the job is
 // RESTARTING, resumes from its newest checkpoint once the workers reconnect, and SUCCEEDS, its
 // steps all recorded.

@@ -602,6 +602,13 @@ void Worker::StartTask(const v1::Assignment& assignment) {
         if (m.has_done() && options_.task_log != nullptr) {
           options_.task_log->End(job_id, attempt, rank);
         }
+        // The progress watchdog's test (WEFT_DEBUG_STALL_AT): the rank stops here, as one
+        // blocked in a collective would, and is abandoned when its attempt is cancelled.
+        if (m.has_step() && DebugStallAt(attempt, m.step().step())) {
+          spdlog::warn("{}: stalling rank {} at step {} for the test", kStallAtEnv, rank,
+                       m.step().step());
+          absl::SleepFor(absl::Minutes(10));
+        }
         // Tests' pace (WEFT_DEBUG_STEP_MS): the step's thread waits out its minimum time.
         if (m.has_step() && DebugMinStepTime() > absl::ZeroDuration()) {
           absl::SleepFor(*last_step + DebugMinStepTime() - absl::Now());
