@@ -42,7 +42,8 @@ class TinyPlan final : public JobPlan {
  public:
   explicit TinyPlan(int world) : world_(world) {}
   int world_size() const override { return world_; }
-  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
+  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt,
+                                      const planner::StopCheck&) const override {
     v1::Program p;
     p.set_job_id(attempt.job_id);
     p.set_attempt(attempt.attempt);
@@ -79,7 +80,8 @@ int Run() {
   options.worker_timeout_ms = 600000;
   options.prepare_spec = [](v1::JobSpec*) { return absl::OkStatus(); };
   options.world_size = [ranks](const v1::JobSpec&) { return int64_t{ranks}; };
-  options.plan = [ranks](const v1::JobSpec&) -> absl::StatusOr<std::shared_ptr<const JobPlan>> {
+  options.plan = [ranks](const v1::JobSpec&, const planner::StopCheck&)
+      -> absl::StatusOr<std::shared_ptr<const JobPlan>> {
     return std::make_shared<TinyPlan>(ranks);
   };
   auto coordinator = Coordinator::Create(*std::move(store), options);

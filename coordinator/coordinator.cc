@@ -92,6 +92,7 @@ void Coordinator::Start() {
 }
 
 void Coordinator::Shutdown() {
+  stop_planning_ = true;  // a SubmitJob still planning returns at its next check
   {
     ObservedMutexLock lock(&mu_);
     if (!shutting_down_) {
@@ -197,10 +198,13 @@ void Coordinator::SendCancelLocked(const JobRun& run, const std::vector<int>& ra
 
 // ---- JobService ----
 
-absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
-  ASSIGN_OR_RETURN(Submission submission, PrepareSubmission(spec, options_));  // off the lock
+absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec,
+                                                   const planner::StopCheck& stop) {
+  const planner::StopCheck planning = PlanningStop(stop);
+  // Off the lock.
+  ASSIGN_OR_RETURN(Submission submission, PrepareSubmission(spec, options_, planning));
   const v1::JobSpec& checked = submission.spec;
-  RETURN_IF_ERROR(CheckFitsTheWorkers(checked, *submission.plan));
+  RETURN_IF_ERROR(CheckFitsTheWorkers(checked, *submission.plan, planning));
   {
     ObservedMutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
@@ -216,12 +220,14 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec) {
   return job.id();
 }
 
-absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& request) {
+absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& request,
+                                                   const planner::StopCheck& stop) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, SpecOfRequest(request, options_.roots));
-  return SubmitJob(spec);
+  return SubmitJob(spec, stop);
 }
 
-absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan) {
+absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan,
+                                              const planner::StopCheck& stop) {
   const std::string kind = spec.device().empty() ? "cpu" : spec.device();
   int64_t largest = 0;
   std::string largest_id;
@@ -232,7 +238,14 @@ absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const Job
       largest_id = w->id;
     }
   }
-  return CheckFits(plan, kind, largest, largest_id);  // off the lock: it emits the Programs
+  return CheckFits(plan, kind, largest, largest_id, stop);  // off the lock: it emits Programs
+}
+
+planner::StopCheck Coordinator::PlanningStop(planner::StopCheck caller) const {
+  return [this, caller = std::move(caller)]() -> absl::Status {
+    if (stop_planning_) return absl::UnavailableError("the coordinator is shutting down");
+    return caller ? caller() : absl::OkStatus();
+  };
 }
 
 absl::StatusOr<v1::Job> Coordinator::GetJob(const v1::GetJobRequest& request) {
@@ -404,7 +417,7 @@ void Coordinator::ResolveStart(const StartingAttempt& start) {
 void Coordinator::SendPrograms(const Send& d) {
   const int world = d.plan->world_size();
   for (int r = 0; r < world; ++r) {
-    absl::StatusOr<v1::Program> program = d.plan->Program(r, d.start);  // off mu_
+    absl::StatusOr<v1::Program> program = d.plan->Program(r, d.start, PlanningStop());  // off mu_
     if (program.ok() && d.trace) program->set_trace(true);
     ObservedMutexLock lock(&mu_);
     JobRun* run = FindRunLocked(d.job_id, d.attempt);

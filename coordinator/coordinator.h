@@ -100,8 +100,9 @@ class Coordinator {
 
   // Starts the background thread that calls Tick().
   void Start();
-  // Ends every worker stream and watch, wakes rendezvous waiters, stops the background thread.
-  // Running jobs stay RUNNING in the store (the next start restarts them). Idempotent.
+  // Ends every worker stream and watch, wakes rendezvous waiters, stops the background thread;
+  // SubmitJobs still planning stop at their next StopCheck, UNAVAILABLE. Running jobs stay
+  // RUNNING in the store (the next start restarts them). Idempotent.
   void Shutdown();
   // Heartbeat timeouts and cancel deadlines as of now_ms(), then a scheduling pass; then, when
   // due, retention (ApplyRetention).
@@ -116,7 +117,11 @@ class Coordinator {
 
   // ---- JobService ----
   // Validates and dry-run plans a copy of `spec`; any error is returned and nothing is stored.
-  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec);
+  // `stop` (the call's deadline and cancellation; planner/stop.h) is polled while it plans and
+  // checks the plan's memory against the workers', and so is Shutdown: the status it gives is
+  // returned, "planning the job: ..." saying what it was doing.
+  absl::StatusOr<std::string> SubmitJob(const v1::JobSpec& spec,
+                                        const planner::StopCheck& stop = {});
   // The request's spec, or its spec_yaml read as weftctl reads a spec file (ParseJobSpecYaml),
   // then SubmitJob(spec). A spec_yaml's relative paths are resolved against spec_dir when given
   // (the client sees the cluster's files at the same paths), else as the cluster sees them:
@@ -125,7 +130,8 @@ class Coordinator {
   // INVALID_ARGUMENT for both spec and spec_yaml, a spec_yaml over 1 MiB, a spec_dir that is not
   // absolute (or given without spec_yaml), a relative path with no root to resolve it against
   // (naming the field and the flag), or a YAML error (naming the field and the line).
-  absl::StatusOr<std::string> SubmitJob(const v1::SubmitJobRequest& request);
+  absl::StatusOr<std::string> SubmitJob(const v1::SubmitJobRequest& request,
+                                        const planner::StopCheck& stop = {});
   // The job with one page of its steps in step order, each as its latest attempt ran it
   // (options.pages bounds its size); next_steps_page_token names the next page, empty after the
   // last. INVALID_ARGUMENT names a negative steps_page_size or a token GetJob did not give.
@@ -231,9 +237,12 @@ class Coordinator {
   Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options);
   int64_t Now() const { return options_.now_ms(); }
 
-  // CheckFits against the largest registered worker of the spec's device kind.
-  absl::Status CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // CheckFits against the largest registered worker of the spec's device kind, one rank per
+  // role (JobPlan::RoleRanks), polling `stop`.
+  absl::Status CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan,
+                                   const planner::StopCheck& stop) ABSL_LOCKS_EXCLUDED(mu_);
+  // `caller`'s check, and UNAVAILABLE once Shutdown began: what planning off mu_ polls.
+  planner::StopCheck PlanningStop(planner::StopCheck caller = {}) const;
   // Starts the pending jobs that fit and updates what the others wait for.
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void StartJobLocked(v1::Job job, const std::vector<std::string>& workers)
@@ -305,6 +314,8 @@ class Coordinator {
   CheckpointCommitter committer_;
   // Store writes made by a thread that held mu_ (tests expect none).
   std::atomic<int64_t> writes_under_lock_{0};
+  // Set first by Shutdown; planning off mu_ reads it (PlanningStop).
+  std::atomic<bool> stop_planning_{false};
 
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   WorkerRegistry workers_ ABSL_GUARDED_BY(mu_);

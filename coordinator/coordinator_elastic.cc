@@ -40,10 +40,13 @@ void Coordinator::ResizeWaitingLocked() {
 
 void Coordinator::PlanResized(const Replan& replan) {
   const v1::Job& job = replan.job;
-  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanAttempt(job, options_);  // off mu_
+  const planner::StopCheck stop = PlanningStop();
+  // Off mu_.
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanAttempt(job, options_, stop);
   absl::Status fits = plan.status();
-  if (fits.ok()) fits = CheckFitsTheWorkers(*AttemptSpec(job), **plan);
+  if (fits.ok()) fits = CheckFitsTheWorkers(*AttemptSpec(job), **plan, stop);
   ObservedMutexLock lock(&mu_);
+  if (shutting_down_) return;  // stopped by Shutdown, or too late: the job stays as stored
   replanning_.erase(job.id());
   auto it = std::find_if(pending_.begin(), pending_.end(),
                          [&](const v1::Job& j) { return j.id() == job.id(); });

@@ -39,8 +39,11 @@ struct CoordinatorOptions {
   // ValidateJobSpec). Tests that exercise scheduling mechanics substitute their own; SubmitJob
   // applies ApplyJobSpecDefaults (device, checkpoint keep, ...) before it either way.
   std::function<absl::Status(v1::JobSpec*)> prepare_spec;
-  // Plans a prepared spec, once per job (default: PlanWithPlanner).
-  std::function<absl::StatusOr<std::shared_ptr<const JobPlan>>(const v1::JobSpec&)> plan;
+  // Plans a prepared spec, once per job (default: PlanWithPlanner), polling the StopCheck in its
+  // long loops: the SubmitJob call's deadline and cancellation, the coordinator's shutdown.
+  std::function<absl::StatusOr<std::shared_ptr<const JobPlan>>(const v1::JobSpec&,
+                                                               const planner::StopCheck&)>
+      plan;
   // Mesh size (default: WorldSize).
   std::function<int64_t(const v1::JobSpec&)> world_size;
   // The largest mesh SubmitJob plans (--max_ranks): a larger one is refused before planning,

@@ -62,7 +62,8 @@ class FakePlan final : public JobPlan {
   // Program fails for ranks >= fail_from (world: none).
   FakePlan(int world, int fail_from) : world_(world), fail_from_(fail_from) {}
   int world_size() const override { return world_; }
-  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
+  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt,
+                                      const planner::StopCheck&) const override {
     if (rank >= fail_from_) return absl::InvalidArgumentError("fc0.weight: no SPMD rule for matmul");
     v1::Program p;
     p.set_job_id(attempt.job_id);
@@ -147,7 +148,8 @@ class CoordinatorTest : public ::testing::Test {
       }
       return absl::OkStatus();
     };
-    o.plan = [this](const v1::JobSpec& spec) -> absl::StatusOr<std::shared_ptr<const JobPlan>> {
+    o.plan = [this](const v1::JobSpec& spec,
+                    const planner::StopCheck&) -> absl::StatusOr<std::shared_ptr<const JobPlan>> {
       ++plans_;
       const int world = Ranks(spec);
       return std::make_shared<FakePlan>(world, spec.name() == "unplannable"     ? 0
@@ -1721,6 +1723,102 @@ train: {steps: 3}
   EXPECT_TRUE(absolute.ok()) << absolute.status();
   EXPECT_EQ(open->ListJobs({})->jobs_size(), 1);
   open->Shutdown();
+}
+
+// A spec that takes the planner seconds on this machine's 2 cores (8 layers on 2 pipeline stages,
+// 1024 micro-batches: the memory plan of each stage's tens of thousands of buffers), and a
+// small one it plans at once.
+v1::SubmitJobRequest LongPlanRequest() {
+  std::string layers;
+  for (int i = 0; i < 8; ++i) {
+    absl::StrAppend(&layers, "    - {name: fc", i, ", type: linear, in_features: 64, ",
+                    "out_features: 64", i == 0 ? ", stage: 0" : i == 4 ? ", stage: 1" : "", "}\n");
+    if (i < 7) absl::StrAppend(&layers, "    - {name: act", i, ", type: relu}\n");
+  }
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(absl::StrCat(R"(name: long
+mesh: {shape: [2, 2], dim_names: [pp, dp]}
+pipeline: {dim: pp, schedule: 1F1B, micro_batches: 1024}
+model:
+  layers:
+)", layers, R"(  loss: mse
+data: {source: synthetic, sample_shape: [64], label_shape: [64], num_samples: 4096,
+       batch_size: 2048}
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 1, seed: 1}
+)"));
+  return request;
+}
+
+v1::SubmitJobRequest SmallRequest() {
+  v1::SubmitJobRequest request;
+  request.set_spec_yaml(R"(name: small
+mesh: {shape: [1], dim_names: [dp]}
+model:
+  layers:
+    - {name: fc0, type: linear, in_features: 8, out_features: 4}
+  loss: mse
+data: {source: synthetic, sample_shape: [8], label_shape: [4], num_samples: 32, batch_size: 4}
+optimizer: {type: sgd, lr: 0.1}
+train: {steps: 3}
+)");
+  return request;
+}
+
+// A SubmitJob whose call's deadline (50 ms) passes while the planner works stops there:
+// DEADLINE_EXCEEDED saying what it was doing, nothing stored; the coordinator serves on.
+TEST(RealSpecAndPlannerTest, PlanningStopsAtTheCallsDeadline) {
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok());
+  auto c = Coordinator::Create(std::move(*store), CoordinatorOptions());
+  ASSERT_TRUE(c.ok());
+  const absl::Time deadline = absl::Now() + absl::Milliseconds(50);
+  auto id = (*c)->SubmitJob(LongPlanRequest(), [deadline] {
+    return absl::Now() < deadline ? absl::OkStatus()
+                                  : absl::DeadlineExceededError("the call's deadline passed");
+  });
+  ASSERT_FALSE(id.ok());
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kDeadlineExceeded) << id.status();
+  EXPECT_THAT(std::string(id.status().message()),
+              testing::StartsWith("planning the job: planning job long: "));
+  EXPECT_THAT(std::string(id.status().message()), HasSubstr(": stopped while "));
+  EXPECT_THAT(std::string(id.status().message()),
+              testing::EndsWith(": the call's deadline passed"));
+  EXPECT_TRUE((*c)->ListJobs({})->jobs().empty());
+  auto small = (*c)->SubmitJob(SmallRequest());
+  EXPECT_TRUE(small.ok()) << small.status();
+  EXPECT_EQ((*c)->ListJobs({})->jobs_size(), 1);
+  (*c)->Shutdown();
+}
+
+// Shutdown stops a SubmitJob still planning (it would hold the gRPC server's Wait, and so the
+// daemon's exit, for as long as the plan takes): UNAVAILABLE, saying where it stopped.
+TEST(RealSpecAndPlannerTest, ShutdownStopsASubmitStillPlanning) {
+  CoordinatorOptions options;
+  absl::Notification planning;
+  options.plan = [&planning](const v1::JobSpec& spec, const planner::StopCheck& stop) {
+    planning.Notify();
+    return PlanWithPlanner(spec, stop);
+  };
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok());
+  auto c = Coordinator::Create(std::move(*store), options);
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<std::string> id;
+  absl::Notification returned;
+  std::thread submit([&] {
+    id = (*c)->SubmitJob(LongPlanRequest());
+    returned.Notify();
+  });
+  planning.WaitForNotification();
+  (*c)->Shutdown();
+  // A safety bound only: the submit returns at the planner's next check.
+  ASSERT_TRUE(returned.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  submit.join();
+  EXPECT_EQ(id.status().code(), absl::StatusCode::kUnavailable) << id.status();
+  EXPECT_THAT(std::string(id.status().message()), HasSubstr(": stopped while "));
+  EXPECT_THAT(std::string(id.status().message()),
+              testing::EndsWith(": the coordinator is shutting down"));
 }
 
 }  // namespace

@@ -17,9 +17,11 @@ class PlannerJobPlan final : public JobPlan {
   PlannerJobPlan(std::shared_ptr<const planner::Plan> plan, planner::HfExportMetadata hf_export)
       : plan_(std::move(plan)), hf_export_(std::move(hf_export)) {}
   int world_size() const override { return plan_->world_size(); }
-  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt) const override {
-    return plan_->Program(rank, attempt);
+  absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt,
+                                      const planner::StopCheck& stop) const override {
+    return plan_->Program(rank, attempt, stop);
   }
+  std::vector<int> RoleRanks() const override { return plan_->RoleRanks(); }
   std::map<std::string, std::string> checkpoint_metadata() const override { return hf_export_; }
 
  private:
@@ -29,20 +31,29 @@ class PlannerJobPlan final : public JobPlan {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const JobPlan>> PlanWithPlanner(const v1::JobSpec& spec) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const planner::Plan> plan, planner::PlanPrepared(spec, "", 0));
+std::vector<int> JobPlan::RoleRanks() const {
+  std::vector<int> ranks(world_size());
+  for (int r = 0; r < world_size(); ++r) ranks[r] = r;
+  return ranks;
+}
+
+absl::StatusOr<std::shared_ptr<const JobPlan>> PlanWithPlanner(const v1::JobSpec& spec,
+                                                               const planner::StopCheck& stop) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const planner::Plan> plan,
+                   planner::PlanPrepared(spec, "", 0, stop));
   ASSIGN_OR_RETURN(planner::HfExportMetadata hf_export, planner::HfExportMetadataOf(spec));
   return std::shared_ptr<const JobPlan>(
       std::make_shared<PlannerJobPlan>(std::move(plan), std::move(hf_export)));
 }
 
 absl::Status CheckFits(const JobPlan& plan, const std::string& kind, int64_t largest_bytes,
-                       const std::string& largest_id) {
+                       const std::string& largest_id, const planner::StopCheck& stop) {
   if (largest_bytes <= 0) return absl::OkStatus();
-  // Each rank's planned peak is its Program's arena (what its allocator holds); the first rank
-  // that cannot fit is refused.
-  for (int r = 0; r < plan.world_size(); ++r) {
-    absl::StatusOr<v1::Program> program = plan.Program(r, planner::Attempt{});
+  // Each rank's planned peak is its Program's arena (what its allocator holds), its role's. The
+  // roles' ranks are each the smallest of its role, in order: the first that cannot fit is the
+  // smallest rank that cannot.
+  for (int r : plan.RoleRanks()) {
+    absl::StatusOr<v1::Program> program = plan.Program(r, planner::Attempt{}, stop);
     if (!program.ok()) return Annotate(program.status(), "planning the job");
     if (program->arena_bytes() > largest_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(

@@ -60,7 +60,9 @@ ABSL_FLAG(int64_t, progress_floor_ms, 60000,
           "(a partition or a hung rank); 0: never");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
-ABSL_FLAG(int64_t, max_ranks, 65536, "the largest mesh a job may ask for; larger ones are refused");
+ABSL_FLAG(int64_t, max_ranks, 65536,
+          "the largest mesh a job may ask for; larger ones are refused (a GPT-2 124M of 65536 "
+          "ranks plans in about 1 s on 2 cores)");
 ABSL_FLAG(int64_t, max_log_lines, 10000,
           "the most log lines stored of one rank's attempt (weftctl logs); later ones are dropped "
           "and one line says how many");

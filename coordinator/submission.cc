@@ -87,8 +87,9 @@ absl::StatusOr<v1::JobSpec> SpecOfRequest(const v1::SubmitJobRequest& request,
 }
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
-                                                        const CoordinatorOptions& options) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const JobPlan> plan, options.plan(spec));
+                                                        const CoordinatorOptions& options,
+                                                        const planner::StopCheck& stop) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const JobPlan> plan, options.plan(spec, stop));
   if (plan->world_size() != options.world_size(spec)) {
     return absl::InternalError(absl::StrCat("the planner made ", plan->world_size(),
                                             " ranks for ", options.world_size(spec)));
@@ -97,7 +98,8 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
 }
 
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
-                                             const CoordinatorOptions& options) {
+                                             const CoordinatorOptions& options,
+                                             const planner::StopCheck& stop) {
   Submission out;
   out.spec = spec;
   ApplyJobSpecDefaults(&out.spec);  // also when prepare_spec (a test's) does not
@@ -110,16 +112,17 @@ absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
         " (--max_ranks)"));
   }
   // Planned once, here: the job's attempts only emit each rank's Program from it.
-  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanSpec(out.spec, options);
+  absl::StatusOr<std::shared_ptr<const JobPlan>> plan = PlanSpec(out.spec, options, stop);
   if (!plan.ok()) return Annotate(plan.status(), "planning the job");
   out.plan = *std::move(plan);
   return out;
 }
 
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanAttempt(const v1::Job& job,
-                                                           const CoordinatorOptions& options) {
+                                                           const CoordinatorOptions& options,
+                                                           const planner::StopCheck& stop) {
   ASSIGN_OR_RETURN(const v1::JobSpec spec, AttemptSpec(job));
-  return PlanSpec(spec, options);
+  return PlanSpec(spec, options, stop);
 }
 
 absl::StatusOr<Recovered> RecoverJobs(JobStore* store, const CoordinatorOptions& options) {

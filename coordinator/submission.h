@@ -9,7 +9,7 @@
 //
 // E.g.
 //   ASSIGN_OR_RETURN(v1::JobSpec spec, SpecOfRequest(request, options.roots));
-//   ASSIGN_OR_RETURN(Submission submission, PrepareSubmission(spec, options));
+//   ASSIGN_OR_RETURN(Submission submission, PrepareSubmission(spec, options, stop));
 #ifndef WEFT_COORDINATOR_SUBMISSION_H_
 #define WEFT_COORDINATOR_SUBMISSION_H_
 
@@ -43,17 +43,22 @@ struct Submission {
 // ApplyJobSpecDefaults, the spec's paths confined to options.roots (before any file is opened),
 // options.prepare_spec, the mesh within options.max_ranks (a larger one is refused before
 // planning, which would hold memory in proportion to it), then options.plan, once per job.
+// `stop` (the call's deadline and cancellation, the coordinator's shutdown) ends the planning
+// early with its status, "planning the job: ..." saying what it was doing.
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
-                                             const CoordinatorOptions& options);
+                                             const CoordinatorOptions& options,
+                                             const planner::StopCheck& stop = {});
 
 // A prepared spec planned by options.plan; INTERNAL when the plan's ranks are not the mesh's.
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
-                                                        const CoordinatorOptions& options);
+                                                        const CoordinatorOptions& options,
+                                                        const planner::StopCheck& stop = {});
 
 // The plan of the job's current attempt: its prepared spec at its elastic size (AttemptSpec);
 // what an elastic resize and a recovered job are planned with.
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanAttempt(const v1::Job& job,
-                                                           const CoordinatorOptions& options);
+                                                           const CoordinatorOptions& options,
+                                                           const planner::StopCheck& stop = {});
 
 // The jobs a previous coordinator left in the store, planned again (a plan lives in memory only).
 struct Recovered {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
 #include "common/jobspec/starting_state.h"
+#include "common/status.h"
 
 namespace weft::planner {
 
@@ -34,7 +35,8 @@ std::string CheckpointName(const Graph& g, int id) {
 }
 
 absl::StatusOr<CheckpointWriters> CheckpointWriters::Assign(const Graph& g,
-                                                            const pipeline::PipelinePlan& plan) {
+                                                            const pipeline::PipelinePlan& plan,
+                                                            const StopCheck& stop) {
   struct Copies {
     std::string name;
     std::vector<int64_t> offsets, lengths;
@@ -51,6 +53,8 @@ absl::StatusOr<CheckpointWriters> CheckpointWriters::Assign(const Graph& g,
     if (t.role != v1::Buffer::OPTIMIZER_STATE && param == nullptr) continue;
     // A bf16 parameter is written as its float32 master weight.
     if (param != nullptr && param->master >= 0) continue;
+    RETURN_IF_ERROR(
+        CheckStop(stop, absl::StrCat("choosing who writes ", t.name, " to checkpoints")));
     const DistAttr& attr = *t.dist;
     // Identical copies: along the dims where the tensor is whole (Replicate, or Partial(avg) of
     // equal pieces) other than the pipeline dim, where only its own stage holds it.

@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "planner/graph.h"
 #include "planner/pipeline/pipeline.h"
+#include "planner/stop.h"
 
 namespace weft::planner {
 
@@ -36,9 +37,10 @@ class CheckpointWriters {
  public:
   // Largest chunks are placed first, each on the copy holder with the fewest bytes so far (ties:
   // the lowest rank; equal sizes in the order of name, box and holders), so the result is the
-  // same on every run.
+  // same on every run. Linear in the ranks for each tensor; `stop` is polled per tensor.
   static absl::StatusOr<CheckpointWriters> Assign(const Graph& g,
-                                                  const pipeline::PipelinePlan& plan);
+                                                  const pipeline::PipelinePlan& plan,
+                                                  const StopCheck& stop = {});
   bool Writes(int tensor, int rank) const { return writes_.count({tensor, rank}) > 0; }
 
  private:

@@ -86,9 +86,9 @@ absl::Status SetAttributes(const Op& op, Instruction* ins) {
 
 class RankEmitter {
  public:
-  RankEmitter(const PlannedGraph& planned, int rank, v1::Program* program)
+  RankEmitter(const PlannedGraph& planned, int rank, v1::Program* program, const StopCheck& stop)
       : p_(planned), g_(planned.graph), rank_(rank), program_(*program),
-        pipelined_(planned.graph.pipeline.dim >= 0) {
+        pipelined_(planned.graph.pipeline.dim >= 0), stop_(stop) {
     stage_ = pipelined_ ? static_cast<int>(g_.mesh.Coordinate(rank)[g_.pipeline.dim]) : 0;
   }
 
@@ -103,7 +103,13 @@ class RankEmitter {
     RETURN_IF_ERROR(AddInits());
     const int holder = (p_.pipeline.chunks - 1) % p_.pipeline.stages;
     if (stage_ != holder) loss_ = NewBuffer("loss", {1}, v1::Buffer::LOSS, v1::F32);
-    for (const StageItem& item : p_.pipeline.order[stage_]) RETURN_IF_ERROR(EmitItem(item));
+    const std::vector<StageItem>& items = p_.pipeline.order[stage_];
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i % kItemsPerStopCheck == 0) {
+        RETURN_IF_ERROR(CheckStop(stop_, "emitting its instructions"));
+      }
+      RETURN_IF_ERROR(EmitItem(items[i]));
+    }
     if (stage_ == holder) {
       ASSIGN_OR_RETURN(loss_, Instance(g_.loss, 0));
     }
@@ -536,7 +542,12 @@ class RankEmitter {
         if (group == group_id_.end()) return absl::InternalError("emit: no group for a reshard step");
         ins->set_group(group->second);
       }
-      const std::vector<int> members = mesh.GroupRanks(rank_, {d});
+      // The members' pieces matter to the collectives that split along an axis only: listing a
+      // group is O(its size), and a rank's other steps need none of it.
+      const bool splits = step.kind == Instruction::ALL_GATHER ||
+                          step.kind == Instruction::REDUCE_SCATTER ||
+                          step.kind == Instruction::ALL_TO_ALL;
+      const std::vector<int> members = splits ? mesh.GroupRanks(rank_, {d}) : std::vector<int>{};
       const std::vector<int64_t> in_shape = step.before.LocalShape(shape, rank_);
       const std::vector<int64_t> out_shape = step.after.LocalShape(shape, rank_);
       switch (step.kind) {
@@ -562,7 +573,8 @@ class RankEmitter {
                                  Product(out_shape, 0, out_shape.size()));
           break;
         case Instruction::SCALE:
-          ins->set_scale(step.first_member_only && members.front() != rank_ ? 0.0f : step.scale);
+          ins->set_scale(step.first_member_only && mesh.Coordinate(rank_)[d] != 0 ? 0.0f
+                                                                                  : step.scale);
           break;
         case Instruction::SLICE: {
           const v1::TensorBox before = step.before.Box(shape, rank_);
@@ -586,11 +598,14 @@ class RankEmitter {
                                v1::Buffer::SCRATCH, t.dtype));
   }
 
+  static constexpr size_t kItemsPerStopCheck = 64;
+
   const PlannedGraph& p_;
   const Graph& g_;
   const int rank_;
   v1::Program& program_;
   const bool pipelined_;
+  const StopCheck& stop_;
   int stage_ = 0;
   int loss_ = -1;
   // The gradient norm's buffers once emitted (EmitGradientNorm): its square, and the clip
@@ -678,16 +693,16 @@ absl::Status MergeEval(const v1::Program& eval, v1::Program* program) {
 
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
                                         int rank, MemoryPlanner* memory,
-                                        const PlannedGraph* eval) {
+                                        const PlannedGraph* eval, const StopCheck& stop) {
   v1::Program program = header;
   program.set_rank(rank);
   program.set_world_size(planned.graph.mesh.size());
-  RankEmitter emitter(planned, rank, &program);
+  RankEmitter emitter(planned, rank, &program, stop);
   RETURN_IF_ERROR(Annotate(emitter.Emit(), absl::StrCat("emitting rank ", rank)));
   if (eval != nullptr) {
     v1::Program evaluation = header;
     evaluation.set_rank(rank);
-    RankEmitter eval_emitter(*eval, rank, &evaluation);
+    RankEmitter eval_emitter(*eval, rank, &evaluation, stop);
     RETURN_IF_ERROR(
         Annotate(eval_emitter.Emit(), absl::StrCat("emitting rank ", rank, "'s evaluation")));
     RETURN_IF_ERROR(Annotate(MergeEval(evaluation, &program), absl::StrCat("emitting rank ", rank)));
@@ -696,7 +711,7 @@ absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::P
   FuseGradientAllReduces(&program, planned.graph.bucket_bytes);
   AddWideningScratch(&program, program.mutable_instructions());
   if (program.has_eval()) AddWideningScratch(&program, program.mutable_eval()->mutable_instructions());
-  memory->Plan(&program);
+  RETURN_IF_ERROR(Annotate(memory->Plan(&program, stop), absl::StrCat("emitting rank ", rank)));
   return program;
 }
 

@@ -34,6 +34,7 @@
 #include "planner/lower.h"
 #include "planner/memory_plan.h"
 #include "planner/pipeline/pipeline.h"
+#include "planner/stop.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::planner {
@@ -53,10 +54,12 @@ struct PlannedGraph {
 // device, precision, trace, checkpointing, starting state, the evaluation's data and when it
 // runs); the rest is the rank's. With `eval` (the evaluation's forward graph, lowered with
 // `planned`'s group numbering: Lower) its instructions go into Program.eval, over the
-// training's parameters; the memory plan lays out both lists.
+// training's parameters; the memory plan lays out both lists. `stop` is polled every few dozen
+// instructions and buffers (stop.h).
 absl::StatusOr<v1::Program> EmitProgram(const PlannedGraph& planned, const v1::Program& header,
                                         int rank, MemoryPlanner* memory,
-                                        const PlannedGraph* eval = nullptr);
+                                        const PlannedGraph* eval = nullptr,
+                                        const StopCheck& stop = {});
 
 }  // namespace weft::planner
 

@@ -4,10 +4,16 @@
 
 #include "common/dtype.h"
 #include "common/program.h"
+#include "common/status.h"
 
 namespace weft::planner {
+namespace {
 
-void MemoryPlanner::Plan(v1::Program* program) {
+constexpr size_t kBuffersPerStopCheck = 64;
+
+}  // namespace
+
+absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
   const int n = program->buffers_size();
   const std::vector<BufferLife> lives = BufferLives(*program);
   std::vector<int64_t> sizes(n), key;
@@ -35,6 +41,9 @@ void MemoryPlanner::Plan(v1::Program* program) {
     });
     std::vector<int> placed;
     for (int b : order) {
+      if (placed.size() % kBuffersPerStopCheck == 0) {
+        RETURN_IF_ERROR(CheckStop(stop, "laying out its buffers"));
+      }
       // The placed buffers alive at the same time, by offset; pick the smallest gap that fits.
       std::vector<int> overlapping;
       for (int q : placed) {
@@ -68,6 +77,7 @@ void MemoryPlanner::Plan(v1::Program* program) {
   }
   for (int b = 0; b < n; ++b) program->mutable_buffers(b)->set_offset(cached->second.first[b]);
   program->set_arena_bytes(cached->second.second);
+  return absl::OkStatus();
 }
 
 }  // namespace weft::planner

@@ -18,7 +18,9 @@
 #include <map>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "common/program.h"
+#include "planner/stop.h"
 #include "weft/v1/program.pb.h"
 
 namespace weft::planner {
@@ -27,7 +29,9 @@ class MemoryPlanner {
  public:
   // Sets every buffer's offset and the program's arena_bytes. Programs of one plan mostly share
   // their buffers' sizes and lifetimes (the ranks of a stage), so layouts are remembered by them.
-  void Plan(v1::Program* program);
+  // Placing is quadratic in the buffers (a step of 1024 micro-batches has tens of thousands):
+  // `stop` is polled every few dozen, and once it says stop the program is left unplanned.
+  absl::Status Plan(v1::Program* program, const StopCheck& stop = {});
 
  private:
   std::map<std::vector<int64_t>, std::pair<std::vector<int64_t>, int64_t>> layouts_;

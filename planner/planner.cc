@@ -45,9 +45,12 @@ v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, in
   return p;
 }
 
-absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* numbering) {
+absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* numbering,
+                                             const StopCheck& stop) {
   PlannedGraph planned;
+  RETURN_IF_ERROR(CheckStop(stop, "placing the model"));
   ASSIGN_OR_RETURN(planned.pipeline, pipeline::PlanPipeline(g));
+  RETURN_IF_ERROR(CheckStop(stop, "ordering the pipeline"));
   std::vector<int> extra;
   if (g.pipeline.dim >= 0) extra.push_back(g.pipeline.dim);
   ASSIGN_OR_RETURN(planned.grad_norm_dims, GradientNormDims(g));
@@ -55,30 +58,35 @@ absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* number
     extra.insert(extra.end(), planned.grad_norm_dims->begin(), planned.grad_norm_dims->end());
   }
   ASSIGN_OR_RETURN(planned.lowered, Lower(g, extra, numbering));
-  ASSIGN_OR_RETURN(planned.writers, CheckpointWriters::Assign(g, planned.pipeline));
+  RETURN_IF_ERROR(CheckStop(stop, "lowering the reshards"));
+  ASSIGN_OR_RETURN(planned.writers, CheckpointWriters::Assign(g, planned.pipeline, stop));
   planned.graph = std::move(g);
   return planned;
 }
 
 namespace {
 
-absl::StatusOr<PlannedGraph> RunPasses(const v1::JobSpec& spec) {
+absl::StatusOr<PlannedGraph> RunPasses(const v1::JobSpec& spec, const StopCheck& stop) {
   const RuleRegistry& rules = BuiltinRules();
   ASSIGN_OR_RETURN(Graph g, BuildGraph(spec));
   RETURN_IF_ERROR(ApplyStorage(&g));
+  RETURN_IF_ERROR(CheckStop(stop, "building the model"));
   ASSIGN_OR_RETURN(g, Propagate(rules, std::move(g)));
+  RETURN_IF_ERROR(CheckStop(stop, "propagating the placements"));
   ASSIGN_OR_RETURN(g, Autodiff(rules, std::move(g)));
+  RETURN_IF_ERROR(CheckStop(stop, "appending the backward pass"));
   ASSIGN_OR_RETURN(g, AppendOptimizer(rules, std::move(g)));
-  return PlanPlacedGraph(std::move(g));
+  return PlanPlacedGraph(std::move(g), nullptr, stop);
 }
 
 // The evaluation's forward pass: the model built over eval.data with every dropout off, placed
 // as the training graph is, with no backward pass or update; its group ids are training's.
-absl::StatusOr<PlannedGraph> PlanEval(const v1::JobSpec& spec, const PlannedGraph& training) {
+absl::StatusOr<PlannedGraph> PlanEval(const v1::JobSpec& spec, const PlannedGraph& training,
+                                      const StopCheck& stop) {
   ASSIGN_OR_RETURN(Graph g, BuildGraph(EvalJobSpec(spec)));
   RETURN_IF_ERROR(ApplyStorage(&g));
   ASSIGN_OR_RETURN(g, Propagate(BuiltinRules(), std::move(g)));
-  return PlanPlacedGraph(std::move(g), &training.lowered);
+  return PlanPlacedGraph(std::move(g), &training.lowered, stop);
 }
 
 }  // namespace
@@ -87,7 +95,8 @@ absl::StatusOr<v1::Program> Plan::Program(int rank) const {
   return Program(rank, Attempt{header_.job_id(), header_.attempt()});
 }
 
-absl::StatusOr<v1::Program> Plan::Program(int rank, const Attempt& attempt) const {
+absl::StatusOr<v1::Program> Plan::Program(int rank, const Attempt& attempt,
+                                          const StopCheck& stop) const {
   if (rank < 0 || rank >= world_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank, " is not in the plan's ", world_size(), " ranks"));
@@ -99,7 +108,7 @@ absl::StatusOr<v1::Program> Plan::Program(int rank, const Attempt& attempt) cons
   header.set_load_checkpoint(attempt.load_checkpoint);
   header.set_load_optimizer_states(attempt.load_optimizer_states);
   absl::MutexLock lock(&mu_);
-  return EmitProgram(planned_, header, rank, &memory_, eval_ ? &*eval_ : nullptr);
+  return EmitProgram(planned_, header, rank, &memory_, eval_ ? &*eval_ : nullptr, stop);
 }
 
 absl::StatusOr<std::vector<v1::Program>> Plan::AllPrograms() const {
@@ -110,6 +119,37 @@ absl::StatusOr<std::vector<v1::Program>> Plan::AllPrograms() const {
     programs.push_back(std::move(p));
   }
   return programs;
+}
+
+std::vector<int> Plan::RoleRanks() const {
+  const Mesh& mesh = planned_.graph.mesh;
+  // Per dim, the coordinates that stand for its roles: every stage of the pipeline dim; first,
+  // second (every member between first and last alike) and last of the others.
+  std::vector<std::vector<int64_t>> roles(mesh.ndim());
+  for (int d = 0; d < mesh.ndim(); ++d) {
+    const int64_t n = mesh.dim_size(d);
+    if (d == planned_.graph.pipeline.dim) {
+      for (int64_t c = 0; c < n; ++c) roles[d].push_back(c);
+    } else {
+      for (int64_t c : {int64_t{0}, int64_t{1}, n - 1}) {
+        if (c < n && (roles[d].empty() || c > roles[d].back())) roles[d].push_back(c);
+      }
+    }
+  }
+  // Their product, row-major (odometer, last dim fastest): ascending ranks.
+  std::vector<int> ranks;
+  std::vector<size_t> at(mesh.ndim(), 0);
+  std::vector<int64_t> coord(mesh.ndim());
+  while (true) {
+    for (int d = 0; d < mesh.ndim(); ++d) coord[d] = roles[d][at[d]];
+    ranks.push_back(mesh.RankAt(coord));
+    int d = mesh.ndim() - 1;
+    for (; d >= 0; --d) {
+      if (++at[d] < roles[d].size()) break;
+      at[d] = 0;
+    }
+    if (d < 0) return ranks;
+  }
 }
 
 std::vector<ParameterShape> Plan::Parameters() const {
@@ -124,14 +164,15 @@ std::vector<ParameterShape> Plan::Parameters() const {
 }
 
 absl::StatusOr<std::shared_ptr<const Plan>> PlanJob(const v1::JobSpec& spec,
-                                                    const std::string& job_id, int attempt) {
-  absl::StatusOr<PlannedGraph> planned = RunPasses(spec);
+                                                    const std::string& job_id, int attempt,
+                                                    const StopCheck& stop) {
+  absl::StatusOr<PlannedGraph> planned = RunPasses(spec, stop);
   if (!planned.ok()) {
     return Annotate(planned.status(), absl::StrCat("planning job ", spec.name()));
   }
   std::optional<PlannedGraph> eval;
   if (spec.has_eval()) {
-    absl::StatusOr<PlannedGraph> planned_eval = PlanEval(spec, *planned);
+    absl::StatusOr<PlannedGraph> planned_eval = PlanEval(spec, *planned, stop);
     if (!planned_eval.ok()) {
       return Annotate(planned_eval.status(),
                       absl::StrCat("planning job ", spec.name(),
@@ -151,11 +192,13 @@ absl::StatusOr<std::shared_ptr<const Plan>> PlanJob(const v1::JobSpec& spec,
     ranks.push_back(g.mesh.RankAt(coord));
   }
   for (int r : ranks) {
-    absl::StatusOr<v1::Program> p = plan->Program(r);
+    absl::StatusOr<v1::Program> p =
+        plan->Program(r, Attempt{job_id, attempt}, stop);
     if (!p.ok()) return Annotate(p.status(), absl::StrCat("planning job ", spec.name()));
     representatives.push_back(*std::move(p));
   }
-  absl::Status checked = pipeline::CheckStages(representatives, g.pipeline.dim);
+  absl::Status checked = CheckStop(stop, "checking the stages for deadlock");
+  if (checked.ok()) checked = pipeline::CheckStages(representatives, g.pipeline.dim);
   if (!checked.ok()) return Annotate(checked, absl::StrCat("planning job ", spec.name()));
   return plan;
 }

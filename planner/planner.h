@@ -28,6 +28,7 @@
 #include "common/jobspec/starting_state.h"
 #include "planner/emit.h"
 #include "planner/memory_plan.h"
+#include "planner/stop.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/program.pb.h"
 
@@ -48,10 +49,19 @@ class Plan {
       : planned_(std::move(planned)), header_(std::move(header)), eval_(std::move(eval)) {}
 
   int world_size() const { return planned_.graph.mesh.size(); }
-  // Rank r's Program, for the job id and attempt the plan was made with or for `attempt`.
-  // Thread-safe.
+  // Rank r's Program, for the job id and attempt the plan was made with or for `attempt`;
+  // `stop` ends a long emission early (stop.h). Thread-safe.
   absl::StatusOr<v1::Program> Program(int rank) const;
-  absl::StatusOr<v1::Program> Program(int rank, const Attempt& attempt) const;
+  absl::StatusOr<v1::Program> Program(int rank, const Attempt& attempt,
+                                      const StopCheck& stop = {}) const;
+  // One rank of each role, ascending, each the smallest rank of its role. A rank's Program
+  // depends on where it sits only through its pipeline stage and, along every other mesh dim,
+  // whether it is the dim's first member (who holds a Partial(sum) value, counts a replicated
+  // gradient in the norm), its last (who holds an uneven split's remainder) or neither: ranks
+  // that agree on these get the same buffers, sizes, instructions and arena, their groups and
+  // boxes aside. So checking what every rank needs checks these: at most 3 per mesh dim (the
+  // pipeline dim's stages each), whatever the mesh's size.
+  std::vector<int> RoleRanks() const;
   // Every rank's Program, for tests and tools that want them all at once (a coordinator, and
   // `weftctl plan`, emit one rank at a time). PlanJob has checked them for deadlock by stage;
   // pipeline/deadlock.h checks a whole set (CheckTransfersMatch, CheckDeadlockFree).
@@ -81,15 +91,18 @@ v1::Program ProgramHeader(const v1::JobSpec& spec, const std::string& job_id, in
 // The passes after autodiff and the optimizer, on a graph whose ops are placed: pipeline, lower,
 // checkpoint writers. PlanJob runs them after the others; the SPMD validator on graphs of one op.
 // With `numbering`, group ids continue another graph's (Lower).
-absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* numbering = nullptr);
+absl::StatusOr<PlannedGraph> PlanPlacedGraph(Graph g, const LoweredGraph* numbering = nullptr,
+                                             const StopCheck& stop = {});
 
 // spec must have passed PrepareJobSpec (common/jobspec/validate.h). Model errors are
 // INVALID_ARGUMENT naming the field (validation is building); planning errors name the layer,
 // the tensor and the placements (e.g. a missing SPMD rule); every message starts with
 // "planning job <name>". Before any Program is emitted, the ranks of one representative per
-// pipeline stage are checked for deadlock.
+// pipeline stage are checked for deadlock. `stop` is polled between the passes and in their
+// long loops (stop.h); its status is returned as it says, code and all.
 absl::StatusOr<std::shared_ptr<const Plan>> PlanJob(const v1::JobSpec& spec,
-                                                    const std::string& job_id, int attempt);
+                                                    const std::string& job_id, int attempt,
+                                                    const StopCheck& stop = {});
 
 }  // namespace weft::planner
 

@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "common/coordinator_channel.h"
 #include "common/subprocess.h"
 #include "common/testing_tls.h"
@@ -759,6 +761,95 @@ TEST_F(GrpcServerTlsTest, ATlsChannelToAPlaintextServerGetsNoCallThrough) {
   const grpc::Status s = ListJobs((*plain)->port(), {"", ca_});
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   (*plain)->Shutdown();
+}
+
+// A SubmitJob's planning (here a stand-in that plans until its StopCheck says stop) is held
+// neither past the call's deadline nor past the server's shutdown: the client's deadline of
+// 50 ms stops it with DEADLINE_EXCEEDED and the coordinator serves on; Shutdown stops the next
+// one, UNAVAILABLE, and returns.
+TEST(GrpcSubmitPlanningTest, TheCallsDeadlineAndShutdownStopAPlanInProgress) {
+  absl::Mutex mu;
+  int planning = 0;
+  std::vector<absl::Status> stopped;
+  CoordinatorOptions options;
+  options.prepare_spec = [](v1::JobSpec*) { return absl::OkStatus(); };
+  options.plan = [&](const v1::JobSpec&, const planner::StopCheck& stop)
+      -> absl::StatusOr<std::shared_ptr<const JobPlan>> {
+    {
+      absl::MutexLock lock(&mu);
+      ++planning;
+    }
+    absl::Status s;
+    while ((s = stop()).ok()) absl::SleepFor(absl::Milliseconds(1));
+    absl::MutexLock lock(&mu);
+    stopped.push_back(s);
+    return s;
+  };
+  auto store = JobStore::Open(TempDir() + "/weft.db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto c = Coordinator::Create(std::move(*store), options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  (*c)->Start();
+  auto server = CoordinatorServer::Start(c->get(), "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), grpc::InsecureChannelCredentials()));
+  v1::SubmitJobRequest request;
+  request.mutable_spec()->set_name("endless");
+  request.mutable_spec()->mutable_mesh()->add_shape(1);
+  request.mutable_spec()->mutable_mesh()->add_dim_names("dp");
+  auto stops = [&](size_t n) {
+    absl::MutexLock lock(&mu);
+    auto enough = [&] { return stopped.size() >= n; };
+    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(60));  // a safety bound
+  };
+
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(50));
+    v1::SubmitJobResponse response;
+    const grpc::Status s = stub->SubmitJob(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  }
+  ASSERT_TRUE(stops(1));
+  {
+    absl::MutexLock lock(&mu);
+    EXPECT_EQ(stopped[0].code(), absl::StatusCode::kDeadlineExceeded) << stopped[0];
+    EXPECT_EQ(stopped[0].message(), "the call's deadline passed");
+  }
+  grpc::ClientContext list_context;
+  list_context.set_deadline(In(10000));
+  v1::ListJobsResponse jobs;
+  const grpc::Status listed = stub->ListJobs(&list_context, v1::ListJobsRequest(), &jobs);
+  EXPECT_TRUE(listed.ok()) << listed.error_message();
+  EXPECT_EQ(jobs.jobs_size(), 0);
+
+  grpc::Status submitted;
+  std::thread submit([&] {
+    grpc::ClientContext context;
+    context.set_deadline(In(600000));
+    v1::SubmitJobResponse response;
+    submitted = stub->SubmitJob(&context, request, &response);
+  });
+  {
+    absl::MutexLock lock(&mu);
+    auto second = [&] { return planning >= 2; };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&second), absl::Seconds(60)));
+  }
+  absl::Notification shut_down;
+  std::thread shutdown([&] {
+    (*server)->Shutdown();
+    shut_down.Notify();
+  });
+  ASSERT_TRUE(shut_down.WaitForNotificationWithTimeout(absl::Seconds(60)))
+      << "the server's shutdown waited for a SubmitJob still planning";
+  shutdown.join();
+  submit.join();
+  EXPECT_FALSE(submitted.ok());
+  ASSERT_TRUE(stops(2));
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(stopped[1].code(), absl::StatusCode::kUnavailable) << stopped[1];
+  EXPECT_EQ(stopped[1].message(), "the coordinator is shutting down");
 }
 
 }  // namespace

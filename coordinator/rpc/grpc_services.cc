@@ -1,6 +1,7 @@
 #include "coordinator/rpc/grpc_services.h"
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <string>
@@ -16,6 +17,20 @@
 
 namespace weft::coordinator::rpc {
 namespace {
+
+// What a unary call's long work polls (planner/stop.h): its deadline, then whether the client
+// cancelled it (or the server, shutting down, did), so that its thread is not held past either.
+planner::StopCheck CallStop(const grpc::ServerContext& context) {
+  return [&context]() -> absl::Status {
+    const auto deadline = context.deadline();
+    if (deadline != std::chrono::system_clock::time_point::max() &&
+        std::chrono::system_clock::now() >= deadline) {
+      return absl::DeadlineExceededError("the call's deadline passed");
+    }
+    if (context.IsCancelled()) return absl::CancelledError("the call was cancelled");
+    return absl::OkStatus();
+  };
+}
 
 // The WorkerConnection of one Connect call: Send queues, the handler thread drains the queue
 // into the stream (the sync API allows one writer and one reader at a time).
@@ -85,7 +100,7 @@ grpc::Status GrpcJobService::SubmitJob(
     grpc::ServerContext* context, const v1::SubmitJobRequest* request,
     v1::SubmitJobResponse* response) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
-  absl::StatusOr<std::string> id = coordinator_->SubmitJob(*request);
+  absl::StatusOr<std::string> id = coordinator_->SubmitJob(*request, CallStop(*context));
   if (!id.ok()) {
     spdlog::info("SubmitJob rejected: {}", id.status().ToString());
     return ToGrpcStatus(id.status());

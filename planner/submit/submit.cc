@@ -7,8 +7,9 @@
 namespace weft::planner {
 
 absl::StatusOr<std::shared_ptr<const Plan>> PlanPrepared(const v1::JobSpec& spec,
-                                                         const std::string& job_id, int attempt) {
-  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanJob(spec, job_id, attempt));
+                                                         const std::string& job_id, int attempt,
+                                                         const StopCheck& stop) {
+  ASSIGN_OR_RETURN(std::shared_ptr<const Plan> plan, PlanJob(spec, job_id, attempt, stop));
   RETURN_IF_ERROR(CheckStartingState(spec, plan->Parameters()));
   return plan;
 }

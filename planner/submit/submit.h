@@ -24,9 +24,10 @@ namespace weft::planner {
 absl::StatusOr<std::shared_ptr<const Plan>> PrepareAndPlan(v1::JobSpec* spec,
                                                            const std::string& job_id, int attempt);
 
-// The last two steps, for a spec that passed PrepareJobSpec.
+// The last two steps, for a spec that passed PrepareJobSpec; PlanJob polls `stop` (stop.h).
 absl::StatusOr<std::shared_ptr<const Plan>> PlanPrepared(const v1::JobSpec& spec,
-                                                         const std::string& job_id, int attempt);
+                                                         const std::string& job_id, int attempt,
+                                                         const StopCheck& stop = {});
 
 }  // namespace weft::planner
 
