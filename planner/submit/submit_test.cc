@@ -284,7 +284,7 @@ TEST_F(SpecTest, InitFromErrors) {
                  "fc0.weight has shape [16,8], the model needs [8,16]");
   EXPECT_INVALID(Check(*spec), "init_from");
 
-  std::vector<float> zeros(64, 0.0f);
+  std::vector<float> zeros(8 * 16, 0.0f);  // the larger of the two tensors
   ASSERT_TRUE(SafetensorsFile::Write(Path("init.safetensors"),
                                      {{"fc0.weight", {8, 16}, zeros.data()},
                                       {"fc1.weight", {16, 4}, zeros.data()}})

@@ -61,6 +61,12 @@ constexpr absl::Duration kTimeout = absl::Seconds(60);
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr v1::DType kDTypes[] = {v1::F32, v1::BF16, v1::I32, v1::I64};
 
+// memcpy for counts that may be 0: an empty Values' data() is null, and memcpy must not be given
+// null even for 0 bytes (UBSan's nonnull-attribute check).
+void CopyBytes(void* to, const void* from, size_t bytes) {
+  if (bytes > 0) std::memcpy(to, from, bytes);
+}
+
 // ---- Values ----
 
 // Host copies of n elements of one dtype, bit for bit: what the tests write into buffers and
@@ -71,7 +77,7 @@ class Values {
   Values(v1::DType dtype, int64_t n) : dtype_(dtype), bytes_(n * DTypeSize(dtype)) {}
   // f32 values.
   Values(const std::vector<float>& floats) : Values(v1::F32, floats.size()) {  // NOLINT
-    std::memcpy(data(), floats.data(), bytes());
+    CopyBytes(data(), floats.data(), bytes());
   }
 
   v1::DType dtype() const { return dtype_; }
@@ -129,7 +135,7 @@ class Values {
   }
   Values Slice(int64_t from, int64_t n) const {
     Values piece(dtype_, n);
-    std::memcpy(piece.data(), at(from), piece.bytes());
+    CopyBytes(piece.data(), at(from), piece.bytes());
     return piece;
   }
 
@@ -174,8 +180,8 @@ class HostMemory : public Memory {
   // int64_t storage: aligned for every dtype.
   void* Allocate(size_t bytes) override { return new int64_t[bytes / 8 + 1]; }
   void Free(void* p) override { delete[] static_cast<int64_t*>(p); }
-  void Write(void* to, const void* from, size_t bytes) override { std::memcpy(to, from, bytes); }
-  void Read(const void* from, void* to, size_t bytes) override { std::memcpy(to, from, bytes); }
+  void Write(void* to, const void* from, size_t bytes) override { CopyBytes(to, from, bytes); }
+  void Read(const void* from, void* to, size_t bytes) override { CopyBytes(to, from, bytes); }
 };
 
 #ifdef WEFT_CUDA
@@ -471,7 +477,7 @@ Values Poison(int64_t n, v1::DType dtype = v1::F32) {
   Values v(dtype, n);
   if (IsFloatingPoint(dtype)) {
     for (int64_t i = 0; i < n; ++i) v.SetFloat(i, kNaN);
-  } else {
+  } else if (n > 0) {  // data() is null at 0, which memset must not be given
     std::memset(v.data(), 0xA5, v.bytes());
   }
   return v;

@@ -191,8 +191,11 @@ class LocalCommunicator final : public Communicator {
     scratch_.resize(post.aux * element);
     int64_t offset = 0;
     for (int m = 0; m < size(); ++m) {
-      std::memcpy(ElementAt(scratch_.data(), offset, dtype), group_->post(m).in,
-                  counts[m] * element);
+      // Not for 0 elements: an empty scratch_'s data() may be null, which memcpy must not get.
+      if (counts[m] > 0) {
+        std::memcpy(ElementAt(scratch_.data(), offset, dtype), group_->post(m).in,
+                    counts[m] * element);
+      }
       offset += counts[m];
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
@@ -247,8 +250,10 @@ class LocalCommunicator final : public Communicator {
       const Post& p = group_->post(m);
       int64_t src = 0;
       for (int j = 0; j < rank_; ++j) src += p.counts[j];
-      std::memcpy(ElementAt(scratch_.data(), dst, dtype), ElementAt(p.in, src, dtype),
-                  recv_counts[m] * element);
+      if (recv_counts[m] > 0) {  // as in AllGather: scratch_.data() may be null
+        std::memcpy(ElementAt(scratch_.data(), dst, dtype), ElementAt(p.in, src, dtype),
+                    recv_counts[m] * element);
+      }
       dst += recv_counts[m];
     }
     RETURN_IF_ERROR(group_->Leave(kOp));
