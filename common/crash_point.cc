@@ -54,26 +54,24 @@ const std::optional<Armed>& ArmedPoint() {
   return *armed;
 }
 
-// WEFT_DEBUG_STEP_MS's milliseconds; 0 when unset.
-absl::StatusOr<int64_t> ParseStepMs(const char* value) {
+// The number in environment variable `name` (its value `value`), at least `min`; 0 when unset.
+absl::StatusOr<int64_t> ParseEnvNumber(const char* name, const char* value, int64_t min,
+                                       const char* what) {
   if (value == nullptr) return 0;
-  int64_t ms;
-  if (!absl::SimpleAtoi(value, &ms) || ms < 0) {
+  int64_t n;
+  if (!absl::SimpleAtoi(value, &n) || n < min) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kStepMsEnv, "=", value, ": must be a number of milliseconds >= 0"));
+        absl::StrCat(name, "=", value, ": must be ", what, " >= ", min));
   }
-  return ms;
+  return n;
 }
 
-// WEFT_DEBUG_STALL_AT's step; 0 when unset.
+// WEFT_DEBUG_STEP_MS's milliseconds and WEFT_DEBUG_STALL_AT's step; 0 when unset.
+absl::StatusOr<int64_t> ParseStepMs(const char* value) {
+  return ParseEnvNumber(kStepMsEnv, value, 0, "a number of milliseconds");
+}
 absl::StatusOr<int64_t> ParseStallAt(const char* value) {
-  if (value == nullptr) return 0;
-  int64_t step;
-  if (!absl::SimpleAtoi(value, &step) || step < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kStallAtEnv, "=", value, ": must be a step number >= 1"));
-  }
-  return step;
+  return ParseEnvNumber(kStallAtEnv, value, 1, "a step number");
 }
 
 }  // namespace

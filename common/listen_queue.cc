@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -68,25 +67,6 @@ int64_t ListenQueueInTable(const std::string& table, int port, const std::set<ui
   return total;
 }
 
-absl::StatusOr<int64_t> ListenQueueLength(int port) {
-  absl::StatusOr<std::set<uint64_t>> inodes = OwnSocketInodes();
-  if (!inodes.ok()) return inodes.status();
-  int64_t total = -1;
-  for (const char* path : {"/proc/self/net/tcp", "/proc/self/net/tcp6"}) {
-    // Read to its end: /proc files report a size of 0.
-    std::ifstream file(path);
-    if (!file) continue;  // no IPv6 in this kernel
-    std::ostringstream table;
-    table << file.rdbuf();
-    const int64_t n = ListenQueueInTable(table.str(), port, *inodes);
-    if (n >= 0) total = (total < 0 ? 0 : total) + n;
-  }
-  if (total < 0) {
-    return absl::NotFoundError(absl::StrCat("this process has no TCP socket listening on port ", port));
-  }
-  return total;
-}
-
 absl::StatusOr<std::unique_ptr<ListenQueueProbe>> ListenQueueProbe::Open(int port) {
   absl::StatusOr<std::set<uint64_t>> inodes = OwnSocketInodes();
   if (!inodes.ok()) return inodes.status();
@@ -99,6 +79,12 @@ absl::StatusOr<std::unique_ptr<ListenQueueProbe>> ListenQueueProbe::Open(int por
   absl::StatusOr<int64_t> first = probe->Sample();
   if (!first.ok()) return first.status();
   return probe;
+}
+
+absl::StatusOr<int64_t> ListenQueueLength(int port) {
+  absl::StatusOr<std::unique_ptr<ListenQueueProbe>> probe = ListenQueueProbe::Open(port);
+  if (!probe.ok()) return probe.status();
+  return (*probe)->Sample();
 }
 
 ListenQueueProbe::~ListenQueueProbe() {

@@ -221,8 +221,8 @@ void JobRun::OnStep(const v1::StepReport& report, int64_t now, Commands* out) {
     return;
   }
   if (!complete->has_value()) return;
-  if (steps_seen_++ > 0) {
-    step_gaps_ms_.push_back(now - last_step_ms_);
+  if (last_step_ms_.has_value()) {
+    step_gaps_ms_.push_back(now - *last_step_ms_);
     if (step_gaps_ms_.size() > 64) step_gaps_ms_.pop_front();
   }
   last_step_ms_ = now;
@@ -305,11 +305,10 @@ void JobRun::OnCancel(const std::string& reason, int64_t now, Commands* out) {
   CancelRunning(reason, out);
 }
 
-int64_t JobRun::ProgressLimitMs() const {
-  if (config_.progress_floor_ms <= 0 || steps_seen_ < JobRunConfig::kProgressSteps) return 0;
+int64_t JobRun::MedianStepGapMs() const {
   std::vector<int64_t> gaps(step_gaps_ms_.begin(), step_gaps_ms_.end());
   std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
-  return std::max(config_.progress_floor_ms, JobRunConfig::kProgressFactor * gaps[gaps.size() / 2]);
+  return gaps[gaps.size() / 2];
 }
 
 void JobRun::OnTick(int64_t now, Commands* out) {
@@ -317,17 +316,19 @@ void JobRun::OnTick(int64_t now, Commands* out) {
     DecideFailure(now, out);
     return;
   }
-  // The progress watchdog, while the ranks are meant to be stepping.
-  if (job_.state() == v1::RUNNING && !cancelling_ && failures_.empty() && !finish_after_commits_) {
-    const int64_t limit = ProgressLimitMs();
-    if (limit > 0 && now - last_progress_ms_ > limit) {
-      std::vector<int64_t> gaps(step_gaps_ms_.begin(), step_gaps_ms_.end());
-      std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  // The progress watchdog, while the ranks are meant to be stepping, once kProgressSteps steps
+  // (kProgressSteps - 1 gaps) have completed.
+  if (config_.progress_floor_ms > 0 && job_.state() == v1::RUNNING && !cancelling_ &&
+      failures_.empty() && !finish_after_commits_ &&
+      step_gaps_ms_.size() + 1 >= static_cast<size_t>(JobRunConfig::kProgressSteps)) {
+    const int64_t median = MedianStepGapMs();
+    const int64_t limit =
+        std::max(config_.progress_floor_ms, JobRunConfig::kProgressFactor * median);
+    if (now - last_progress_ms_ > limit) {
       Fail(-1,
            absl::StrCat("no step completed for ", FormatMs(now - last_progress_ms_), " (",
                         JobRunConfig::kProgressFactor, " x the median step time ",
-                        FormatMs(gaps[gaps.size() / 2]), ", at least ",
-                        FormatMs(config_.progress_floor_ms),
+                        FormatMs(median), ", at least ", FormatMs(config_.progress_floor_ms),
                         "): a rank is stuck, or its workers cannot reach each other"),
            now, out);
       return;

@@ -206,8 +206,8 @@ class JobRun {
   void Grow(int to, int64_t step, int64_t now, Commands* out);
   void OnCancel(const std::string& reason, int64_t now, Commands* out);
   void OnTick(int64_t now, Commands* out);
-  // The progress watchdog's limit now (0: not armed yet).
-  int64_t ProgressLimitMs() const;
+  // The median of step_gaps_ms_, which is not empty.
+  int64_t MedianStepGapMs() const;
   // The ranks from `rank` on count done; none of them ran.
   void MarkDoneFrom(int rank);
   // The ranks from `rank` on were never sent: each is done, as a rank that finished.
@@ -241,11 +241,11 @@ class JobRun {
   std::vector<Failure> failures_;
   int64_t settle_deadline_ms_ = 0;
   // The progress watchdog (JobRunConfig::progress_floor_ms): when the last step completed (or a
-  // shard was reported), and the times between the last steps (at most 64).
+  // shard was reported), when the last step did (none yet: unset), and the times between the
+  // last steps (at most 64).
   int64_t last_progress_ms_ = 0;
-  int64_t last_step_ms_ = 0;
+  std::optional<int64_t> last_step_ms_;
   std::deque<int64_t> step_gaps_ms_;
-  int64_t steps_seen_ = 0;
   bool ended_ = false;
 };
 

@@ -53,8 +53,8 @@ absl::StatusOr<CheckpointWriters> CheckpointWriters::Assign(const Graph& g,
     if (t.role != v1::Buffer::OPTIMIZER_STATE && param == nullptr) continue;
     // A bf16 parameter is written as its float32 master weight.
     if (param != nullptr && param->master >= 0) continue;
-    RETURN_IF_ERROR(
-        CheckStop(stop, absl::StrCat("choosing who writes ", t.name, " to checkpoints")));
+    RETURN_IF_ERROR(CheckStopDoing(
+        stop, [&] { return absl::StrCat("choosing who writes ", t.name, " to checkpoints"); }));
     const DistAttr& attr = *t.dist;
     // Identical copies: along the dims where the tensor is whole (Replicate, or Partial(avg) of
     // equal pieces) other than the pipeline dim, where only its own stage holds it.

@@ -9,8 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/jobspec/defaults.h"
-#include "common/jobspec/parallelize.h"
 #include "planner/planner.h"
 #include "planner/test_util.h"
 
@@ -23,10 +21,7 @@ using testing::S;
 using testing::SpecBuilder;
 
 std::shared_ptr<const Plan> MustPlanJob(v1::JobSpec spec) {
-  ApplyJobSpecDefaults(&spec);
-  absl::Status parallelized = ApplyParallelize(&spec);
-  EXPECT_TRUE(parallelized.ok()) << parallelized;
-  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanJob(spec, "job-1", 0);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = testing::PlanWithDefaults(std::move(spec));
   EXPECT_TRUE(plan.ok()) << plan.status();
   return plan.ok() ? *plan : nullptr;
 }

@@ -32,6 +32,16 @@ inline absl::Status CheckStop(const StopCheck& stop, absl::string_view doing) {
   return absl::Status(s.code(), absl::StrCat("stopped while ", doing, ": ", s.message()));
 }
 
+// The same where saying what it was doing takes work (naming a tensor): `doing()` runs only
+// once it stops, not on every check of a loop.
+template <typename Doing>
+absl::Status CheckStopDoing(const StopCheck& stop, const Doing& doing) {
+  if (!stop) return absl::OkStatus();
+  absl::Status s = stop();
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat("stopped while ", doing(), ": ", s.message()));
+}
+
 }  // namespace weft::planner
 
 #endif  // WEFT_PLANNER_STOP_H_

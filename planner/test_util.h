@@ -139,12 +139,18 @@ inline v1::JobSpec Gpt2Spec() {
   return spec;
 }
 
-// The plan of spec with its defaults applied (no files are read).
-inline absl::StatusOr<std::vector<v1::Program>> PlanPrograms(v1::JobSpec spec, int attempt = 0) {
+// PlanJob of spec with its defaults and `parallelize` applied, as job-1 (no files are read).
+inline absl::StatusOr<std::shared_ptr<const Plan>> PlanWithDefaults(v1::JobSpec spec,
+                                                                   int attempt = 0) {
   ApplyJobSpecDefaults(&spec);
   absl::Status parallelized = ApplyParallelize(&spec);
   if (!parallelized.ok()) return parallelized;
-  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanJob(spec, "job-1", attempt);
+  return PlanJob(spec, "job-1", attempt);
+}
+
+// The plan of spec with its defaults applied (no files are read).
+inline absl::StatusOr<std::vector<v1::Program>> PlanPrograms(v1::JobSpec spec, int attempt = 0) {
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanWithDefaults(std::move(spec), attempt);
   if (!plan.ok()) return plan.status();
   absl::StatusOr<std::vector<v1::Program>> programs = (*plan)->AllPrograms();
   if (!programs.ok()) return programs.status();

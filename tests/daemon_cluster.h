@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/subprocess.h"
+#include "common/testing_health.h"
 #include "tests/process.h"
 #include "weft/v1/service.grpc.pb.h"
 
@@ -103,13 +104,6 @@ class DaemonCluster {
   int coordinator_restarts_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
 };
-
-// A channel of its own (its own connection, not one shared with other channels): a call on it
-// shows whether the server accepts new connections.
-std::shared_ptr<grpc::Channel> FreshChannel(const std::string& address);
-// grpc.health.v1.Health/Check (service "") over `channel`: "SERVING", "NOT_SERVING", or the
-// call's error.
-std::string HealthStatus(const std::shared_ptr<grpc::Channel>& channel);
 
 // A suite whose cases share one cluster of kWorkers cpu workers: started before its first case,
 // stopped after its last. Base is ::testing::Test or ::testing::TestWithParam<...>; a suite that

@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "common/coordinator_channel.h"
 #include "common/subprocess.h"
+#include "common/testing_health.h"
 #include "common/testing_tls.h"
 #include "common/tls.h"
 #include "coordinator/coordinator.h"
@@ -231,37 +232,9 @@ TEST(GrpcPagingTest, ListJobsAndGetJobPageOverTheWire) {
   (*server)->Shutdown();
 }
 
-// grpc.health.v1.Health/Check with an empty HealthCheckRequest (service ""), through the generic
-// stub: its status and reply bytes (HealthCheckResponse{status: SERVING} is 08 01).
-grpc::Status HealthCheck(const std::shared_ptr<grpc::Channel>& channel, std::string* bytes) {
-  grpc::GenericStub stub(channel);
-  grpc::Slice empty("", 0);
-  grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  grpc::ClientContext context;
-  context.set_deadline(In(10000));
-  grpc::Status status;
-  absl::Notification done;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                 &response, [&](grpc::Status s) {
-                   status = s;
-                   done.Notify();
-                 });
-  done.WaitForNotification();
-  std::vector<grpc::Slice> slices;
-  if (status.ok() && response.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) {
-      bytes->append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-  }
-  return status;
-}
-
+// HealthCheckResponse{status: SERVING} (08 01) to a Check of service "".
 TEST_F(GrpcServerTest, HealthServiceSaysServing) {
-  std::string bytes;
-  const grpc::Status status = HealthCheck(channel_, &bytes);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  EXPECT_EQ(weft::testing::HealthStatus(channel_), "SERVING");
 }
 
 // A server reflection stream (ServerReflectionInfo, bidi, raw bytes), as grpcurl opens one.
@@ -664,10 +637,7 @@ TEST_F(GrpcServerAuthTest, WorkerServicesTakeOnlyTheWorkerToken) {
 }
 
 TEST_F(GrpcServerAuthTest, HealthStaysOpen) {
-  std::string bytes;
-  const grpc::Status status = HealthCheck(Channel(""), &bytes);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+  EXPECT_EQ(weft::testing::HealthStatus(Channel("")), "SERVING");
 }
 
 // With a client token, reflection asks for it too: it lists the services, a client's business.
