@@ -153,8 +153,11 @@ void Task::Run() {
     spdlog::warn("job {} attempt {}: {}", program.job_id(), program.attempt(),
                  done.done().message());
   }
-  Emit(done);
+  // Finished before the TaskDone leaves: the coordinator may answer it with the worker's next
+  // assignment at once, and StartTask must then find this task finished (it joins the thread,
+  // which by then only sends the TaskDone), not busy.
   finished_.Notify();
+  Emit(done);
 }
 
 absl::Status Task::RunSteps(AttemptComms& comms, std::unique_ptr<Executor>& executor) {

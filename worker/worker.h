@@ -115,6 +115,8 @@ class Task {
   // Stops at the next instruction boundary (or the rendezvous in progress). Thread-safe,
   // idempotent; the first reason wins.
   void Cancel(const std::string& reason) ABSL_LOCKS_EXCLUDED(mu_);
+  // Its TaskDone is made (it may still be on its way out: Join waits for it to be sent). The
+  // worker may start its next task from then on.
   bool finished() const { return finished_.HasBeenNotified(); }
   void Join();
   // Lets the thread run on unowned (the process is ending). The Task must then be leaked.

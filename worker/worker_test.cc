@@ -6,6 +6,7 @@
 #include <deque>
 #include <limits>
 #include <map>
+#include <optional>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -217,6 +218,22 @@ TEST(TaskTest, ReportsEveryStepThenDone) {
   ASSERT_TRUE(msgs[3].has_done());
   EXPECT_TRUE(msgs[3].done().ok());
   EXPECT_TRUE(task.finished());
+}
+
+// A task is finished when its TaskDone is sent, not after: the coordinator answers a TaskDone with
+// the worker's next assignment at once, and the worker must not find the task still busy then.
+TEST(TaskTest, IsFinishedWhenItsTaskDoneIsSent) {
+  FakeEnvironment env;
+  Task* task_ptr = nullptr;
+  std::optional<bool> finished_at_done;
+  Task task(MakeAssignment("j", 1, 0, 2), &env, [&](const v1::WorkerMessage& m) {
+    if (m.has_done()) finished_at_done = task_ptr->finished();
+  });
+  task_ptr = &task;
+  task.Start();
+  task.Join();
+  ASSERT_TRUE(finished_at_done.has_value());
+  EXPECT_TRUE(*finished_at_done);
 }
 
 // The real executor on the CPU kernels: x [2,3] @ w [3,4] -> y [2,4], the loss the MSE of y
@@ -512,6 +529,11 @@ class FakeCoordinator final : public v1::WorkerService::Service {
       while (stream->Read(&m)) {
         absl::MutexLock lock(&mu_);
         received_.push_back(m);
+        // As the coordinator does: a worker's TaskDone is answered with its next assignment.
+        if (m.has_done() && !after_done_.empty()) {
+          outbox_.push_back(std::move(after_done_.front()));
+          after_done_.pop_front();
+        }
       }
       reader_done = true;
     });
@@ -538,6 +560,11 @@ class FakeCoordinator final : public v1::WorkerService::Service {
   void Push(const v1::CoordinatorMessage& m) {
     absl::MutexLock lock(&mu_);
     outbox_.push_back(m);
+  }
+  // Sent as soon as the next TaskDone arrives, one per TaskDone, in order.
+  void PushAfterDone(const v1::CoordinatorMessage& m) {
+    absl::MutexLock lock(&mu_);
+    after_done_.push_back(m);
   }
   void CloseStream() {
     absl::MutexLock lock(&mu_);
@@ -570,6 +597,7 @@ class FakeCoordinator final : public v1::WorkerService::Service {
   std::vector<v1::WorkerMessage> hellos_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WorkerMessage> received_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::CoordinatorMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::CoordinatorMessage> after_done_ ABSL_GUARDED_BY(mu_);
 };
 
 int Count(const std::vector<v1::WorkerMessage>& msgs,
@@ -631,6 +659,27 @@ TEST_F(WorkerTest, HelloHeartbeatsAndAnAssignment) {
   auto received = coordinator_.received();
   EXPECT_EQ(Count(received, [](const auto& m) { return m.has_step(); }), 3);
   EXPECT_EQ(Count(received, [](const auto& m) { return m.has_done() && m.done().ok(); }), 1);
+}
+
+// Queued jobs, each assigned the moment the one before reports its TaskDone (bench/hostile_load.sh
+// saw a queued job fail "worker busy" this way): every one runs.
+TEST_F(WorkerTest, AnAssignmentThatAnswersATaskDoneRuns) {
+  StartWorker();
+  constexpr int kJobs = 40;
+  for (int j = 1; j < kJobs; ++j) {
+    v1::CoordinatorMessage next;
+    *next.mutable_assignment() = MakeAssignment(absl::StrCat("queued-", j), 0, 0, 1);
+    coordinator_.PushAfterDone(next);
+  }
+  v1::CoordinatorMessage first;
+  *first.mutable_assignment() = MakeAssignment("queued-0", 0, 0, 1);
+  coordinator_.Push(first);
+  ASSERT_TRUE(coordinator_.WaitFor([&](const auto&, const auto& received) {
+    return Count(received, [](const auto& m) { return m.has_done(); }) == kJobs;
+  }));
+  for (const v1::WorkerMessage& m : coordinator_.received()) {
+    if (m.has_done()) EXPECT_TRUE(m.done().ok()) << m.done().job_id() << ": " << m.done().message();
+  }
 }
 
 TEST_F(WorkerTest, HelloDescribesTheDevice) {
