@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -16,6 +17,38 @@
 #include "absl/types/span.h"
 
 namespace weft {
+
+// Confinement (a daemon's --data_root and --checkpoint_root, resolved): once set, every path
+// under one of the roots that file_io opens, creates, renames or removes is resolved by the
+// kernel beneath that root (openat2 with RESOLVE_BENEATH), whatever its folders have become since
+// the job's paths were checked: a link or `..` swapped in that leads out fails with
+// PERMISSION_DENIED "<path>: leads outside <root> (through a link or `..`)", and nothing is read,
+// written or removed there. A link beneath the root is followed only when it is relative and
+// stays inside (the job's paths are stored resolved; Weft writes no link). Paths under no root
+// are opened as they are. Set once at start, before any thread opens a file.
+//
+// E.g.
+//   ConfineToRoots({roots.data, roots.checkpoint});   // empty roots are ignored
+void ConfineToRoots(std::vector<std::string> roots);
+
+// open(2) of `path` under the confinement above: a descriptor, or -1 with errno set (EXDEV: it
+// leads outside its root). O_CLOEXEC is added.
+int OpenConfined(const std::string& path, int flags, int mode = 0);
+
+// A status for the errno an OpenConfined of `path` failed with (`what`: "cannot open", ...):
+// PERMISSION_DENIED "<path>: leads outside <root> ..." for EXDEV, else INTERNAL "<path>: <what>:
+// <strerror>".
+absl::Status OpenError(const std::string& path, absl::string_view what);
+
+// mkdir -p, each folder made beneath its root when confined. INTERNAL naming the path.
+absl::Status MakeDirs(const std::string& path);
+
+// rename(2), both names resolved beneath their root when confined.
+absl::Status RenamePath(const std::string& from, const std::string& to);
+
+// Removes `path` and, for a folder, everything in it, never following a link (a link is removed,
+// not what it names). Absent is fine. Confined like the rest.
+absl::Status RemoveTree(const std::string& path);
 
 // A file opened read-only for positioned reads (pread), so copies can read concurrently without
 // a shared cursor. Copies share the descriptor, which closes with the last copy. The size is

@@ -20,6 +20,15 @@
 #include "absl/strings/str_cat.h"
 
 namespace weft {
+
+// What libmicrohttpd's callbacks reach of the server (their `cls`).
+struct MetricsServerHooks {
+  std::function<std::string()> render;
+  std::function<void(MHD_Connection*)> answered;
+  std::function<void(MHD_Connection*, int)> opened;
+  std::function<void(MHD_Connection*)> closed;
+};
+
 namespace {
 
 constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
@@ -58,6 +67,7 @@ MHD_Result Queue(MHD_Connection* connection, unsigned status, const std::string&
 MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const char* method,
                   const char* /*version*/, const char* /*upload_data*/,
                   size_t* /*upload_data_size*/, void** /*request_state*/) {
+  static_cast<MetricsServerHooks*>(cls)->answered(connection);
   if (std::strcmp(url, "/metrics") != 0) {
     return Queue(connection, MHD_HTTP_NOT_FOUND, "only /metrics is served here\n", nullptr);
   }
@@ -66,8 +76,21 @@ MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const 
     return Queue(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
                  absl::StrCat(method, " /metrics: only GET and HEAD are served\n"), "GET, HEAD");
   }
-  const auto& render = *static_cast<const std::function<std::string()>*>(cls);
-  return Queue(connection, MHD_HTTP_OK, render(), nullptr);
+  return Queue(connection, MHD_HTTP_OK, static_cast<MetricsServerHooks*>(cls)->render(),
+               nullptr);
+}
+
+// libmicrohttpd's connection notification: opened (with its socket) and closed.
+void Notify(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+            MHD_ConnectionNotificationCode code) {
+  auto* hooks = static_cast<MetricsServerHooks*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    hooks->opened(connection, info != nullptr ? static_cast<int>(info->connect_fd) : -1);
+  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+    hooks->closed(connection);
+  }
 }
 
 // A listening socket on host:port, SO_REUSEADDR (a restarted daemon gets its port back at once)
@@ -125,7 +148,8 @@ unsigned ConnectionLimit() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
-    const std::string& listen, std::function<std::string()> render) {
+    const std::string& listen, std::function<std::string()> render,
+    absl::Duration request_deadline) {
   std::string host;
   int port = 0;
   if (absl::Status s = ParseHostPort("--metrics_listen", listen, &host, &port); !s.ok()) return s;
@@ -143,7 +167,14 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   port = ntohs(v6 ? reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port
                   : reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
 
-  std::unique_ptr<MetricsServer> out(new MetricsServer(std::move(render), host, port));
+  std::unique_ptr<MetricsServer> out(
+      new MetricsServer(std::move(render), host, port, request_deadline));
+  MetricsServer* server = out.get();
+  out->hooks_ = std::make_unique<MetricsServerHooks>(MetricsServerHooks{
+      [server] { return server->render_(); },
+      [server](MHD_Connection* c) { server->Answered(c); },
+      [server](MHD_Connection* c, int fd) { server->Opened(c, fd); },
+      [server](MHD_Connection* c) { server->Closed(c); }});
   std::string messages;
   start_messages = &messages;
   // One thread multiplexes every connection with epoll (no thread per connection, no
@@ -153,8 +184,8 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   out->daemon_ = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
       static_cast<uint16_t>(port), /*apc=*/nullptr, /*apc_cls=*/nullptr, &Answer,
-      const_cast<std::function<std::string()>*>(&out->render_),
-      MHD_OPTION_EXTERNAL_LOGGER, &KeepStartMessage, nullptr,
+      out->hooks_.get(), MHD_OPTION_EXTERNAL_LOGGER, &KeepStartMessage, nullptr,
+      MHD_OPTION_NOTIFY_CONNECTION, &Notify, out->hooks_.get(),
       MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*socket_fd),
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(kConnectionMemoryLimit),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(kInactivityTimeoutSeconds),
@@ -165,14 +196,58 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
                                             ": starting the HTTP server (libmicrohttpd): ",
                                             messages.empty() ? "failed" : messages));
   }
+  out->enforcer_ = std::thread([server] { server->EnforceDeadlines(); });
   return out;
 }
 
-MetricsServer::MetricsServer(std::function<std::string()> render, std::string host, int port)
-    : render_(std::move(render)), host_(std::move(host)), port_(port) {}
+MetricsServer::MetricsServer(std::function<std::string()> render, std::string host, int port,
+                             absl::Duration request_deadline)
+    : render_(std::move(render)),
+      host_(std::move(host)),
+      port_(port),
+      request_deadline_(request_deadline) {}
 
 MetricsServer::~MetricsServer() {
+  stop_.Notify();
+  if (enforcer_.joinable()) enforcer_.join();
   if (daemon_ != nullptr) MHD_stop_daemon(daemon_);
+}
+
+void MetricsServer::Opened(MHD_Connection* connection, int fd) {
+  absl::MutexLock lock(&mu_);
+  connections_[connection] = Pending{fd, absl::Now()};
+}
+
+void MetricsServer::Closed(MHD_Connection* connection) {
+  absl::MutexLock lock(&mu_);
+  connections_.erase(connection);
+}
+
+void MetricsServer::Answered(MHD_Connection* connection) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = connections_.find(connection); it != connections_.end()) {
+    it->second.since = absl::Now();
+  }
+}
+
+int64_t MetricsServer::deadline_closes() const {
+  absl::MutexLock lock(&mu_);
+  return deadline_closes_;
+}
+
+void MetricsServer::EnforceDeadlines() {
+  const absl::Duration tick = std::min(absl::Seconds(1), request_deadline_ / 4);
+  while (!stop_.WaitForNotificationWithTimeout(tick)) {
+    const absl::Time late = absl::Now() - request_deadline_;
+    absl::MutexLock lock(&mu_);
+    // Under mu_: a connection still listed is not yet closed, so its descriptor is still its own.
+    for (auto& [connection, pending] : connections_) {
+      if (pending.fd < 0 || pending.since > late) continue;
+      ::shutdown(pending.fd, SHUT_RDWR);
+      pending.since = absl::InfiniteFuture();  // once
+      ++deadline_closes_;
+    }
+  }
 }
 
 std::string MetricsServer::address() const { return JoinHostPort(host_, port_); }

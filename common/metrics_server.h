@@ -3,8 +3,10 @@
 // (version 0.0.4), another method on /metrics 405, any other path 404. GNU libmicrohttpd, every
 // connection on one epoll thread of its own, bounded against hostile clients: a request line and
 // headers must fit in kConnectionMemoryLimit (a longer one is answered 414 or 431 and closed,
-// never buffered), a connection silent for kInactivityTimeoutSeconds is closed, and at most
-// kMaxConnections are open at once. A scrape calls `render` on that thread.
+// never buffered), a connection silent for kInactivityTimeoutSeconds is closed, one that has not
+// completed a request within kRequestDeadline of connecting (or of its last answer) is closed
+// however slowly it keeps sending, and at most kMaxConnections are open at once. A scrape calls
+// `render` on that thread.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::unique_ptr<MetricsServer> server,
@@ -15,15 +17,24 @@
 
 #include <cstddef>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "common/host_port.h"
 
+struct MHD_Connection;
 struct MHD_Daemon;
 
 namespace weft {
+
+struct MetricsServerHooks;
 
 class MetricsServer {
  public:
@@ -42,13 +53,20 @@ class MetricsServer {
   // further at half the process's open-file limit, so that gRPC, Gloo and the job store keep
   // descriptors of their own.
   static constexpr unsigned kMaxConnections = 4096;
+  // A request's line and headers must be in this long after the connection opened (or after its
+  // previous answer). The inactivity timeout alone let a client that sends a byte every few
+  // seconds hold a connection for ever: 4,200 of them held every slot (bench/hostile_load.sh).
+  // A scraper's request arrives in one packet.
+  static constexpr absl::Duration kRequestDeadline = absl::Seconds(10);
 
   // Listens on `listen` (HOST:PORT, the host a name or an address, IPv6 in brackets; port 0
   // picks a free one): INVALID_ARGUMENT naming a malformed address, UNAVAILABLE when it cannot
   // be bound.
+  // `request_deadline`: kRequestDeadline but in tests.
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
-      const std::string& listen, std::function<std::string()> render);
-  // Stops serving: closes every connection and waits for the server's thread.
+      const std::string& listen, std::function<std::string()> render,
+      absl::Duration request_deadline = kRequestDeadline);
+  // Stops serving: closes every connection and waits for the server's threads.
   ~MetricsServer();
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
@@ -59,15 +77,38 @@ class MetricsServer {
   std::string address() const;
   std::string url() const;
 
+  // Connections closed for missing kRequestDeadline so far.
+  int64_t deadline_closes() const;
+
  private:
-  MetricsServer(std::function<std::string()> render, std::string host, int port);
+  MetricsServer(std::function<std::string()> render, std::string host, int port,
+                absl::Duration request_deadline);
+  // libmicrohttpd's connection notifications and the access handler (its thread).
+  void Opened(MHD_Connection* connection, int fd);
+  void Closed(MHD_Connection* connection);
+  void Answered(MHD_Connection* connection);
+  // Once a second until stopped: shuts down connections past their request deadline (the
+  // socket's shutdown, not its close: libmicrohttpd sees the end and closes it itself).
+  void EnforceDeadlines();
 
   // Called by libmicrohttpd's thread for each scrape; outlives daemon_ (stopped first).
   const std::function<std::string()> render_;
   const std::string host_;
   const int port_;
+  const absl::Duration request_deadline_;
+  std::unique_ptr<MetricsServerHooks> hooks_;  // the callbacks' `cls`; outlives daemon_
   // Owned: MHD_stop_daemon in the destructor.
   MHD_Daemon* daemon_ = nullptr;
+
+  struct Pending {
+    int fd = -1;
+    absl::Time since;  // opened, or last answered
+  };
+  mutable absl::Mutex mu_;
+  std::map<MHD_Connection*, Pending> connections_ ABSL_GUARDED_BY(mu_);
+  int64_t deadline_closes_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Notification stop_;
+  std::thread enforcer_;
 };
 
 }  // namespace weft

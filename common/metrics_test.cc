@@ -419,6 +419,52 @@ TEST(MetricsServerTest, AScrapeIsAnsweredBesideTwoThousandStalledRequests) {
   EXPECT_LT(latency, absl::Seconds(2));
 }
 
+// bench/hostile_load.sh: connections that each send a byte of their request every second (well
+// inside the inactivity timeout) held every slot for as long as they kept on. Each is now closed
+// once its request deadline passes, however it keeps sending, and a scrape is served.
+TEST(MetricsServerTest, ARequestDrippedByteByBytePastItsDeadlineIsClosed) {
+  constexpr int kDripping = 20;
+  const absl::Duration request_deadline = absl::Seconds(3);
+  MetricsRegistry registry;
+  registry.AddCounter("weft_scrapes_total", "Scrapes.")->Add({});
+  auto server = MetricsServer::Start("127.0.0.1:0", [&] { return registry.Render(); },
+                                     request_deadline);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  const absl::Time start = absl::Now();
+  const absl::Time give_up = start + request_deadline + absl::Seconds(10);
+  std::vector<Socket> dripping;
+  for (int i = 0; i < kDripping; ++i) {
+    dripping.push_back(ConnectLoopback(port));
+    ASSERT_GE(dripping.back().fd(), 0);
+  }
+  const std::string request = "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: aaaaaaaaaaaaaaaaaaaaaa";
+  std::vector<absl::Duration> closed_after(kDripping, absl::InfiniteDuration());
+  int open = kDripping;
+  for (size_t sent = 0; open > 0 && absl::Now() < give_up; ++sent) {
+    for (int i = 0; i < kDripping; ++i) {
+      if (closed_after[i] != absl::InfiniteDuration()) continue;
+      const char byte = request[sent % request.size()];
+      pollfd p{dripping[i].fd(), POLLIN, 0};
+      const bool hung_up = ::poll(&p, 1, 0) > 0;
+      if (hung_up || ::send(dripping[i].fd(), &byte, 1, MSG_NOSIGNAL) != 1) {
+        closed_after[i] = absl::Now() - start;
+        --open;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(500));  // the drip's pace, not a wait for a condition
+  }
+  for (int i = 0; i < kDripping; ++i) {
+    EXPECT_GE(closed_after[i], request_deadline) << "closed before its deadline: " << i;
+    EXPECT_LT(closed_after[i], request_deadline + absl::Seconds(5)) << "connection " << i;
+  }
+  EXPECT_EQ((*server)->deadline_closes(), kDripping);
+  // A scrape is answered as before.
+  const std::string answer = Exchange(port, kScrape);
+  EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 200")) << answer.substr(0, 100);
+  EXPECT_TRUE(absl::StrContains(answer, "# HELP weft_scrapes_total Scrapes.")) << answer;
+}
+
 // A connection that sends nothing, or stops halfway through its request, is closed after the
 // inactivity timeout (and not before).
 TEST(MetricsServerTest, SilentConnectionsAreClosedAfterTheInactivityTimeout) {

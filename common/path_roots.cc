@@ -47,8 +47,9 @@ std::string RootsText(Use use, const PathRoots& roots) {
   return "";
 }
 
+// `resolved_out`, when given, receives the path resolved when a root confines it.
 absl::Status CheckPath(const std::string& path, absl::string_view field, Use use,
-                       const PathRoots& roots) {
+                       const PathRoots& roots, std::string* resolved_out = nullptr) {
   if (path.empty()) return absl::OkStatus();
   std::vector<const std::string*> allowed;
   if (use != Use::kCheckpoint) allowed.push_back(&roots.data);
@@ -58,7 +59,10 @@ absl::Status CheckPath(const std::string& path, absl::string_view field, Use use
   }
   ASSIGN_OR_RETURN(std::string resolved, ResolvePathForRoot(path, field));
   for (const std::string* root : allowed) {
-    if (IsUnder(resolved, *root)) return absl::OkStatus();
+    if (IsUnder(resolved, *root)) {
+      if (resolved_out != nullptr) *resolved_out = resolved;
+      return absl::OkStatus();
+    }
   }
   const std::string resolves =
       resolved == fs::path(path).lexically_normal().string()
@@ -80,6 +84,17 @@ absl::Status CheckDataPaths(const v1::Data& data, const std::string& at,
     RETURN_IF_ERROR(CheckPath(absl::StrCat(data.path(), suffix), at + ".path", Use::kData, roots));
   }
   return absl::OkStatus();
+}
+
+// CheckDataPaths, each confined path replaced by its resolved form (a Megatron prefix by its
+// folder's: the prefix itself names no file).
+absl::Status ConfineDataPaths(v1::Data* data, const std::string& at, const PathRoots& roots) {
+  RETURN_IF_ERROR(CheckDataPaths(*data, at, roots));
+  RETURN_IF_ERROR(CheckPath(data->input(), at + ".input", Use::kData, roots,
+                            data->mutable_input()));
+  RETURN_IF_ERROR(CheckPath(data->label(), at + ".label", Use::kData, roots,
+                            data->mutable_label()));
+  return CheckPath(data->path(), at + ".path", Use::kData, roots, data->mutable_path());
 }
 
 }  // namespace
@@ -122,6 +137,17 @@ absl::Status CheckSpecPaths(const v1::JobSpec& spec, const PathRoots& roots) {
   RETURN_IF_ERROR(CheckDataPaths(spec.eval().data(), "eval.data", roots));
   RETURN_IF_ERROR(CheckPath(spec.init_from(), "init_from", Use::kDataOrCheckpoint, roots));
   return CheckPath(spec.checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots);
+}
+
+absl::Status ConfineSpecPaths(v1::JobSpec* spec, const PathRoots& roots) {
+  RETURN_IF_ERROR(ConfineDataPaths(spec->mutable_data(), "data", roots));
+  if (spec->has_eval()) {
+    RETURN_IF_ERROR(ConfineDataPaths(spec->mutable_eval()->mutable_data(), "eval.data", roots));
+  }
+  RETURN_IF_ERROR(CheckPath(spec->init_from(), "init_from", Use::kDataOrCheckpoint, roots,
+                            spec->mutable_init_from()));
+  return CheckPath(spec->checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots,
+                   spec->mutable_checkpoint()->mutable_dir());
 }
 
 absl::Status CheckDataFile(const std::string& path, absl::string_view field,

@@ -46,6 +46,11 @@ bool IsUnder(const std::string& path, const std::string& root);
 // Every path the spec names against the roots (above). Absent paths are not checked.
 absl::Status CheckSpecPaths(const v1::JobSpec& spec, const PathRoots& roots);
 
+// CheckSpecPaths, then each path a root confines replaced by its resolved form (the coordinator
+// stores the spec so): every later open of it lies under its root by name, and is resolved
+// beneath that root there (file_io's ConfineToRoots), whatever its folders become.
+absl::Status ConfineSpecPaths(v1::JobSpec* spec, const PathRoots& roots);
+
 // One file a job reads as data (`field` names it), e.g. the model.config_file the coordinator
 // reads when it parses a spec_yaml: under the data root.
 absl::Status CheckDataFile(const std::string& path, absl::string_view field,

@@ -53,7 +53,8 @@ void CheckpointCommitter::Loop() {
     CrashPoint(kCoordinatorBeforeCommit, commit.save.step);
     const absl::Time start = absl::Now();
     const absl::Status status = checkpoint::CommitCheckpoint(
-        commit.dir, commit.save.step, commit.save.chunks, commit.keep, commit.metadata);
+        commit.dir, commit.save.step, commit.save.chunks, commit.keep, commit.metadata,
+        commit.started_from);
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     if (status.ok()) {
       spdlog::info("job {}: checkpoint of step {} committed: {} bytes, {:.3f} s writing + {:.3f} "

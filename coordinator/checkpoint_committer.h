@@ -33,6 +33,7 @@ struct Commit {
   int keep = 0;
   std::map<std::string, std::string> metadata;
   CompleteSave save;
+  std::string started_from;  // checkpoint::CommitCheckpoint's
 };
 
 class CheckpointCommitter {

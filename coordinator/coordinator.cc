@@ -155,7 +155,8 @@ void Coordinator::ExecuteLocked(const std::string& job_id, std::vector<JobRun::C
     } else if (auto* c = std::get_if<JobRun::CommitCheckpoint>(&command)) {
       const v1::Checkpoint& spec = run.job().spec().checkpoint();
       committer_.Enqueue(Commit{job_id, run.job().attempt(), spec.dir(), spec.keep(),
-                                std::move(c->metadata), std::move(c->save)});
+                                std::move(c->metadata), std::move(c->save),
+                                std::move(c->started_from)});
     } else if (auto* c = std::get_if<JobRun::Ended>(&command)) {
       EndedLocked(job_id, *c);  // the last command: the run is gone after it
       return;

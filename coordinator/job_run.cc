@@ -137,6 +137,7 @@ void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
                           {"attempt", absl::StrCat(job_.attempt())},
                           {"optimizer", spec.optimizer().type()}};
   checkpoint_metadata_.insert(e.checkpoint_metadata.begin(), e.checkpoint_metadata.end());
+  started_from_ = e.start.step_dir;
   job_.set_state(v1::RUNNING);
   job_.set_start_time_ms(now);
   job_.set_message(absl::StrCat("running on ", Plural(slots_.size(), "worker")));
@@ -253,7 +254,7 @@ void JobRun::OnShard(const v1::CheckpointReport& report, int64_t now, Commands* 
   }
   if (!save->has_value()) return;
   ++commits_in_flight_;
-  out->push_back(CommitCheckpoint{**std::move(save), checkpoint_metadata_});
+  out->push_back(CommitCheckpoint{**std::move(save), checkpoint_metadata_, started_from_});
 }
 
 void JobRun::OnCommitted(const Committed& e, int64_t now, Commands* out) {

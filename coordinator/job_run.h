@@ -158,6 +158,7 @@ class JobRun {
   struct CommitCheckpoint {
     CompleteSave save;
     std::map<std::string, std::string> metadata;
+    std::string started_from;  // the step folder the attempt loaded; empty: none
   };
   // The attempt ended: its done ranks' workers are idle, the others drain (they were told to
   // cancel) until they confirm or `drain_deadline_ms`. `next`: the job's next attempt, RESTARTING,
@@ -233,6 +234,7 @@ class JobRun {
   StepAggregator steps_;
   CheckpointAggregator saves_;
   std::map<std::string, std::string> checkpoint_metadata_;
+  std::string started_from_;  // the attempt's starting step folder (CheckpointLoad::step_dir)
   int commits_in_flight_ = 0;
   bool finish_after_commits_ = false;  // every rank finished; SUCCEEDED once commits are done
   bool cancelling_ = false;

@@ -27,6 +27,7 @@
 #include "common/file_io.h"
 #include "common/help_flags.h"
 #include "common/host_port.h"
+#include "common/memory_release.h"
 #include "common/metrics_server.h"
 #include "common/path_roots.h"
 #include "common/systemd_notify.h"
@@ -241,6 +242,9 @@ int Run() {
   const absl::Duration retention = absl::GetFlag(FLAGS_job_retention);
   options.job_retention_ms = absl::ToInt64Milliseconds(retention);
   options.max_ended_jobs = absl::GetFlag(FLAGS_max_ended_jobs);
+  // Every open under a root is resolved beneath it (the spec's paths are stored resolved): a
+  // checkpoint folder swapped for a link mid-run leads nowhere outside.
+  ConfineToRoots({roots->data, roots->checkpoint});
   options.roots = *std::move(roots);
   if (options.heartbeat_interval_ms <= 0 || options.worker_timeout_ms <= 0) {
     spdlog::error("--heartbeat_ms and --worker_timeout_ms must be positive");
@@ -330,6 +334,9 @@ int Run() {
   if (absl::Status s = systemd::NotifyReady(absl::StrCat("serving on ", address)); !s.ok()) {
     spdlog::warn("{}", s.ToString());
   }
+  // What a connection flood's threads freed goes back to the system, rather than staying with
+  // glibc's arenas for good (bench/hostile_load.sh).
+  MemoryRelease memory_release(absl::Seconds(10));
   // The background thread ticks every 250 ms at most; a gap of the whole timeout means it, or
   // the coordinator's lock, is stuck. A server that stopped accepting connections is as stuck to
   // its clients.

@@ -103,7 +103,7 @@ absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
   Submission out;
   out.spec = spec;
   ApplyJobSpecDefaults(&out.spec);  // also when prepare_spec (a test's) does not
-  RETURN_IF_ERROR(CheckSpecPaths(out.spec, options.roots));  // before any file is opened
+  RETURN_IF_ERROR(ConfineSpecPaths(&out.spec, options.roots));  // before any file is opened
   RETURN_IF_ERROR(options.prepare_spec(&out.spec));
   out.world_size = options.world_size(out.spec);
   if (out.world_size > options.max_ranks) {

@@ -29,6 +29,7 @@
 #include "common/jobspec/starting_state.h"
 #include "common/jobspec/yaml.h"
 #include "common/subprocess.h"
+#include "common/testing_files.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
 #include "tests/process.h"
@@ -85,6 +86,38 @@ TEST_F(CheckpointTest, ResumeOnTheSameMeshIsBitExact) {
   EXPECT_EQ(resumed.losses[3], straight.losses[3]);  // bit for bit
   EXPECT_EQ(resumed.losses[4], straight.losses[4]);
   ExpectSameTensors(job.dir + "/straight/step-4", job.dir + "/split/step-4");
+}
+
+// Issue 30: job B named job A's folder and repointed A's `latest`, and B's `keep` deleted A's
+// steps. A folder holding another job's checkpoints is refused at submit, naming the job, unless
+// the new job goes on from them (train.resume); A's steps stay as they were.
+TEST_F(CheckpointTest, AnotherJobsCheckpointFolderIsRefusedUnlessResumed) {
+  MlpJob job = MlpJob::Create();
+  const std::string dp2 = "{shape: [2], dim_names: [dp]}";
+  JobOutcome a = RunJob(
+      job.WriteSpec("a.yaml", MlpSpec(job, dp2, 2, "{dir: shared, every: 1, keep: 1}", false)));
+  ASSERT_EQ(a.saves.size(), 2u);
+  const std::string index_a = ReadAll(job.dir + "/shared/step-2/index.json");
+  absl::StatusOr<std::string> owner = checkpoint::CheckpointOwner(job.dir + "/shared/step-2");
+  ASSERT_TRUE(owner.ok() && !owner->empty()) << owner.status();
+
+  absl::StatusOr<v1::JobSpec> b = LoadJobSpecFile(
+      job.WriteSpec("b.yaml", MlpSpec(job, dp2, 3, "{dir: shared, every: 1, keep: 1}", false)));
+  ASSERT_TRUE(b.ok()) << b.status();
+  std::string id;
+  grpc::Status s = cluster_->Submit(*b, &id);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_TRUE(absl::StrContains(s.error_message(),
+                                absl::StrCat("checkpoint.dir: ", job.dir, "/shared holds the "
+                                             "checkpoints of job ", *owner, " (newest: step-2)")))
+      << s.error_message();
+  EXPECT_EQ(ReadAll(job.dir + "/shared/step-2/index.json"), index_a);
+  EXPECT_EQ(ReadAll(job.dir + "/shared/latest"), "step-2\n");
+
+  JobOutcome resumed = RunJob(
+      job.WriteSpec("b_resumed.yaml", MlpSpec(job, dp2, 3, "{dir: shared, every: 1, keep: 1}", true)));
+  EXPECT_EQ(resumed.losses.size(), 1u);
+  EXPECT_EQ(resumed.saves.size(), 1u);
 }
 
 TEST_F(CheckpointTest, ResumeOnAnotherMeshMatchesWithinTolerance) {

@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -47,6 +49,8 @@ class ConfinedPathsTest : public ::testing::Test {
                                             checkpoint_root_};
     options.coordinator_flags = roots;
     options.worker_flags = roots;
+    // Paced, so that a folder can be swapped while a job runs (a 5-step job takes 0.25 s more).
+    options.worker_env = {{"WEFT_DEBUG_STEP_MS", "50"}};
     auto cluster = DaemonCluster::Start(options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = cluster->release();
@@ -193,6 +197,62 @@ TEST_F(ConfinedPathsTest, ACheckpointFolderHoldingOthersFilesIsRefusedNotOverwri
   EXPECT_EQ(outcome.state, v1::SUCCEEDED) << outcome.message << cluster_->Logs();
   EXPECT_EQ(outcome.saves.size(), static_cast<size_t>(MlpJob::kSteps));
   EXPECT_TRUE(fs::exists(checkpoint_root_ + "/run/latest"));
+}
+
+// Issue 30, item 10: the checkpoint folder was checked only when the job started. Swapped for a
+// link out of --checkpoint_root while the job ran, it took the checkpoints outside; a shard
+// swapped for a link to a secret was opened, its size quoted. Now every open under the root is
+// resolved beneath it, at every save and load: the save fails naming the path, nothing lands
+// outside, and the resume is refused without a byte of the secret.
+TEST_F(ConfinedPathsTest, AFolderOrShardSwappedForALinkMidRunLeadsNowhereOutside) {
+  const std::string dir = checkpoint_root_ + "/swapped";
+  const std::string kept = checkpoint_root_ + "/swapped.before";
+  const std::string target = outside_ + "/target";
+  fs::create_directories(target);
+  v1::JobSpec spec = Spec();
+  spec.mutable_train()->set_steps(200);
+  spec.mutable_train()->set_max_restarts(0);
+  spec.mutable_checkpoint()->set_dir(dir);
+  spec.mutable_checkpoint()->set_every(1);
+  spec.mutable_checkpoint()->set_keep(100);
+  std::string id;
+  grpc::Status s = cluster_->Submit(spec, &id);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Once step 2 is committed, the folder goes and a link to one outside takes its name.
+  for (int i = 0; i < 3000 && !fs::exists(dir + "/step-2/index.json"); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(dir + "/step-2/index.json")) << cluster_->Logs();
+  fs::rename(dir, kept);
+  fs::create_symlink(target, dir);
+  const JobOutcome outcome = JobOutcome::Of(cluster_->Watch(id, 120));
+  EXPECT_EQ(outcome.state, v1::FAILED) << outcome.message;
+  EXPECT_THAT(outcome.message, HasSubstr(": leads outside " + checkpoint_root_ +
+                                         " (through a link or `..`): refused"));
+  EXPECT_TRUE(fs::is_empty(target)) << "a checkpoint landed outside the root";
+
+  // A shard of the kept folder swapped for a link to a secret outside: a resume from it is
+  // refused naming the shard, and nothing of the secret (its size neither) is quoted.
+  fs::remove(dir);
+  fs::rename(kept, dir);
+  const std::string secret = outside_ + "/shadow";
+  WriteAll(secret, kSecret);
+  // In every step folder (`latest` may lag the newest: the swap can come between a step's rename
+  // and its `latest`).
+  for (const fs::directory_entry& step : fs::directory_iterator(dir)) {
+    const std::string shard = step.path().string() + "/rank-0.safetensors";
+    if (!fs::exists(shard)) continue;
+    fs::remove(shard);
+    fs::create_symlink(secret, shard);
+  }
+  spec.mutable_train()->set_resume(true);
+  s = cluster_->Submit(spec, &id);
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.error_message(),
+              HasSubstr("/rank-0.safetensors: leads outside " + checkpoint_root_));
+  // Before, the load went on to say "truncated: the file holds <its size> bytes".
+  EXPECT_THAT(s.error_message(), ::testing::Not(HasSubstr("bytes")));
+  EXPECT_THAT(s.error_message(), ::testing::Not(HasSubstr("daemon")));
 }
 
 // The job's losses from `weftctl submit --watch --json`'s step lines.

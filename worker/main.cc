@@ -26,6 +26,7 @@
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
 #include "common/crash_point.h"
+#include "common/file_io.h"
 #include "common/open_file_limit.h"
 #include "common/help_flags.h"
 #include "common/host_port.h"
@@ -151,6 +152,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "weft-worker: %s\n", std::string(roots.status().message()).c_str());
     return 2;
   }
+
+  // Every open under a root is resolved beneath it, at every save and load: a folder swapped for
+  // a link after the task's paths were checked leads nowhere outside.
+  weft::ConfineToRoots({roots->data, roots->checkpoint});
 
   weft::WorkerOptions options;
   options.coordinator = coordinator;

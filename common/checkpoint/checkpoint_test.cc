@@ -10,6 +10,7 @@
 #include <functional>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -96,7 +97,8 @@ struct RankWrite {
 
 // Every rank writes its shard into the staging folder, then the coordinator commits.
 absl::Status Save(const std::string& dir, int64_t step, const std::vector<RankWrite>& ranks,
-                  int keep = 0) {
+                  int keep = 0, std::map<std::string, std::string> metadata = {{"job", "test"}},
+                  const std::string& started_from = "") {
   std::vector<IndexedChunk> all;
   for (size_t r = 0; r < ranks.size(); ++r) {
     std::vector<std::vector<float>> data;
@@ -111,7 +113,7 @@ absl::Status Save(const std::string& dir, int64_t step, const std::vector<RankWr
     if (!chunks.ok()) return chunks.status();
     all.insert(all.end(), chunks->begin(), chunks->end());
   }
-  return CommitCheckpoint(dir, step, all, keep, {{"job", "test"}});
+  return CommitCheckpoint(dir, step, all, keep, metadata, started_from);
 }
 
 // Loads g's box and compares bit for bit.
@@ -367,6 +369,35 @@ TEST(CommitTest, AStepIsCommittedOnceAndASecondCommitAcceptsIt) {
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(std::string(s.message()), HasSubstr("step-5 already exists and is not a committed "
                                                   "checkpoint"));
+}
+
+// A job's folder is its own: job B saving into job A's would repoint A's `latest` and B's `keep`
+// would delete A's steps. B may follow A's newest checkpoint only when it started from it.
+TEST(CommitTest, AnotherJobsFolderIsRefusedUnlessTheJobStartedFromIt) {
+  const Global g = MakeGlobal("w", {4});
+  const std::string dir = FreshDir("owned");
+  std::vector<RankWrite> ranks(1);
+  ranks[0].boxes.push_back({&g, AxisBox(g.shape, -1, 1, 0)});
+  ASSERT_TRUE(Save(dir, 1, ranks, 1, {{"job_id", "job-a"}}).ok());
+  ASSERT_TRUE(Save(dir, 2, ranks, 1, {{"job_id", "job-a"}}).ok());
+  EXPECT_EQ(*CheckpointOwner(dir + "/step-2"), "job-a");
+
+  absl::Status s = Save(dir, 3, ranks, 1, {{"job_id", "job-b"}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(std::string(s.message()),
+              HasSubstr("its newest checkpoint, " + dir + "/step-2, is job job-a's: two jobs "
+                        "cannot save into one folder"));
+  EXPECT_TRUE(fs::exists(dir + "/step-2")) << "job a's steps are kept";
+  EXPECT_EQ(ReadAll(dir + "/latest"), "step-2\n");
+
+  // Resumed from step 2: B goes on in the folder, and from then on it is B's.
+  s = Save(dir, 3, ranks, 1, {{"job_id", "job-b"}}, dir + "/step-2");
+  EXPECT_TRUE(s.ok()) << s;
+  s = Save(dir, 4, ranks, 1, {{"job_id", "job-b"}}, dir + "/step-2");
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(*CheckpointOwner(dir + "/step-4"), "job-b");
+  EXPECT_EQ(Save(dir, 5, ranks, 1, {{"job_id", "job-a"}}).code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 // ---- Commit protocol

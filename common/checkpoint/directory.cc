@@ -32,14 +32,7 @@ namespace fs = std::filesystem;
 constexpr char kLatestFile[] = "latest";
 constexpr char kStagingPrefix[] = ".tmp-step-";
 constexpr char kStepPrefix[] = "step-";
-
-absl::Status Rename(const std::string& from, const std::string& to) {
-  if (::rename(from.c_str(), to.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("renaming ", from, " to ", to, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
+constexpr char kJobIdKey[] = "job_id";  // the index metadata naming the job that saved it
 
 // N for a folder name "step-<N>" (digits only), else nullopt.
 std::optional<int64_t> StepOf(absl::string_view name) {
@@ -115,8 +108,7 @@ absl::StatusOr<std::string> FindLatestImpl(const std::string& dir_arg, bool remo
       }
     }
     for (const fs::path& p : staging) {
-      std::error_code ignored;
-      fs::remove_all(p, ignored);  // best effort: a leftover is ignored anyway
+      (void)RemoveTree(p.string());  // best effort: a leftover is ignored anyway
     }
   }
   std::vector<std::string> rejected;
@@ -164,10 +156,9 @@ void CollectGarbage(const std::string& dir, int keep, int64_t committed) {
       continue;
     }
     const std::string doomed = absl::StrCat(dir, "/", kStagingPrefix, step, ".removing");
-    std::error_code ec;
-    fs::remove_all(doomed, ec);
-    if (!Rename(absl::StrCat(dir, "/", name), doomed).ok()) continue;
-    fs::remove_all(doomed, ec);
+    (void)RemoveTree(doomed);
+    if (!RenamePath(absl::StrCat(dir, "/", name), doomed).ok()) continue;
+    (void)RemoveTree(doomed);
   }
   (void)FsyncDir(dir);
 }
@@ -228,14 +219,33 @@ std::string StepDir(const std::string& dir, int64_t step) {
   return absl::StrCat(dir, "/", kStepPrefix, step);
 }
 
+absl::StatusOr<std::string> CheckpointOwner(const std::string& step_dir) {
+  ASSIGN_OR_RETURN(Index index, LoadIndex(step_dir));
+  auto owner = index.metadata.find(kJobIdKey);
+  return owner == index.metadata.end() ? std::string() : owner->second;
+}
+
 absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
                               const std::vector<IndexedChunk>& chunks, int keep,
-                              const std::map<std::string, std::string>& metadata) {
+                              const std::map<std::string, std::string>& metadata,
+                              const std::string& started_from) {
   const std::string context = absl::StrCat("committing checkpoint step ", step, " in ", dir);
   auto fail = [&](absl::StatusCode code, absl::string_view what) {
     return absl::Status(code, absl::StrCat(context, ": ", what));
   };
   if (step < 0) return fail(absl::StatusCode::kInvalidArgument, "negative step");
+  if (auto job = metadata.find(kJobIdKey); job != metadata.end()) {
+    absl::StatusOr<std::string> newest = FindLatestReadOnly(dir);
+    if (newest.ok() && *newest != started_from) {
+      absl::StatusOr<std::string> owner = CheckpointOwner(*newest);
+      if (owner.ok() && *owner != job->second) {
+        return fail(absl::StatusCode::kFailedPrecondition,
+                    absl::StrCat("its newest checkpoint, ", *newest, ", is job ",
+                                 owner->empty() ? "(unnamed)" : *owner,
+                                 "'s: two jobs cannot save into one folder"));
+      }
+    }
+  }
   const std::string staging = StagingDir(dir, step);
   const std::string final_dir = StepDir(dir, step);
   std::error_code ec;
@@ -253,7 +263,7 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
                   absl::StrCat(final_dir, " already exists and is not a committed checkpoint (",
                                existing.status().message(), "); remove it to save this step"));
     }
-    fs::remove_all(staging, ec);
+    (void)RemoveTree(staging);
     RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),
                                                  {absl::StrCat(kStepPrefix, step, "\n")}),
                              context));
@@ -310,14 +320,15 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
   }
   for (const auto& [file, n] : need) {
     const std::string path = absl::StrCat(staging, "/", file);
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
+    absl::StatusOr<ReadOnlyFile> shard = ReadOnlyFile::Open(path);
+    if (absl::IsNotFound(shard.status())) {
       return fail(absl::StatusCode::kFailedPrecondition,
                   absl::StrCat(path, " (tensor '", n.second, "') is missing"));
     }
-    if (st.st_size < n.first) {
+    if (!shard.ok()) return Annotate(shard.status(), context);
+    if (shard->size() < n.first) {
       return fail(absl::StatusCode::kFailedPrecondition,
-                  absl::StrCat(path, " holds ", st.st_size, " bytes but tensor '", n.second,
+                  absl::StrCat(path, " holds ", shard->size(), " bytes but tensor '", n.second,
                                "' needs ", n.first));
     }
   }
@@ -343,7 +354,7 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
   RETURN_IF_ERROR(Annotate(WriteFile(absl::StrCat(staging, "/", kIndexFile), {SerializeIndex(index)}), context));
   RETURN_IF_ERROR(Annotate(FsyncDir(staging), context));
   CrashPoint(kCoordinatorAfterIndex, step);  // crash tests (common/crash_point.h)
-  RETURN_IF_ERROR(Annotate(Rename(staging, final_dir), context));
+  RETURN_IF_ERROR(Annotate(RenamePath(staging, final_dir), context));
   RETURN_IF_ERROR(Annotate(FsyncDir(dir), context));
   CrashPoint(kCoordinatorAfterRename, step);
   RETURN_IF_ERROR(Annotate(WriteFileAtomically(absl::StrCat(dir, "/", kLatestFile),

@@ -39,9 +39,19 @@ std::string StepDir(const std::string& dir, int64_t step);
 // the tensor: chunks that disagree on the global shape or the dtype, overlap or do not cover
 // it; a chunk whose shard file is missing, too short, or stores it otherwise (dtype, shape,
 // byte range) than reported.
+//
+// One job's folder: with metadata's "job_id" set, the folder's newest committed checkpoint must
+// be that job's own or `started_from` (the step folder the job resumed or took its parameters
+// from), else FAILED_PRECONDITION naming the job that owns it: another job saving into the folder
+// would repoint its `latest` and `keep` would delete its steps.
 absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
                               const std::vector<IndexedChunk>& chunks, int keep,
-                              const std::map<std::string, std::string>& metadata = {});
+                              const std::map<std::string, std::string>& metadata = {},
+                              const std::string& started_from = "");
+
+// The job that wrote the step folder's checkpoint (its index's "job_id"); empty when it names
+// none (a checkpoint written outside a job).
+absl::StatusOr<std::string> CheckpointOwner(const std::string& step_dir);
 
 // The newest committed checkpoint folder in dir: the highest step-<N> with a valid index, found
 // from <dir>/latest when that names a valid one and no newer valid step exists (a commit killed

@@ -1,8 +1,6 @@
 #include "common/checkpoint/shard.h"
 
-#include <filesystem>
 #include <map>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -115,9 +113,7 @@ absl::StatusOr<std::vector<IndexedChunk>> WriteShard(const std::string& staging_
     out.push_back(std::move(ic));
   }
 
-  std::error_code ec;
-  std::filesystem::create_directories(staging_dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat(context, ": cannot create the folder: ", ec.message()));
+  RETURN_IF_ERROR(Annotate(MakeDirs(staging_dir), context));
   RETURN_IF_ERROR(Annotate(WriteFile(path, parts), "writing shard"));
   RETURN_IF_ERROR(Annotate(FsyncDir(staging_dir), context));
   return out;

@@ -547,6 +547,28 @@ absl::Status ValidateEval(const JobSpec& spec) {
   return ValidateMicroBatches(view, "eval.data", sample_shape);
 }
 
+// A folder with committed checkpoints belongs to the job that saved them: a new job saving there
+// would repoint its `latest` and its `keep` would delete that job's steps. It may only go on from
+// them: train.resume, or init_from naming that folder (or a step in it).
+absl::Status CheckFolderIsFree(const JobSpec& spec) {
+  const std::string& dir = spec.checkpoint().dir();
+  if (spec.train().resume()) return absl::OkStatus();
+  absl::StatusOr<std::string> newest = checkpoint::FindLatestReadOnly(dir);
+  if (!newest.ok()) return absl::OkStatus();  // no committed checkpoint: nobody's yet
+  if (!spec.init_from().empty()) {
+    std::error_code ec;
+    const std::filesystem::path folder = std::filesystem::weakly_canonical(dir, ec);
+    std::filesystem::path from = std::filesystem::weakly_canonical(spec.init_from(), ec);
+    if (from == folder || from.parent_path() == folder) return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> owner = checkpoint::CheckpointOwner(*newest);
+  return absl::InvalidArgumentError(absl::StrCat(
+      "checkpoint.dir: ", dir, " holds the checkpoints of ",
+      owner.ok() && !owner->empty() ? absl::StrCat("job ", *owner) : "another run",
+      " (newest: ", std::filesystem::path(*newest).filename().string(),
+      "); name a new or empty folder, or set train.resume: true to go on from them"));
+}
+
 absl::Status ValidateCheckpointSettings(const JobSpec& spec) {
   const v1::Checkpoint& ckpt = spec.checkpoint();
   if (!ckpt.dir().empty()) {
@@ -564,6 +586,7 @@ absl::Status ValidateCheckpointSettings(const JobSpec& spec) {
           absl::StrCat("checkpoint.keep: must be >= 1, got ", ckpt.keep()));
     }
     RETURN_IF_ERROR(AsInvalid(checkpoint::CheckFolderIsWefts(ckpt.dir()), "checkpoint.dir"));
+    RETURN_IF_ERROR(CheckFolderIsFree(spec));
   } else if (ckpt.every() != 0 || ckpt.keep() != 0) {
     return absl::InvalidArgumentError("checkpoint.dir: is required with checkpoint.every or keep");
   }
