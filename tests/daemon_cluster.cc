@@ -80,6 +80,9 @@ absl::Status DaemonCluster::SpawnWorker(const std::map<std::string, std::string>
   std::vector<std::string> argv = {BinaryPath("worker/weft-worker"), "--coordinator", address(),
                                    "--device", "cpu"};
   argv.insert(argv.end(), options_.worker_flags.begin(), options_.worker_flags.end());
+  if (options_.worker_argv) {
+    argv = options_.worker_argv(static_cast<int>(workers_.size()), std::move(argv));
+  }
   std::map<std::string, std::string> all = options_.worker_env;
   for (const auto& [k, v] : env) all[k] = v;
   auto w = StartDaemon(argv, absl::StrCat(dir_, "/worker", workers_.size(), ".log"), all);

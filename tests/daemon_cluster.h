@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,10 @@ struct DaemonClusterOptions {
   std::map<std::string, std::string> coordinator_env;  // added to its environment
   std::map<std::string, std::string> worker_env;       // added to every worker's
   std::vector<std::string> worker_flags;               // added to every worker's command line
+  // Worker i's command line (i counts the workers started, from 0) from the one it would have:
+  // e.g. started in a network namespace of its own, dialing the coordinator at another address.
+  // Unset: as it is.
+  std::function<std::vector<std::string>(int worker, std::vector<std::string> argv)> worker_argv;
 };
 
 // What a job's events said.
