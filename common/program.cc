@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/instruction_def.h"
 #include "common/mesh.h"
@@ -60,6 +61,14 @@ int64_t BufferElements(const v1::Buffer& buffer) {
 
 int64_t BufferBytes(const v1::Buffer& buffer) {
   return DTypeSize(buffer.dtype()) * BufferElements(buffer);
+}
+
+absl::StatusOr<int64_t> CheckedBufferBytes(const v1::Buffer& buffer) {
+  const std::string what = absl::StrCat("buffer ", buffer.id(), " '", buffer.name(), "'");
+  const std::vector<int64_t> shape(buffer.shape().begin(), buffer.shape().end());
+  ASSIGN_OR_RETURN(const int64_t elements, CheckedProduct(shape, what));
+  return CheckedMul(elements, DTypeSize(buffer.dtype()),
+                    absl::StrCat(what, " elements × ", DTypeName(buffer.dtype()), " bytes"));
 }
 
 bool IsCollective(v1::Instruction::Op op) { return FindInstructionDef(op).collective; }

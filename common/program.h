@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "weft/v1/program.pb.h"
 
@@ -76,6 +77,10 @@ int64_t WidenedBytes(const std::vector<WidenedOperand>& widened);
 // dtype's size).
 int64_t BufferElements(const v1::Buffer& buffer);
 int64_t BufferBytes(const v1::Buffer& buffer);
+// BufferBytes, or INVALID_ARGUMENT naming the buffer when its elements or bytes overflow int64:
+// what the memory planner and the worker's arena check first, so that the unchecked two above
+// never wrap on a Program that passed.
+absl::StatusOr<int64_t> CheckedBufferBytes(const v1::Buffer& buffer);
 
 // When a buffer of a program holds a value, by the instruction list: the rule by which the
 // planner lets buffers share arena bytes (planner/memory_plan.h) and the executor

@@ -5,8 +5,10 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/jobspec/defaults.h"
 #include "common/jobspec/field_path.h"
@@ -30,6 +32,50 @@ struct Value {
 };
 
 absl::Status Invalid(absl::string_view message) { return absl::InvalidArgumentError(message); }
+
+// The spec fields a tensor's shape comes from, for an overflow's message: the batch's
+// ("data.batch_size × data.seq_len"), the layer's ("model.layers[0] (fc0)") or the
+// architecture's ("model.config (h.3)").
+std::string ShapeOrigin(const v1::JobSpec& spec, const Tensor& t) {
+  if (t.layer.empty()) {
+    if (spec.data().source() == "tokens") return "data.batch_size × data.seq_len";
+    const bool label = absl::StartsWith(t.name, "label");
+    return label ? "data.batch_size × data.label_shape" : "data.batch_size × data.sample_shape";
+  }
+  if (!spec.model().arch().empty()) return absl::StrCat("model.config (", t.layer, ")");
+  for (int i = 0; i < spec.model().layers_size(); ++i) {
+    if (spec.model().layers(i).name() == t.layer) return LayerPath(spec.model().layers(i), i);
+  }
+  return absl::StrCat("model layer ", t.layer);
+}
+
+// Every tensor's elements and bytes fit int64, and so do the synthetic samples' elements (the
+// worker numbers them i * sample_numel + j). Validation bounds the batch, not the features a
+// layer or an architecture claims: a linear of 2^40 × 2^40 would wrap. Every size the later
+// passes derive is a shard of one of these (no larger) or a sum of them the memory plan checks.
+absl::Status CheckTensorSizes(const v1::JobSpec& spec, const Graph& g) {
+  for (const Tensor& t : g.tensors) {
+    const std::string what = absl::StrCat(ShapeOrigin(spec, t), ": tensor ", t.name);
+    ASSIGN_OR_RETURN(const int64_t elements, CheckedProduct(t.shape, what));
+    RETURN_IF_ERROR(
+        CheckedMul(elements, DTypeSize(t.dtype), absl::StrCat(what, " ", ShapeString(t.shape),
+                                                              " elements × ",
+                                                              DTypeName(t.dtype), " bytes"))
+            .status());
+  }
+  const v1::Data& data = spec.data();
+  if (data.source() == "synthetic") {
+    for (const auto* shape : {&data.sample_shape(), &data.label_shape()}) {
+      std::vector<int64_t> samples = {data.num_samples()};
+      samples.insert(samples.end(), shape->begin(), shape->end());
+      RETURN_IF_ERROR(CheckedProduct(samples, shape == &data.sample_shape()
+                                                  ? "data.num_samples × data.sample_shape"
+                                                  : "data.num_samples × data.label_shape")
+                          .status());
+    }
+  }
+  return absl::OkStatus();
+}
 
 // Layer i as its errors name it.
 class LayerBuilder {
@@ -66,6 +112,8 @@ class LayerBuilder {
                                     "last layer (the model's output)"));
       }
     }
+    // Before the loss, whose scale counts the label's elements.
+    RETURN_IF_ERROR(CheckTensorSizes(spec_, g_));
     RETURN_IF_ERROR(AddLoss(outputs_.at(model_.layers(n - 1).name())));
     return AssignChunks();
   }
@@ -337,7 +385,11 @@ class LayerBuilder {
 }  // namespace
 
 absl::StatusOr<Graph> BuildGraph(const v1::JobSpec& spec) {
-  if (!spec.model().arch().empty()) return BuildTransformerGraph(spec);
+  if (!spec.model().arch().empty()) {
+    ASSIGN_OR_RETURN(Graph g, BuildTransformerGraph(spec));
+    RETURN_IF_ERROR(CheckTensorSizes(spec, g));
+    return g;
+  }
   Graph g;
   LayerBuilder builder(spec, &g);
   RETURN_IF_ERROR(builder.Prepare());

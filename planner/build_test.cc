@@ -3,6 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
 
 #include "common/jobspec/validate.h"
 #include "planner/test_util.h"
@@ -181,6 +186,52 @@ TEST(BuildTest, IntegerDataIsCastToFloat32) {
   EXPECT_EQ(g->tensors[cast.outputs[0]].name, "input.f32");
   EXPECT_EQ(g->tensors[cast.outputs[0]].dtype, v1::F32);
   EXPECT_EQ(g->tensors[g->ops[3].inputs[0]].name, "input.f32");  // what fc0 reads
+}
+
+// Sizes a spec can claim past validation, fed straight to the planner: each is refused with an
+// INVALID_ARGUMENT naming the fields it comes from, never planned at a wrapped size. The first is
+// issue 30's: 2^61 samples of 8 planned 21 KiB and crashed every worker that read the batch.
+TEST(BuildTest, SizesThatOverflowInt64AreRefusedNamingTheirFields) {
+  constexpr int64_t k2to40 = int64_t{1} << 40;
+  v1::JobSpec huge_batch =
+      SpecBuilder({2}, {"dp"}).Batch(int64_t{1} << 61, {8}, {2}).Linear("fc0", 8, 2).Spec();
+  huge_batch.mutable_data()->set_num_samples(int64_t{1} << 61);
+  v1::JobSpec wide = SpecBuilder({1}, {"dp"})
+                         .Batch(4, {8}, {2})
+                         .Linear("fc0", 8, k2to40)
+                         .Linear("fc1", k2to40, k2to40)
+                         .Linear("fc2", k2to40, 2)
+                         .Spec();
+  v1::JobSpec bytes = SpecBuilder({1}, {"dp"})
+                          .Batch(4, {1}, {2})
+                          .Linear("fc0", 1, int64_t{1} << 62)
+                          .Linear("fc1", int64_t{1} << 62, 2)
+                          .Spec();
+  v1::JobSpec many_samples = SpecBuilder({1}, {"dp"}).Batch(4, {8}, {2}).Linear("fc0", 8, 2).Spec();
+  many_samples.mutable_data()->set_num_samples(int64_t{1} << 61);
+  v1::JobSpec vocabulary = testing::Gpt2Spec();
+  vocabulary.mutable_model()->mutable_config()->set_vocab_size(k2to40);
+  vocabulary.mutable_model()->mutable_config()->set_n_embd(k2to40);
+  vocabulary.mutable_model()->mutable_config()->set_n_inner(8);
+  vocabulary.mutable_data()->set_vocab_size(k2to40);
+  for (const auto& [spec, message] : std::vector<std::pair<v1::JobSpec, std::string>>{
+           {huge_batch, "planning job test: data.batch_size × data.sample_shape: tensor input "
+                        "[2305843009213693952,8] overflows int64"},
+           {wide, "planning job test: model.layers[1] (fc1): tensor fc1.weight "
+                  "[1099511627776,1099511627776] overflows int64"},
+           {bytes, "planning job test: model.layers[0] (fc0): tensor fc0.weight "
+                   "[1,4611686018427387904] elements × f32 bytes overflows int64 "
+                   "(4611686018427387904 × 4)"},
+           {many_samples, "planning job test: data.num_samples × data.sample_shape "
+                          "[2305843009213693952,8] overflows int64"},
+           {vocabulary, "planning job tiny: model.config (embed): tensor "},
+       }) {
+    absl::StatusOr<std::shared_ptr<const Plan>> plan = testing::PlanWithDefaults(spec);
+    ASSERT_FALSE(plan.ok()) << message;
+    EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument) << plan.status();
+    EXPECT_EQ(plan.status().message().substr(0, message.size()), message) << plan.status();
+    EXPECT_TRUE(absl::StrContains(plan.status().message(), "overflows int64")) << plan.status();
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/program.h"
 #include "common/status.h"
@@ -18,8 +19,15 @@ absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
   const std::vector<BufferLife> lives = BufferLives(*program);
   std::vector<int64_t> sizes(n), key;
   key.reserve(4 * static_cast<size_t>(n));
+  // Every offset and end below is at most the sum of the aligned sizes, and each aligned size is
+  // under its bytes + kArenaAlignment: that bound fitting int64 keeps the layout from wrapping
+  // (a wrapped arena plans kilobytes for exabytes).
+  int64_t bound = 0;
   for (int b = 0; b < n; ++b) {
-    sizes[b] = ArenaAligned(std::max<int64_t>(BufferBytes(program->buffers(b)), 1));
+    ASSIGN_OR_RETURN(const int64_t bytes, CheckedBufferBytes(program->buffers(b)));
+    ASSIGN_OR_RETURN(bound, CheckedAdd(bound, bytes, "the arena's bytes"));
+    ASSIGN_OR_RETURN(bound, CheckedAdd(bound, kArenaAlignment, "the arena's bytes"));
+    sizes[b] = ArenaAligned(std::max<int64_t>(bytes, 1));
     key.insert(key.end(), {sizes[b], lives[b].first, lives[b].last, lives[b].carried ? 1 : 0});
   }
   auto cached = layouts_.find(key);

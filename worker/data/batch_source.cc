@@ -4,10 +4,12 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/numeric/int128.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/types/span.h"
 #include "common/box.h"
+#include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/npy.h"
 #include "common/philox.h"
@@ -185,7 +187,10 @@ absl::Status BatchSource::ReadBox(int64_t step, const v1::TensorBox& box, v1::DT
 }
 
 int64_t BatchSource::SampleIndex(int64_t step, int64_t b) const {
-  return ((step - 1) * batch_size_ + b) % num_samples_;
+  // In 128 bits: train.steps × data.batch_size is bounded by nothing (the batches wrap around
+  // the samples), and a wrapped product would be a negative sample.
+  const absl::int128 sample = absl::int128(step - 1) * batch_size_ + b;
+  return static_cast<int64_t>(sample % num_samples_);
 }
 
 absl::Status BatchSource::CheckBox(const v1::TensorBox& box) const {
@@ -295,6 +300,18 @@ absl::StatusOr<std::unique_ptr<BatchSource>> BatchSource::Create(const v1::Data&
   }
   source->what_ = what;
   source->sample_shape_ = shape;
+  // A Program's numbers are a client's: the elements of a batch and of all the samples (the
+  // synthetic source numbers them i * sample_numel + j) must fit int64, so that no offset a read
+  // computes wraps. Every box lies inside the batch (CheckBox), so its products fit too.
+  const std::string samples = stream == kInput ? "sample_shape" : "label_shape";
+  std::vector<int64_t> batch = {data.batch_size()}, all = {num_samples};
+  batch.insert(batch.end(), shape.begin(), shape.end());
+  all.insert(all.end(), shape.begin(), shape.end());
+  for (const auto& [dims, name] :
+       {std::make_pair(&batch, absl::StrCat("data.batch_size × data.", samples)),
+        std::make_pair(&all, absl::StrCat("data.num_samples × data.", samples))}) {
+    RETURN_IF_ERROR(Annotate(CheckedProduct(*dims, name).status(), what));
+  }
   source->sample_numel_ = 1;
   for (int64_t d : shape) source->sample_numel_ *= d;
   source->num_samples_ = num_samples;

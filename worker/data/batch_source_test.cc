@@ -216,6 +216,47 @@ TEST(BatchSourceTest, Errors) {
   EXPECT_FALSE(BatchSource::Create(data, BatchSource::kInput, 0).ok());
 }
 
+// A Program's sizes are a client's numbers. Issue 30's batch of 2^61 samples of 8 (2^64
+// elements, 0 when wrapped) crashed SyntheticSource::Read; it is refused when the source opens,
+// as are samples the synthetic numbering (i * sample_numel + j) cannot count.
+TEST(BatchSourceTest, SizesThatOverflowInt64AreRefused) {
+  v1::Data data;
+  data.set_source("synthetic");
+  data.set_batch_size(int64_t{1} << 61);
+  data.set_num_samples(int64_t{1} << 61);
+  data.add_sample_shape(8);
+  data.add_label_shape(1);
+  auto huge = BatchSource::Create(data, BatchSource::kInput, 0);
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(huge.status().message()),
+            "data.input: data.batch_size × data.sample_shape [2305843009213693952,8] overflows "
+            "int64");
+  data.set_batch_size(4);
+  auto samples = BatchSource::Create(data, BatchSource::kInput, 0);
+  EXPECT_EQ(samples.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(samples.status().message()),
+              ::testing::HasSubstr("data.num_samples × data.sample_shape"));
+  // The labels' samples of 1 element are countable.
+  EXPECT_TRUE(BatchSource::Create(data, BatchSource::kLabel, 0).ok());
+}
+
+// train.steps is bounded by nothing: the batch of step 2^62 is samples (2^62 - 1) * 4 .. + 3
+// modulo the samples, computed without wrapping. With 3 samples that is 0, 1, 2, 0, as in step 1
+// (2^62 = 4^31 is 1 modulo 3); a wrapped product was a negative sample.
+TEST(BatchSourceTest, AStepFarPastTheDataWrapsWithoutOverflow) {
+  v1::Data data;
+  data.set_source("synthetic");
+  data.set_batch_size(4);
+  data.set_num_samples(3);
+  data.add_sample_shape(2);
+  auto src = BatchSource::Create(data, BatchSource::kInput, 5);
+  ASSERT_TRUE(src.ok()) << src.status();
+  std::vector<float> first(8), far(8);
+  ASSERT_TRUE((*src)->ReadBox(1, Box({0, 0}, {4, 2}), v1::F32, first.data()).ok());
+  ASSERT_TRUE((*src)->ReadBox(int64_t{1} << 62, Box({0, 0}, {4, 2}), v1::F32, far.data()).ok());
+  EXPECT_EQ(far, first);
+}
+
 // ---- Tokens: one stream, written here in each format byte by byte.
 
 template <typename T>

@@ -4,8 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/dtype.h"
 #include "common/program.h"
+#include "common/status.h"
 
 namespace weft {
 namespace {
@@ -62,8 +64,9 @@ absl::StatusOr<Buffers> Buffers::Create(const v1::Program& program) {
     }
     t.dtypes_[i] = b.dtype();
     t.names_[i] = b.name();
+    // A Program's shapes are a client's numbers: checked, so that no size below wraps.
+    ASSIGN_OR_RETURN(t.bytes_[i], CheckedBufferBytes(b));
     t.numel_[i] = BufferElements(b);
-    t.bytes_[i] = BufferBytes(b);
   }
 
   if (program.arena_bytes() < 0) {
@@ -75,7 +78,11 @@ absl::StatusOr<Buffers> Buffers::Create(const v1::Program& program) {
     // gives it).
     for (int i = 0; i < n; ++i) {
       t.offsets_[i] = t.arena_bytes_;
-      t.arena_bytes_ += ArenaAligned(std::max<int64_t>(t.bytes_[i], 1));
+      // Rounding up adds less than kArenaAlignment: checked before it, and the sum after.
+      RETURN_IF_ERROR(CheckedAdd(t.bytes_[i], kArenaAlignment, t.Describe(i)).status());
+      ASSIGN_OR_RETURN(t.arena_bytes_,
+                       CheckedAdd(t.arena_bytes_, ArenaAligned(std::max<int64_t>(t.bytes_[i], 1)),
+                                  "the arena's bytes"));
     }
     return t;
   }
