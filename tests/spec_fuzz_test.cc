@@ -3,8 +3,12 @@
 // byte) go through ParseJobSpecYaml and then an in-process Coordinator's SubmitJob, exactly as a
 // submitted spec does: defaults, paths, validation, the data's headers, planning. Nothing may
 // crash, and every error must name what is wrong: a field of the spec (`train.steps: ...`), the
-// YAML position (`job spec: ... line 3`), or a file the spec names. Then mutated JobSpec protos
-// and raw bytes go to a real coordinator over gRPC, which must keep serving.
+// YAML position (`job spec: ... line 3`), or a file the spec names. What SubmitJob accepts goes
+// on as a worker would take it: the Programs of its first and last role ranks, as the
+// coordinator's plan emits them, open their data sources and read the first and the last step's
+// batch into buffers of the planned sizes, which the reads must fill exactly (issue 30: a batch
+// of 2^61 samples was planned at 21 KiB and crashed every worker that read it). Then mutated
+// JobSpec protos and raw bytes go to a real coordinator over gRPC, which must keep serving.
 //
 // The seed is printed (common/test_seed); WEFT_TEST_SEED reproduces a run, WEFT_FUZZ_SPECS sets
 // how many specs (default 100000) and WEFT_FUZZ_REQUESTS how many go over gRPC (default 3000).
@@ -20,9 +24,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <regex>
 #include <string>
@@ -33,10 +39,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/checked_math.h"
+#include "common/dtype.h"
+#include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/path_roots.h"
+#include "common/program.h"
+#include "common/status.h"
 #include "common/test_seed.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/job_plan.h"
 #include "coordinator/job_store.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
@@ -44,6 +56,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "weft/v1/service.grpc.pb.h"
+#include "worker/data/batch_source.h"
 
 namespace weft::testing {
 namespace {
@@ -51,6 +64,7 @@ namespace {
 namespace fs = std::filesystem;
 using coordinator::Coordinator;
 using coordinator::CoordinatorOptions;
+using coordinator::JobPlan;
 using coordinator::JobStore;
 
 std::string TestOutputsPath(const std::string& name) {
@@ -142,9 +156,11 @@ class Mutator {
         std::smatch m;
         if (std::regex_search(lines[at], m, number)) {
           int64_t v = 0;
+          // An earlier mutation may have put an int64 edge here, whose negative or multiple
+          // would wrap (UBSan stops the test): such a number stays.
           if (absl::SimpleAtoi(m.str(), &v)) {
-            const int64_t scaled = Pick(2) == 0 ? -v : v * 1000003;
-            lines[at].replace(m.position(), m.length(), absl::StrCat(scaled));
+            const absl::StatusOr<int64_t> scaled = CheckedMul(v, Pick(2) == 0 ? -1 : 1000003, "");
+            if (scaled.ok()) lines[at].replace(m.position(), m.length(), absl::StrCat(*scaled));
           }
         }
         break;
@@ -285,7 +301,8 @@ class ProtoMutator {
 // planner's "planning the job: planning job <name>: "), a position in the YAML (`job spec: ...
 // (line 3, column 5)`), or a file the spec names (its path).
 bool NamesWhatIsWrong(std::string message, const std::string& dir) {
-  static const std::regex planning(R"(^planning the job: (planning job [^:]*: )?)");
+  // Up to the first ": " after the job's name, which may hold a colon ("res:dual").
+  static const std::regex planning(R"(^planning the job: (planning job .*?: )?)");
   message = std::regex_replace(message, planning, "");
   static const std::regex field(
       R"(^(name|mesh|model|data|optimizer|train|checkpoint|init_from|device|parallelize|)"
@@ -299,7 +316,115 @@ bool NamesWhatIsWrong(std::string message, const std::string& dir) {
 struct Tally {
   int64_t specs = 0, unparsable = 0, refused = 0, accepted = 0;
   std::map<std::string, int64_t> unnamed;  // a message that names nothing, and how often
+  int64_t reads = 0, large = 0;            // batches read; loads too large to read, sizes checked
+  int64_t out_of_vocabulary = 0;           // accepted, with training tokens past the model's
+  // A mutation may scale a batch to gigabytes (validation allows 2^40 elements), which no test
+  // should allocate; and making even a megabyte of synthetic data for every accepted spec would
+  // double the test's time. The seeds, as written, are read whole.
+  int64_t max_read_bytes = int64_t{256} << 10;  // a larger load is checked by its sizes only
 };
+
+// One LOAD_INPUT or LOAD_LABEL of a Program over `data` (the step's or the evaluation's), as the
+// worker's executor runs it: the source it opens (BatchSource::Create), the box checked against
+// it and against the planned output buffer (DecodeLoad), then the first and the last step read
+// into a buffer of the planned bytes. The read must fill it exactly: nothing past its end, no
+// element left as it was (F32 data is finite and token ids are >= 0, so four 0xff bytes show).
+absl::Status ReadLoad(const v1::Program& program, const v1::Data& data,
+                      const v1::Instruction& ins, int64_t last_step, Tally* tally) {
+  const bool input = ins.op() == v1::Instruction::LOAD_INPUT;
+  ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> source,
+                   BatchSource::Create(data, input ? BatchSource::kInput : BatchSource::kLabel,
+                                       program.seed()));
+  RETURN_IF_ERROR(source->CheckBox(ins.box()));
+  if (ins.outputs_size() != 1 || ins.outputs(0) < 0 || ins.outputs(0) >= program.buffers_size()) {
+    return absl::InternalError("the load has no output buffer");
+  }
+  const v1::Buffer& out = program.buffers(ins.outputs(0));
+  ASSIGN_OR_RETURN(const int64_t planned, CheckedBufferBytes(out));
+  const std::vector<int64_t> lengths(ins.box().lengths().begin(), ins.box().lengths().end());
+  ASSIGN_OR_RETURN(const int64_t elements, CheckedProduct(lengths, "the load's box"));
+  ASSIGN_OR_RETURN(const int64_t bytes, CheckedMul(elements, DTypeSize(source->dtype()),
+                                                   "the load's box bytes"));
+  if (out.dtype() != source->dtype() || bytes != planned) {
+    return absl::InternalError(absl::StrCat(
+        "the load's box of ", elements, " ", DTypeName(source->dtype()), " elements (", bytes,
+        " bytes) does not fill its planned buffer '", out.name(), "' of ", planned, " bytes (",
+        DTypeName(out.dtype()), ")"));
+  }
+  if (bytes > tally->max_read_bytes) {
+    ++tally->large;
+    return absl::OkStatus();
+  }
+  constexpr int64_t kGuard = 64;
+  std::vector<unsigned char> buffer(static_cast<size_t>(bytes + kGuard));
+  for (int64_t step : {int64_t{1}, last_step}) {
+    std::memset(buffer.data(), 0xff, buffer.size());
+    RETURN_IF_ERROR(Annotate(source->ReadBox(step, ins.box(), out.dtype(), buffer.data()),
+                             absl::StrCat("reading step ", step)));
+    ++tally->reads;
+    for (int64_t i = bytes; i < bytes + kGuard; ++i) {
+      if (buffer[i] != 0xff) {
+        return absl::InternalError(absl::StrCat("reading step ", step, " wrote byte ", i,
+                                                " past the planned ", bytes, " bytes"));
+      }
+    }
+    const bool marked = source->dtype() == v1::F32 || data.source() == "tokens";
+    for (int64_t i = 0; i < elements && marked; ++i) {
+      const unsigned char* e = buffer.data() + i * DTypeSize(source->dtype());
+      if (e[0] == 0xff && e[1] == 0xff && e[2] == 0xff && e[3] == 0xff) {
+        return absl::InternalError(absl::StrCat("reading step ", step, " left element ", i,
+                                                " of the planned ", elements, " unwritten"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Which role ranks ReadPlannedBatches reads: the first (the start of every split), the last
+// (the remainders, the last pipeline stage) or both. The fuzz loop takes one of them per spec,
+// by turns, which keeps it near its time without the reads.
+enum class Roles { kFirst, kLast, kBoth };
+
+// What a worker does with an accepted job's data: the Program the coordinator would send to a
+// role rank, then the first and the last LOAD_INPUT and LOAD_LABEL of its step and of its
+// evaluation read as ReadLoad reads them. Errors name the rank and the instruction.
+absl::Status ReadPlannedBatches(const JobPlan& plan, Roles which, Tally* tally) {
+  const std::vector<int> roles = plan.RoleRanks();
+  std::vector<int> ranks;
+  if (which != Roles::kLast) ranks.push_back(roles.front());
+  if (which != Roles::kFirst && (ranks.empty() || roles.back() != ranks[0])) {
+    ranks.push_back(roles.back());
+  }
+  for (int rank : ranks) {
+    ASSIGN_OR_RETURN(const v1::Program program, plan.Program(rank, planner::Attempt{}, {}));
+    // The evaluation runs its own instructions over its own data, as the executor runs it.
+    struct List {
+      const google::protobuf::RepeatedPtrField<v1::Instruction>& instructions;
+      const v1::Data& data;
+      int64_t last_step;
+      const char* what;
+    };
+    for (const List& list :
+         {List{program.instructions(), program.data(), program.steps(), "instruction"},
+          List{program.eval().instructions(), program.eval().data(),
+               std::max<int64_t>(program.eval().batches(), 1), "eval instruction"}}) {
+      for (v1::Instruction::Op op : {v1::Instruction::LOAD_INPUT, v1::Instruction::LOAD_LABEL}) {
+        std::vector<int> loads;
+        for (int i = 0; i < list.instructions.size(); ++i) {
+          if (list.instructions.Get(i).op() == op) loads.push_back(i);
+        }
+        if (loads.size() > 2) loads.erase(loads.begin() + 1, loads.end() - 1);
+        for (int i : loads) {
+          RETURN_IF_ERROR(Annotate(
+              ReadLoad(program, list.data, list.instructions.Get(i), list.last_step, tally),
+              absl::StrCat("rank ", rank, " ", list.what, " ", i, " (",
+                           v1::Instruction::Op_Name(op), ")")));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
 
 TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
   const std::string dir = fs::canonical(MakeTempDir("fuzz")).string();
@@ -322,6 +447,13 @@ TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
   ASSERT_TRUE(store.ok()) << store.status();
   CoordinatorOptions options;
   options.max_ranks = 64;  // keeps each plan small; --max_ranks itself is bad_input_test's
+  // The plan SubmitJob made last, to emit the Programs of what it accepts.
+  std::shared_ptr<const JobPlan> last_plan;
+  options.plan = [&last_plan](const v1::JobSpec& spec, const planner::StopCheck& stop) {
+    absl::StatusOr<std::shared_ptr<const JobPlan>> plan = coordinator::PlanWithPlanner(spec, stop);
+    last_plan = plan.ok() ? *plan : nullptr;
+    return plan;
+  };
   auto roots = PathRoots::Resolve(dir, dir);
   ASSERT_TRUE(roots.ok());
   options.roots = *roots;
@@ -333,6 +465,11 @@ TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
     absl::StatusOr<std::string> id = (*coordinator)->SubmitJob(*spec);
     ASSERT_TRUE(id.ok()) << id.status() << "\n" << seed;
     ASSERT_TRUE((*coordinator)->CancelJob(*id, "fuzz").ok());
+    Tally seeds_read;
+    seeds_read.max_read_bytes = int64_t{64} << 20;
+    const absl::Status read = ReadPlannedBatches(*last_plan, Roles::kBoth, &seeds_read);
+    ASSERT_TRUE(read.ok()) << read << "\n" << seed;
+    EXPECT_GT(seeds_read.reads, 0) << "no batch was read:\n" << seed;
   }
 
   const char* count_env = std::getenv("WEFT_FUZZ_SPECS");
@@ -354,6 +491,17 @@ TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
         ++tally.accepted;
         absl::StatusOr<v1::Job> cancelled = (*coordinator)->CancelJob(*id, "fuzz");
         ASSERT_TRUE(cancelled.ok()) << cancelled.status() << "\nspec:\n" << text;
+        const absl::Status read = ReadPlannedBatches(
+            *last_plan, tally.accepted % 2 == 0 ? Roles::kFirst : Roles::kLast, &tally);
+        // Training tokens are checked against the vocabulary as a worker reads them
+        // (batch_source.h), not at submit: a clean refusal naming the file and the token.
+        if (read.code() == absl::StatusCode::kInvalidArgument &&
+            absl::StrContains(read.message(), ", not below vocab_size ")) {
+          ++tally.out_of_vocabulary;
+          continue;
+        }
+        ASSERT_TRUE(read.ok()) << "a worker could not read the batch of an accepted spec: "
+                               << read << "\nspec:\n" << text;
         continue;
       }
       ++tally.refused;
@@ -369,13 +517,44 @@ TEST(SpecFuzzTest, MutatedSpecsAreRefusedNamingAFieldOrAccepted) {
     }
   }
   std::printf("[fuzz] %lld specs: %lld unparsable, %lld refused, %lld accepted; %zu messages "
-              "naming nothing\n",
+              "naming nothing; %lld batches read, %lld loads too large to read, %lld accepted "
+              "with tokens past the vocabulary\n",
               static_cast<long long>(tally.specs), static_cast<long long>(tally.unparsable),
               static_cast<long long>(tally.refused), static_cast<long long>(tally.accepted),
-              tally.unnamed.size());
+              tally.unnamed.size(), static_cast<long long>(tally.reads),
+              static_cast<long long>(tally.large), static_cast<long long>(tally.out_of_vocabulary));
   EXPECT_TRUE(tally.unnamed.empty());
   EXPECT_GT(tally.accepted, 0) << "no mutation was valid: the mutator only makes noise";
   EXPECT_GT(tally.refused, 0);
+}
+
+// Issue 30's spec past validation: quickstart with num_samples = batch_size = 2^61 (2^64 input
+// elements, which wrapped to a 21 KiB plan), given to the planner as the coordinator plans, is
+// refused naming the fields; and a worker given such a Program refuses to open its data.
+TEST(SpecFuzzTest, ABatchOfTwoToTheSixtyFirstSamplesPastValidationIsRefusedNotRun) {
+  const std::string dir = fs::canonical(MakeTempDir("huge")).string();
+  auto spec = ParseJobSpecYaml(ReadFileOrEmpty(BinaryPath("examples/quickstart.yaml")), dir);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(PrepareJobSpec(&*spec).ok());
+  auto good = coordinator::PlanWithPlanner(*spec, {});
+  ASSERT_TRUE(good.ok()) << good.status();
+  Tally tally;
+  ASSERT_TRUE(ReadPlannedBatches(**good, Roles::kBoth, &tally).ok());
+  EXPECT_GT(tally.reads, 0);
+
+  spec->mutable_data()->set_num_samples(int64_t{1} << 61);
+  spec->mutable_data()->set_batch_size(int64_t{1} << 61);
+  auto huge = coordinator::PlanWithPlanner(*spec, {});
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kInvalidArgument) << huge.status();
+  EXPECT_EQ(std::string(huge.status().message()),
+            "planning job quickstart: data.batch_size × data.sample_shape: tensor input "
+            "[2305843009213693952,1024] overflows int64");
+
+  v1::Program program = (*good)->Program(0, planner::Attempt{}, {}).value();
+  *program.mutable_data() = spec->data();
+  auto source = BatchSource::Create(program.data(), BatchSource::kInput, program.seed());
+  EXPECT_EQ(source.status().code(), absl::StatusCode::kInvalidArgument) << source.status();
+  EXPECT_TRUE(absl::StrContains(source.status().message(), "overflows int64")) << source.status();
 }
 
 // A real coordinator over gRPC: mutated JobSpec protos and requests of random bytes. Each call
