@@ -356,7 +356,8 @@ std::string FormatDuration(int64_t ms) {
   return absl::StrFormat("%dh %02dm %02ds", s / 3600, s / 60 % 60, s % 60);
 }
 
-std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone tz) {
+std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone tz,
+                             const std::map<std::string, std::string>& hosts) {
   std::vector<std::string> lines;
   lines.push_back(absl::StrCat("id:       ", job.id()));
   lines.push_back(absl::StrCat("name:     ", EscapeControlCharacters(job.spec().name())));
@@ -415,10 +416,16 @@ std::string FormatJobDetails(const v1::Job& job, int64_t now_ms, absl::TimeZone 
   }
   if (job.workers_size() > 0) {
     std::vector<std::string> ranks;
+    bool any_host = false;
     for (int r = 0; r < job.workers_size(); ++r) {
-      ranks.push_back(absl::StrCat(r, ": ", job.workers(r)));
+      auto host = hosts.find(job.workers(r));
+      const bool known = host != hosts.end() && !host->second.empty();
+      any_host |= known;
+      ranks.push_back(absl::StrCat(r, ": ", job.workers(r), known ? " on " : "",
+                                   known ? host->second : ""));
     }
-    lines.push_back(absl::StrCat("workers:  ", absl::StrJoin(ranks, ", "), " (rank: worker)"));
+    lines.push_back(absl::StrCat("workers:  ", absl::StrJoin(ranks, ", "),
+                                 any_host ? " (rank: worker on host)" : " (rank: worker)"));
   }
   if (job.rank_errors_size() > 0) {
     const int failed = job.rank_errors_size() + job.rank_errors_omitted();

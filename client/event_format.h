@@ -11,6 +11,7 @@
 #define WEFT_CLIENT_EVENT_FORMAT_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -108,9 +109,11 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64
 //     rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +0 ms): step 1: loading ...
 //     rank 0 (worker worker-2 on host 10.0.0.4, attempt 0, +4 ms): step 1: all_reduce ...
 // Times (created, started, ended) in `tz`; the duration from start to end, or to now while it
-// runs; the ranks' workers (kept after the job ended: its last attempt's).
+// runs; the ranks' workers (kept after the job ended: its last attempt's), each with its host
+// where `hosts` (worker id -> host, from ListWorkers) knows it: which ranks share a host.
 std::string FormatJobDetails(const v1::Job& job, int64_t now_ms,
-                             absl::TimeZone tz = absl::LocalTimeZone());
+                             absl::TimeZone tz = absl::LocalTimeZone(),
+                             const std::map<std::string, std::string>& hosts = {});
 // A message as `--json` prints it: proto3's JSON mapping with the .proto's field names (as the
 // event lines use), except that 64-bit integers are JSON numbers rather than strings.
 std::string ProtoToJson(const google::protobuf::Message& message);

@@ -244,6 +244,11 @@ TEST(EventFormatTest, JobDetailsShowTimesDurationAndWorkers) {
   EXPECT_THAT(details, HasSubstr("ended:    2023-11-14 23:15:24.900 UTC\n"));
   EXPECT_THAT(details, HasSubstr("duration: 1h 02m 03s\n"));
   EXPECT_THAT(details, HasSubstr("workers:  0: worker-2, 1: worker-5 (rank: worker)\n"));
+  // With the workers' hosts (weftctl get asks ListWorkers): which ranks share a host.
+  EXPECT_THAT(FormatJobDetails(job, t0 + 7200 * 1000, absl::UTCTimeZone(),
+                               {{"worker-2", "10.0.0.4"}, {"worker-5", "10.0.0.5"}}),
+              HasSubstr("workers:  0: worker-2 on 10.0.0.4, 1: worker-5 on 10.0.0.5 (rank: "
+                        "worker on host)\n"));
 
   job.set_end_time_ms(0);
   job.set_state(v1::RUNNING);

@@ -223,9 +223,18 @@ int RunGet(const CommandLine& cl) {
   if (!job.ok()) return Fail(job.status());
   if (cl.json) {
     PrintLine(ProtoToJson(*job));
-  } else {
-    std::cout << FormatJobDetails(*job, NowMs()) << std::flush;
+    return 0;
   }
+  // Each rank's host, for the workers still registered (a coordinator too old to list them, or
+  // one that refuses, leaves the hosts out).
+  std::map<std::string, std::string> hosts;
+  if (job->workers_size() > 0) {
+    absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
+    if (workers.ok()) {
+      for (const v1::WorkerInfo& w : *workers) hosts[w.worker_id()] = w.host();
+    }
+  }
+  std::cout << FormatJobDetails(*job, NowMs(), absl::LocalTimeZone(), hosts) << std::flush;
   return 0;
 }
 

@@ -330,7 +330,8 @@ void Coordinator::ScheduleLocked() {
       // attempt starts from the newest checkpoint, which they may still make. A resized one
       // waits for its new plan.
       if (committer_.Busy(job.id()) || replanning_.count(job.id()) > 0) continue;
-      pending.push_back({job.id(), job.spec().device(), plans_.at(job.id())->world_size()});
+      const JobPlan& plan = *plans_.at(job.id());
+      pending.push_back({job.id(), job.spec().device(), plan.world_size(), plan.mesh_shape()});
     }
     ScheduleDecision decision = Schedule(pending, workers_.Slots());
     for (v1::Job& job : pending_) {

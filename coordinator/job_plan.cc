@@ -17,6 +17,7 @@ class PlannerJobPlan final : public JobPlan {
   PlannerJobPlan(std::shared_ptr<const planner::Plan> plan, planner::HfExportMetadata hf_export)
       : plan_(std::move(plan)), hf_export_(std::move(hf_export)) {}
   int world_size() const override { return plan_->world_size(); }
+  std::vector<int64_t> mesh_shape() const override { return plan_->mesh_shape(); }
   absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt,
                                       const planner::StopCheck& stop) const override {
     return plan_->Program(rank, attempt, stop);

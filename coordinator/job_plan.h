@@ -29,6 +29,8 @@ class JobPlan {
  public:
   virtual ~JobPlan() = default;
   virtual int world_size() const = 0;
+  // The mesh, outermost dim first, for placing ranks on hosts (PlaceRanks). Default: one dim.
+  virtual std::vector<int64_t> mesh_shape() const { return {world_size()}; }
   // `stop` ends a long emission early with its status (planner/stop.h).
   virtual absl::StatusOr<v1::Program> Program(int rank, const planner::Attempt& attempt,
                                               const planner::StopCheck& stop) const = 0;

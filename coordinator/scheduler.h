@@ -1,7 +1,6 @@
 // The scheduler's decision, as a pure function: given the pending jobs in submit order and the
-// registered workers in registration order, which jobs start now on which workers (worker of
-// global rank r = the r-th chosen worker, in registration order, so ranks are stable), and what
-// every other job waits for. Jobs of one device kind start in submit order: a job that does not
+// registered workers in registration order, which jobs start now on which workers (PlaceRanks
+// below: the mesh's innermost dims inside a host), and what every other job waits for. Jobs of one device kind start in submit order: a job that does not
 // fit the idle workers blocks the later jobs of its kind (no overtaking), but not jobs of another
 // kind, and not when it needs more workers of its kind than are registered (it waits for more
 // to register; the jobs behind it run meanwhile).
@@ -25,12 +24,16 @@ struct PendingJob {
   std::string job_id;
   std::string device_kind;  // "cpu" | "cuda"
   int64_t world_size = 0;
+  // The mesh, outermost dim first (ranks row-major: the last dim's members are neighbours);
+  // empty: one dim of world_size.
+  std::vector<int64_t> mesh_shape = {};
 };
 
 struct WorkerSlot {
   std::string worker_id;
   std::string device_kind;
   bool idle = false;
+  std::string host = "";  // the worker's hello.host; workers of one host share its fast links
 };
 
 struct JobStart {
@@ -45,6 +48,19 @@ struct ScheduleDecision {
 
 ScheduleDecision Schedule(const std::vector<PendingJob>& pending_in_submit_order,
                           const std::vector<WorkerSlot>& workers_in_registration_order);
+
+// Topology-aware placement: the worker of each of a job's ranks, chosen from `free` (idle
+// workers of its kind, in registration order; at least world_size of them) so that the mesh's
+// innermost dims stay inside a host and the outer ones span hosts, as Megatron keeps tensor
+// parallelism inside a node. The largest block of innermost dims (a suffix of the mesh, e.g. all
+// of [dp, mp], then [mp], then none) that hosts can hold whole, each taking a multiple of it,
+// decides; the hosts with the most free workers are used first (the fewest hosts), ranks filled
+// host by host, each host's workers in registration order. On one host this is registration
+// order.
+//
+// E.g. hosts a (a1, a2, a3) and b (b1, b2, b3), registered a1 b1 a2 b2 a3 b3, mesh [2, 2]:
+//   -> {a1, a2, b1, b2}: each mp pair on one host (registration order would pair a1 with b1).
+std::vector<std::string> PlaceRanks(const PendingJob& job, const std::vector<WorkerSlot>& free);
 
 // The kind part of a device string: "cuda:1" -> "cuda", "" -> "cpu".
 std::string DeviceKind(const std::string& device);

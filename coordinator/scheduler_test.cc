@@ -33,6 +33,61 @@ TEST(SchedulerTest, AssignsRanksInRegistrationOrder) {
   EXPECT_TRUE(d.waiting.empty());
 }
 
+// Workers registered across two hosts by turns (a1 b1 a2 b2 ...), all idle cpu.
+std::vector<WorkerSlot> TwoHosts(int per_host) {
+  std::vector<WorkerSlot> out;
+  for (int i = 1; i <= per_host; ++i) {
+    for (const std::string host : {"a", "b"}) {
+      out.push_back({host + std::to_string(i), "cpu", true, "10.0.0." + host});
+    }
+  }
+  return out;
+}
+
+// Issue 31: ranks went to workers in registration order, so a [dp, mp] job on two hosts whose
+// workers registered by turns had each mp pair across the hosts. The innermost dims now stay
+// inside a host, the outer ones span hosts.
+TEST(PlaceRanksTest, TheInnermostDimsStayInsideAHost) {
+  const std::vector<WorkerSlot> w = TwoHosts(2);
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 4, {2, 2}}, w),
+            (std::vector<std::string>{"a1", "a2", "b1", "b2"}));
+  // mp = 4 over hosts of 2: no block fits; dp = 2 over mp = 2 as above.
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 4, {4}}, w),
+            (std::vector<std::string>{"a1", "a2", "b1", "b2"}));
+  // Three dims [pp, dp, mp] over hosts of 4: each host one pipeline stage, dp x mp inside it.
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 8, {2, 2, 2}}, TwoHosts(4)),
+            (std::vector<std::string>{"a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4"}));
+}
+
+TEST(PlaceRanksTest, AJobThatFitsOneHostStaysOnIt) {
+  std::vector<WorkerSlot> w = TwoHosts(3);
+  w[0].idle = false;  // a1 busy: host b has the most free workers
+  std::vector<WorkerSlot> free;
+  for (const WorkerSlot& s : w) {
+    if (s.idle) free.push_back(s);
+  }
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 3, {3}}, free), (std::vector<std::string>{"b1", "b2", "b3"}));
+  // Two mp pairs with hosts of 2 (a) and 3 (b) free: a pair from each, none split.
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 4, {2, 2}}, free),
+            (std::vector<std::string>{"b1", "b2", "a2", "a3"}));
+  // Hosts of 3 and 3 and mp = 2: b's third worker is left, not split across a pair.
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 4, {1, 2, 2}}, TwoHosts(3)),
+            (std::vector<std::string>{"a1", "a2", "b1", "b2"}));
+}
+
+TEST(PlaceRanksTest, WhenNoBlockFitsRanksFillHostsInOrder) {
+  // mp = 3 over hosts of 2 and 2: no host holds a group; ranks still fill host by host.
+  std::vector<WorkerSlot> w = TwoHosts(2);
+  w.pop_back();  // b2 gone: a has 2, b has 1
+  EXPECT_EQ(PlaceRanks({"j", "cpu", 3, {3}}, w), (std::vector<std::string>{"a1", "a2", "b1"}));
+}
+
+TEST(SchedulerTest, StartsJobsWithTheirRanksPlacedByHost) {
+  ScheduleDecision d = Schedule({{"job-000001", "cpu", 4, {2, 2}}}, TwoHosts(2));
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].workers_by_rank, (std::vector<std::string>{"a1", "a2", "b1", "b2"}));
+}
+
 TEST(SchedulerTest, StartsSeveralJobsOnDisjointWorkers) {
   ScheduleDecision d = Schedule({{"job-000001", "cpu", 2}, {"job-000002", "cpu", 2}}, IdleCpu(4));
   ASSERT_EQ(d.start.size(), 2u);

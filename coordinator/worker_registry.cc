@@ -221,7 +221,7 @@ std::vector<WorkerSlot> WorkerRegistry::Slots() const {
   std::vector<WorkerSlot> slots;
   for (const auto& w : workers_) {
     if (w->status == Status::kLost) continue;
-    slots.push_back({w->id, w->hello.device().kind(), w->status == Status::kIdle});
+    slots.push_back({w->id, w->hello.device().kind(), w->status == Status::kIdle, w->hello.host()});
   }
   return slots;
 }

@@ -49,6 +49,8 @@ class Plan {
       : planned_(std::move(planned)), header_(std::move(header)), eval_(std::move(eval)) {}
 
   int world_size() const { return planned_.graph.mesh.size(); }
+  // The mesh, outermost dim first (ranks are row-major over it).
+  const std::vector<int64_t>& mesh_shape() const { return planned_.graph.mesh.shape(); }
   // Rank r's Program, for the job id and attempt the plan was made with or for `attempt`;
   // `stop` ends a long emission early (stop.h). Thread-safe.
   absl::StatusOr<v1::Program> Program(int rank) const;

@@ -8,22 +8,11 @@
 // the coordinator restarts the attempt once no step has completed for --progress_floor_ms, and
 // once the partition heals the job SUCCEEDS with the losses of an uninterrupted run bit for bit.
 //
-// Everything the test makes lives in namespaces of its own: its process leaves the network
-// namespace it was started in (the machine's, or bazel's sandbox's) in main(), so the veths,
-// routes, rules and forwarding it sets up vanish with it and its children, however it ends, and
-// runs in parallel do not meet. It names no namespace in /run/netns (`ip netns add`, which a
-// sandbox's read-only /run refuses): a sleeping process holds each host's, reached through
-// /proc/PID/ns/net. So it runs sandboxed like the other tests; bazel's linux-sandbox leaves root
-// the capabilities it needs. Without the right to make a namespace (not root) it skips.
-#include <errno.h>
+// The hosts are tests/netns_hosts' (namespaces of the test's own, gone with it however it ends).
+// Without the right to make a namespace (not root) it skips.
 #include <gtest/gtest.h>
-#include <sched.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -32,146 +21,15 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/jobspec/yaml.h"
-#include "common/status.h"
 #include "tests/cluster_fixture.h"
 #include "tests/daemon_cluster.h"
+#include "tests/netns_hosts.h"
 #include "tests/process.h"
 
 namespace weft::testing {
 namespace {
-
-// Whether this process has a network namespace of its own (set in main): UNAVAILABLE when it
-// cannot have one here.
-absl::Status& OwnNetwork() {
-  static absl::Status* own = new absl::Status(absl::UnavailableError("main() did not make one"));
-  return *own;
-}
-
-// The path of a system tool (a name with a slash is one already): bazel's test PATH leaves
-// /usr/sbin (ip) out, and neither a Subprocess nor nsenter under that PATH would find it.
-std::string Tool(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  for (const char* dir : {"/usr/sbin", "/usr/bin", "/sbin", "/bin"}) {
-    const std::string path = absl::StrCat(dir, "/", name);
-    if (access(path.c_str(), X_OK) == 0) return path;
-  }
-  return name;  // its exec fails, naming it
-}
-
-// Runs a command (argv[0] a tool's name) to its end; an error with its stderr unless it exits 0.
-absl::Status Run(std::vector<std::string> argv) {
-  const std::string line = absl::StrJoin(argv, " ");
-  argv[0] = Tool(argv[0]);
-  const CommandResult r = RunCommand(argv, 30);
-  if (r.exit_code == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("`", line, "` failed (exit ", r.exit_code, "): ", r.err));
-}
-
-// This process's own network namespace, entered before any thread starts: unshare moves only the
-// calling thread, and every thread and child started after it (gRPC's, the daemons) inherits it.
-// Its loopback is up (the test's calls reach the coordinator on 127.0.0.1) and it forwards
-// between the hosts' veths: it is the network between them.
-absl::Status EnterOwnNetworkNamespace() {
-  if (unshare(CLONE_NEWNET) != 0) {
-    return absl::UnavailableError(absl::StrCat("unshare(CLONE_NEWNET): ", strerror(errno)));
-  }
-  RETURN_IF_ERROR(Run({"ip", "link", "set", "lo", "up"}));
-  std::ofstream forward("/proc/sys/net/ipv4/ip_forward");
-  forward << "1\n";
-  forward.close();
-  if (!forward) return absl::InternalError("cannot write /proc/sys/net/ipv4/ip_forward");
-  return absl::OkStatus();
-}
-
-std::string NamespaceOf(const std::string& proc) {
-  std::error_code ec;
-  return std::filesystem::read_symlink(proc + "/ns/net", ec).string();
-}
-
-// A worker's host: a network namespace held by a sleeping process (so that it outlives the
-// workers started in it), its eth0 at 10.213.<subnet>.2/24, joined by a veth pair to this
-// process's namespace, whose end is the host's gateway, 10.213.<subnet>.1. The subnet is the
-// test's own; no address outside the namespaces it made is touched.
-//
-// E.g.
-//   ASSIGN_OR_RETURN(std::unique_ptr<Host> host, Host::Start(1));
-//   StartDaemon(host->In({worker, "--host", host->address(), ...}), log);
-class Host {
- public:
-  static absl::StatusOr<std::unique_ptr<Host>> Start(int subnet) {
-    std::unique_ptr<Host> host(new Host());
-    host->address_ = absl::StrCat("10.213.", subnet, ".2");
-    host->gateway_ = absl::StrCat("10.213.", subnet, ".1");
-    const std::string dir = MakeTempDir("host");
-    absl::StatusOr<std::unique_ptr<Subprocess>> holder =
-        StartDaemon({Tool("unshare"), "--net", Tool("sleep"), "infinity"}, dir + "/holder.log");
-    if (!holder.ok()) return holder.status();
-    host->holder_ = *std::move(holder);
-    const std::string proc = absl::StrCat("/proc/", host->holder_->pid());
-    // unshare execs sleep once its namespace is made: until then the pid is in this one's.
-    const absl::Status unshared = PollUntil(
-        [&] {
-          const std::string ns = NamespaceOf(proc);
-          return !ns.empty() && ns != NamespaceOf("/proc/thread-self");
-        },
-        absl::Seconds(10), absl::Milliseconds(10));
-    if (!unshared.ok()) {
-      return absl::InternalError(absl::StrCat("the host's namespace was not made: ",
-                                              ReadFileOrEmpty(dir + "/holder.log")));
-    }
-    host->netns_ = proc + "/ns/net";
-    const std::string veth = absl::StrCat("host", subnet);
-    for (const std::vector<std::string>& argv : std::vector<std::vector<std::string>>{
-             {"ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns",
-              absl::StrCat(host->holder_->pid())},
-             {"ip", "address", "add", host->gateway_ + "/24", "dev", veth},
-             {"ip", "link", "set", veth, "up"},
-             host->In({"ip", "link", "set", "lo", "up"}),
-             host->In({"ip", "address", "add", host->address_ + "/24", "dev", "eth0"}),
-             host->In({"ip", "link", "set", "eth0", "up"}),
-             host->In({"ip", "route", "add", "default", "via", host->gateway_}),
-         }) {
-      RETURN_IF_ERROR(Run(argv));
-    }
-    return host;
-  }
-
-  // Where its worker's collectives are reached (the worker's --host).
-  const std::string& address() const { return address_; }
-  // This namespace's address on the host's link: where the host reaches the coordinator.
-  const std::string& gateway() const { return gateway_; }
-  // argv (argv[0] a tool's name or a path) run in the host's namespace; nsenter execs it, so
-  // the process started is argv's.
-  std::vector<std::string> In(const std::vector<std::string>& argv) const {
-    std::vector<std::string> out = {Tool("nsenter"), "--net=" + netns_, "--", Tool(argv[0])};
-    out.insert(out.end(), argv.begin() + 1, argv.end());
-    return out;
-  }
-
- private:
-  Host() = default;
-
-  std::string address_, gateway_, netns_;
-  std::unique_ptr<Subprocess> holder_;  // sleep, in the namespace; stopped with the Host
-};
-
-// Drops (on: true) or passes again every packet between hosts a and b where this namespace
-// routes them, in both directions. A blackhole routing rule discards what it matches without an
-// ICMP error (an unreachable route would send one), and neither end hears of it, so no RST: the
-// TCP connections between the workers just stop delivering. The coordinator's traffic, to and
-// from the gateways, matches neither rule. (A rule rather than `tc ... action drop` or netem: the
-// kernel this was written on has neither act_gact nor sch_netem, but routes by policy, as nearly
-// every kernel does.)
-absl::Status Partition(const Host& a, const Host& b, bool on) {
-  for (const auto& [from, to] : {std::pair(&a, &b), std::pair(&b, &a)}) {
-    RETURN_IF_ERROR(Run({"ip", "rule", on ? "add" : "del", "from", from->address(), "to",
-                         to->address(), "blackhole"}));
-  }
-  return absl::OkStatus();
-}
 
 constexpr int kSteps = 100;
 // Steps of about 50 ms: ~5 s of training, so the watchdog's 10 x median stays under its floor.
@@ -213,16 +71,7 @@ TEST(PartitionTest, ASilentPartitionBetweenTwoWorkersHostsIsRestartedByTheProgre
   options.worker_env = {{"WEFT_DEBUG_STEP_MS", kStepMs}};
   // The default, said out loud: the partition is not what the collective timeout finds.
   options.worker_flags = {"--collective_timeout_s", "300"};
-  options.worker_argv = [&hosts](int i, std::vector<std::string> argv) {
-    const Host& host = *hosts.at(i);
-    for (size_t k = 0; k + 1 < argv.size(); ++k) {
-      if (argv[k] == "--coordinator") {
-        argv[k + 1] = host.gateway() + argv[k + 1].substr(argv[k + 1].rfind(':'));
-      }
-    }
-    argv.insert(argv.end(), {"--host", host.address()});
-    return host.In(argv);
-  };
+  options.worker_argv = WorkersOnHosts(hosts);
   auto cluster = DaemonCluster::Start(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   DaemonCluster& c = **cluster;
