@@ -333,7 +333,7 @@ void Coordinator::ScheduleLocked() {
       const JobPlan& plan = *plans_.at(job.id());
       pending.push_back({job.id(), job.spec().device(), plan.world_size(), plan.mesh_shape()});
     }
-    ScheduleDecision decision = Schedule(pending, workers_.Slots());
+    ScheduleDecision decision = Schedule(pending, workers_.Slots(), options_.placement);
     for (v1::Job& job : pending_) {
       auto waiting = decision.waiting.find(job.id());
       if (waiting == decision.waiting.end() || waiting->second == job.message()) continue;

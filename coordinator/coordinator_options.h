@@ -12,6 +12,7 @@
 #include "common/path_roots.h"
 #include "coordinator/job_plan.h"
 #include "coordinator/job_queries.h"
+#include "coordinator/scheduler.h"
 #include "coordinator/trace_store.h"
 #include "weft/v1/job.pb.h"
 
@@ -69,6 +70,8 @@ struct CoordinatorOptions {
   // after each job ends.
   int64_t job_retention_ms = 0;
   int64_t max_ended_jobs = 0;
+  // How ranks go to workers (--placement): by topology (PlaceRanks) or in registration order.
+  Placement placement = Placement::kTopology;
   int64_t retention_interval_ms = 60000;
 };
 

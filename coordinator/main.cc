@@ -61,6 +61,9 @@ ABSL_FLAG(int64_t, progress_floor_ms, 60000,
           "(a partition or a hung rank); 0: never");
 ABSL_FLAG(int64_t, cancel_grace_ms, 5000,
           "how long workers of a cancelled job get to confirm before it is CANCELLED anyway");
+ABSL_FLAG(std::string, placement, "topology",
+          "how ranks go to workers: topology (the mesh's innermost dims inside a host) or "
+          "registration (registration order, for comparison)");
 ABSL_FLAG(int64_t, max_ranks, 65536,
           "the largest mesh a job may ask for; larger ones are refused (a GPT-2 124M of 65536 "
           "ranks plans in about 1 s on 2 cores)");
@@ -238,6 +241,12 @@ int Run() {
   options.failure_settle_ms = absl::GetFlag(FLAGS_failure_settle_ms);
   options.progress_floor_ms = absl::GetFlag(FLAGS_progress_floor_ms);
   options.max_ranks = absl::GetFlag(FLAGS_max_ranks);
+  const std::string placement = absl::GetFlag(FLAGS_placement);
+  if (placement != "topology" && placement != "registration") {
+    spdlog::error("--placement: \"{}\"; use topology or registration", placement);
+    return 2;
+  }
+  options.placement = placement == "topology" ? Placement::kTopology : Placement::kRegistration;
   options.max_log_lines = absl::GetFlag(FLAGS_max_log_lines);
   const absl::Duration retention = absl::GetFlag(FLAGS_job_retention);
   options.job_retention_ms = absl::ToInt64Milliseconds(retention);

@@ -54,7 +54,8 @@ std::string DeviceKind(const std::string& device) {
 }
 
 ScheduleDecision Schedule(const std::vector<PendingJob>& pending_in_submit_order,
-                          const std::vector<WorkerSlot>& workers_in_registration_order) {
+                          const std::vector<WorkerSlot>& workers_in_registration_order,
+                          Placement placement) {
   ScheduleDecision decision;
   std::map<std::string, int64_t> registered;  // by device kind
   for (const WorkerSlot& w : workers_in_registration_order) ++registered[DeviceKind(w.device_kind)];
@@ -88,7 +89,12 @@ ScheduleDecision Schedule(const std::vector<PendingJob>& pending_in_submit_order
       if (n <= registered[kind]) blocked_by[kind] = job.job_id;
       continue;
     }
-    JobStart start{job.job_id, PlaceRanks(job, free)};
+    JobStart start{job.job_id, {}};
+    if (placement == Placement::kTopology) {
+      start.workers_by_rank = PlaceRanks(job, free);
+    } else {
+      for (int64_t r = 0; r < n; ++r) start.workers_by_rank.push_back(free[r].worker_id);
+    }
     taken.insert(start.workers_by_rank.begin(), start.workers_by_rank.end());
     decision.start.push_back(std::move(start));
   }

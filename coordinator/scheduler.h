@@ -46,8 +46,13 @@ struct ScheduleDecision {
   std::map<std::string, std::string> waiting;  // job id -> what it waits for
 };
 
+// How a job's ranks go to its workers: kTopology as PlaceRanks says; kRegistration the r-th
+// idle worker in registration order for rank r (what Weft did before; kept to compare against).
+enum class Placement { kTopology, kRegistration };
+
 ScheduleDecision Schedule(const std::vector<PendingJob>& pending_in_submit_order,
-                          const std::vector<WorkerSlot>& workers_in_registration_order);
+                          const std::vector<WorkerSlot>& workers_in_registration_order,
+                          Placement placement = Placement::kTopology);
 
 // Topology-aware placement: the worker of each of a job's ranks, chosen from `free` (idle
 // workers of its kind, in registration order; at least world_size of them) so that the mesh's

@@ -88,6 +88,13 @@ TEST(SchedulerTest, StartsJobsWithTheirRanksPlacedByHost) {
   EXPECT_EQ(d.start[0].workers_by_rank, (std::vector<std::string>{"a1", "a2", "b1", "b2"}));
 }
 
+TEST(SchedulerTest, RegistrationPlacementKeepsRegistrationOrder) {
+  ScheduleDecision d =
+      Schedule({{"job-000001", "cpu", 4, {2, 2}}}, TwoHosts(2), Placement::kRegistration);
+  ASSERT_EQ(d.start.size(), 1u);
+  EXPECT_EQ(d.start[0].workers_by_rank, (std::vector<std::string>{"a1", "b1", "a2", "b2"}));
+}
+
 TEST(SchedulerTest, StartsSeveralJobsOnDisjointWorkers) {
   ScheduleDecision d = Schedule({{"job-000001", "cpu", 2}, {"job-000002", "cpu", 2}}, IdleCpu(4));
   ASSERT_EQ(d.start.size(), 2u);
