@@ -809,6 +809,9 @@ TEST_F(SpecTest, TokenDataFromTheFileAndSeqLen) {
       {"{source: tokens, path: train.bin, seq_len: 41, batch_size: 4}",
        "data.path: " + Path("train.bin") + " holds 41 tokens, too few for one sample of "
        "data.seq_len 41 (needs 42"},
+      // The largest seq_len: its "needs" does not overflow (UBSan found it in the spec fuzz test).
+      {"{source: tokens, path: train.bin, seq_len: 9223372036854775807, batch_size: 4}",
+       "data.seq_len 9223372036854775807 (needs 9223372036854775808:"},
       {"{source: tokens, path: mega, seq_len: 8, batch_size: 4}",
        "data.path: " + Path("mega") + ": no such file"},
       {"{source: tokens, path: raw.bin, format: megatron, seq_len: 8, batch_size: 4}",

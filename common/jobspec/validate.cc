@@ -95,7 +95,8 @@ absl::StatusOr<TokenFile> TokenData(const v1::Data& data, const std::string& at)
     return absl::InvalidArgumentError(absl::StrCat(
         at + ".path: ", data.path(), " holds ", file->token_count(),
         " tokens, too few for one sample of data.seq_len ", data.seq_len(), " (needs ",
-        data.seq_len() + 1, ": the label is the input shifted by one)"));
+        // Unsigned: seq_len may be INT64_MAX here (the spec fuzz test's UBSan run found it).
+        static_cast<uint64_t>(data.seq_len()) + 1, ": the label is the input shifted by one)"));
   }
   return file;
 }
