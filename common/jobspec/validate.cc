@@ -532,7 +532,13 @@ absl::Status ValidateEval(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         "eval.data.source: tokens, but the job's data is not: the model reads what data reads");
   }
-  const int64_t needed = static_cast<int64_t>(eval.batches()) * view.data().batch_size();
+  int64_t needed = 0;
+  if (__builtin_mul_overflow(static_cast<int64_t>(eval.batches()), view.data().batch_size(),
+                             &needed)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "eval.batches: ", eval.batches(), " of eval.data.batch_size ", view.data().batch_size(),
+        " is more samples than int64 counts"));
+  }
   if (view.data().num_samples() != 0 && view.data().num_samples() < needed) {
     const std::string& file =
         view.data().source() == "tokens" ? view.data().path() : view.data().input();

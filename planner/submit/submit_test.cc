@@ -866,6 +866,11 @@ TEST_F(SpecTest, RecipeKeysParseAndTheirErrorsNameTheKey) {
             "eval.data: " + Path("val.bin") + " holds 16 samples, too few for eval.batches 3 of "
             "eval.data.batch_size 8 (24; evaluation reads the same samples every time and never "
             "wraps around)"},
+           // Their product past int64 (UBSan would stop at the multiplication).
+           {{{"batches: 2", "batches: 2147483647"},
+             {"path: val.bin}", "path: val.bin, batch_size: 68719476736}"}},
+            "eval.batches: 2147483647 of eval.data.batch_size 68719476736 is more samples than "
+            "int64 counts"},
            {{{"path: val.bin", "path: other.bin"}},
             "eval.data.path: " + Path("other.bin") + " holds token 40 at position 70, outside "
             "model.config.vocab_size 32: eval data of another vocabulary (tokenizer)?"},
