@@ -74,6 +74,9 @@ class Host {
   std::unique_ptr<Subprocess> holder_;  // sleep, in the namespace; stopped with the Host
 };
 
+// Hosts on subnets 1 .. count.
+absl::StatusOr<std::vector<std::unique_ptr<Host>>> StartHosts(int count);
+
 // Drops (on: true) or passes again every packet between hosts a and b, both ways, where this
 // namespace routes them: silently (a blackhole rule sends no ICMP error, and neither end hears of
 // it, so no RST). The coordinator's traffic, to and from the gateways, is untouched.

@@ -54,12 +54,9 @@ TEST(PartitionTest, ASilentPartitionBetweenTwoWorkersHostsIsRestartedByTheProgre
   }
   ASSERT_TRUE(OwnNetwork().ok()) << OwnNetwork();
   // Declared before the cluster, so that they are stopped after its workers.
-  std::vector<std::unique_ptr<Host>> hosts;
-  for (int subnet : {1, 2}) {
-    absl::StatusOr<std::unique_ptr<Host>> host = Host::Start(subnet);
-    ASSERT_TRUE(host.ok()) << host.status();
-    hosts.push_back(*std::move(host));
-  }
+  absl::StatusOr<std::vector<std::unique_ptr<Host>>> started = StartHosts(2);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::vector<std::unique_ptr<Host>> hosts = *std::move(started);
 
   DaemonClusterOptions options;
   options.cpu_workers = 2;

@@ -28,12 +28,10 @@ TEST(TopologyTest, AnMpGroupStaysInsideAHostAndDpSpansThem) {
                  << OwnNetwork().message();
   }
   ASSERT_TRUE(OwnNetwork().ok()) << OwnNetwork();
-  std::vector<std::unique_ptr<Host>> hosts;  // before the cluster: stopped after its workers
-  for (int subnet : {1, 2}) {
-    absl::StatusOr<std::unique_ptr<Host>> host = Host::Start(subnet);
-    ASSERT_TRUE(host.ok()) << host.status();
-    hosts.push_back(*std::move(host));
-  }
+  // Before the cluster, so that they are stopped after its workers.
+  absl::StatusOr<std::vector<std::unique_ptr<Host>>> started = StartHosts(2);
+  ASSERT_TRUE(started.ok()) << started.status();
+  const std::vector<std::unique_ptr<Host>> hosts = *std::move(started);
   DaemonClusterOptions options;
   options.cpu_workers = 4;
   options.coordinator_flags = {"--listen", "0.0.0.0:0"};
