@@ -14,24 +14,16 @@ if [[ -z "${SKIP_BUILD:-}" ]]; then
   bazel build //coordinator:weft-coordinator >/dev/null 2>&1 ||
     { echo "bazel build failed (run it to see why)" >&2; exit 1; }
 fi
-bench_workdir
-coordinator=
-stop() {
-  [[ -z "$coordinator" ]] || { kill "$coordinator" 2>/dev/null; wait "$coordinator" 2>/dev/null; } || true
-  [[ -n "${KEEP:-}" ]] || rm -rf "$tmp"
-}
-trap stop EXIT
+bench_workdir_with_daemons
 bench_header
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "${COORDINATOR_BIN:-bazel-bin/coordinator/weft-coordinator}" --listen 127.0.0.1:0 --data_dir "$tmp/db" \
   --port_file "$tmp/grpc.port" --metrics_listen 127.0.0.1:0 \
   --metrics_port_file "$tmp/metrics.port" > "$tmp/coordinator.log" 2>&1 &
 coordinator=$!
-deadline=$((SECONDS + 30))
-until [[ -s "$tmp/grpc.port" && -s "$tmp/metrics.port" ]]; do
-  ((SECONDS < deadline)) || { echo "the coordinator did not start: $(tail -3 "$tmp/coordinator.log")" >&2; exit 1; }
-  sleep 0.05
-done
+pids+=("$coordinator")
+wait_for_file "$tmp/grpc.port" 30
+wait_for_file "$tmp/metrics.port" 30
 /usr/bin/python3 bench/flood_aftermath.py --grpc_port "$(cat "$tmp/grpc.port")" \
   --metrics_port "$(cat "$tmp/metrics.port")" --pid "$coordinator" \
   --floods "${FLOODS:-4}" --idle "${IDLE:-5000}" --slow "${SLOW:-4200}"

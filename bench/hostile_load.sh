@@ -26,24 +26,7 @@ steps=${HOSTILE_STEPS:-150}
 py=/usr/bin/python3
 weftctl=bazel-bin/client/weftctl
 
-bench_workdir
-pids=()
-stop_daemons() {
-  local pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [[ -n "${KEEP:-}" ]] || rm -rf "$tmp"
-}
-trap stop_daemons EXIT
-
-# wait_for_file FILE SECONDS: until FILE is non-empty (a daemon writes its port there).
-wait_for_file() {
-  local deadline=$((SECONDS + $2))
-  until [[ -s "$1" ]]; do
-    ((SECONDS < deadline)) || { echo "no $1 after $2 s; logs in $tmp" >&2; exit 1; }
-    sleep 0.05
-  done
-}
+bench_workdir_with_daemons
 
 bench_header
 echo "job: MLP 1024 -> 4096 -> relu -> 1024, batch 256, AdamW, $steps steps, 1 cpu worker"

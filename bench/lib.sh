@@ -22,6 +22,30 @@ bench_workdir() {
   fi
 }
 
+# bench_workdir, and `pids`, the daemons the script starts (`pids+=("$!")`): at exit each is
+# stopped (SIGTERM, then waited for) before the working folder goes.
+bench_workdir_with_daemons() {
+  bench_workdir
+  pids=()
+  trap bench_stop_daemons EXIT
+}
+bench_stop_daemons() {
+  local pid
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [[ -n "${KEEP:-}" ]] || rm -rf "$tmp"
+}
+
+# wait_for_file FILE SECONDS: until FILE is non-empty (a daemon writes its port there); exits the
+# script saying so after SECONDS.
+wait_for_file() {
+  local deadline=$((SECONDS + $2))
+  until [[ -s "$1" ]]; do
+    ((SECONDS < deadline)) || { echo "no $1 after $2 s; logs in $tmp" >&2; exit 1; }
+    sleep 0.05
+  done
+}
+
 # stdin: `weftctl local --json` lines; prints "median min" of step_seconds over the steps after
 # the first 5 (warm-up), or "- -" when there are none.
 median_step() {

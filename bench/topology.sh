@@ -24,18 +24,10 @@ if [[ -z "${WEFT_BENCH_NETNS:-}" ]]; then
   exec unshare --net env WEFT_BENCH_NETNS=1 bash "$0" "$@"
 fi
 source bench/lib.sh
-bench_workdir
+bench_workdir_with_daemons
 mbit=${TOPOLOGY_MBIT:-100}
 steps=${TOPOLOGY_STEPS:-12}
 bin=$(readlink -f bazel-bin)
-pids=()
-stop() {
-  local pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  [[ -n "${KEEP:-}" ]] || rm -rf "$tmp"
-}
-trap stop EXIT
 
 ip link set lo up
 echo 1 > /proc/sys/net/ipv4/ip_forward
@@ -98,7 +90,7 @@ run() {
     --port_file "$tmp/port" --placement "$placement" > "$out.coordinator.log" 2>&1 &
   coordinator=$!
   local started=("$coordinator")
-  until [[ -s "$tmp/port" ]]; do sleep 0.05; done
+  wait_for_file "$tmp/port" 30
   port=$(cat "$tmp/port")
   local ctl=("$bin/client/weftctl" --coordinator "127.0.0.1:$port")
   for w in 0 1 2 3; do

@@ -12,7 +12,9 @@
 #define WEFT_COMMON_CHECKED_MATH_H_
 
 #include <cstdint>
+#include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -26,6 +28,12 @@ absl::StatusOr<int64_t> CheckedAdd(int64_t a, int64_t b, absl::string_view what)
 // The product of `dims` (1 for none), or INVALID_ARGUMENT "<what> [d0,d1,...] overflows int64".
 // A negative dim is not an overflow: the caller checks signs where they matter.
 absl::StatusOr<int64_t> CheckedProduct(absl::Span<const int64_t> dims, absl::string_view what);
+
+// The same, `what` called only when the quantity overflows: for loops over every tensor or
+// buffer of a plan, where making each one's name would cost more than the check.
+absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b, absl::FunctionRef<std::string()> what);
+absl::StatusOr<int64_t> CheckedProduct(absl::Span<const int64_t> dims,
+                                       absl::FunctionRef<std::string()> what);
 
 }  // namespace weft
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace weft {
@@ -54,6 +55,22 @@ TEST(CheckedMathTest, AProductOfDims) {
   EXPECT_EQ(n.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(n.status().message(),
             "tensor fc0.weight [1099511627776,1099511627776] overflows int64");
+}
+
+// The loops over every tensor of a plan name the quantity only when it overflows.
+TEST(CheckedMathTest, ANameMadeOnDemandIsMadeOnlyOnOverflow) {
+  int made = 0;
+  auto name = [&made] {
+    ++made;
+    return std::string("tensor h.0.attn");
+  };
+  const std::vector<int64_t> fits = {4, 8};
+  EXPECT_EQ(*CheckedProduct(fits, name), 32);
+  EXPECT_EQ(*CheckedMul(32, 4, name), 128);
+  EXPECT_EQ(made, 0);
+  EXPECT_EQ(CheckedMul(kMax, 2, name).status().message(),
+            "tensor h.0.attn overflows int64 (9223372036854775807 × 2)");
+  EXPECT_EQ(made, 1);
 }
 
 }  // namespace

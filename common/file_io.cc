@@ -160,14 +160,9 @@ absl::Status RemoveTree(const std::string& path) {
   const int fd = OpenConfined(path, O_PATH | O_NOFOLLOW);
   if (fd < 0 && errno == ENOENT) return absl::OkStatus();
   if (fd >= 0) ::close(fd);
-  absl::StatusOr<Parent> parent = OpenParent(path);
-  if (!parent.ok()) return parent.status();
-  absl::Cleanup close_parent = [&] { ::close(parent->fd); };
-  // O_PATH folders cannot be listed: the parent is opened again readable for RemoveAt's openat.
-  const int dir_fd = ::openat(parent->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return OpenError(path, "cannot open folder");
-  absl::Cleanup close_dir = [dir_fd] { ::close(dir_fd); };
-  return RemoveAt(dir_fd, parent->name, path);
+  ASSIGN_OR_RETURN(Parent parent, OpenParent(path));
+  absl::Cleanup close_parent = [&] { ::close(parent.fd); };
+  return RemoveAt(parent.fd, parent.name, path);  // *at calls take an O_PATH folder
 }
 
 absl::StatusOr<ReadOnlyFile> ReadOnlyFile::Open(const std::string& path) {

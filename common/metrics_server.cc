@@ -20,15 +20,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace weft {
-
-// What libmicrohttpd's callbacks reach of the server (their `cls`).
-struct MetricsServerHooks {
-  std::function<std::string()> render;
-  std::function<void(MHD_Connection*)> answered;
-  std::function<void(MHD_Connection*, int)> opened;
-  std::function<void(MHD_Connection*)> closed;
-};
-
 namespace {
 
 constexpr char kContentType[] = "text/plain; version=0.0.4; charset=utf-8";
@@ -59,38 +50,6 @@ MHD_Result Queue(MHD_Connection* connection, unsigned status, const std::string&
   const MHD_Result queued = MHD_queue_response(connection, status, response);
   MHD_destroy_response(response);  // the connection holds its own reference until it is sent
   return queued;
-}
-
-// libmicrohttpd's access handler, called once the request line and headers are in. It answers
-// at once: a request body is not wanted, and libmicrohttpd discards one that follows an answer.
-// HEAD is answered as GET without the body (libmicrohttpd leaves it out).
-MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url, const char* method,
-                  const char* /*version*/, const char* /*upload_data*/,
-                  size_t* /*upload_data_size*/, void** /*request_state*/) {
-  static_cast<MetricsServerHooks*>(cls)->answered(connection);
-  if (std::strcmp(url, "/metrics") != 0) {
-    return Queue(connection, MHD_HTTP_NOT_FOUND, "only /metrics is served here\n", nullptr);
-  }
-  if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
-      std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
-    return Queue(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
-                 absl::StrCat(method, " /metrics: only GET and HEAD are served\n"), "GET, HEAD");
-  }
-  return Queue(connection, MHD_HTTP_OK, static_cast<MetricsServerHooks*>(cls)->render(),
-               nullptr);
-}
-
-// libmicrohttpd's connection notification: opened (with its socket) and closed.
-void Notify(void* cls, MHD_Connection* connection, void** /*socket_context*/,
-            MHD_ConnectionNotificationCode code) {
-  auto* hooks = static_cast<MetricsServerHooks*>(cls);
-  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-    const MHD_ConnectionInfo* info =
-        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
-    hooks->opened(connection, info != nullptr ? static_cast<int>(info->connect_fd) : -1);
-  } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-    hooks->closed(connection);
-  }
 }
 
 // A listening socket on host:port, SO_REUSEADDR (a restarted daemon gets its port back at once)
@@ -147,6 +106,42 @@ unsigned ConnectionLimit() {
 
 }  // namespace
 
+// libmicrohttpd's callbacks; their `cls` is the server.
+struct MetricsServer::Callbacks {
+  // The access handler, called once the request line and headers are in. It answers at once: a
+  // request body is not wanted, and libmicrohttpd discards one that follows an answer. HEAD is
+  // answered as GET without the body (libmicrohttpd leaves it out).
+  static MHD_Result Answer(void* cls, MHD_Connection* connection, const char* url,
+                           const char* method, const char* /*version*/,
+                           const char* /*upload_data*/, size_t* /*upload_data_size*/,
+                           void** /*request_state*/) {
+    auto* server = static_cast<MetricsServer*>(cls);
+    server->Answered(connection);
+    if (std::strcmp(url, "/metrics") != 0) {
+      return Queue(connection, MHD_HTTP_NOT_FOUND, "only /metrics is served here\n", nullptr);
+    }
+    if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 &&
+        std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+      return Queue(connection, MHD_HTTP_METHOD_NOT_ALLOWED,
+                   absl::StrCat(method, " /metrics: only GET and HEAD are served\n"), "GET, HEAD");
+    }
+    return Queue(connection, MHD_HTTP_OK, server->render_(), nullptr);
+  }
+
+  // The connection notification: opened (with its socket) and closed.
+  static void Notify(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                     MHD_ConnectionNotificationCode code) {
+    auto* server = static_cast<MetricsServer*>(cls);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+      const MHD_ConnectionInfo* info =
+          MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+      server->Opened(connection, info != nullptr ? static_cast<int>(info->connect_fd) : -1);
+    } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+      server->Closed(connection);
+    }
+  }
+};
+
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& listen, std::function<std::string()> render,
     absl::Duration request_deadline) {
@@ -170,11 +165,6 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   std::unique_ptr<MetricsServer> out(
       new MetricsServer(std::move(render), host, port, request_deadline));
   MetricsServer* server = out.get();
-  out->hooks_ = std::make_unique<MetricsServerHooks>(MetricsServerHooks{
-      [server] { return server->render_(); },
-      [server](MHD_Connection* c) { server->Answered(c); },
-      [server](MHD_Connection* c, int fd) { server->Opened(c, fd); },
-      [server](MHD_Connection* c) { server->Closed(c); }});
   std::string messages;
   start_messages = &messages;
   // One thread multiplexes every connection with epoll (no thread per connection, no
@@ -183,9 +173,9 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   // open beats closing one another thread may have been given since).
   out->daemon_ = MHD_start_daemon(
       MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
-      static_cast<uint16_t>(port), /*apc=*/nullptr, /*apc_cls=*/nullptr, &Answer,
-      out->hooks_.get(), MHD_OPTION_EXTERNAL_LOGGER, &KeepStartMessage, nullptr,
-      MHD_OPTION_NOTIFY_CONNECTION, &Notify, out->hooks_.get(),
+      static_cast<uint16_t>(port), /*apc=*/nullptr, /*apc_cls=*/nullptr, &Callbacks::Answer,
+      server, MHD_OPTION_EXTERNAL_LOGGER, &KeepStartMessage, nullptr,
+      MHD_OPTION_NOTIFY_CONNECTION, &Callbacks::Notify, server,
       MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*socket_fd),
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(kConnectionMemoryLimit),
       MHD_OPTION_CONNECTION_TIMEOUT, static_cast<unsigned>(kInactivityTimeoutSeconds),

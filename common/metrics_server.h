@@ -34,8 +34,6 @@ struct MHD_Daemon;
 
 namespace weft {
 
-struct MetricsServerHooks;
-
 class MetricsServer {
  public:
   // The most memory one connection may hold for its request (libmicrohttpd's per-connection pool:
@@ -83,6 +81,7 @@ class MetricsServer {
  private:
   MetricsServer(std::function<std::string()> render, std::string host, int port,
                 absl::Duration request_deadline);
+  struct Callbacks;  // libmicrohttpd's, in the .cc; their `cls` is this
   // libmicrohttpd's connection notifications and the access handler (its thread).
   void Opened(MHD_Connection* connection, int fd);
   void Closed(MHD_Connection* connection);
@@ -96,7 +95,6 @@ class MetricsServer {
   const std::string host_;
   const int port_;
   const absl::Duration request_deadline_;
-  std::unique_ptr<MetricsServerHooks> hooks_;  // the callbacks' `cls`; outlives daemon_
   // Owned: MHD_stop_daemon in the destructor.
   MHD_Daemon* daemon_ = nullptr;
 

@@ -73,28 +73,39 @@ absl::Status CheckPath(const std::string& path, absl::string_view field, Use use
 }
 
 // <at>.input, <at>.label; <at>.path (a Megatron prefix: its two files); `at` is data or
-// eval.data.
-absl::Status CheckDataPaths(const v1::Data& data, const std::string& at,
-                            const PathRoots& roots) {
-  RETURN_IF_ERROR(CheckPath(data.input(), at + ".input", Use::kData, roots));
-  RETURN_IF_ERROR(CheckPath(data.label(), at + ".label", Use::kData, roots));
+// eval.data. With `resolved` (which may be `data` itself), each path a root confines is set there
+// in its resolved form (a Megatron prefix too, the folder resolved: the prefix names no file).
+absl::Status CheckDataPaths(const v1::Data& data, const std::string& at, const PathRoots& roots,
+                            v1::Data* resolved = nullptr) {
+  RETURN_IF_ERROR(CheckPath(data.input(), at + ".input", Use::kData, roots,
+                            resolved != nullptr ? resolved->mutable_input() : nullptr));
+  RETURN_IF_ERROR(CheckPath(data.label(), at + ".label", Use::kData, roots,
+                            resolved != nullptr ? resolved->mutable_label() : nullptr));
   if (data.path().empty()) return absl::OkStatus();
-  if (data.format() != "megatron") return CheckPath(data.path(), at + ".path", Use::kData, roots);
+  std::string* path_out = resolved != nullptr ? resolved->mutable_path() : nullptr;
+  if (data.format() != "megatron") {
+    return CheckPath(data.path(), at + ".path", Use::kData, roots, path_out);
+  }
   for (const char* suffix : {".bin", ".idx"}) {
     RETURN_IF_ERROR(CheckPath(absl::StrCat(data.path(), suffix), at + ".path", Use::kData, roots));
   }
-  return absl::OkStatus();
+  if (path_out == nullptr) return absl::OkStatus();
+  return CheckPath(data.path(), at + ".path", Use::kData, roots, path_out);
 }
 
-// CheckDataPaths, each confined path replaced by its resolved form (a Megatron prefix by its
-// folder's: the prefix itself names no file).
-absl::Status ConfineDataPaths(v1::Data* data, const std::string& at, const PathRoots& roots) {
-  RETURN_IF_ERROR(CheckDataPaths(*data, at, roots));
-  RETURN_IF_ERROR(CheckPath(data->input(), at + ".input", Use::kData, roots,
-                            data->mutable_input()));
-  RETURN_IF_ERROR(CheckPath(data->label(), at + ".label", Use::kData, roots,
-                            data->mutable_label()));
-  return CheckPath(data->path(), at + ".path", Use::kData, roots, data->mutable_path());
+// CheckSpecPaths, and with `resolved` (which may be `spec` itself) ConfineSpecPaths.
+absl::Status SpecPaths(const v1::JobSpec& spec, const PathRoots& roots, v1::JobSpec* resolved) {
+  RETURN_IF_ERROR(CheckDataPaths(spec.data(), "data", roots,
+                                 resolved != nullptr ? resolved->mutable_data() : nullptr));
+  RETURN_IF_ERROR(CheckDataPaths(
+      spec.eval().data(), "eval.data", roots,
+      resolved != nullptr && spec.has_eval() ? resolved->mutable_eval()->mutable_data() : nullptr));
+  RETURN_IF_ERROR(CheckPath(spec.init_from(), "init_from", Use::kDataOrCheckpoint, roots,
+                            resolved != nullptr ? resolved->mutable_init_from() : nullptr));
+  return CheckPath(spec.checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots,
+                   resolved != nullptr && spec.has_checkpoint()
+                       ? resolved->mutable_checkpoint()->mutable_dir()
+                       : nullptr);
 }
 
 }  // namespace
@@ -133,21 +144,11 @@ bool IsUnder(const std::string& path, const std::string& root) {
 }
 
 absl::Status CheckSpecPaths(const v1::JobSpec& spec, const PathRoots& roots) {
-  RETURN_IF_ERROR(CheckDataPaths(spec.data(), "data", roots));
-  RETURN_IF_ERROR(CheckDataPaths(spec.eval().data(), "eval.data", roots));
-  RETURN_IF_ERROR(CheckPath(spec.init_from(), "init_from", Use::kDataOrCheckpoint, roots));
-  return CheckPath(spec.checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots);
+  return SpecPaths(spec, roots, nullptr);
 }
 
 absl::Status ConfineSpecPaths(v1::JobSpec* spec, const PathRoots& roots) {
-  RETURN_IF_ERROR(ConfineDataPaths(spec->mutable_data(), "data", roots));
-  if (spec->has_eval()) {
-    RETURN_IF_ERROR(ConfineDataPaths(spec->mutable_eval()->mutable_data(), "eval.data", roots));
-  }
-  RETURN_IF_ERROR(CheckPath(spec->init_from(), "init_from", Use::kDataOrCheckpoint, roots,
-                            spec->mutable_init_from()));
-  return CheckPath(spec->checkpoint().dir(), "checkpoint.dir", Use::kCheckpoint, roots,
-                   spec->mutable_checkpoint()->mutable_dir());
+  return SpecPaths(*spec, roots, spec);
 }
 
 absl::Status CheckDataFile(const std::string& path, absl::string_view field,

@@ -64,11 +64,12 @@ int64_t BufferBytes(const v1::Buffer& buffer) {
 }
 
 absl::StatusOr<int64_t> CheckedBufferBytes(const v1::Buffer& buffer) {
-  const std::string what = absl::StrCat("buffer ", buffer.id(), " '", buffer.name(), "'");
-  const std::vector<int64_t> shape(buffer.shape().begin(), buffer.shape().end());
-  ASSIGN_OR_RETURN(const int64_t elements, CheckedProduct(shape, what));
-  return CheckedMul(elements, DTypeSize(buffer.dtype()),
-                    absl::StrCat(what, " elements × ", DTypeName(buffer.dtype()), " bytes"));
+  // Named only on overflow: the memory planner checks every buffer of every Program it lays out.
+  auto what = [&] { return absl::StrCat("buffer ", buffer.id(), " '", buffer.name(), "'"); };
+  ASSIGN_OR_RETURN(const int64_t elements, CheckedProduct(buffer.shape(), what));
+  return CheckedMul(elements, DTypeSize(buffer.dtype()), [&] {
+    return absl::StrCat(what(), " elements × ", DTypeName(buffer.dtype()), " bytes");
+  });
 }
 
 bool IsCollective(v1::Instruction::Op op) { return FindInstructionDef(op).collective; }

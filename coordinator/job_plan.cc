@@ -75,7 +75,7 @@ absl::StatusOr<CheckpointLoad> AttemptStartingState(const v1::Job& job) {
         latest.ok() ? checkpoint::CheckpointReader::Open(*latest)
                     : absl::StatusOr<checkpoint::CheckpointReader>(latest.status());
     if (reader.ok()) {
-      auto owner = reader->index().metadata.find("job_id");
+      auto owner = reader->index().metadata.find(checkpoint::kJobIdMetadata);
       if (owner != reader->index().metadata.end() && owner->second == job.id()) {
         v1::JobSpec resumed = job.spec();
         resumed.mutable_train()->set_resume(true);

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/checkpoint/directory.h"
 #include "common/utf8.h"
 #include "coordinator/elastic.h"
 #include "spdlog/spdlog.h"
@@ -132,7 +133,7 @@ void JobRun::OnPlanned(const Planned& e, int64_t now, Commands* out) {
         now, out);
     return;
   }
-  checkpoint_metadata_ = {{"job_id", job_.id()},
+  checkpoint_metadata_ = {{checkpoint::kJobIdMetadata, job_.id()},
                           {"job_name", spec.name()},
                           {"attempt", absl::StrCat(job_.attempt())},
                           {"optimizer", spec.optimizer().type()}};

@@ -55,13 +55,13 @@ std::string ShapeOrigin(const v1::JobSpec& spec, const Tensor& t) {
 // passes derive is a shard of one of these (no larger) or a sum of them the memory plan checks.
 absl::Status CheckTensorSizes(const v1::JobSpec& spec, const Graph& g) {
   for (const Tensor& t : g.tensors) {
-    const std::string what = absl::StrCat(ShapeOrigin(spec, t), ": tensor ", t.name);
+    // Named only on overflow: a transformer has thousands of tensors.
+    auto what = [&] { return absl::StrCat(ShapeOrigin(spec, t), ": tensor ", t.name); };
     ASSIGN_OR_RETURN(const int64_t elements, CheckedProduct(t.shape, what));
-    RETURN_IF_ERROR(
-        CheckedMul(elements, DTypeSize(t.dtype), absl::StrCat(what, " ", ShapeString(t.shape),
-                                                              " elements × ",
-                                                              DTypeName(t.dtype), " bytes"))
-            .status());
+    RETURN_IF_ERROR(CheckedMul(elements, DTypeSize(t.dtype), [&] {
+                      return absl::StrCat(what(), " ", ShapeString(t.shape), " elements × ",
+                                          DTypeName(t.dtype), " bytes");
+                    }).status());
   }
   const v1::Data& data = spec.data();
   if (data.source() == "synthetic") {

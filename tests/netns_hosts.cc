@@ -97,15 +97,6 @@ absl::StatusOr<std::unique_ptr<Host>> Host::Start(int subnet) {
   return host;
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<Host>>> StartHosts(int count) {
-  std::vector<std::unique_ptr<Host>> hosts;
-  for (int subnet = 1; subnet <= count; ++subnet) {
-    ASSIGN_OR_RETURN(std::unique_ptr<Host> host, Host::Start(subnet));
-    hosts.push_back(std::move(host));
-  }
-  return hosts;
-}
-
 std::vector<std::string> Host::In(const std::vector<std::string>& argv) const {
   std::vector<std::string> out = {Tool("nsenter"), "--net=" + netns_, "--", Tool(argv[0])};
   out.insert(out.end(), argv.begin() + 1, argv.end());

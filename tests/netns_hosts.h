@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/subprocess.h"
+#include "gtest/gtest.h"
 
 namespace weft::testing {
 
@@ -74,8 +75,26 @@ class Host {
   std::unique_ptr<Subprocess> holder_;  // sleep, in the namespace; stopped with the Host
 };
 
-// Hosts on subnets 1 .. count.
-absl::StatusOr<std::vector<std::unique_ptr<Host>>> StartHosts(int count);
+// A test on kHosts hosts (subnets 1 .. kHosts, in hosts_): skipped where this process has no
+// network namespace of its own (not root). A cluster the test starts goes before its hosts.
+template <int kHosts>
+class HostsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (absl::IsUnavailable(OwnNetwork())) {
+      GTEST_SKIP() << "no network namespace of the test's own here (it needs root): "
+                   << OwnNetwork().message();
+    }
+    ASSERT_TRUE(OwnNetwork().ok()) << OwnNetwork();
+    for (int subnet = 1; subnet <= kHosts; ++subnet) {
+      absl::StatusOr<std::unique_ptr<Host>> host = Host::Start(subnet);
+      ASSERT_TRUE(host.ok()) << host.status();
+      hosts_.push_back(*std::move(host));
+    }
+  }
+
+  std::vector<std::unique_ptr<Host>> hosts_;
+};
 
 // Drops (on: true) or passes again every packet between hosts a and b, both ways, where this
 // namespace routes them: silently (a blackhole rule sends no ICMP error, and neither end hears of

@@ -47,16 +47,10 @@ v1::JobSpec Spec(const MlpJob& job, const std::string& dir, int max_restarts) {
   return spec.ok() ? *spec : v1::JobSpec();
 }
 
-TEST(PartitionTest, ASilentPartitionBetweenTwoWorkersHostsIsRestartedByTheProgressWatchdog) {
-  if (absl::IsUnavailable(OwnNetwork())) {
-    GTEST_SKIP() << "no network namespace of the test's own here (it needs root): "
-                 << OwnNetwork().message();
-  }
-  ASSERT_TRUE(OwnNetwork().ok()) << OwnNetwork();
-  // Declared before the cluster, so that they are stopped after its workers.
-  absl::StatusOr<std::vector<std::unique_ptr<Host>>> started = StartHosts(2);
-  ASSERT_TRUE(started.ok()) << started.status();
-  const std::vector<std::unique_ptr<Host>> hosts = *std::move(started);
+using PartitionTest = HostsTest<2>;
+
+TEST_F(PartitionTest, ASilentPartitionBetweenTwoWorkersHostsIsRestartedByTheProgressWatchdog) {
+  const std::vector<std::unique_ptr<Host>>& hosts = hosts_;
 
   DaemonClusterOptions options;
   options.cpu_workers = 2;

@@ -22,16 +22,10 @@
 namespace weft::testing {
 namespace {
 
-TEST(TopologyTest, AnMpGroupStaysInsideAHostAndDpSpansThem) {
-  if (absl::IsUnavailable(OwnNetwork())) {
-    GTEST_SKIP() << "no network namespace of the test's own here (it needs root): "
-                 << OwnNetwork().message();
-  }
-  ASSERT_TRUE(OwnNetwork().ok()) << OwnNetwork();
-  // Before the cluster, so that they are stopped after its workers.
-  absl::StatusOr<std::vector<std::unique_ptr<Host>>> started = StartHosts(2);
-  ASSERT_TRUE(started.ok()) << started.status();
-  const std::vector<std::unique_ptr<Host>> hosts = *std::move(started);
+using TopologyTest = HostsTest<2>;
+
+TEST_F(TopologyTest, AnMpGroupStaysInsideAHostAndDpSpansThem) {
+  const std::vector<std::unique_ptr<Host>>& hosts = hosts_;
   DaemonClusterOptions options;
   options.cpu_workers = 4;
   options.coordinator_flags = {"--listen", "0.0.0.0:0"};

@@ -32,7 +32,6 @@ namespace fs = std::filesystem;
 constexpr char kLatestFile[] = "latest";
 constexpr char kStagingPrefix[] = ".tmp-step-";
 constexpr char kStepPrefix[] = "step-";
-constexpr char kJobIdKey[] = "job_id";  // the index metadata naming the job that saved it
 
 // N for a folder name "step-<N>" (digits only), else nullopt.
 std::optional<int64_t> StepOf(absl::string_view name) {
@@ -221,7 +220,7 @@ std::string StepDir(const std::string& dir, int64_t step) {
 
 absl::StatusOr<std::string> CheckpointOwner(const std::string& step_dir) {
   ASSIGN_OR_RETURN(Index index, LoadIndex(step_dir));
-  auto owner = index.metadata.find(kJobIdKey);
+  auto owner = index.metadata.find(kJobIdMetadata);
   return owner == index.metadata.end() ? std::string() : owner->second;
 }
 
@@ -234,7 +233,7 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
     return absl::Status(code, absl::StrCat(context, ": ", what));
   };
   if (step < 0) return fail(absl::StatusCode::kInvalidArgument, "negative step");
-  if (auto job = metadata.find(kJobIdKey); job != metadata.end()) {
+  if (auto job = metadata.find(kJobIdMetadata); job != metadata.end()) {
     absl::StatusOr<std::string> newest = FindLatestReadOnly(dir);
     if (newest.ok() && *newest != started_from) {
       absl::StatusOr<std::string> owner = CheckpointOwner(*newest);

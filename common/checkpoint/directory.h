@@ -30,6 +30,10 @@ namespace weft::checkpoint {
 // entries, so a save never overwrites a user's file (a `latest` of their own, say).
 absl::Status CheckFolderIsWefts(const std::string& dir);
 
+// The index metadata naming the job that saved a checkpoint (the coordinator sets it on every
+// commit; CommitCheckpoint and a restarted job's resume go by it).
+inline constexpr char kJobIdMetadata[] = "job_id";
+
 // <dir>/.tmp-step-<N>
 std::string StagingDir(const std::string& dir, int64_t step);
 // <dir>/step-<N>

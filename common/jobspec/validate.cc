@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/checked_math.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/dtype.h"
 #include "common/jobspec/defaults.h"
@@ -532,13 +533,8 @@ absl::Status ValidateEval(const JobSpec& spec) {
     return absl::InvalidArgumentError(
         "eval.data.source: tokens, but the job's data is not: the model reads what data reads");
   }
-  int64_t needed = 0;
-  if (__builtin_mul_overflow(static_cast<int64_t>(eval.batches()), view.data().batch_size(),
-                             &needed)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "eval.batches: ", eval.batches(), " of eval.data.batch_size ", view.data().batch_size(),
-        " is more samples than int64 counts"));
-  }
+  ASSIGN_OR_RETURN(const int64_t needed, CheckedMul(eval.batches(), view.data().batch_size(),
+                                                    "eval.batches × eval.data.batch_size"));
   if (view.data().num_samples() != 0 && view.data().num_samples() < needed) {
     const std::string& file =
         view.data().source() == "tokens" ? view.data().path() : view.data().input();

@@ -869,8 +869,7 @@ TEST_F(SpecTest, RecipeKeysParseAndTheirErrorsNameTheKey) {
            // Their product past int64 (UBSan would stop at the multiplication).
            {{{"batches: 2", "batches: 2147483647"},
              {"path: val.bin}", "path: val.bin, batch_size: 68719476736}"}},
-            "eval.batches: 2147483647 of eval.data.batch_size 68719476736 is more samples than "
-            "int64 counts"},
+            "eval.batches × eval.data.batch_size overflows int64 (2147483647 × 68719476736)"},
            {{{"path: val.bin", "path: other.bin"}},
             "eval.data.path: " + Path("other.bin") + " holds token 40 at position 70, outside "
             "model.config.vocab_size 32: eval data of another vocabulary (tokenizer)?"},
