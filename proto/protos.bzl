@@ -5,6 +5,7 @@
 WEFT_PROTOS = [
     "weft/v1/job.proto",
     "weft/v1/program.proto",
+    "weft/v1/profile.proto",
     "weft/v1/service.proto",
 ]
 

@@ -1,0 +1,142 @@
+#include "planner/cost/profile.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "common/file_io.h"
+#include "common/program.h"
+#include "common/status.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace weft::planner::cost {
+namespace {
+
+double Elements(const v1::Program& p, int buffer) {
+  return static_cast<double>(BufferElements(p.buffers(buffer)));
+}
+
+bool ValidBuffer(const v1::Program& p, int id) { return id >= 0 && id < p.buffers_size(); }
+
+double Seconds(const v1::LinearFit& fit, double units, bool tail) {
+  const double median = fit.alpha_s() + fit.per_unit_s() * units;
+  return tail ? median * std::max(1.0, fit.tail_ratio()) : median;
+}
+
+}  // namespace
+
+KernelWork ComputeWork(const v1::Program& p, const v1::Instruction& ins) {
+  KernelWork work;
+  for (int id : ins.inputs()) {
+    if (ValidBuffer(p, id)) {
+      work.dtype = p.buffers(id).dtype();
+      break;
+    }
+  }
+  switch (ins.op()) {
+    case v1::Instruction::MATMUL:
+      if (ins.inputs_size() >= 2 && ins.outputs_size() >= 1 && ValidBuffer(p, ins.inputs(0)) &&
+          ValidBuffer(p, ins.inputs(1)) && ValidBuffer(p, ins.outputs(0))) {
+        const double out = Elements(p, ins.outputs(0));
+        const double k =
+            out > 0 ? std::sqrt(Elements(p, ins.inputs(0)) * Elements(p, ins.inputs(1)) / out) : 0;
+        work.kind = v1::KernelCost::MATMUL;
+        work.units = 2 * out * k;
+        return work;
+      }
+      break;
+    case v1::Instruction::ATTENTION:
+    case v1::Instruction::ATTENTION_GRAD:
+      if (ins.inputs_size() >= 1 && ValidBuffer(p, ins.inputs(0)) &&
+          p.buffers(ins.inputs(0)).shape_size() == 4) {
+        const auto& q = p.buffers(ins.inputs(0)).shape();  // [B, T, H, D]
+        const double t = static_cast<double>(q[1]);
+        work.kind = v1::KernelCost::ATTENTION;
+        work.units = 4 * static_cast<double>(q[0]) * static_cast<double>(q[2]) * t * t *
+                     static_cast<double>(q[3]) * (ins.op() == v1::Instruction::ATTENTION ? 1 : 2);
+        return work;
+      }
+      break;
+    default:
+      break;
+  }
+  std::set<int> touched;
+  const BufferAccess access = InstructionAccess(ins);
+  touched.insert(access.reads.begin(), access.reads.end());
+  touched.insert(access.writes.begin(), access.writes.end());
+  work.kind = v1::KernelCost::MEMORY;
+  for (int id : touched) {
+    if (ValidBuffer(p, id)) work.units += static_cast<double>(BufferBytes(p.buffers(id)));
+  }
+  return work;
+}
+
+absl::StatusOr<double> KernelSeconds(const v1::CostProfile& profile, const KernelWork& work,
+                                     bool tail) {
+  const v1::KernelCost* f32 = nullptr;
+  for (const v1::KernelCost& k : profile.kernels()) {
+    if (k.kind() != work.kind) continue;
+    if (k.dtype() == work.dtype) return Seconds(k.fit(), work.units, tail);
+    if (k.dtype() == v1::F32) f32 = &k;
+  }
+  if (f32 != nullptr) return Seconds(f32->fit(), work.units, tail);
+  return absl::NotFoundError(absl::StrCat("cost profile (", profile.kind(), " on ",
+                                          profile.host().empty() ? "any host" : profile.host(),
+                                          ") has no ", v1::KernelCost::Kind_Name(work.kind),
+                                          " kernel cost; calibrate it again"));
+}
+
+absl::StatusOr<double> LinkSeconds(const v1::CostProfile& profile, v1::Instruction::Op op,
+                                   int group_size, v1::LinkCost::Scope scope, int64_t bytes_sent,
+                                   bool tail) {
+  if (group_size <= 1) return 0.0;
+  // The nearest measured size of `want` at this scope, or null.
+  auto nearest = [&](v1::Instruction::Op want) -> const v1::LinkCost* {
+    const v1::LinkCost* best = nullptr;
+    for (const v1::LinkCost& l : profile.links()) {
+      if (l.op() != want || l.scope() != scope || l.group_size() < 2) continue;
+      if (best == nullptr || std::abs(l.group_size() - group_size) <
+                                 std::abs(best->group_size() - group_size)) {
+        best = &l;
+      }
+    }
+    return best;
+  };
+  const v1::LinkCost* link = nearest(op);
+  if (link == nullptr) link = nearest(v1::Instruction::ALL_REDUCE);
+  if (link == nullptr) {
+    return absl::NotFoundError(absl::StrCat(
+        "cost profile (", profile.kind(), ") has no ", v1::LinkCost::Scope_Name(scope),
+        " link costs, which a group of ", group_size, " ranks needs; calibrate with workers ",
+        scope == v1::LinkCost::INTER_HOST ? "on more than one host" : "sharing a host"));
+  }
+  const double steps = static_cast<double>(group_size - 1) / (link->group_size() - 1);
+  const double median =
+      link->fit().alpha_s() * steps + link->fit().per_unit_s() * static_cast<double>(bytes_sent);
+  return tail ? median * std::max(1.0, link->fit().tail_ratio()) : median;
+}
+
+absl::StatusOr<v1::CostProfile> ReadProfile(const std::string& path) {
+  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  v1::CostProfile profile;
+  const auto parsed = google::protobuf::util::JsonStringToMessage(text, &profile);
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": not a cost profile (", std::string(parsed.message()), ")"));
+  }
+  return profile;
+}
+
+absl::Status WriteProfile(const v1::CostProfile& profile, const std::string& path) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  const auto printed = google::protobuf::util::MessageToJsonString(profile, &text, options);
+  if (!printed.ok()) return absl::InternalError(absl::StrCat("cost profile: ", std::string(printed.message())));
+  return WriteFileAtomically(path, {text});
+}
+
+}  // namespace weft::planner::cost
