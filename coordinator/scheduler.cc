@@ -5,47 +5,18 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "common/rank_placement.h"
 
 namespace weft::coordinator {
 
 std::vector<std::string> PlaceRanks(const PendingJob& job, const std::vector<WorkerSlot>& free) {
-  const int64_t n = job.world_size;
-  // Hosts in the order their first free worker registered, each with its free workers.
-  std::vector<std::pair<std::string, std::vector<std::string>>> hosts;
-  std::map<std::string, size_t> host_index;
-  for (const WorkerSlot& w : free) {
-    auto [it, added] = host_index.try_emplace(w.host, hosts.size());
-    if (added) hosts.push_back({w.host, {}});
-    hosts[it->second].second.push_back(w.worker_id);
-  }
-  // Fullest hosts first (stable: ties keep registration order).
-  std::stable_sort(hosts.begin(), hosts.end(), [](const auto& a, const auto& b) {
-    return a.second.size() > b.second.size();
-  });
-  // Block sizes, largest first: the products of the mesh's innermost dims.
-  std::vector<int64_t> shape = job.mesh_shape.empty() ? std::vector<int64_t>{n} : job.mesh_shape;
-  std::vector<int64_t> blocks;
-  int64_t product = 1;
-  for (auto d = shape.rbegin(); d != shape.rend(); ++d) blocks.push_back(product *= *d);
-  std::reverse(blocks.begin(), blocks.end());
-  blocks.push_back(1);
-  for (int64_t block : blocks) {
-    if (block <= 0 || n % block != 0) continue;
-    int64_t holds = 0;
-    for (const auto& [host, workers] : hosts) {
-      holds += static_cast<int64_t>(workers.size()) / block * block;
-    }
-    if (holds < n) continue;
-    std::vector<std::string> out;
-    for (const auto& [host, workers] : hosts) {
-      const int64_t take = std::min<int64_t>(
-          static_cast<int64_t>(workers.size()) / block * block, n - static_cast<int64_t>(out.size()));
-      out.insert(out.end(), workers.begin(), workers.begin() + take);
-      if (static_cast<int64_t>(out.size()) == n) break;
-    }
-    return out;
-  }
-  return {};  // fewer free workers than ranks: the caller checks first
+  std::vector<std::string> host_of_slot;
+  for (const WorkerSlot& w : free) host_of_slot.push_back(w.host);
+  const std::vector<int64_t> shape =
+      job.mesh_shape.empty() ? std::vector<int64_t>{job.world_size} : job.mesh_shape;
+  std::vector<std::string> out;
+  for (int slot : PlaceRanksOnSlots(shape, host_of_slot)) out.push_back(free[slot].worker_id);
+  return out;  // empty: fewer free workers than ranks (the caller checks first)
 }
 
 std::string DeviceKind(const std::string& device) {

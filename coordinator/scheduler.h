@@ -55,13 +55,9 @@ ScheduleDecision Schedule(const std::vector<PendingJob>& pending_in_submit_order
                           Placement placement = Placement::kTopology);
 
 // Topology-aware placement: the worker of each of a job's ranks, chosen from `free` (idle
-// workers of its kind, in registration order; at least world_size of them) so that the mesh's
-// innermost dims stay inside a host and the outer ones span hosts, as Megatron keeps tensor
-// parallelism inside a node. The largest block of innermost dims (a suffix of the mesh, e.g. all
-// of [dp, mp], then [mp], then none) that hosts can hold whole, each taking a multiple of it,
-// decides; the hosts with the most free workers are used first (the fewest hosts), ranks filled
-// host by host, each host's workers in registration order. On one host this is registration
-// order.
+// workers of its kind, in registration order; at least world_size of them) by their hosts as
+// common/rank_placement.h says: the mesh's innermost dims inside a host, the outer ones across
+// hosts, the fullest hosts first. On one host this is registration order.
 //
 // E.g. hosts a (a1, a2, a3) and b (b1, b2, b3), registered a1 b1 a2 b2 a3 b3, mesh [2, 2]:
 //   -> {a1, a2, b1, b2}: each mp pair on one host (registration order would pair a1 with b1).

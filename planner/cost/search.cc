@@ -1,0 +1,521 @@
+#include "planner/cost/search.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/jobspec/defaults.h"
+#include "common/rank_placement.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+#include "planner/submit/submit.h"
+
+namespace weft::planner::cost {
+namespace {
+
+bool IsTransformer(const v1::JobSpec& spec) { return !spec.model().arch().empty(); }
+
+// A layers model's column -> row pairs: a linear, then only activations, then a linear that
+// reads it, neither with inputs of its own. Empty: no tensor-parallel plan.
+std::vector<std::pair<std::string, std::string>> ColumnRowPairs(const v1::JobSpec& spec) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  const auto& layers = spec.model().layers();
+  for (int i = 0; i < layers.size(); ++i) {
+    if (layers[i].type() != "linear" || layers[i].inputs_size() > 0) continue;
+    int j = i + 1;
+    while (j < layers.size() && (layers[j].type() == "relu" || layers[j].type() == "gelu") &&
+           layers[j].inputs_size() == 0) {
+      ++j;
+    }
+    if (j < layers.size() && layers[j].type() == "linear" && layers[j].inputs_size() == 0) {
+      pairs.emplace_back(layers[i].name(), layers[j].name());
+      i = j;
+    }
+  }
+  return pairs;
+}
+
+int Layers(const v1::JobSpec& spec) {
+  if (!IsTransformer(spec)) {
+    int linear = 0;
+    for (const v1::Layer& l : spec.model().layers()) linear += l.type() == "linear";
+    return linear;
+  }
+  const v1::TransformerConfig& c = spec.model().config();
+  return static_cast<int>(spec.model().arch() == "gpt2" ? c.n_layer() : c.num_hidden_layers());
+}
+
+// Why `s` cannot be planned, by arithmetic alone; empty when it may be.
+std::string Indivisible(const v1::JobSpec& spec, const Strategy& s) {
+  const int64_t batch = spec.data().batch_size();
+  if (batch % (static_cast<int64_t>(s.dp) * s.micro_batches) != 0) {
+    return absl::StrCat("data.batch_size ", batch, " does not split evenly into ", s.micro_batches,
+                        " micro-batches over dp ", s.dp);
+  }
+  if (s.pp * s.virtual_stages > Layers(spec)) {
+    return absl::StrCat(Layers(spec), " layers cannot fill ", s.pp * s.virtual_stages,
+                        " pipeline chunks");
+  }
+  if (IsTransformer(spec) && s.mp > 1) {
+    const v1::TransformerConfig& c = spec.model().config();
+    const int64_t heads = spec.model().arch() == "gpt2" ? c.n_head() : c.num_attention_heads();
+    const int64_t kv = spec.model().arch() == "gpt2" ? heads : c.num_key_value_heads();
+    if (heads % s.mp != 0 || (kv > 0 && kv % s.mp != 0)) {
+      return absl::StrCat(heads, " attention heads (", kv, " key/value) do not split over mp ",
+                          s.mp);
+    }
+    if (s.sequence_parallel && spec.data().seq_len() % s.mp != 0) {
+      return absl::StrCat("data.seq_len ", spec.data().seq_len(), " does not split over mp ", s.mp);
+    }
+  }
+  return "";
+}
+
+// The mesh dims of `s`, outermost first: pp, dp, mp, those of size 1 left out (one dim of 1 for
+// a single rank).
+std::vector<std::pair<std::string, int>> MeshDims(const Strategy& s) {
+  std::vector<std::pair<std::string, int>> dims;
+  if (s.pp > 1) dims.emplace_back("pp", s.pp);
+  if (s.dp > 1) dims.emplace_back("dp", s.dp);
+  if (s.mp > 1) dims.emplace_back("mp", s.mp);
+  if (dims.empty()) dims.emplace_back("dp", 1);
+  return dims;
+}
+
+std::vector<int> Divisors(int n) {
+  std::vector<int> d;
+  for (int i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+// Every strategy for `ranks`, in a fixed order.
+std::vector<Strategy> Enumerate(const v1::JobSpec& spec, int ranks) {
+  const bool transformer = IsTransformer(spec);
+  const bool has_tp = transformer || !ColumnRowPairs(spec).empty();
+  const std::vector<std::string> recomputes =
+      transformer ? std::vector<std::string>{"", "selective", "full"}
+                  : std::vector<std::string>{"", "full"};
+  const int64_t batch = spec.data().batch_size();
+  std::vector<Strategy> out;
+  for (int pp : Divisors(ranks)) {
+    for (int mp : Divisors(ranks / pp)) {
+      if (mp > 1 && !has_tp) continue;
+      const int dp = ranks / pp / mp;
+      // Micro-batches: powers of two up to what the batch allows per dp rank; a pipeline needs
+      // at least pp of them.
+      std::vector<int> micro;
+      for (int64_t m = 1; m <= batch / dp && m <= 64; m *= 2) {
+        if (m >= pp) micro.push_back(static_cast<int>(m));
+      }
+      for (int m : micro) {
+        std::vector<std::pair<std::string, int>> schedules;
+        if (pp == 1) {
+          schedules.emplace_back("", 1);
+        } else {
+          schedules.emplace_back("1F1B", 1);
+          if (m % pp == 0) {
+            for (int v = 2; pp * v <= Layers(spec); ++v) schedules.emplace_back("VPP", v);
+          }
+        }
+        for (const auto& [schedule, v] : schedules) {
+          for (int zero = 0; zero <= (dp > 1 ? 3 : 0); ++zero) {
+            for (const std::string& recompute : recomputes) {
+              for (bool sp : {false, true}) {
+                if (sp && (mp == 1 || !transformer)) continue;
+                Strategy s{.pp = pp, .dp = dp, .mp = mp, .zero = zero, .micro_batches = m,
+                           .schedule = schedule, .virtual_stages = v, .recompute = recompute,
+                           .sequence_parallel = sp};
+                out.push_back(s);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+v1::Placement Replicate() {
+  v1::Placement p;
+  p.set_kind(v1::Placement::REPLICATE);
+  return p;
+}
+
+// The spec's own strategy when it wrote one (a mesh of more than one rank), else nullopt.
+bool WroteStrategy(const v1::JobSpec& spec) {
+  int64_t n = 1;
+  for (int64_t d : spec.mesh().shape()) n *= d;
+  return n > 1;
+}
+
+std::string Mib(int64_t bytes) {
+  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+}
+
+std::string Seconds(double s) {
+  if (s < 1e-3) return absl::StrFormat("%.1f us", s * 1e6);
+  if (s < 1) return absl::StrFormat("%.2f ms", s * 1e3);
+  return absl::StrFormat("%.3f s", s);
+}
+
+// Why `c` lost to `best`: the part of the step that grew most.
+std::string WhyLost(const Candidate& c, const Candidate& best) {
+  const StepSplit& a = c.prediction->split;
+  const StepSplit& b = best.prediction->split;
+  const std::vector<std::pair<std::string, double>> grew = {
+      {"compute", a.compute_s - b.compute_s},
+      {"exposed communication", a.exposed_comm_s - b.exposed_comm_s},
+      {"pipeline bubble", a.bubble_s - b.bubble_s},
+      {"optimizer", a.optimizer_s - b.optimizer_s}};
+  auto most = std::max_element(grew.begin(), grew.end(),
+                               [](const auto& x, const auto& y) { return x.second < y.second; });
+  if (most->second <= 0) return "no part larger; ties broken by memory";
+  return absl::StrCat("more ", most->first, " (+", Seconds(most->second), ")");
+}
+
+}  // namespace
+
+std::string Strategy::Label() const {
+  std::vector<std::string> parts;
+  if (pp > 1) parts.push_back(absl::StrCat("pp", pp));
+  if (dp > 1 || (pp == 1 && mp == 1)) parts.push_back(absl::StrCat("dp", dp));
+  if (mp > 1) parts.push_back(absl::StrCat("mp", mp, sequence_parallel ? "+sp" : ""));
+  if (zero > 0) parts.push_back(absl::StrCat("zero", zero));
+  if (micro_batches > 1) parts.push_back(absl::StrCat("mb", micro_batches));
+  if (!schedule.empty()) {
+    parts.push_back(schedule == "VPP" ? absl::StrCat("VPP", virtual_stages) : schedule);
+  }
+  if (!recompute.empty()) parts.push_back(absl::StrCat("recompute:", recompute));
+  return absl::StrJoin(parts, " ");
+}
+
+absl::StatusOr<v1::JobSpec> ApplyStrategy(const v1::JobSpec& given, const Strategy& s) {
+  v1::JobSpec spec = given;
+  const std::vector<std::pair<std::string, int>> dims = MeshDims(s);
+  spec.clear_mesh();
+  for (const auto& [name, size] : dims) {
+    spec.mutable_mesh()->add_shape(size);
+    spec.mutable_mesh()->add_dim_names(name);
+  }
+  // The batch: Shard(0) on dp, Replicate() elsewhere.
+  spec.mutable_data()->clear_placements();
+  for (const auto& [name, size] : dims) {
+    v1::Placement p = Replicate();
+    if (name == "dp") {
+      p.set_kind(v1::Placement::SHARD);
+      p.set_axis(0);
+    }
+    *spec.mutable_data()->add_placements() = p;
+  }
+  spec.clear_parallelize();
+  spec.mutable_model()->clear_placements();
+  for (v1::Layer& layer : *spec.mutable_model()->mutable_layers()) {
+    layer.clear_placements();
+    layer.clear_stage();
+  }
+  if (s.mp > 1) {
+    v1::ParallelizeConfig& tp = (*spec.mutable_parallelize())["mp"];
+    tp.set_dim("mp");
+    if (IsTransformer(spec)) {
+      tp.set_preset("megatron");
+      tp.set_sequence_parallel(s.sequence_parallel);
+    } else {
+      const auto pairs = ColumnRowPairs(spec);
+      if (pairs.empty()) {
+        return absl::InvalidArgumentError(
+            "tensor parallelism: the model has no linear layer followed (through activations "
+            "only) by another");
+      }
+      for (const auto& [column, row] : pairs) {
+        (*tp.mutable_plan())[column] = "ColWiseParallel";
+        (*tp.mutable_plan())[row] = "RowWiseParallel";
+      }
+    }
+  }
+  spec.clear_pipeline();
+  if (s.pp > 1) {
+    spec.mutable_pipeline()->set_dim("pp");
+    spec.mutable_pipeline()->set_schedule(s.schedule);
+    spec.mutable_pipeline()->set_micro_batches(s.micro_batches);
+    spec.mutable_pipeline()->set_virtual_stages(s.virtual_stages);
+  }
+  spec.mutable_train()->set_micro_batches(s.micro_batches);
+  spec.clear_sharding();
+  if (s.zero > 0) {
+    spec.mutable_sharding()->set_dim("dp");
+    spec.mutable_sharding()->set_level(s.zero);
+  }
+  spec.mutable_model()->set_recompute(s.recompute);
+  for (v1::Layer& layer : *spec.mutable_model()->mutable_layers()) layer.clear_recompute();
+  return spec;
+}
+
+std::string StrategyYaml(const v1::JobSpec& spec, const Strategy& s) {
+  const std::vector<std::pair<std::string, int>> dims = MeshDims(s);
+  std::vector<std::string> shape, names;
+  for (const auto& [name, size] : dims) {
+    shape.push_back(absl::StrCat(size));
+    names.push_back(name);
+  }
+  std::string y = absl::StrCat("mesh: {shape: [", absl::StrJoin(shape, ", "), "], dim_names: [",
+                               absl::StrJoin(names, ", "), "]}\n");
+  absl::StrAppend(&y, "data: {placements: {", s.dp > 1 ? "dp: Shard(0)" : "", "}}\n");
+  if (s.mp > 1) {
+    if (IsTransformer(spec)) {
+      absl::StrAppend(&y, "parallelize: {mp: {dim: mp, plan: megatron",
+                      s.sequence_parallel ? ", sequence_parallel: true" : "", "}}\n");
+    } else {
+      std::vector<std::string> plan;
+      for (const auto& [column, row] : ColumnRowPairs(spec)) {
+        plan.push_back(absl::StrCat(column, ": ColWiseParallel"));
+        plan.push_back(absl::StrCat(row, ": RowWiseParallel"));
+      }
+      absl::StrAppend(&y, "parallelize: {mp: {dim: mp, plan: {", absl::StrJoin(plan, ", "),
+                      "}}}\n");
+    }
+  }
+  if (s.pp > 1) {
+    absl::StrAppend(&y, "pipeline: {dim: pp, schedule: ", s.schedule,
+                    ", micro_batches: ", s.micro_batches);
+    if (s.virtual_stages > 1) absl::StrAppend(&y, ", virtual_stages: ", s.virtual_stages);
+    absl::StrAppend(&y, "}\n");
+  } else if (s.micro_batches > 1) {
+    absl::StrAppend(&y, "train: {micro_batches: ", s.micro_batches, "}\n");
+  }
+  if (s.zero > 0) absl::StrAppend(&y, "sharding: {dim: dp, level: ", s.zero, "}\n");
+  if (!s.recompute.empty()) absl::StrAppend(&y, "model: {recompute: ", s.recompute, "}\n");
+  return y;
+}
+
+namespace {
+
+// Plans `spec` and, when it fits, simulates it. Fills everything but the strategy.
+absl::Status Evaluate(v1::JobSpec spec, const std::vector<std::string>& slots, int64_t limit,
+                      const v1::CostProfile& profile, Candidate* c,
+                      std::vector<std::string>* host_of_rank) {
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PrepareAndPlan(&spec, "auto", 0);
+  if (!plan.ok()) {
+    c->refused = std::string(plan.status().message());
+    return absl::OkStatus();
+  }
+  for (int rank : (*plan)->RoleRanks()) {
+    ASSIGN_OR_RETURN(v1::Program p, (*plan)->Program(rank));
+    c->peak_bytes = std::max(c->peak_bytes, p.arena_bytes());
+  }
+  c->fits = limit <= 0 || c->peak_bytes <= limit;
+  if (!c->fits) return absl::OkStatus();
+  const std::vector<int64_t> shape = (*plan)->mesh_shape();
+  std::vector<std::string> hosts;
+  for (int slot : PlaceRanksOnSlots(shape, slots)) hosts.push_back(slots[slot]);
+  ASSIGN_OR_RETURN(StepPrediction p, SimulatePlan(**plan, hosts, profile));
+  c->prediction = std::move(p);
+  *host_of_rank = std::move(hosts);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec,
+                                              const SearchOptions& options,
+                                              const v1::CostProfile& profile) {
+  if (options.ranks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("ranks: ", options.ranks, " (at least 1)"));
+  }
+  std::vector<std::string> slots = options.host_of_slot;
+  if (slots.empty()) slots.assign(options.ranks, "localhost");
+  if (static_cast<int>(slots.size()) < options.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(options.ranks, " ranks, but only ",
+                                                   slots.size(), " workers to place them on"));
+  }
+  SearchResult result;
+  result.base = spec;
+  result.options = options;
+  result.profile = profile;
+  result.memory_limit = options.memory_bytes > 0 ? options.memory_bytes : profile.memory_bytes();
+  std::map<std::string, std::vector<std::string>> placement_of;  // by label
+  for (const Strategy& s : Enumerate(spec, options.ranks)) {
+    Candidate c;
+    c.strategy = s;
+    c.refused = Indivisible(spec, s);
+    if (c.refused.empty()) {
+      absl::StatusOr<v1::JobSpec> applied = ApplyStrategy(spec, s);
+      if (!applied.ok()) {
+        c.refused = std::string(applied.status().message());
+      } else {
+        RETURN_IF_ERROR(Evaluate(*applied, slots, result.memory_limit, profile, &c,
+                                 &placement_of[s.Label()]));
+      }
+    }
+    if (!c.refused.empty()) {
+      result.refused.push_back(std::move(c));
+    } else if (!c.fits) {
+      result.over_memory.push_back(std::move(c));
+    } else {
+      result.ranked.push_back(std::move(c));
+    }
+  }
+  // Fastest first; ties to the smaller peak, then the enumeration's order (stable).
+  std::stable_sort(result.ranked.begin(), result.ranked.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.prediction->step_s != b.prediction->step_s) {
+                       return a.prediction->step_s < b.prediction->step_s;
+                     }
+                     return a.peak_bytes < b.peak_bytes;
+                   });
+  std::stable_sort(result.over_memory.begin(), result.over_memory.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.peak_bytes < b.peak_bytes; });
+  if (result.ranked.empty()) {
+    if (!result.over_memory.empty()) {
+      const Candidate& smallest = result.over_memory.front();
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no strategy on ", options.ranks, " ranks fits ", Mib(result.memory_limit),
+          " per worker: the smallest planned peak is ", Mib(smallest.peak_bytes), " (",
+          smallest.strategy.Label(), ")"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "no strategy on ", options.ranks, " ranks can be planned",
+        result.refused.empty() ? "" : absl::StrCat(": e.g. ", result.refused.front().strategy.Label(),
+                                                  ": ", result.refused.front().refused)));
+  }
+  result.host_of_rank = placement_of[result.ranked.front().strategy.Label()];
+  if (WroteStrategy(spec)) {
+    Candidate given;
+    given.strategy.dp = -1;  // as written: not one of the enumerated
+    std::vector<std::string> ignored;
+    RETURN_IF_ERROR(Evaluate(spec, slots, /*limit=*/0, profile, &given, &ignored));
+    given.fits = result.memory_limit <= 0 || given.peak_bytes <= result.memory_limit;
+    result.given = std::move(given);
+  }
+  // Work per step, for tokens/s and MFU.
+  v1::JobSpec one = spec;
+  ApplyJobSpecDefaults(&one);
+  const double samples = static_cast<double>(spec.data().batch_size());
+  result.tokens_per_step =
+      spec.data().source() == "tokens" ? samples * static_cast<double>(spec.data().seq_len())
+                                       : samples;
+  {
+    absl::StatusOr<v1::JobSpec> single = ApplyStrategy(spec, Strategy{});
+    if (single.ok()) {
+      absl::StatusOr<std::shared_ptr<const Plan>> plan = PrepareAndPlan(&*single, "auto", 0);
+      if (plan.ok()) {
+        double parameters = 0;
+        for (const ParameterShape& p : (*plan)->Parameters()) {
+          double n = 1;
+          for (int64_t d : p.shape) n *= static_cast<double>(d);
+          parameters += n;
+        }
+        result.flops_per_step = 6 * parameters * result.tokens_per_step;
+      }
+    }
+  }
+  return result;
+}
+
+std::string FormatSearch(const SearchResult& r) {
+  const Candidate& best = r.ranked.front();
+  const StepPrediction& p = *best.prediction;
+  std::map<std::string, int> per_host;
+  for (const std::string& h : r.host_of_rank) ++per_host[h];
+  std::vector<std::string> hosts;
+  for (const auto& [h, n] : per_host) hosts.push_back(absl::StrCat(h, " (", n, ")"));
+  std::string s = absl::StrCat(
+      "auto: ", r.options.ranks, " ranks on ", absl::StrJoin(hosts, ", "), "; ",
+      r.ranked.size() + r.over_memory.size() + r.refused.size(), " strategies: ", r.ranked.size(),
+      " ranked, ", r.over_memory.size(), " over ",
+      r.memory_limit > 0 ? Mib(r.memory_limit) : "no limit", " per worker, ", r.refused.size(),
+      " refused\n\n");
+  absl::StrAppend(&s, "chosen: ", best.strategy.Label(), "\n");
+  absl::StrAppend(&s, "  predicted step ", Seconds(p.step_s), " (p90 ", Seconds(p.tail_step_s),
+                  "), ", absl::StrFormat("%.0f", r.tokens_per_step / p.step_s), " ",
+                  r.base.data().source() == "tokens" ? "tokens" : "samples", "/s");
+  if (r.profile.peak_flops() > 0 && r.flops_per_step > 0) {
+    absl::StrAppend(&s, absl::StrFormat(", MFU %.1f%%", 100 * r.flops_per_step / p.step_s /
+                                                             (r.options.ranks * r.profile.peak_flops())));
+  }
+  absl::StrAppend(&s, "\n  step split (rank ", p.critical_rank, "): compute ",
+                  Seconds(p.split.compute_s), ", exposed communication ",
+                  Seconds(p.split.exposed_comm_s), ", bubble ", Seconds(p.split.bubble_s),
+                  ", optimizer ", Seconds(p.split.optimizer_s), "\n");
+  absl::StrAppend(&s, "  memory per rank: ", Mib(best.peak_bytes), " planned peak",
+                  r.memory_limit > 0 ? absl::StrCat(" (limit ", Mib(r.memory_limit), ")") : "",
+                  "\n");
+  absl::StrAppend(&s, "  spec keys (copy them into the spec to pin this plan):\n");
+  for (absl::string_view line : absl::StrSplit(StrategyYaml(r.base, best.strategy), '\n')) {
+    if (!line.empty()) absl::StrAppend(&s, "    ", line, "\n");
+  }
+  const int runners = std::min<int>(r.options.runners_up, static_cast<int>(r.ranked.size()) - 1);
+  if (runners > 0) absl::StrAppend(&s, "\nrunners-up:\n");
+  for (int i = 1; i <= runners; ++i) {
+    const Candidate& c = r.ranked[i];
+    absl::StrAppend(&s, "  ", i + 1, ". ", c.strategy.Label(), ": ", Seconds(c.prediction->step_s),
+                    absl::StrFormat(" (+%.1f%%)", 100 * (c.prediction->step_s / p.step_s - 1)),
+                    ", ", Mib(c.peak_bytes), "; ", WhyLost(c, best), "\n");
+  }
+  if (!r.over_memory.empty()) {
+    absl::StrAppend(&s, "\nover the memory limit (", r.over_memory.size(), "), nearest: ",
+                    r.over_memory.front().strategy.Label(), " needs ",
+                    Mib(r.over_memory.front().peak_bytes), "\n");
+  }
+  if (!r.refused.empty()) {
+    absl::StrAppend(&s, "refused (", r.refused.size(), "), e.g. ",
+                    r.refused.front().strategy.Label(), ": ", r.refused.front().refused, "\n");
+  }
+  if (r.given.has_value()) {
+    const Candidate& g = *r.given;
+    if (!g.refused.empty()) {
+      absl::StrAppend(&s, "\nthe spec's own strategy cannot be planned: ", g.refused, "\n");
+    } else if (!g.prediction.has_value()) {
+      absl::StrAppend(&s, "\nthe spec's own strategy: ", Mib(g.peak_bytes), " per rank\n");
+    } else {
+      absl::StrAppend(&s, "\nthe spec's own strategy: ", Seconds(g.prediction->step_s),
+                      absl::StrFormat(", %.1f%% slower than the pick",
+                                      100 * (g.prediction->step_s / p.step_s - 1)),
+                      ", ", Mib(g.peak_bytes), " per rank",
+                      g.fits ? "" : " (over the memory limit)", "\n");
+    }
+  }
+  return s;
+}
+
+std::string FormatSearchJson(const SearchResult& r) {
+  auto candidate = [&](const Candidate& c) {
+    nlohmann::json j = {{"strategy", c.strategy.Label()}, {"peak_bytes", c.peak_bytes},
+                        {"fits", c.fits}};
+    if (c.strategy.dp >= 1) j["spec_keys"] = StrategyYaml(r.base, c.strategy);
+    if (!c.refused.empty()) j["refused"] = c.refused;
+    if (c.prediction.has_value()) {
+      const StepPrediction& p = *c.prediction;
+      j["predicted"] = {{"step_s", p.step_s},
+                        {"tail_step_s", p.tail_step_s},
+                        {"critical_rank", p.critical_rank},
+                        {"compute_s", p.split.compute_s},
+                        {"exposed_comm_s", p.split.exposed_comm_s},
+                        {"bubble_s", p.split.bubble_s},
+                        {"optimizer_s", p.split.optimizer_s}};
+    }
+    return j;
+  };
+  nlohmann::json out = {{"ranks", r.options.ranks},
+                        {"memory_limit_bytes", r.memory_limit},
+                        {"host_of_rank", r.host_of_rank},
+                        {"tokens_per_step", r.tokens_per_step},
+                        {"flops_per_step", r.flops_per_step}};
+  out["ranked"] = nlohmann::json::array();
+  for (const Candidate& c : r.ranked) out["ranked"].push_back(candidate(c));
+  out["over_memory"] = nlohmann::json::array();
+  for (const Candidate& c : r.over_memory) out["over_memory"].push_back(candidate(c));
+  out["refused"] = nlohmann::json::array();
+  for (const Candidate& c : r.refused) out["refused"].push_back(candidate(c));
+  if (r.given.has_value()) out["given"] = candidate(*r.given);
+  return out.dump(2) + "\n";
+}
+
+}  // namespace weft::planner::cost
