@@ -149,6 +149,59 @@ absl::Status SetRanks(const std::string&, const std::string& value, CommandLine*
   return absl::OkStatus();
 }
 
+// --hosts 2x4 (2 hosts of 4 workers: h0 h0 h0 h0 h1 ...) or a:2,b:2 (hosts by name).
+absl::Status SetHosts(const std::string&, const std::string& value, CommandLine* cl) {
+  auto bad = [&] {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--hosts: expected HOSTSxWORKERS (2x4) or NAME:WORKERS,... (a:2,b:2), got \"", value,
+        "\""));
+  };
+  cl->hosts.clear();
+  std::vector<std::string> parts = absl::StrSplit(value, 'x');
+  int hosts = 0, workers = 0;
+  if (parts.size() == 2 && absl::SimpleAtoi(parts[0], &hosts) &&
+      absl::SimpleAtoi(parts[1], &workers)) {
+    if (hosts < 1 || workers < 1 || hosts * static_cast<int64_t>(workers) > 65536) return bad();
+    for (int h = 0; h < hosts; ++h) {
+      for (int w = 0; w < workers; ++w) cl->hosts.push_back(absl::StrCat("h", h));
+    }
+    return absl::OkStatus();
+  }
+  for (absl::string_view entry : absl::StrSplit(value, ',')) {
+    std::vector<std::string> kv = absl::StrSplit(entry, ':');
+    if (kv.size() != 2 || kv[0].empty() || !absl::SimpleAtoi(kv[1], &workers) || workers < 1 ||
+        cl->hosts.size() + workers > 65536) {
+      return bad();
+    }
+    for (int w = 0; w < workers; ++w) cl->hosts.push_back(kv[0]);
+  }
+  return absl::OkStatus();
+}
+
+// --memory 512MiB, 2GiB, 80GB or a number of bytes.
+absl::Status SetMemory(const std::string&, const std::string& value, CommandLine* cl) {
+  static const std::vector<std::pair<std::string, int64_t>> units = {
+      {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20}, {"GiB", int64_t{1} << 30},
+      {"TiB", int64_t{1} << 40}, {"KB", 1000},           {"MB", 1000 * 1000},
+      {"GB", int64_t{1000} * 1000 * 1000}, {"B", 1}};
+  int64_t scale = 1;
+  absl::string_view number = value;
+  for (const auto& [suffix, bytes] : units) {
+    if (absl::EndsWith(value, suffix)) {
+      number.remove_suffix(suffix.size());
+      scale = bytes;
+      break;
+    }
+  }
+  double n = 0;
+  if (!absl::SimpleAtod(number, &n) || !(n > 0) || n * static_cast<double>(scale) > 9.0e18) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory: expected bytes per worker like 512MiB, 2GiB or 80GB, got \"", value, "\""));
+  }
+  cl->memory_bytes = static_cast<int64_t>(n * static_cast<double>(scale));
+  return absl::OkStatus();
+}
+
 absl::Status SetLimit(const std::string&, const std::string& value, CommandLine* cl) {
   if (!absl::SimpleAtoi(value, &cl->limit) || cl->limit <= 0) {
     return absl::InvalidArgumentError(
@@ -221,7 +274,11 @@ const std::map<std::string, FlagInfo>& Flags() {
       {"output", {true, output_commands, SetOutput}},
       {"watch", {false, {"submit"}, SetBool(&C::watch)}},
       {"check_local_files", {false, {"submit"}, SetBool(&C::check_local_files)}},
-      {"ranks", {true, {"local"}, SetRanks}},
+      {"ranks", {true, {"local", "plan"}, SetRanks}},
+      {"auto", {false, {"plan"}, SetBool(&C::auto_search)}},
+      {"hosts", {true, {"plan"}, SetHosts}},
+      {"profile", {true, {"plan"}, SetNonEmpty(&C::profile, "must be a cost profile file")}},
+      {"memory", {true, {"plan"}, SetMemory}},
       {"coordinator_bin", {true, {"local"}, SetText(&C::coordinator_bin)}},
       {"worker_bin", {true, {"local"}, SetText(&C::worker_bin)}},
       {"keep_tmp", {false, {"local"}, SetBool(&C::keep_tmp)}},
@@ -449,6 +506,16 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   ASSIGN_OR_RETURN(const CommandInfo* info, FindCommand(cl.command));
   if (cl.help || cl.version) return cl;
   RETURN_IF_ERROR(CheckPositionalCount(cl, *info));
+  if (cl.command == "plan" && !cl.auto_search &&
+      (cl.ranks > 0 || !cl.hosts.empty() || !cl.profile.empty() || cl.memory_bytes > 0)) {
+    return absl::InvalidArgumentError(
+        "plan: --ranks, --hosts, --profile and --memory are for the search (plan --auto)");
+  }
+  if (cl.auto_search && cl.profile.empty()) {
+    return absl::InvalidArgumentError(
+        "plan --auto needs a cost profile: --profile FILE, as weft-calibrate --out FILE writes "
+        "it on the workers' machines");
+  }
   if (info->check != nullptr) RETURN_IF_ERROR(info->check(cl));
   return cl;
 }
@@ -506,6 +573,17 @@ Commands:
                                    Meshes of more than 16 ranks list one rank per pipeline stage
                                    in full and a memory/traffic line for every rank, unless
                                    --list_ranks says which ranks (or all) to list
+  plan --auto SPEC --profile FILE  search SPEC's strategies offline: every mesh pp x dp x mp of
+       [--ranks N] [--hosts 2x4]   N ranks (default: the spec's mesh size), ZeRO level,
+       [--memory 16GiB] [--json]   micro-batches, pipeline schedule and virtual stages,
+                                   recompute and sequence parallelism, each planned; those whose
+                                   planned peak exceeds --memory per worker (default: the
+                                   profile's) are dropped, the rest ranked by the simulator's
+                                   step time over FILE (weft-calibrate --out FILE), ranks placed
+                                   on --hosts (HOSTSxWORKERS or NAME:WORKERS,...; default one
+                                   host) as the scheduler would. Prints the pick as the spec keys
+                                   that pin it, its predicted step, tokens/s, memory and split,
+                                   the runners-up and why each lost, and the spec's own strategy
   trace JOB FILE                   write the timeline of a job submitted with 'trace: true' to
                                    FILE as Chrome trace-event JSON (open it in ui.perfetto.dev
                                    or chrome://tracing): one process per rank, a slice per

@@ -62,6 +62,13 @@ struct CommandLine {
   // pipeline stage); list_all_ranks: every rank.
   std::vector<int> list_ranks;
   bool list_all_ranks = false;
+  // plan --auto: search the strategies for `ranks` (0: the spec's mesh size) on workers of
+  // these hosts (one entry per worker; empty: all on one host), priced by the cost profile in
+  // `profile`, within memory_bytes per worker (0: the profile's, else no limit).
+  bool auto_search = false;
+  std::vector<std::string> hosts;
+  std::string profile;
+  int64_t memory_bytes = 0;
   bool help = false;
   bool version = false;  // --version (any command): print the version and exit
 };

@@ -217,8 +217,32 @@ TEST(CliTest, PlanTakesASpecAndJson) {
   EXPECT_THAT(std::string(Parse({"plan", "a.yaml", "b.yaml"}).status().message()),
               HasSubstr("'plan' takes one SPEC, got unexpected 'b.yaml'"));
   EXPECT_THAT(std::string(Parse({"plan", "--ranks", "4", "a.yaml"}).status().message()),
-              HasSubstr("--ranks does not apply to 'plan'"));
+              HasSubstr("are for the search (plan --auto)"));
   EXPECT_THAT(UsageText(), HasSubstr("plan SPEC [--json]"));
+}
+
+TEST(CliTest, PlanAutoTakesRanksHostsMemoryAndNeedsAProfile) {
+  absl::StatusOr<CommandLine> cl = Parse({"plan", "--auto", "a.yaml", "--ranks", "4", "--hosts",
+                                          "2x2", "--memory", "1.5GiB", "--profile", "p.json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->auto_search);
+  EXPECT_EQ(cl->ranks, 4);
+  EXPECT_THAT(cl->hosts, ElementsAre("h0", "h0", "h1", "h1"));
+  EXPECT_EQ(cl->memory_bytes, int64_t{3} << 29);
+  EXPECT_EQ(cl->profile, "p.json");
+  cl = Parse({"plan", "--auto", "a.yaml", "--hosts", "a:1,b:2", "--profile", "p.json"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_THAT(cl->hosts, ElementsAre("a", "b", "b"));
+  EXPECT_THAT(std::string(Parse({"plan", "--auto", "a.yaml"}).status().message()),
+              HasSubstr("needs a cost profile: --profile FILE"));
+  EXPECT_THAT(std::string(Parse({"plan", "--auto", "a.yaml", "--profile", "p", "--hosts", "2y"})
+                              .status()
+                              .message()),
+              HasSubstr("--hosts: expected HOSTSxWORKERS"));
+  EXPECT_THAT(std::string(Parse({"plan", "--auto", "a.yaml", "--profile", "p", "--memory", "-1"})
+                              .status()
+                              .message()),
+              HasSubstr("--memory: expected bytes per worker"));
 }
 
 TEST(CliTest, TraceCommandAndLocalTraceFlag) {

@@ -40,6 +40,8 @@
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/tls.h"
+#include "planner/cost/profile.h"
+#include "planner/cost/search.h"
 #include "planner/submit/submit.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -493,7 +495,33 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
   return 0;
 }
 
+int RunAutoPlan(const CommandLine& cl) {
+  absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(cl.positional[0]);
+  if (!spec.ok()) return Fail(spec.status());
+  absl::StatusOr<v1::CostProfile> profile = planner::cost::ReadProfile(cl.profile);
+  if (!profile.ok()) return Fail(profile.status());
+  planner::cost::SearchOptions options;
+  options.ranks = cl.ranks;
+  if (options.ranks == 0) {
+    options.ranks = 1;
+    for (int64_t d : spec->mesh().shape()) options.ranks *= static_cast<int>(d);
+  }
+  options.host_of_slot = cl.hosts;
+  options.memory_bytes = cl.memory_bytes;
+  absl::StatusOr<planner::cost::SearchResult> result =
+      planner::cost::SearchStrategies(*spec, options, *profile);
+  if (!result.ok()) {
+    return Fail(absl::Status(result.status().code(),
+                             absl::StrCat(cl.positional[0], ": ", result.status().message())));
+  }
+  std::cout << (cl.json ? planner::cost::FormatSearchJson(*result)
+                        : planner::cost::FormatSearch(*result))
+            << std::flush;
+  return 0;
+}
+
 int RunPlan(const CommandLine& cl) {
+  if (cl.auto_search) return RunAutoPlan(cl);
   absl::StatusOr<PlannedJob> job = PlanSpecFile(cl.positional[0], cl.list_ranks, cl.list_all_ranks);
   if (!job.ok()) return Fail(job.status());
   std::cout << (cl.json ? FormatPlanJson(*job) + "\n" : FormatPlanText(*job)) << std::flush;

@@ -429,9 +429,9 @@ std::string FormatSearch(const SearchResult& r) {
   std::string s = absl::StrCat(
       "auto: ", r.options.ranks, " ranks on ", absl::StrJoin(hosts, ", "), "; ",
       r.ranked.size() + r.over_memory.size() + r.refused.size(), " strategies: ", r.ranked.size(),
-      " ranked, ", r.over_memory.size(), " over ",
-      r.memory_limit > 0 ? Mib(r.memory_limit) : "no limit", " per worker, ", r.refused.size(),
-      " refused\n\n");
+      " ranked, ", r.over_memory.size(), " over the memory limit (",
+      r.memory_limit > 0 ? absl::StrCat(Mib(r.memory_limit), " per worker") : "none", "), ",
+      r.refused.size(), " refused\n\n");
   absl::StrAppend(&s, "chosen: ", best.strategy.Label(), "\n");
   absl::StrAppend(&s, "  predicted step ", Seconds(p.step_s), " (p90 ", Seconds(p.tail_step_s),
                   "), ", absl::StrFormat("%.0f", r.tokens_per_step / p.step_s), " ",
@@ -475,11 +475,12 @@ std::string FormatSearch(const SearchResult& r) {
     } else if (!g.prediction.has_value()) {
       absl::StrAppend(&s, "\nthe spec's own strategy: ", Mib(g.peak_bytes), " per rank\n");
     } else {
-      absl::StrAppend(&s, "\nthe spec's own strategy: ", Seconds(g.prediction->step_s),
-                      absl::StrFormat(", %.1f%% slower than the pick",
-                                      100 * (g.prediction->step_s / p.step_s - 1)),
+      const double ratio = g.prediction->step_s / p.step_s - 1;
+      absl::StrAppend(&s, "\nthe spec's own strategy: ", Seconds(g.prediction->step_s), ", ",
+                      absl::StrFormat("%.1f%% %s than the pick", 100 * std::abs(ratio),
+                                      ratio >= 0 ? "slower" : "faster"),
                       ", ", Mib(g.peak_bytes), " per rank",
-                      g.fits ? "" : " (over the memory limit)", "\n");
+                      g.fits ? "" : " (over the memory limit: it would not run)", "\n");
     }
   }
   return s;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/program.h"
 #include "common/status.h"
 #include "planner/cost/profile.h"
@@ -23,23 +24,24 @@ namespace {
 struct Instance {
   int expected = 0;  // simulated members
   std::map<int, double> ready;                  // by simulated index
-  std::map<int, const Instance*> after;         // by simulated index; null: none
+  std::map<int, Instance*> after;               // by simulated index; null: none
   double seconds = 0;                           // the slowest member's price
   bool resolved = false;
   double start = 0;
   double end = 0;
 };
 
-// Resolves `x` when it can: every member has started it and what it waits for has resolved.
+// Resolves `x` when it can: every member has started it and the collectives before it on each
+// member's communicator can resolve.
 bool Resolve(Instance* x) {
   if (x->resolved) return true;
   if (static_cast<int>(x->ready.size()) < x->expected) return false;
   double start = 0;
   for (const auto& [member, t] : x->ready) {
     double free = 0;
-    const Instance* before = x->after.at(member);
+    Instance* before = x->after.at(member);
     if (before != nullptr) {
-      if (!before->resolved) return false;
+      if (!Resolve(before)) return false;
       free = before->end;
     }
     start = std::max(start, std::max(t, free));
@@ -112,13 +114,15 @@ class Simulation {
       }
       if (all_done) break;
       if (!progressed) {
+        std::vector<std::string> at;
         for (const RankState& s : ranks_) {
           if (s.done) continue;
           const v1::Instruction& ins = s.program->instructions(static_cast<int>(s.pc));
-          return absl::InternalError(absl::StrCat(
-              "simulation stuck: rank ", s.program->rank(), " at instruction ", s.pc, " (",
-              v1::Instruction::Op_Name(ins.op()), ") waits for a rank that never comes"));
+          at.push_back(absl::StrCat("rank ", s.program->rank(), " at instruction ", s.pc, " (",
+                                    v1::Instruction::Op_Name(ins.op()), " g", ins.group(), ")"));
         }
+        return absl::InternalError(absl::StrCat(
+            "simulation stuck, each rank waiting for another: ", absl::StrJoin(at, "; ")));
       }
     }
     StepPrediction out;
