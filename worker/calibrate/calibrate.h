@@ -21,6 +21,7 @@
 #define WEFT_WORKER_CALIBRATE_CALIBRATE_H_
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,6 +34,8 @@ namespace weft::calibrate {
 
 // The times of one shape's calls, in seconds.
 struct Timing {
+  std::string what;  // the call and its shape, e.g. "MATMUL f32 [1024,1024,1024]"
+
   double units = 0;  // the work of one call, in its fit's units
   double median_s = 0;
   double p90_s = 0;
@@ -41,16 +44,21 @@ struct Timing {
 
 // Calls `call` once to warm up, then times it `reps` times (at least 1), or fewer once more than
 // `budget_s` seconds have gone by (at least 3 when reps allows), with steady_clock.
-Timing TimeCalls(double units, const std::function<void()>& call, int reps, double budget_s);
+Timing TimeCalls(std::string what, double units, const std::function<void()>& call, int reps, double budget_s);
 // The median and p90 of times already taken.
-Timing TimingOf(double units, const std::vector<double>& seconds);
+Timing TimingOf(std::string what, double units, const std::vector<double>& seconds);
 
 // seconds = alpha + per_unit * units by least squares over the timings' medians, each weighted
-// by 1 / median^2: the shapes span orders of magnitude and a fit on absolute seconds would
-// price the small ones by the large ones' rounding error. alpha is clamped at 0 (the fit refit
-// through the origin). tail_ratio: the median over timings of p90 / median (>= 1); samples: the
-// timed calls behind it.
+// by 1 / median: between absolute residuals, where the largest shape alone would set alpha (a
+// link's latency), and relative ones, where cache-resident small shapes would set the rate that
+// prices the large ones a step's time is made of. alpha is clamped at 0 (the line refit through
+// the origin). tail_ratio: the median over timings of p90 / median (>= 1); samples: the timed
+// calls behind it.
 v1::LinearFit FitLinear(absl::Span<const Timing> timings);
+
+// Called with every shape's timing and the fit it went into, once fitted (weft-calibrate
+// --verbose prints them).
+using TimingReport = std::function<void(const Timing& timing, const v1::LinearFit& fit)>;
 
 struct KernelCalibrationOptions {
   // Fewer and smaller shapes and calls: well under 2 s, for tests. The full run is ~10 s on two
@@ -59,6 +67,7 @@ struct KernelCalibrationOptions {
   // The backend measured (cpu unless said; precision kF32: the operand rounding of kBf16 is a
   // program's choice, not the storage's).
   KernelOptions kernels;
+  TimingReport report;  // may be empty
 };
 
 // A KernelCost per kind and storage dtype: MATMUL f32 and bf16 (bf16 storage widened to float32
@@ -69,7 +78,8 @@ absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(const KernelCalibrati
 
 struct LinkCalibrationOptions {
   v1::LinkCost::Scope scope = v1::LinkCost::INTRA_HOST;  // where the group's members are
-  bool quick = false;  // tensors of 4 KiB to 256 KiB rather than 4 KiB to 16 MiB
+  bool quick = false;  // tensors of 4 KiB to 1 MiB rather than 4 KiB to 16 MiB
+  TimingReport report;  // may be empty
 };
 
 // A LinkCost per op (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, SEND) over `comm`'s group, each of

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include "worker/calibrate/calibrate.h"
 
@@ -18,7 +19,8 @@ double Quantile(std::vector<double> v, double q) {
 
 }  // namespace
 
-Timing TimeCalls(double units, const std::function<void()>& call, int reps, double budget_s) {
+Timing TimeCalls(std::string what, double units, const std::function<void()>& call, int reps,
+                 double budget_s) {
   using Clock = std::chrono::steady_clock;
   call();  // warm-up: first-touch page faults, OpenBLAS's thread start, caches
   std::vector<double> seconds;
@@ -30,28 +32,26 @@ Timing TimeCalls(double units, const std::function<void()>& call, int reps, doub
     seconds.push_back(std::chrono::duration<double>(t1 - t0).count());
     if (seconds.size() >= 3 && std::chrono::duration<double>(t1 - start).count() > budget_s) break;
   }
-  return {.units = units,
-          .median_s = Quantile(seconds, 0.5),
-          .p90_s = Quantile(seconds, 0.9),
-          .samples = static_cast<int>(seconds.size())};
+  return TimingOf(std::move(what), units, seconds);
 }
 
-Timing TimingOf(double units, const std::vector<double>& seconds) {
-  return {.units = units,
+Timing TimingOf(std::string what, double units, const std::vector<double>& seconds) {
+  return {.what = std::move(what),
+          .units = units,
           .median_s = Quantile(seconds, 0.5),
           .p90_s = Quantile(seconds, 0.9),
           .samples = static_cast<int>(seconds.size())};
 }
 
 v1::LinearFit FitLinear(absl::Span<const Timing> timings) {
-  // Weighted least squares, w = 1 / y^2: minimises the relative residuals.
+  // Weighted least squares, w = 1 / y (see calibrate.h).
   double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   std::vector<double> tails;
   int samples = 0;
   for (const Timing& t : timings) {
     samples += t.samples;
     if (t.median_s <= 0) continue;
-    const double w = 1 / (t.median_s * t.median_s);
+    const double w = 1 / t.median_s;
     sw += w;
     sx += w * t.units;
     sy += w * t.median_s;

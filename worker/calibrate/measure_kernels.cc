@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/dtype.h"
 #include "common/status.h"
 #include "worker/calibrate/calibrate.h"
@@ -15,6 +16,7 @@
 namespace weft::calibrate {
 namespace {
 
+// Unused trailing numbers are 0 (and printed as such in a report).
 using Shape = std::array<int64_t, 4>;
 constexpr int64_t kKiB = 1024, kMiB = 1024 * 1024;
 
@@ -200,7 +202,7 @@ struct KernelProbe {
 
 const std::vector<Shape> kMemoryShapes = {{64 * kKiB}, {256 * kKiB}, {kMiB},
                                           {4 * kMiB},  {16 * kMiB},  {64 * kMiB}};
-const std::vector<Shape> kQuickMemoryShapes = {{64 * kKiB}, {256 * kKiB}, {kMiB}};
+const std::vector<Shape> kQuickMemoryShapes = {{64 * kKiB}, {kMiB}, {4 * kMiB}};
 
 const std::vector<KernelProbe>& Probes() {
   static const auto* probes = new std::vector<KernelProbe>{
@@ -268,7 +270,7 @@ const std::vector<KernelProbe>& Probes() {
 absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(
     const KernelCalibrationOptions& options) {
   ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels, NewKernels(options.kernels));
-  const int reps = options.quick ? 5 : 9;
+  const int reps = options.quick ? 7 : 9;
   const double budget_s = options.quick ? 0.02 : 0.15;
   // (kind, dtype) in the order the table first names them, and their timings.
   std::vector<std::pair<v1::KernelCost::Kind, v1::DType>> order;
@@ -277,14 +279,11 @@ absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(
     const auto key = std::make_pair(probe.kind, probe.dtype);
     if (!timings.count(key)) order.push_back(key);
     for (const Shape& shape : options.quick ? probe.quick_shapes : probe.shapes) {
+      const std::string what = absl::StrCat(probe.name, " [", absl::StrJoin(shape, ","), "]");
       Arena arena(*kernels);
       absl::StatusOr<Call> call = probe.prepare(*kernels, arena, shape);
-      if (!call.ok()) {
-        return Annotate(call.status(), absl::StrCat("calibrating ", probe.name, " [",
-                                                    shape[0], ",", shape[1], ",", shape[2], ",",
-                                                    shape[3], "]"));
-      }
-      timings[key].push_back(TimeCalls(call->units, call->run, reps, budget_s));
+      if (!call.ok()) return Annotate(call.status(), absl::StrCat("calibrating ", what));
+      timings[key].push_back(TimeCalls(what, call->units, call->run, reps, budget_s));
     }
     RETURN_IF_ERROR(Annotate(kernels->Synchronize(), absl::StrCat("calibrating ", probe.name)));
   }
@@ -294,6 +293,9 @@ absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(
     cost.set_kind(key.first);
     cost.set_dtype(key.second);
     *cost.mutable_fit() = FitLinear(timings[key]);
+    for (const Timing& t : timings[key]) {
+      if (options.report) options.report(t, cost.fit());
+    }
   }
   return costs;
 }

@@ -64,7 +64,7 @@ const LinkProbe kLinkProbes[] = {
 
 // Timed calls per size: the same on every member, since each one is a collective.
 int Reps(int64_t bytes, bool quick) {
-  if (quick) return 5;
+  if (quick) return 9;
   return bytes <= 256 * kKiB ? 11 : bytes <= 4 * kMiB ? 7 : 4;
 }
 
@@ -80,7 +80,7 @@ absl::StatusOr<std::vector<v1::LinkCost>> MeasureLinks(Communicator& comm,
         absl::StrCat("calibrating links on ", comm.name(), ": needs at least two members"));
   }
   std::vector<int64_t> sizes;
-  for (int64_t bytes = 4 * kKiB; bytes <= (options.quick ? 256 * kKiB : 16 * kMiB); bytes *= 4) {
+  for (int64_t bytes = 4 * kKiB; bytes <= (options.quick ? kMiB : 16 * kMiB); bytes *= 4) {
     sizes.push_back(bytes);
   }
   // Every call's time in nanoseconds, in the same order on every member, then maxed over them.
@@ -117,14 +117,18 @@ absl::StatusOr<std::vector<v1::LinkCost>> MeasureLinks(Communicator& comm,
         seconds.push_back(static_cast<double>(nanos[next++]) * 1e-9);
       }
       const int64_t tensor_bytes = count * static_cast<int64_t>(sizeof(float));
-      timings.push_back(
-          TimingOf(static_cast<double>(probe.bytes_sent(tensor_bytes, k)), seconds));
+      timings.push_back(TimingOf(
+          absl::StrCat(v1::Instruction::Op_Name(probe.op), " of ", tensor_bytes, " bytes"),
+          static_cast<double>(probe.bytes_sent(tensor_bytes, k)), seconds));
     }
     v1::LinkCost& cost = costs.emplace_back();
     cost.set_op(probe.op);
     cost.set_group_size(static_cast<int32_t>(k));
     cost.set_scope(options.scope);
     *cost.mutable_fit() = FitLinear(timings);
+    for (const Timing& t : timings) {
+      if (options.report) options.report(t, cost.fit());
+    }
   }
   return costs;
 }
@@ -140,7 +144,7 @@ absl::StatusOr<double> MeasureOverlapSlowdown(Communicator& comm, bool quick,
   };
   const bool measures = comm.rank() == 0;
   Timing alone;
-  if (measures) alone = TimeCalls(2.0 * dim * dim * dim, matmul, quick ? 5 : 9, 0.2);
+  if (measures) alone = TimeCalls("matmul alone", 2.0 * dim * dim * dim, matmul, quick ? 5 : 9, 0.2);
   RETURN_IF_ERROR(Annotate(comm.Barrier(), what));
 
   // Both members all-reduce `rounds` times on a thread of their own, as the executor's
@@ -165,7 +169,7 @@ absl::StatusOr<double> MeasureOverlapSlowdown(Communicator& comm, bool quick,
   reducer.join();
   RETURN_IF_ERROR(Annotate(reduced, what));
   if (overlapped.empty() || alone.median_s <= 0) return 1.0;
-  return std::max(1.0, TimingOf(0, overlapped).median_s / alone.median_s);
+  return std::max(1.0, TimingOf("matmul overlapped", 0, overlapped).median_s / alone.median_s);
 }
 
 }  // namespace weft::calibrate
