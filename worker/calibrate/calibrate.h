@@ -44,7 +44,8 @@ struct Timing {
 
 // Calls `call` once to warm up, then times it `reps` times (at least 1), or fewer once more than
 // `budget_s` seconds have gone by (at least 3 when reps allows), with steady_clock.
-Timing TimeCalls(std::string what, double units, const std::function<void()>& call, int reps, double budget_s);
+Timing TimeCalls(std::string what, double units, const std::function<void()>& call, int reps,
+                 double budget_s);
 // The median and p90 of times already taken.
 Timing TimingOf(std::string what, double units, const std::vector<double>& seconds);
 
@@ -78,7 +79,7 @@ absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(const KernelCalibrati
 
 struct LinkCalibrationOptions {
   v1::LinkCost::Scope scope = v1::LinkCost::INTRA_HOST;  // where the group's members are
-  bool quick = false;  // tensors of 4 KiB to 1 MiB rather than 4 KiB to 16 MiB
+  bool quick = false;   // tensors of 4 KiB to 1 MiB rather than 4 KiB to 16 MiB
   TimingReport report;  // may be empty
 };
 
@@ -92,8 +93,9 @@ absl::StatusOr<std::vector<v1::LinkCost>> MeasureLinks(Communicator& comm,
                                                        const LinkCalibrationOptions& options);
 
 // How many times slower a matmul runs while an all-reduce is in flight on another thread (>= 1):
-// member 0 times a matmul alone, then again while both members all-reduce a few MiB over `comm`
-// in a loop. Both members of a group of two call it; member 1 returns 1.0.
+// member 0 times a matmul alone, then again while the members all-reduce a few MiB over `comm`
+// in a loop. Every member calls it; only member 0 measures, the others return 1.0, as does
+// member 0 when no matmul both started and ended while the all-reduces ran.
 absl::StatusOr<double> MeasureOverlapSlowdown(Communicator& comm, bool quick,
                                               const KernelOptions& kernels = {});
 

@@ -42,9 +42,13 @@ v1::CostProfile Calibrate(const std::vector<std::string>& hosts) {
   for (int r = 0; r < world; ++r) {
     SubprocessOptions options;
     options.argv = {Runfile("worker/calibrate/weft-calibrate"),
-                    "--rank", std::to_string(r), "--world", std::to_string(world),
-                    "--store", dir + "/store", "--host", hosts[r], "--quick", "--timeout_s", "60"};
-    if (r == 0) options.argv.insert(options.argv.end(), {"--out", out});
+                    absl::StrCat("--rank=", r),
+                    absl::StrCat("--world=", world),
+                    "--store=" + dir + "/store",
+                    "--host=" + hosts[r],
+                    "--quick",
+                    "--timeout_s=60"};
+    if (r == 0) options.argv.push_back("--out=" + out);
     options.stdout_path = absl::StrCat(dir, "/rank-", r, ".log");
     auto started = Subprocess::Start(options);
     EXPECT_TRUE(started.ok()) << started.status();
@@ -56,7 +60,8 @@ v1::CostProfile Calibrate(const std::vector<std::string>& hosts) {
     EXPECT_TRUE(exit.has_value()) << "rank " << r << " still runs";
     auto log = ReadFileToString(absl::StrCat(dir, "/rank-", r, ".log"));
     EXPECT_TRUE(exit.has_value() && exit->code == 0)
-        << "rank " << r << " " << (exit ? exit->Describe() : "") << ":\n" << log.value_or("");
+        << "rank " << r << " " << (exit ? exit->Describe() : "") << ":\n"
+        << log.value_or("");
   }
   auto text = ReadFileToString(out);
   EXPECT_TRUE(text.ok()) << text.status();

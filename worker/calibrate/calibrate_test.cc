@@ -21,7 +21,9 @@ TEST(FitLinearTest, RecoversALine) {
   std::vector<Timing> timings;
   for (double x : {1e3, 1e4, 1e5, 1e6}) {
     timings.push_back({.what = "line",
-                       .units = x, .median_s = 2e-6 + 3e-9 * x, .p90_s = 1.5 * (2e-6 + 3e-9 * x),
+                       .units = x,
+                       .median_s = 2e-6 + 3e-9 * x,
+                       .p90_s = 1.5 * (2e-6 + 3e-9 * x),
                        .samples = 5});
   }
   const v1::LinearFit fit = FitLinear(timings);
@@ -50,11 +52,10 @@ const v1::KernelCost* Find(const std::vector<v1::KernelCost>& costs, v1::KernelC
 TEST(MeasureKernelsTest, FitsPriceAHeldOutShape) {
   auto costs = MeasureKernels({.quick = true});
   ASSERT_TRUE(costs.ok()) << costs.status();
-  for (auto [kind, dtype] : {std::pair{v1::KernelCost::MATMUL, v1::F32},
-                             std::pair{v1::KernelCost::MATMUL, v1::BF16},
-                             std::pair{v1::KernelCost::ATTENTION, v1::F32},
-                             std::pair{v1::KernelCost::MEMORY, v1::F32},
-                             std::pair{v1::KernelCost::MEMORY, v1::BF16}}) {
+  for (auto [kind, dtype] :
+       {std::pair{v1::KernelCost::MATMUL, v1::F32}, std::pair{v1::KernelCost::MATMUL, v1::BF16},
+        std::pair{v1::KernelCost::ATTENTION, v1::F32}, std::pair{v1::KernelCost::MEMORY, v1::F32},
+        std::pair{v1::KernelCost::MEMORY, v1::BF16}}) {
     const v1::KernelCost* c = Find(*costs, kind, dtype);
     ASSERT_NE(c, nullptr) << v1::KernelCost::Kind_Name(kind) << " " << v1::DType_Name(dtype);
     EXPECT_GE(c->fit().alpha_s(), 0) << c->DebugString();
@@ -79,7 +80,8 @@ TEST(MeasureKernelsTest, FitsPriceAHeldOutShape) {
   const int64_t n = 128 * 1024;
   std::vector<float> x(n, 1.0f), y(n, 2.0f), z(n);
   const Timing add = TimeCalls(
-      "ADD f32 [1572864]", 3.0 * n * sizeof(float), [&] { (*kernels)->Add(x.data(), y.data(), z.data(), n); }, 9, 0.1);
+      "ADD f32 [1572864]", 3.0 * n * sizeof(float),
+      [&] { (*kernels)->Add(x.data(), y.data(), z.data(), n); }, 9, 0.1);
   const double add_s = Predict(Find(*costs, v1::KernelCost::MEMORY, v1::F32)->fit(), add.units);
   EXPECT_LT(add_s, 3 * add.median_s) << "measured " << add.median_s;
   EXPECT_GT(add_s, add.median_s / 3) << "measured " << add.median_s;

@@ -135,8 +135,8 @@ struct Flags {
 TimingReport Report(const Flags& flags) {
   if (!flags.verbose) return nullptr;
   return [rank = flags.rank](const Timing& t, const v1::LinearFit& fit) {
-    std::fprintf(stderr, "rank %d: %s: %.4g ms (p90 %.4g ms), fit %.4g ms\n", rank,
-                 t.what.c_str(), t.median_s * 1e3, t.p90_s * 1e3,
+    std::fprintf(stderr, "rank %d: %s: %.4g ms (p90 %.4g ms), fit %.4g ms\n", rank, t.what.c_str(),
+                 t.median_s * 1e3, t.p90_s * 1e3,
                  (fit.alpha_s() + fit.per_unit_s() * t.units) * 1e3);
   };
 }
@@ -149,8 +149,9 @@ absl::Status MeasureLinkGroups(const Flags& flags, gloo::rendezvous::Store& stor
   for (const LinkGroup& g : groups) {
     if (!IsMember(g.group, flags.rank)) continue;
     ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm, factory.Create(g.group));
-    ASSIGN_OR_RETURN(std::vector<v1::LinkCost> links,
-                     MeasureLinks(*comm, {.scope = g.scope, .quick = flags.quick, .report = Report(flags)}));
+    ASSIGN_OR_RETURN(
+        std::vector<v1::LinkCost> links,
+        MeasureLinks(*comm, {.scope = g.scope, .quick = flags.quick, .report = Report(flags)}));
     if (comm->rank() != 0) continue;
     v1::CostProfile published;
     for (v1::LinkCost& l : links) *published.add_links() = std::move(l);
@@ -217,7 +218,8 @@ absl::Status Run(const Flags& flags) {
   // The kernels last, once the other ranks are done and the cores are rank 0's.
   ASSIGN_OR_RETURN(DeviceDescription device, ProbeDevice("cpu"));
   profile.set_device(absl::StrCat(device.name, ", ", device.cores, " threads"));
-  ASSIGN_OR_RETURN(std::vector<v1::KernelCost> kernels, MeasureKernels({.quick = flags.quick, .report = Report(flags)}));
+  ASSIGN_OR_RETURN(std::vector<v1::KernelCost> kernels,
+                   MeasureKernels({.quick = flags.quick, .report = Report(flags)}));
   for (v1::KernelCost& k : kernels) *profile.add_kernels() = std::move(k);
   for (const LinkGroup& g : groups) {
     ASSIGN_OR_RETURN(std::string bytes, Get(*store, LinksKey(g.group), flags.timeout));
@@ -256,8 +258,7 @@ int main(int argc, char** argv) {
                                         .timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s))};
   const absl::Status status = weft::calibrate::Run(flags);
   if (!status.ok()) {
-    std::fprintf(stderr, "weft-calibrate (rank %d): %s\n", flags.rank,
-                 status.ToString().c_str());
+    std::fprintf(stderr, "weft-calibrate (rank %d): %s\n", flags.rank, status.ToString().c_str());
     return 1;
   }
   return 0;

@@ -173,9 +173,8 @@ absl::StatusOr<Call> Relu(Kernels& k, Arena& arena, const Shape& s) {
   const int64_t n = s[0] / (2 * DTypeSize(kDType));
   ASSIGN_OR_RETURN(Elementwise e, ElementwiseBuffers(arena, 2, n, kDType));
   return Call{.units = 2.0 * n * DTypeSize(kDType),
-              .run = Widened(k, std::move(e), n, kDType, 1, [&k, n](const Elementwise& e) {
-                k.Relu(e.wide[0], e.wide[1], n);
-              })};
+              .run = Widened(k, std::move(e), n, kDType, 1,
+                             [&k, n](const Elementwise& e) { k.Relu(e.wide[0], e.wide[1], n); })};
 }
 
 // param, grad, m, v: four float32 buffers, three updated in place.
@@ -209,8 +208,12 @@ const std::vector<KernelProbe>& Probes() {
       {.name = "MATMUL f32",
        .kind = v1::KernelCost::MATMUL,
        .dtype = v1::F32,
-       .shapes = {{64, 64, 64}, {128, 128, 128}, {256, 256, 256}, {512, 512, 512},
-                  {128, 1024, 512}, {1024, 1024, 1024}},
+       .shapes = {{64, 64, 64},
+                  {128, 128, 128},
+                  {256, 256, 256},
+                  {512, 512, 512},
+                  {128, 1024, 512},
+                  {1024, 1024, 1024}},
        .quick_shapes = {{64, 64, 64}, {128, 128, 128}, {256, 256, 256}},
        .prepare = Matmul<v1::F32>},
       {.name = "MATMUL bf16",

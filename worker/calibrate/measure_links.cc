@@ -91,21 +91,22 @@ absl::StatusOr<std::vector<v1::LinkCost>> MeasureLinks(Communicator& comm,
       LinkBuffers b{.in = std::vector<float>(count, 1.0f),
                     .out = std::vector<float>(count),
                     .counts = std::vector<int64_t>(k, count / k)};
-      const std::string what = absl::StrCat("calibrating ", v1::Instruction::Op_Name(probe.op),
-                                            " of ", count * sizeof(float), " bytes on ",
-                                            comm.name());
+      const std::string what =
+          absl::StrCat("calibrating ", v1::Instruction::Op_Name(probe.op), " of ",
+                       count * sizeof(float), " bytes on ", comm.name());
       for (int rep = -1; rep < Reps(bytes, options.quick); ++rep) {  // rep -1: the warm-up
         RETURN_IF_ERROR(Annotate(comm.Barrier(), what));
         const Clock::time_point t0 = Clock::now();
         RETURN_IF_ERROR(Annotate(probe.run(comm, b, count), what));
         const Clock::duration d = Clock::now() - t0;
-        if (rep >= 0) nanos.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+        if (rep >= 0)
+          nanos.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
       }
     }
   }
-  RETURN_IF_ERROR(Annotate(comm.AllReduce(nanos.data(), nanos.size(), v1::I64, ReduceOp::kMax),
-                           absl::StrCat("calibrating links on ", comm.name(),
-                                        ": the slowest member's times")));
+  RETURN_IF_ERROR(
+      Annotate(comm.AllReduce(nanos.data(), nanos.size(), v1::I64, ReduceOp::kMax),
+               absl::StrCat("calibrating links on ", comm.name(), ": the slowest member's times")));
   std::vector<v1::LinkCost> costs;
   size_t next = 0;
   for (const LinkProbe& probe : kLinkProbes) {
@@ -117,9 +118,9 @@ absl::StatusOr<std::vector<v1::LinkCost>> MeasureLinks(Communicator& comm,
         seconds.push_back(static_cast<double>(nanos[next++]) * 1e-9);
       }
       const int64_t tensor_bytes = count * static_cast<int64_t>(sizeof(float));
-      timings.push_back(TimingOf(
-          absl::StrCat(v1::Instruction::Op_Name(probe.op), " of ", tensor_bytes, " bytes"),
-          static_cast<double>(probe.bytes_sent(tensor_bytes, k)), seconds));
+      timings.push_back(
+          TimingOf(absl::StrCat(v1::Instruction::Op_Name(probe.op), " of ", tensor_bytes, " bytes"),
+                   static_cast<double>(probe.bytes_sent(tensor_bytes, k)), seconds));
     }
     v1::LinkCost& cost = costs.emplace_back();
     cost.set_op(probe.op);
@@ -139,15 +140,15 @@ absl::StatusOr<double> MeasureOverlapSlowdown(Communicator& comm, bool quick,
   ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels, NewKernels(kernel_options));
   const int64_t dim = quick ? 256 : 512;
   std::vector<float> a(dim * dim, 0.5f), b(dim * dim, 0.5f), c(dim * dim);
-  auto matmul = [&] {
-    kernels->Matmul(a.data(), b.data(), c.data(), dim, dim, dim, false, false);
-  };
+  auto matmul = [&] { kernels->Matmul(a.data(), b.data(), c.data(), dim, dim, dim, false, false); };
   const bool measures = comm.rank() == 0;
   Timing alone;
-  if (measures) alone = TimeCalls("matmul alone", 2.0 * dim * dim * dim, matmul, quick ? 5 : 9, 0.2);
+  if (measures) {
+    alone = TimeCalls("matmul alone", 2.0 * dim * dim * dim, matmul, quick ? 5 : 9, 0.2);
+  }
   RETURN_IF_ERROR(Annotate(comm.Barrier(), what));
 
-  // Both members all-reduce `rounds` times on a thread of their own, as the executor's
+  // The members all-reduce `rounds` times on a thread of their own, as the executor's
   // asynchronous collectives do; member 0 times matmuls until they are done.
   std::vector<float> grad((quick ? kMiB : 4 * kMiB) / sizeof(float), 1.0f);
   const int rounds = quick ? 10 : 40;
