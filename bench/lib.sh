@@ -115,3 +115,49 @@ r = np.random.default_rng(0)
 np.save('$1/inputs.npy', r.uniform(-1, 1, ($2, $3)).astype(np.float32))
 np.save('$1/labels.npy', r.uniform(-1, 1, ($2, $3)).astype(np.float32))"
 }
+
+# bench_netns_hosts N: N "hosts" for a script already running in a network namespace of its own
+# (unshare --net): each a namespace held by `unshare --net sleep infinity` (holder[h], added to
+# pids so it goes at exit) and joined to the script's namespace by a veth pair, host h at
+# 10.213.h.2 and the script's end at 10.213.h.1 (where a coordinator listening on 0.0.0.0 is
+# reached), routed through the script's namespace. in_host H CMD... runs CMD inside host H.
+bench_netns_hosts() {
+  local h pid
+  holder=()
+  ip link set lo up
+  echo 1 > /proc/sys/net/ipv4/ip_forward
+  for ((h = 1; h <= $1; h++)); do
+    unshare --net sleep infinity &
+    pid=$!
+    pids+=("$pid")
+    until [[ "$(readlink /proc/$pid/ns/net)" != "$(readlink /proc/self/ns/net)" ]]; do sleep 0.01; done
+    holder[h]=$pid
+    ip link add "host$h" type veth peer name eth0 netns "$pid"
+    ip address add "10.213.$h.1/24" dev "host$h"
+    ip link set "host$h" up
+    in_host "$h" ip link set lo up
+    in_host "$h" ip address add "10.213.$h.2/24" dev eth0
+    in_host "$h" ip link set eth0 up
+    in_host "$h" ip route add default via "10.213.$h.1"
+  done
+}
+in_host() {
+  local h=$1
+  shift
+  nsenter "--net=/proc/${holder[h]}/ns/net" -- "$@"
+}
+
+# shape_links MBIT: every host's link limited to MBIT Mbit/s each way by tc's token bucket (this
+# kernel has no netem: a rate, no delay); 0 removes the limit. Inside a host stays unlimited.
+shape_links() {
+  local h
+  for h in "${!holder[@]}"; do
+    if (($1 > 0)); then
+      tc qdisc replace dev "host$h" root tbf rate "${1}mbit" burst 64kb latency 100ms
+      in_host "$h" tc qdisc replace dev eth0 root tbf rate "${1}mbit" burst 64kb latency 100ms
+    else
+      tc qdisc del dev "host$h" root 2>/dev/null || true
+      in_host "$h" tc qdisc del dev eth0 root 2>/dev/null || true
+    fi
+  done
+}

@@ -29,39 +29,8 @@ mbit=${TOPOLOGY_MBIT:-100}
 steps=${TOPOLOGY_STEPS:-12}
 bin=$(readlink -f bazel-bin)
 
-ip link set lo up
-echo 1 > /proc/sys/net/ipv4/ip_forward
-holder=()
-for h in 1 2; do
-  unshare --net sleep infinity &
-  pid=$!
-  pids+=("$pid")
-  until [[ "$(readlink /proc/$pid/ns/net)" != "$(readlink /proc/self/ns/net)" ]]; do sleep 0.01; done
-  holder[h]=$pid
-  ip link add "host$h" type veth peer name eth0 netns "$pid"
-  ip address add "10.213.$h.1/24" dev "host$h"
-  ip link set "host$h" up
-  in_host=(nsenter "--net=/proc/$pid/ns/net" --)
-  "${in_host[@]}" ip link set lo up
-  "${in_host[@]}" ip address add "10.213.$h.2/24" dev eth0
-  "${in_host[@]}" ip link set eth0 up
-  "${in_host[@]}" ip route add default via "10.213.$h.1"
-done
-
-# shape MBIT: both ends of both hosts' links at MBIT Mbit/s; 0 removes the limit.
-shape() {
-  local h
-  for h in 1 2; do
-    if (($1 > 0)); then
-      tc qdisc replace dev "host$h" root tbf rate "${1}mbit" burst 64kb latency 100ms
-      nsenter "--net=/proc/${holder[h]}/ns/net" -- \
-        tc qdisc replace dev eth0 root tbf rate "${1}mbit" burst 64kb latency 100ms
-    else
-      tc qdisc del dev "host$h" root 2>/dev/null || true
-      nsenter "--net=/proc/${holder[h]}/ns/net" -- tc qdisc del dev eth0 root 2>/dev/null || true
-    fi
-  done
-}
+bench_netns_hosts 2
+shape() { shape_links "$1"; }
 
 write_random_npy "$tmp" 8192 256
 cat > "$tmp/job.yaml" <<YAML
@@ -95,7 +64,7 @@ run() {
   local ctl=("$bin/client/weftctl" --coordinator "127.0.0.1:$port")
   for w in 0 1 2 3; do
     h=$((w % 2 + 1))
-    nsenter "--net=/proc/${holder[h]}/ns/net" -- "$bin/worker/weft-worker" \
+    in_host "$h" "$bin/worker/weft-worker" \
       --coordinator "10.213.$h.1:$port" --host "10.213.$h.2" > "$out.worker$w.log" 2>&1 &
     started+=("$!")
     until (($("${ctl[@]}" workers | grep -c worker-) == w + 1)); do sleep 0.05; done

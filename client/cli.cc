@@ -1,5 +1,7 @@
 #include "client/cli.h"
 
+#include "common/byte_size.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -39,6 +41,7 @@ const std::map<std::string, CommandInfo>& Commands() {
       {"logs", {1, 1, "JOB"}},
       {"local", {1, 1, "SPEC"}},  {"plan", {1, 1, "SPEC"}},    {"help", {0, 1, "COMMAND"}},
       {"version", {0, 0, ""}},
+      {"calibrate", {1, 1, "PROFILE"}},
       {"trace", {2, 2, "JOB FILE"}},
       {"ckpt", {2, 3, "inspect|verify DIR or export DIR OUT", CheckCkpt}},
       {"data", {2, 1001, "tokenize --bytes IN... OUT or inspect FILE", CheckData}},
@@ -178,27 +181,13 @@ absl::Status SetHosts(const std::string&, const std::string& value, CommandLine*
   return absl::OkStatus();
 }
 
-// --memory 512MiB, 2GiB, 80GB or a number of bytes.
+// --memory 512MiB, 2GiB, 80GB or a number of bytes (common/byte_size.h).
 absl::Status SetMemory(const std::string&, const std::string& value, CommandLine* cl) {
-  static const std::vector<std::pair<std::string, int64_t>> units = {
-      {"KiB", int64_t{1} << 10}, {"MiB", int64_t{1} << 20}, {"GiB", int64_t{1} << 30},
-      {"TiB", int64_t{1} << 40}, {"KB", 1000},           {"MB", 1000 * 1000},
-      {"GB", int64_t{1000} * 1000 * 1000}, {"B", 1}};
-  int64_t scale = 1;
-  absl::string_view number = value;
-  for (const auto& [suffix, bytes] : units) {
-    if (absl::EndsWith(value, suffix)) {
-      number.remove_suffix(suffix.size());
-      scale = bytes;
-      break;
-    }
+  absl::StatusOr<int64_t> bytes = ParseByteSize(value);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--memory: bytes per worker: ", bytes.status().message()));
   }
-  double n = 0;
-  if (!absl::SimpleAtod(number, &n) || !(n > 0) || n * static_cast<double>(scale) > 9.0e18) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--memory: expected bytes per worker like 512MiB, 2GiB or 80GB, got \"", value, "\""));
-  }
-  cl->memory_bytes = static_cast<int64_t>(n * static_cast<double>(scale));
+  cl->memory_bytes = *bytes;
   return absl::OkStatus();
 }
 
@@ -255,7 +244,8 @@ absl::Status SetListRanks(const std::string&, const std::string& value, CommandL
 // The commands that call a coordinator given by --coordinator, with its credentials.
 const std::set<std::string>& ConnectingCommands() {
   static const auto* commands = new std::set<std::string>{
-      "submit", "get", "list", "cancel", "delete", "watch", "logs", "workers", "trace"};
+      "submit", "get", "list", "cancel", "delete", "watch", "logs", "workers", "trace",
+      "calibrate"};
   return *commands;
 }
 
@@ -552,7 +542,11 @@ Commands:
                                    by attempt, then time: "attempt A rank R  HH:MM:SS.mmm level
                                    text"; --rank, --attempt: only those; --follow: poll every
                                    second for new lines until the job has ended
-  workers [--json]                 list workers: id, host, device, state, job/rank, heartbeat
+  workers [--json]                 list workers: id, host, device, state, job/rank, heartbeat;
+                                   then the cost profiles the coordinator holds
+  calibrate PROFILE                store a cost profile (weft-calibrate --out PROFILE, run on the
+                                   workers' hosts) in the coordinator for its worker kind and
+                                   host: what `mesh: {auto: true}` jobs are searched with
   local [--ranks N] [--json] SPEC  start a coordinator and N workers on 127.0.0.1 as child
                                    processes, run SPEC on them, stop them; exits 0 only if the
                                    job SUCCEEDED. N defaults to the spec's mesh size.

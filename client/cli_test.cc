@@ -242,7 +242,7 @@ TEST(CliTest, PlanAutoTakesRanksHostsMemoryAndNeedsAProfile) {
   EXPECT_THAT(std::string(Parse({"plan", "--auto", "a.yaml", "--profile", "p", "--memory", "-1"})
                               .status()
                               .message()),
-              HasSubstr("--memory: expected bytes per worker"));
+              HasSubstr("--memory: bytes per worker: expected a size like 512MiB"));
 }
 
 TEST(CliTest, TraceCommandAndLocalTraceFlag) {

@@ -193,13 +193,29 @@ absl::StatusOr<v1::Job> CoordinatorClient::DeleteJob(const std::string& job_id) 
 }
 
 absl::StatusOr<std::vector<v1::WorkerInfo>> CoordinatorClient::ListWorkers() {
+  ASSIGN_OR_RETURN(v1::ListWorkersResponse resp, ListWorkersAndProfiles());
+  return std::vector<v1::WorkerInfo>(resp.workers().begin(), resp.workers().end());
+}
+
+absl::StatusOr<v1::ListWorkersResponse> CoordinatorClient::ListWorkersAndProfiles() {
   grpc::ClientContext ctx;
   SetDeadline(&ctx);
   v1::ListWorkersResponse resp;
   absl::Status s =
       FromGrpc(stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp), address_, tls_);
   if (!s.ok()) return s;
-  return std::vector<v1::WorkerInfo>(resp.workers().begin(), resp.workers().end());
+  return resp;
+}
+
+absl::StatusOr<v1::CostProfile> CoordinatorClient::PutCostProfile(const v1::CostProfile& profile) {
+  grpc::ClientContext ctx;
+  SetDeadline(&ctx);
+  v1::PutCostProfileRequest req;
+  *req.mutable_profile() = profile;
+  v1::CostProfile resp;
+  absl::Status s = FromGrpc(stub_->PutCostProfile(&ctx, req, &resp), address_, tls_);
+  if (!s.ok()) return s;
+  return resp;
 }
 
 absl::StatusOr<WatchResult> CoordinatorClient::Watch(

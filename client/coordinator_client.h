@@ -62,6 +62,9 @@ class CoordinatorClient {
   // The job as it was before it was deleted.
   absl::StatusOr<v1::Job> DeleteJob(const std::string& job_id);
   absl::StatusOr<std::vector<v1::WorkerInfo>> ListWorkers();
+  // The workers and the cost profiles the coordinator holds.
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkersAndProfiles();
+  absl::StatusOr<v1::CostProfile> PutCostProfile(const v1::CostProfile& profile);
   absl::StatusOr<v1::JobTrace> GetJobTrace(const std::string& job_id);
   // Every log line the request matches from its page_token on, read a page (GetJobLogs call)
   // at a time, each handed to on_line in the coordinator's order.

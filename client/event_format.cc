@@ -1,5 +1,9 @@
 #include "client/event_format.h"
 
+#include "absl/time/time.h"
+
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 
@@ -296,6 +300,53 @@ std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64
                     w.state().empty() ? "-" : w.state(), job, beat});
   }
   return FormatTable(rows);
+}
+
+std::string FormatCostProfiles(const std::vector<v1::CostProfile>& profiles,
+                               const std::vector<v1::WorkerInfo>& workers) {
+  std::string out;
+  std::set<std::string> kinds_with;
+  for (const v1::CostProfile& p : profiles) {
+    kinds_with.insert(p.kind());
+    absl::StrAppend(&out, "cost profile ", p.kind(), " @ ", p.host().empty() ? "any host" : p.host(),
+                    " (", p.device().empty() ? "?" : p.device(), ", measured ",
+                    p.measured_unix_ms() > 0
+                        ? absl::FormatTime("%Y-%m-%d %H:%M UTC",
+                                           absl::FromUnixMillis(p.measured_unix_ms()),
+                                           absl::UTCTimeZone())
+                        : "?",
+                    "):");
+    for (const v1::KernelCost& k : p.kernels()) {
+      if (k.dtype() != v1::F32 || k.fit().per_unit_s() <= 0) continue;
+      if (k.kind() == v1::KernelCost::MATMUL) {
+        absl::StrAppend(&out, absl::StrFormat(" matmul %.1f GFLOP/s,", 1e-9 / k.fit().per_unit_s()));
+      } else if (k.kind() == v1::KernelCost::MEMORY) {
+        absl::StrAppend(&out, absl::StrFormat(" memory %.1f GB/s,", 1e-9 / k.fit().per_unit_s()));
+      }
+    }
+    if (p.overlap_slowdown() > 0) {
+      absl::StrAppend(&out, absl::StrFormat(" overlap slowdown %.2f", p.overlap_slowdown()));
+    }
+    absl::StrAppend(&out, "\n");
+    for (const v1::LinkCost& l : p.links()) {
+      if (l.op() != v1::Instruction::ALL_REDUCE && l.op() != v1::Instruction::SEND) continue;
+      absl::StrAppend(
+          &out, absl::StrFormat("  %-10s %d ranks %-10s %.3f ms + %.2f GB/s\n",
+                                v1::Instruction::Op_Name(l.op()), l.group_size(),
+                                v1::LinkCost::Scope_Name(l.scope()), 1e3 * l.fit().alpha_s(),
+                                l.fit().per_unit_s() > 0 ? 1e-9 / l.fit().per_unit_s() : 0.0));
+    }
+  }
+  std::set<std::string> kinds;
+  for (const v1::WorkerInfo& w : workers) kinds.insert(w.device().kind());
+  for (const std::string& kind : kinds) {
+    if (!kind.empty() && !kinds_with.count(kind)) {
+      absl::StrAppend(&out, "no cost profile of ", kind,
+                      " workers: mesh.auto jobs of that kind cannot be searched (weftctl "
+                      "calibrate FILE stores one)\n");
+    }
+  }
+  return out;
 }
 
 namespace {

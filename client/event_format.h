@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "weft/v1/job.pb.h"
+#include "weft/v1/profile.pb.h"
 #include "weft/v1/service.pb.h"
 
 namespace weft::client {
@@ -104,6 +105,13 @@ std::string FormatJobsTable(const std::vector<v1::JobSummary>& jobs, int64_t now
 std::string FormatDevice(const v1::DeviceInfo& device);
 
 std::string FormatWorkersTable(const std::vector<v1::WorkerInfo>& workers, int64_t now_ms);
+
+// `weftctl workers`' cost profile lines, one per profile: kind and host, when and on what it was
+// measured, and its headline figures (f32 matmul GFLOP/s, memory GB/s, each measured all-reduce
+// and send: fixed cost and GB/s, by group size and scope); then, for each worker kind without
+// one, that `mesh: {auto: true}` jobs of that kind cannot be searched.
+std::string FormatCostProfiles(const std::vector<v1::CostProfile>& profiles,
+                               const std::vector<v1::WorkerInfo>& workers);
 // A few "key: value" lines about one job; then its rank errors, one line each, earliest first:
 //   errors:   2 ranks failed in attempt 0, earliest first
 //     rank 1 (worker worker-3 on host 10.0.0.5, attempt 0, +0 ms): step 1: loading ...

@@ -74,6 +74,8 @@ void PrintLine(const std::string& line) {
 absl::StatusOr<v1::JobSpec> LoadAndValidate(const std::string& path) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(path);
   if (!spec.ok()) return spec.status();
+  // A mesh.auto spec is planned by the coordinator's search, over its workers.
+  if (spec->mesh().auto_parallel()) return spec;
   v1::JobSpec checked = *spec;
   absl::Status s = planner::PrepareAndPlan(&checked, "check", 0).status();
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat(path, ": ", s.message()));
@@ -362,15 +364,31 @@ int RunWorkers(const CommandLine& cl) {
   absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
   if (!connection.ok()) return Fail(connection.status());
   CoordinatorClient client(cl.coordinator, *connection);
-  absl::StatusOr<std::vector<v1::WorkerInfo>> workers = client.ListWorkers();
-  if (!workers.ok()) return Fail(workers.status());
+  absl::StatusOr<v1::ListWorkersResponse> resp = client.ListWorkersAndProfiles();
+  if (!resp.ok()) return Fail(resp.status());
   if (cl.json) {
-    v1::ListWorkersResponse resp;
-    for (const v1::WorkerInfo& w : *workers) *resp.add_workers() = w;
-    PrintLine(ProtoToJson(resp));
+    PrintLine(ProtoToJson(*resp));
   } else {
-    std::cout << FormatWorkersTable(*workers, NowMs()) << std::flush;
+    const std::vector<v1::WorkerInfo> workers(resp->workers().begin(), resp->workers().end());
+    const std::vector<v1::CostProfile> profiles(resp->profiles().begin(), resp->profiles().end());
+    std::cout << FormatWorkersTable(workers, NowMs()) << FormatCostProfiles(profiles, workers)
+              << std::flush;
   }
+  return 0;
+}
+
+int RunCalibrate(const CommandLine& cl) {
+  absl::StatusOr<v1::CostProfile> profile = planner::cost::ReadProfile(cl.positional[0]);
+  if (!profile.ok()) return Fail(profile.status());
+  absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
+  if (!connection.ok()) return Fail(connection.status());
+  CoordinatorClient client(cl.coordinator, *connection);
+  absl::StatusOr<v1::CostProfile> stored = client.PutCostProfile(*profile);
+  if (!stored.ok()) {
+    return Fail(absl::Status(stored.status().code(), absl::StrCat(cl.positional[0], ": ",
+                                                                  stored.status().message())));
+  }
+  std::cout << FormatCostProfiles({*stored}, {}) << std::flush;
   return 0;
 }
 
@@ -501,7 +519,11 @@ int RunAutoPlan(const CommandLine& cl) {
   absl::StatusOr<v1::CostProfile> profile = planner::cost::ReadProfile(cl.profile);
   if (!profile.ok()) return Fail(profile.status());
   planner::cost::SearchOptions options;
-  options.ranks = cl.ranks;
+  options.ranks = cl.ranks > 0 ? cl.ranks : static_cast<int>(spec->mesh().ranks());
+  if (options.ranks == 0 && spec->mesh().auto_parallel()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        cl.positional[0], ": mesh.auto without mesh.ranks: say how many with --ranks N")));
+  }
   if (options.ranks == 0) {
     options.ranks = 1;
     for (int64_t d : spec->mesh().shape()) options.ranks *= static_cast<int>(d);
@@ -621,6 +643,7 @@ int Main(int argc, char** argv) {
   if (cl->command == "watch") return RunWatch(*cl);
   if (cl->command == "logs") return RunLogs(*cl);
   if (cl->command == "workers") return RunWorkers(*cl);
+  if (cl->command == "calibrate") return RunCalibrate(*cl);
   if (cl->command == "local") return RunLocal(*cl, argv[0]);
   if (cl->command == "plan") return RunPlan(*cl);
   if (cl->command == "trace") return RunTrace(*cl);

@@ -57,6 +57,7 @@ Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions opt
       watchers_(options_.max_watchers_per_job, options_.max_watchers),
       writer_(store_.get(), [this](const v1::JobEvent& event) { watchers_.Publish(event); }),
       traces_(options_.trace_limits),
+      profiles_(options_.cost_profiles_dir),
       committer_([this](const Commit& commit, const absl::Status& status, double seconds) {
         Committed(commit, status, seconds);
       }),
@@ -64,6 +65,9 @@ Coordinator::Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions opt
                  RetentionLimits{options_.job_retention_ms, options_.max_ended_jobs,
                                  options_.retention_interval_ms},
                  options_.now_ms, [this](const std::string& id) { return DeleteEndedJob(id); }) {
+  if (absl::Status loaded = profiles_.Load(); !loaded.ok()) {
+    spdlog::warn("cost profiles: {}", std::string(loaded.message()));
+  }
   store_->SetWriteObserver([this] {
     if (mu_.HeldByThisThread()) {
       ++writes_under_lock_;
@@ -203,7 +207,10 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec,
                                                    const planner::StopCheck& stop) {
   const planner::StopCheck planning = PlanningStop(stop);
   // Off the lock.
-  ASSIGN_OR_RETURN(Submission submission, PrepareSubmission(spec, options_, planning));
+  AutoParallelInputs auto_parallel;
+  if (spec.mesh().auto_parallel()) auto_parallel = AutoParallelInputsFor(spec);
+  ASSIGN_OR_RETURN(Submission submission,
+                   PrepareSubmission(spec, options_, planning, auto_parallel));
   const v1::JobSpec& checked = submission.spec;
   RETURN_IF_ERROR(CheckFitsTheWorkers(checked, *submission.plan, planning));
   {
@@ -211,7 +218,11 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::JobSpec& spec,
     if (shutting_down_) return absl::UnavailableError("coordinator is shutting down");
   }
   // Stored off the lock: once it is, a restarted coordinator would queue it.
-  ASSIGN_OR_RETURN(v1::Job job, store_->CreateJob(checked, Now(), "submitted"));
+  ASSIGN_OR_RETURN(v1::Job job,
+                   store_->CreateJob(checked, Now(),
+                                     submission.auto_parallel.empty()
+                                         ? "submitted"
+                                         : absl::StrCat("submitted; ", submission.auto_parallel)));
   SchedulingLock lock(this);
   plans_[job.id()] = std::move(submission.plan);
   spdlog::info("job {} ({}): submitted, {} ranks on {}", job.id(), checked.name(),
@@ -225,6 +236,19 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& r
                                                    const planner::StopCheck& stop) {
   ASSIGN_OR_RETURN(v1::JobSpec spec, SpecOfRequest(request, options_.roots));
   return SubmitJob(spec, stop);
+}
+
+AutoParallelInputs Coordinator::AutoParallelInputsFor(const v1::JobSpec& spec) {
+  const std::string kind = spec.device().empty() ? "cpu" : spec.device();
+  AutoParallelInputs in;
+  in.profile = profiles_.NewestOfKind(kind);
+  for (const v1::WorkerInfo& w : ListWorkers()) {
+    if (w.device().kind() != kind || w.state() == "lost" || w.state() == "drained") continue;
+    in.host_of_slot.push_back(w.host());
+    const int64_t memory = w.device().memory_bytes();
+    if (memory > 0 && (in.memory_bytes == 0 || memory < in.memory_bytes)) in.memory_bytes = memory;
+  }
+  return in;
 }
 
 absl::Status Coordinator::CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan,

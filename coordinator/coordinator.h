@@ -68,6 +68,7 @@
 #include "coordinator/checkpoint_committer.h"
 #include "coordinator/coordinator_metrics.h"
 #include "coordinator/coordinator_options.h"
+#include "coordinator/cost_profiles.h"
 #include "coordinator/job_plan.h"
 #include "coordinator/job_queries.h"
 #include "coordinator/job_run.h"
@@ -77,6 +78,7 @@
 #include "coordinator/rendezvous.h"
 #include "coordinator/retention.h"
 #include "coordinator/store_writer.h"
+#include "coordinator/submission.h"
 #include "coordinator/trace_store.h"
 #include "coordinator/worker_connection.h"
 #include "coordinator/worker_registry.h"
@@ -156,6 +158,10 @@ class Coordinator {
                         const std::function<bool(const v1::JobEvent&)>& emit,
                         const std::function<bool()>& cancelled);
   std::vector<v1::WorkerInfo> ListWorkers();
+  // The cost profiles held (one per worker kind and host), and storing one (cost_profiles.h):
+  // what `mesh: {auto: true}` jobs are searched with. INVALID_ARGUMENT names a bad field.
+  std::vector<v1::CostProfile> ListCostProfiles() const { return profiles_.List(); }
+  absl::Status PutCostProfile(const v1::CostProfile& profile) { return profiles_.Put(profile); }
   // The timeline of a job submitted with trace: its latest attempt's spans by rank (empty while
   // pending). FAILED_PRECONDITION when the job is not traced, NOT_FOUND for an unknown job or a
   // trace no longer held (the coordinator restarted, or it was forgotten to bound memory).
@@ -237,6 +243,9 @@ class Coordinator {
   Coordinator(std::unique_ptr<JobStore> store, CoordinatorOptions options);
   int64_t Now() const { return options_.now_ms(); }
 
+  // What a `mesh: {auto: true}` spec is searched over: the registered workers of its kind (lost
+  // and drained ones aside), the least memory among them, the newest profile of the kind.
+  AutoParallelInputs AutoParallelInputsFor(const v1::JobSpec& spec) ABSL_LOCKS_EXCLUDED(mu_);
   // CheckFits against the largest registered worker of the spec's device kind, one rank per
   // role (JobPlan::RoleRanks), polling `stop`.
   absl::Status CheckFitsTheWorkers(const v1::JobSpec& spec, const JobPlan& plan,
@@ -310,6 +319,7 @@ class Coordinator {
   StoreWriter writer_;
   // Written under mu_ (so spans land in the attempt they belong to); read without it.
   TraceStore traces_;
+  CostProfiles profiles_;  // options_.cost_profiles_dir; thread-safe on its own
   // Complete saves, committed in order on its thread; stopped by Shutdown.
   CheckpointCommitter committer_;
   // Store writes made by a thread that held mu_ (tests expect none).

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -73,6 +74,9 @@ struct CoordinatorOptions {
   // How ranks go to workers (--placement): by topology (PlaceRanks) or in registration order.
   Placement placement = Placement::kTopology;
   int64_t retention_interval_ms = 60000;
+  // Where the cost profiles PutCostProfile stores are kept (the coordinator reads them back at
+  // start; main: <data_dir>/cost_profiles). Empty: in memory only.
+  std::string cost_profiles_dir;
 };
 
 }  // namespace weft::coordinator

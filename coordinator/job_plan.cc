@@ -1,5 +1,7 @@
 #include "coordinator/job_plan.h"
 
+#include "common/byte_size.h"
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -58,10 +60,10 @@ absl::Status CheckFits(const JobPlan& plan, const std::string& kind, int64_t lar
     if (!program.ok()) return Annotate(program.status(), "planning the job");
     if (program->arena_bytes() > largest_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", r, " needs ", absl::StrFormat("%.2f", program->arena_bytes() / 1073741824.0),
-          " GiB at its planned peak (`weftctl plan` shows it by role), more than the ",
-          absl::StrFormat("%.2f", largest_bytes / 1073741824.0), " GiB of the largest registered ",
-          kind, " worker (", largest_id, ")"));
+          "rank ", r, " needs ", FormatByteSize(program->arena_bytes()),
+          " at its planned peak (`weftctl plan` shows it by role), more than the ",
+          FormatByteSize(largest_bytes), " of the largest registered ", kind, " worker (",
+          largest_id, ")"));
     }
   }
   return absl::OkStatus();

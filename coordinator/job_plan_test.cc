@@ -135,7 +135,7 @@ TEST(CheckFitsTest, AMeshOf16kRanksIsCheckedByOneProgramPerRole) {
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refused.message().rfind("rank 0 needs ", 0), 0u) << refused;
   EXPECT_NE(refused.message().find(
-                "GiB of the largest registered cpu worker (worker-1)"),
+                "1.0 KiB of the largest registered cpu worker (worker-1)"),
             std::string::npos)
       << refused;
 }

@@ -247,6 +247,7 @@ int Run() {
     return 2;
   }
   options.placement = placement == "topology" ? Placement::kTopology : Placement::kRegistration;
+  options.cost_profiles_dir = data_dir + "/cost_profiles";
   options.max_log_lines = absl::GetFlag(FLAGS_max_log_lines);
   const absl::Duration retention = absl::GetFlag(FLAGS_job_retention);
   options.job_retention_ms = absl::ToInt64Milliseconds(retention);

@@ -6,12 +6,14 @@
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/jobspec/defaults.h"
 #include "common/jobspec/elastic.h"
 #include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "coordinator/job_run.h"
+#include "planner/cost/search.h"
 #include "spdlog/spdlog.h"
 
 namespace weft::coordinator {
@@ -97,13 +99,59 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
   return plan;
 }
 
+namespace {
+
+// The spec with the strategy the search picks, and what it picked in one line.
+absl::Status ChooseStrategy(const AutoParallelInputs& in, Submission* out) {
+  const std::string kind = out->spec.device().empty() ? "cpu" : out->spec.device();
+  if (!in.profile.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mesh.auto: the coordinator holds no cost profile of ", kind, " workers to price plans "
+        "with; measure one (weft-calibrate --out FILE on the workers' hosts) and store it "
+        "(weftctl calibrate FILE)"));
+  }
+  if (in.host_of_slot.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("mesh.auto: no ", kind, " worker is registered to search a mesh for"));
+  }
+  planner::cost::SearchOptions search;
+  search.ranks = out->spec.mesh().ranks() > 0 ? static_cast<int>(out->spec.mesh().ranks())
+                                              : static_cast<int>(in.host_of_slot.size());
+  search.host_of_slot = in.host_of_slot;
+  search.memory_bytes = in.memory_bytes;
+  if (search.ranks > static_cast<int>(in.host_of_slot.size())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "mesh.ranks: ", search.ranks, ", but ", in.host_of_slot.size(), " ", kind,
+        " workers are registered to place them on"));
+  }
+  absl::StatusOr<planner::cost::SearchResult> searched =
+      planner::cost::SearchStrategies(out->spec, search, *in.profile);
+  if (!searched.ok()) return Annotate(searched.status(), "mesh.auto");
+  const planner::cost::SearchResult& result = *searched;
+  const planner::cost::Candidate& pick = result.ranked.front();
+  ASSIGN_OR_RETURN(out->spec, planner::cost::ApplyStrategy(out->spec, pick.strategy));
+  out->auto_parallel = absl::StrFormat(
+      "auto-parallel chose %s of %d strategies (predicted %.4f s a step, %.1f MiB per rank%s)",
+      pick.strategy.Label(), static_cast<int>(result.ranked.size() + result.over_memory.size() +
+                                              result.refused.size()),
+      pick.prediction->step_s, static_cast<double>(pick.peak_bytes) / (1 << 20),
+      result.memory_limit > 0
+          ? absl::StrFormat(" of %.1f MiB", static_cast<double>(result.memory_limit) / (1 << 20))
+          : "");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
                                              const CoordinatorOptions& options,
-                                             const planner::StopCheck& stop) {
+                                             const planner::StopCheck& stop,
+                                             const AutoParallelInputs& auto_parallel) {
   Submission out;
   out.spec = spec;
   ApplyJobSpecDefaults(&out.spec);  // also when prepare_spec (a test's) does not
   RETURN_IF_ERROR(ConfineSpecPaths(&out.spec, options.roots));  // before any file is opened
+  if (out.spec.mesh().auto_parallel()) RETURN_IF_ERROR(ChooseStrategy(auto_parallel, &out));
   RETURN_IF_ERROR(options.prepare_spec(&out.spec));
   out.world_size = options.world_size(out.spec);
   if (out.world_size > options.max_ranks) {

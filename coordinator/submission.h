@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +25,7 @@
 #include "coordinator/job_plan.h"
 #include "coordinator/job_store.h"
 #include "weft/v1/job.pb.h"
+#include "weft/v1/profile.pb.h"
 #include "weft/v1/service.pb.h"
 
 namespace weft::coordinator {
@@ -38,6 +41,17 @@ struct Submission {
   v1::JobSpec spec;  // as prepared: what the job record keeps
   std::shared_ptr<const JobPlan> plan;
   int64_t world_size = 0;
+  // For a `mesh: {auto: true}` spec: what the search chose, in one line (empty otherwise).
+  std::string auto_parallel;
+};
+
+// What the search of a `mesh: {auto: true}` spec runs over: the registered workers of the
+// spec's kind (each one's host, in registration order, and the least memory among them) and the
+// coordinator's newest cost profile of that kind (nullopt: none stored).
+struct AutoParallelInputs {
+  std::vector<std::string> host_of_slot;
+  int64_t memory_bytes = 0;
+  std::optional<v1::CostProfile> profile;
 };
 
 // ApplyJobSpecDefaults, the spec's paths confined to options.roots (before any file is opened),
@@ -45,9 +59,13 @@ struct Submission {
 // planning, which would hold memory in proportion to it), then options.plan, once per job.
 // `stop` (the call's deadline and cancellation, the coordinator's shutdown) ends the planning
 // early with its status, "planning the job: ..." saying what it was doing.
+// A `mesh: {auto: true}` spec is searched (planner/cost/search.h) after its paths are confined,
+// and the strategy picked replaces its mesh; FAILED_PRECONDITION when `auto_parallel` has no
+// profile or no worker, INVALID_ARGUMENT when no strategy fits.
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
                                              const CoordinatorOptions& options,
-                                             const planner::StopCheck& stop = {});
+                                             const planner::StopCheck& stop = {},
+                                             const AutoParallelInputs& auto_parallel = {});
 
 // A prepared spec planned by options.plan; INTERNAL when the plan's ranks are not the mesh's.
 absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/bearer_token.h"
+#include "common/byte_size.h"
 #include "common/coordinator_channel.h"
 #include "common/crash_point.h"
 #include "common/file_io.h"
@@ -50,6 +51,9 @@ ABSL_FLAG(std::string, device, "cpu",
           "Device to run on: cpu, or cuda:N (GPU N; needs a --config=cuda build and a GPU).");
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Address the other workers reach this worker's collectives on.");
+ABSL_FLAG(std::string, memory_limit, "",
+          "Memory offered to jobs, when less than the device has (e.g. 256MiB, 16GiB): told to "
+          "the coordinator, which plans within it; empty: the device's.");
 ABSL_FLAG(int, heartbeat_ms, 0, "Heartbeat interval; 0 uses the coordinator's.");
 ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on at /metrics (port 0 picks one); empty: none. "
@@ -161,6 +165,15 @@ int main(int argc, char** argv) {
   options.coordinator = coordinator;
   options.roots = *std::move(roots);
   options.host = absl::GetFlag(FLAGS_host);
+  if (const std::string limit = absl::GetFlag(FLAGS_memory_limit); !limit.empty()) {
+    absl::StatusOr<int64_t> bytes = weft::ParseByteSize(limit);
+    if (!bytes.ok()) {
+      std::fprintf(stderr, "weft-worker: --memory_limit: %s\n",
+                   std::string(bytes.status().message()).c_str());
+      return 2;
+    }
+    options.memory_limit_bytes = *bytes;
+  }
   options.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_ms));
   options.reconnect_deadline = absl::Seconds(absl::GetFlag(FLAGS_reconnect_deadline_s));
   options.task_log = task_log;

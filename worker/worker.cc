@@ -447,6 +447,10 @@ absl::Status Worker::Serve() {
   v1::WorkerMessage hello;
   hello.mutable_hello()->set_host(options_.host);
   *hello.mutable_hello()->mutable_device() = device_;
+  if (options_.memory_limit_bytes > 0 &&
+      (device_.memory_bytes() == 0 || options_.memory_limit_bytes < device_.memory_bytes())) {
+    hello.mutable_hello()->mutable_device()->set_memory_bytes(options_.memory_limit_bytes);
+  }
   hello.mutable_hello()->set_pid(getpid());
   hello.mutable_hello()->set_metrics_address(options_.metrics_address);
   v1::CoordinatorMessage first;

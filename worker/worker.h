@@ -194,6 +194,11 @@ struct WorkerOptions {
   // where they are served (Hello.metrics_address). Null / empty: none.
   std::shared_ptr<WorkerMetrics> metrics;
   std::string metrics_address;
+  // --memory_limit: the memory this worker offers jobs, when less than its device has: what it
+  // tells the coordinator in Hello (DeviceInfo.memory_bytes), which refuses a job whose planned
+  // peak does not fit, and which the search of a `mesh: {auto: true}` job plans within. 0: the
+  // device's.
+  int64_t memory_limit_bytes = 0;
 };
 
 // The WorkerService stream client. One assignment at a time: another one while a task runs is

@@ -11,6 +11,11 @@ namespace weft {
 
 absl::Status ValidateMesh(const v1::Mesh& mesh) {
   const std::vector<int64_t> shape(mesh.shape().begin(), mesh.shape().end());
+  if (mesh.auto_parallel()) {
+    return absl::InvalidArgumentError(
+        "mesh.auto: a coordinator chooses the strategy when the job is submitted (weftctl plan "
+        "--auto SPEC shows its choice offline); this spec has none yet");
+  }
   if (mesh.shape_size() == 0) {
     return absl::InvalidArgumentError("mesh.shape: must list at least one dimension, e.g. [4]");
   }

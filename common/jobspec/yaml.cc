@@ -255,7 +255,33 @@ std::string ResolvePath(const std::string& path, const std::string& base_dir) {
 }
 
 absl::Status ParseMesh(const YAML::Node& node, const std::string& path, v1::Mesh* mesh) {
-  ASSIGN_OR_RETURN(MapReader m, MapReader::Read(node, path, {"shape", "dim_names"}));
+  ASSIGN_OR_RETURN(MapReader m,
+                   MapReader::Read(node, path, {"shape", "dim_names", "auto", "ranks"}));
+  if (m.Has("auto")) {
+    ASSIGN_OR_RETURN(bool on, ReadBool(m.Get("auto"), Join(path, "auto")));
+    mesh->set_auto_parallel(on);
+  }
+  if (m.Has("ranks")) {
+    if (!mesh->auto_parallel()) {
+      return Invalid(Join(path, "ranks"), m.Get("ranks"),
+                     "only with auto: true (a written mesh's ranks are its shape's product)");
+    }
+    ASSIGN_OR_RETURN(int64_t ranks, ReadInt<int64_t>(m.Get("ranks"), Join(path, "ranks")));
+    if (ranks < 1 || ranks > kMaxWorldSize) {
+      return Invalid(Join(path, "ranks"), m.Get("ranks"),
+                     absl::StrCat("must be in 1..", kMaxWorldSize, ", got ", ranks));
+    }
+    mesh->set_ranks(ranks);
+  }
+  if (mesh->auto_parallel()) {
+    for (const char* key : {"shape", "dim_names"}) {
+      if (m.Has(key)) {
+        return Invalid(Join(path, key), m.Get(key),
+                       "not with auto: true (the search chooses the mesh)");
+      }
+    }
+    return absl::OkStatus();
+  }
   RETURN_IF_ERROR(RequireKey(m, node, path, "shape"));
   RETURN_IF_ERROR(ReadIntList<int64_t>(m.Get("shape"), Join(path, "shape"),
                                        mesh->mutable_shape()));
@@ -822,6 +848,38 @@ absl::Status ParseSharding(const YAML::Node& node, const std::string& path,
   return absl::OkStatus();
 }
 
+// With mesh.auto the search writes the strategy: a spec that writes part of one is refused,
+// naming the key.
+absl::Status CheckNoStrategy(const YAML::Node& root) {
+  for (const char* key : {"parallelize", "pipeline", "sharding"}) {
+    if (root[key]) return Invalid(key, root[key], "not with mesh.auto (the search chooses it)");
+  }
+  const YAML::Node data = root["data"];
+  if (data && data.IsMap() && data["placements"]) {
+    return Invalid("data.placements", data["placements"],
+                   "not with mesh.auto (the search places the batch)");
+  }
+  const YAML::Node model = root["model"];
+  if (!model || !model.IsMap()) return absl::OkStatus();
+  if (model["placements"]) {
+    return Invalid("model.placements", model["placements"],
+                   "not with mesh.auto (the search places the parameters)");
+  }
+  const YAML::Node layers = model["layers"];
+  if (layers && layers.IsSequence()) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const YAML::Node layer = layers[i];
+      for (const char* key : {"placements", "stage"}) {
+        if (layer && layer.IsMap() && layer[key]) {
+          return Invalid(absl::StrCat("model.layers[", i, "].", key), layer[key],
+                         "not with mesh.auto (the search chooses it)");
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
                        const JobSpecYamlOptions& options, JobSpec* spec) {
   if (!root.IsDefined() || root.IsNull()) {
@@ -838,6 +896,7 @@ absl::Status ParseRoot(const YAML::Node& root, const std::string& base_dir,
   }
   ASSIGN_OR_RETURN(*spec->mutable_name(), ReadString(m.Get("name"), "name"));
   RETURN_IF_ERROR(ParseMesh(m.Get("mesh"), "mesh", spec->mutable_mesh()));
+  if (spec->mesh().auto_parallel()) RETURN_IF_ERROR(CheckNoStrategy(root));
   // Placements by mesh dim name need the names, defaulted or not, before the model is read.
   DefaultMeshDimNames(spec->mutable_mesh());
   ImplicitDims implicit;

@@ -160,6 +160,18 @@ grpc::Status GrpcJobService::ListWorkers(
     v1::ListWorkersResponse* response) {
   if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
   for (v1::WorkerInfo& info : coordinator_->ListWorkers()) *response->add_workers() = std::move(info);
+  for (v1::CostProfile& p : coordinator_->ListCostProfiles()) *response->add_profiles() = std::move(p);
+  return grpc::Status::OK;
+}
+
+grpc::Status GrpcJobService::PutCostProfile(grpc::ServerContext* context,
+                                            const v1::PutCostProfileRequest* request,
+                                            v1::CostProfile* response) {
+  if (grpc::Status denied = Denied(*context); !denied.ok()) return denied;
+  if (absl::Status s = coordinator_->PutCostProfile(request->profile()); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  *response = request->profile();
   return grpc::Status::OK;
 }
 

@@ -45,6 +45,9 @@ class GrpcJobService final : public v1::JobService::Service {
                         grpc::ServerWriter<v1::JobEvent>* writer) override;
   grpc::Status ListWorkers(grpc::ServerContext* context, const v1::ListWorkersRequest* request,
                            v1::ListWorkersResponse* response) override;
+  grpc::Status PutCostProfile(grpc::ServerContext* context,
+                              const v1::PutCostProfileRequest* request,
+                              v1::CostProfile* response) override;
   grpc::Status GetJobTrace(grpc::ServerContext* context, const v1::GetJobRequest* request,
                            v1::JobTrace* response) override;
   grpc::Status GetJobLogs(grpc::ServerContext* context, const v1::GetJobLogsRequest* request,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/byte_size.h"
 #include "common/jobspec/defaults.h"
 #include "common/rank_placement.h"
 #include "common/status.h"
@@ -156,9 +157,7 @@ bool WroteStrategy(const v1::JobSpec& spec) {
   return n > 1;
 }
 
-std::string Mib(int64_t bytes) {
-  return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-}
+std::string Mib(int64_t bytes) { return FormatByteSize(bytes); }
 
 std::string Seconds(double s) {
   if (s < 1e-3) return absl::StrFormat("%.1f us", s * 1e6);
