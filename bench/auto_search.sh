@@ -4,7 +4,7 @@
 # limited to AUTO_MBIT (200) Mbit/s each way by tc's token bucket and then unshaped. For each link
 # setting the test bed is calibrated first (weft-calibrate on all four workers' namespaces: the
 # kernels, and the links inside a host and across), then for each model — the seed's MLP
-# (examples/dp_mp.yaml: 1024 -> 4096 -> 1024 over [128, 1024] samples), a small GPT-2 and a small
+# (examples/dp_mp.yaml: 1024 -> 4096 -> 1024, at [32, 1024] samples), a small GPT-2 and a small
 # Llama with grouped-query attention — `weftctl plan --auto --json` lists every strategy of 4
 # ranks it can plan, with its predicted step, and every one of them is run through the daemons:
 # the median step of AUTO_STEPS (10) after AUTO_WARMUP (3), and the peak bytes the workers
@@ -43,7 +43,9 @@ bench_netns_hosts 2
 hosts="10.213.1.2:2,10.213.2.2:2"
 
 write_gpt_tokens "$tmp/tokens.bin"
-sed -e "s/^train: .*/train: {steps: $steps, seed: 1234}/" examples/dp_mp.yaml > "$tmp/mlp.yaml"
+# The seed's MLP at 32 positions a sample (its [128, 1024] takes seconds a step on these 2 cores).
+sed -e "s/^train: .*/train: {steps: $steps, seed: 1234}/" -e "s/\[128, 1024\]/[32, 1024]/g" \
+  examples/dp_mp.yaml > "$tmp/mlp.yaml"
 cat > "$tmp/gpt2.yaml" <<YAML
 name: gpt2_small
 mesh: {shape: [4], dim_names: [dp]}
@@ -79,7 +81,7 @@ calibrate() {
   mkdir -p "$tmp/store.$1"
   for r in 0 1 2 3; do
     h=$((r % 2 + 1))
-    in_host "$h" "$bin/worker/calibrate/weft-calibrate" --rank "$r" --world 4 \
+    in_host "$h" env OMP_WAIT_POLICY=passive "$bin/worker/calibrate/weft-calibrate" --rank "$r" --world 4 \
       --store "$tmp/store.$1" --host "10.213.$h.2" --out "$tmp/profile.$1.json" \
       > "$tmp/calibrate.$1.$r.log" 2>&1 &
     started+=("$!")

@@ -46,6 +46,10 @@ ABSL_FLAG(std::string, store, "",
 ABSL_FLAG(std::string, host, "127.0.0.1", "The address this rank binds and its peers reach.");
 ABSL_FLAG(bool, quick, false, "Fewer, smaller shapes and sizes (a test's run: a few seconds).");
 ABSL_FLAG(bool, verbose, false, "Print every shape's measured time and its fit's on stderr.");
+ABSL_FLAG(bool, kernels_together, true,
+          "Every rank measures the kernels at the same time, rank 0 keeping its own: what a "
+          "worker computes while its host's other workers compute too (CPU workers sharing "
+          "cores). false: rank 0 alone, once the others are done.");
 ABSL_FLAG(int, timeout_s, 300, "How long a rank waits for the others at each rendezvous.");
 
 namespace weft::calibrate {
@@ -128,6 +132,7 @@ struct Flags {
   std::string host;
   bool quick = false;
   bool verbose = false;
+  bool kernels_together = true;
   absl::Duration timeout;
 };
 
@@ -213,13 +218,24 @@ absl::Status Run(const Flags& flags) {
       profile.set_overlap_slowdown(slowdown);
     }
   }
-  if (flags.rank != 0) return absl::OkStatus();
-
-  // The kernels last, once the other ranks are done and the cores are rank 0's.
+  const bool together = flags.kernels_together && flags.world > 1;
+  if (together) {
+    // Every rank starts the kernels at once: each gets what a worker does while the others on
+    // its host compute too.
+    RETURN_IF_ERROR(Set(*store, absl::StrCat("kernels-", flags.rank), "ready"));
+    for (int r = 0; r < flags.world; ++r) {
+      RETURN_IF_ERROR(Get(*store, absl::StrCat("kernels-", r), flags.timeout).status());
+    }
+  } else if (flags.rank != 0) {
+    return absl::OkStatus();
+  }
+  // The kernels last: together, or once the other ranks are done and the cores are rank 0's.
   ASSIGN_OR_RETURN(DeviceDescription device, ProbeDevice("cpu"));
-  profile.set_device(absl::StrCat(device.name, ", ", device.cores, " threads"));
+  profile.set_device(absl::StrCat(device.name, ", ", device.cores, " threads",
+                                  together ? absl::StrCat(", ", flags.world, " ranks at once") : ""));
   ASSIGN_OR_RETURN(std::vector<v1::KernelCost> kernels,
                    MeasureKernels({.quick = flags.quick, .report = Report(flags)}));
+  if (flags.rank != 0) return absl::OkStatus();
   for (v1::KernelCost& k : kernels) *profile.add_kernels() = std::move(k);
   for (const LinkGroup& g : groups) {
     ASSIGN_OR_RETURN(std::string bytes, Get(*store, LinksKey(g.group), flags.timeout));
@@ -255,6 +271,7 @@ int main(int argc, char** argv) {
                                         .host = absl::GetFlag(FLAGS_host),
                                         .quick = absl::GetFlag(FLAGS_quick),
                                         .verbose = absl::GetFlag(FLAGS_verbose),
+                                        .kernels_together = absl::GetFlag(FLAGS_kernels_together),
                                         .timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s))};
   const absl::Status status = weft::calibrate::Run(flags);
   if (!status.ok()) {

@@ -199,8 +199,9 @@ struct KernelProbe {
   absl::StatusOr<Call> (*prepare)(Kernels&, Arena&, const Shape&);
 };
 
-const std::vector<Shape> kMemoryShapes = {{64 * kKiB}, {256 * kKiB}, {kMiB},
-                                          {4 * kMiB},  {16 * kMiB},  {64 * kMiB}};
+// From 4 KiB, where the fixed cost of an op (its dispatch) shows, to 64 MiB, past the caches.
+const std::vector<Shape> kMemoryShapes = {{4 * kKiB}, {16 * kKiB}, {64 * kKiB}, {256 * kKiB},
+                                          {kMiB},     {4 * kMiB},  {16 * kMiB}, {64 * kMiB}};
 const std::vector<Shape> kQuickMemoryShapes = {{64 * kKiB}, {kMiB}, {4 * kMiB}};
 
 const std::vector<KernelProbe>& Probes() {
