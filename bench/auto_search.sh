@@ -73,14 +73,15 @@ optimizer: {type: adamw, lr: 1.0e-4, betas: [0.9, 0.999], eps: 1.0e-8, weight_de
 train: {steps: $steps, seed: 1234}
 YAML
 
-# calibrate LINK: weft-calibrate as 4 ranks on the hosts (rank r on host r % 2 + 1), the
-# profile to $tmp/profile.LINK.json.
+# calibrate LINK: weft-calibrate as 4 ranks on the hosts, ranks 0 1 on the first and 2 3 on the
+# second (as topology placement lays a job's ranks: the 4-rank ring crosses between the hosts once
+# each way), the profile to $tmp/profile.LINK.json.
 calibrate() {
   local r h started=()
   rm -rf "$tmp/store.$1"
   mkdir -p "$tmp/store.$1"
   for r in 0 1 2 3; do
-    h=$((r % 2 + 1))
+    h=$((r / 2 + 1))
     in_host "$h" env OMP_WAIT_POLICY=passive "$bin/worker/calibrate/weft-calibrate" --rank "$r" --world 4 \
       --store "$tmp/store.$1" --host "10.213.$h.2" --out "$tmp/profile.$1.json" \
       > "$tmp/calibrate.$1.$r.log" 2>&1 &
