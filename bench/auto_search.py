@@ -98,13 +98,16 @@ def report(rows_path, png):
     links = sorted({k[1] for k in groups}, key=lambda l: -int(l))
     fig, axes = plt.subplots(1, len(links), figsize=(6 * len(links), 5.5), squeeze=False)
     for ax, link in zip(axes[0], links):
-        top = 0
+        top, bottom = 0, float("inf")
         for (model, l), rs in sorted(groups.items()):
             if l != link:
                 continue
             ax.scatter([r[4] * 1e3 for r in rs], [r[2] * 1e3 for r in rs], s=14, label=model)
             top = max(top, max(max(r[4], r[2]) for r in rs) * 1e3)
-        ax.plot([0, top], [0, top], color="gray", linewidth=0.8)
+            bottom = min(bottom, min(min(r[4], r[2]) for r in rs) * 1e3)
+        ax.plot([bottom, top], [bottom, top], color="gray", linewidth=0.8, label="predicted = measured")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
         ax.set_xlabel("measured step (ms)")
         ax.set_ylabel("predicted step (ms)")
         ax.set_title("4 ranks, 2 hosts x 2: link %s" % ("unshaped" if link == "0" else link + " Mbit/s"))

@@ -93,6 +93,8 @@ class Simulation {
       : programs_(programs), hosts_(hosts), profile_(profile), tail_(tail) {}
 
   absl::StatusOr<StepPrediction> Run() {
+    world_ = 1;  // every program's mesh is the plan's
+    for (int64_t n : programs_[0].mesh().shape()) world_ *= static_cast<int>(n);
     for (size_t i = 0; i < programs_.size(); ++i) {
       const v1::Program& p = programs_[i];
       RETURN_IF_ERROR(Check(p));
@@ -195,6 +197,20 @@ class Simulation {
     return spans;
   }
 
+  // How many copies of a group across hosts share its members' host links at once: every copy of
+  // an SPMD group (the same dims at the other coordinates) runs the same collective at the same
+  // time, so a host whose `rank` holds m of the group's members among its H ranks carries H / m
+  // such flows, each at that share of the link calibration measured one flow on. 1 inside a
+  // host.
+  int64_t Sharing(int rank, const std::vector<int>& members) const {
+    if (ScopeOf(members) != v1::LinkCost::INTER_HOST) return 1;
+    const std::string& host = hosts_[rank];
+    int64_t on_host = 0, members_on_host = 0;
+    for (int r = 0; r < world_; ++r) on_host += hosts_[r] == host;
+    for (int m : members) members_on_host += hosts_[m] == host;
+    return std::max<int64_t>(1, on_host / std::max<int64_t>(1, members_on_host));
+  }
+
   v1::LinkCost::Scope ScopeOf(const std::vector<int>& members) const {
     for (int m : members) {
       if (m < 0 || m >= static_cast<int>(hosts_.size()) || hosts_[m] != hosts_[members[0]]) {
@@ -271,6 +287,7 @@ class Simulation {
             seconds;
         s.t += seconds;
       }
+      s.t += profile_.instruction_overhead_s();  // the executor's own, per instruction
       s.issued = false;
       ++s.pc;
       moved = true;
@@ -303,7 +320,9 @@ class Simulation {
       Instance* x = slot.get();
       ASSIGN_OR_RETURN(double seconds,
                        LinkSeconds(profile_, ins.op(), static_cast<int>(members.size()),
-                                   ScopeOf(members), CollectiveBytes(p, ins, members), tail_));
+                                   ScopeOf(members),
+                                   CollectiveBytes(p, ins, members) * Sharing(p.rank(), members),
+                                   tail_));
       x->seconds = std::max(x->seconds, seconds);
       x->ready[s.index] = s.t;
       auto last = s.last_on.find(ins.group());
@@ -342,7 +361,9 @@ class Simulation {
       const int buffer = send ? ins.inputs(0) : ins.outputs(0);
       ASSIGN_OR_RETURN(double seconds,
                        LinkSeconds(profile_, v1::Instruction::SEND, 2,
-                                   ScopeOf({from, to}), BufferBytes(p.buffers(buffer)), tail_));
+                                   ScopeOf({from, to}),
+                                   BufferBytes(p.buffers(buffer)) * Sharing(p.rank(), {from, to}),
+                                   tail_));
       x.seconds = std::max(x.seconds, seconds);
       (send ? x.send_at : x.recv_at) = s.t;
       // A peer outside the simulated set is there when this side is.
@@ -366,6 +387,7 @@ class Simulation {
   const v1::CostProfile& profile_;
   const bool tail_;
   std::vector<RankState> ranks_;
+  int world_ = 0;  // the mesh's ranks (hosts_ covers them)
   std::map<int, int> index_of_rank_;
   std::map<std::tuple<int, std::vector<int>, int>, std::unique_ptr<Instance>> instances_;
   std::map<std::tuple<int, int, uint32_t>, Transfer> transfers_;

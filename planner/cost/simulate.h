@@ -1,14 +1,17 @@
 // The simulator: replays ranks' Programs, as the planner emitted them, over a CostProfile and
 // predicts one training step's time. Each rank has an executor clock that runs its instructions
-// in order (compute priced by profile.h's kernel fits, slowed by overlap_slowdown while one of
-// its collectives is in flight) and, as a CPU worker runs them (worker/executor/
+// in order, each costing the profile's instruction_overhead_s besides its work (compute priced
+// by profile.h's kernel fits, slowed by overlap_slowdown while one of its collectives is in
+// flight), and, as a CPU worker runs them (worker/executor/
 // async_collectives.h), one queue per communicator that runs its collectives in program order
 // from where the executor started them; the executor waits for a collective only where an
 // instruction touches its bytes, where a SEND or RECV needs its communicator, and at the end of
 // the step. A GPU worker (device cuda) or `blocking_collectives` runs each collective in place. A
 // collective starts when every member has started it and its communicator is free; a SEND and its
 // RECV meet (each waits for the other) and take the link's time; a group's scope is INTER_HOST
-// when its members span hosts.
+// when its members span hosts, and then its bytes share each host's link with the other copies
+// of the group that cross it at the same time (a host of H ranks holding m of the group's
+// members carries H / m of them), as calibration measures one flow.
 //
 // Ranks run what their role says (planner.h RoleRanks), so simulating one rank per pipeline stage
 // (SimulatedRanks) stands for all: a group member outside the simulated set is taken to reach

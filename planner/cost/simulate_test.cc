@@ -16,10 +16,10 @@
 namespace weft::planner::cost {
 namespace {
 
-#define WEFT_CONCAT_INNER_(a, b) a##b
-#define WEFT_CONCAT_(a, b) WEFT_CONCAT_INNER_(a, b)
+#define TEST_CONCAT_INNER_(a, b) a##b
+#define TEST_CONCAT_(a, b) TEST_CONCAT_INNER_(a, b)
 #define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(WEFT_CONCAT_(result_, __LINE__), lhs, expr)
+  ASSERT_OK_AND_ASSIGN_IMPL_(TEST_CONCAT_(result_, __LINE__), lhs, expr)
 #define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   ASSERT_TRUE(tmp.ok()) << tmp.status();           \
@@ -157,6 +157,23 @@ TEST(SimulateTest, AcrossHostsTheInterHostLinkPricesTheGroup) {
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(missing.status().message().find("INTER_HOST"), std::string::npos)
       << missing.status();
+}
+
+TEST(SimulateTest, CopiesOfAGroupCrossingHostsShareTheLink) {
+  // Mesh [2, 2] on hosts a a b b: the groups over d0 ({0, 2} and {1, 3}) both cross between the
+  // hosts at once, so each gets half of host a's link: twice the bytes' time. The groups over d1
+  // ({0, 1}) stay inside host a.
+  v1::Program p = Program(0, {2, 2}, {{0}, {1}}, {{262144}});
+  Add(&p, v1::Instruction::ALL_REDUCE, {0}, {0})->set_group(0);
+  ASSERT_OK_AND_ASSIGN(StepPrediction s, SimulateStep({p}, {"a", "a", "b", "b"}, Profile()));
+  EXPECT_NEAR(s.step_s, 5e-3 + 2 * 1048576 * 1e-7, 1e-12);
+  v1::Program q = Program(0, {2, 2}, {{0}, {1}}, {{262144}});
+  Add(&q, v1::Instruction::ALL_REDUCE, {0}, {0})->set_group(1);
+  ASSERT_OK_AND_ASSIGN(StepPrediction t, SimulateStep({q}, {"a", "a", "b", "b"}, Profile()));
+  EXPECT_NEAR(t.step_s, 2e-3 + 1048576 * 1e-8, 1e-12);
+  // One host per rank: each group is alone on its links.
+  ASSERT_OK_AND_ASSIGN(StepPrediction u, SimulateStep({p}, {"a", "b", "c", "d"}, Profile()));
+  EXPECT_NEAR(u.step_s, 5e-3 + 1048576 * 1e-7, 1e-12);
 }
 
 TEST(SimulateTest, APipelineTransferLeavesTheLaterStageABubble) {

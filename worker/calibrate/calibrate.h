@@ -99,6 +99,12 @@ absl::StatusOr<std::vector<v1::LinkCost>> MeasureLinks(Communicator& comm,
 absl::StatusOr<double> MeasureOverlapSlowdown(Communicator& comm, bool quick,
                                               const KernelOptions& kernels = {});
 
+// What the executor spends per instruction beyond its kernel's work (decoding, dispatch, the
+// checks around a step's instructions): the median over steps of a program of one-element SCALEs
+// run through a real Executor, per instruction. The simulator adds it to every instruction
+// (CostProfile.instruction_overhead_s); small models run thousands a step.
+absl::StatusOr<double> MeasureInstructionOverhead(bool quick);
+
 }  // namespace weft::calibrate
 
 #endif  // WEFT_WORKER_CALIBRATE_CALIBRATE_H_

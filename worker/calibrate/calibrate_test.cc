@@ -134,5 +134,14 @@ TEST(MeasureLinksTest, TwoRanksOnLoopback) {
                      v1::Instruction::REDUCE_SCATTER, v1::Instruction::SEND}));
 }
 
+// A real executor's own cost per instruction: more than nothing, far less than a millisecond
+// (one-element ops), and what a program of a thousand of them takes per instruction.
+TEST(MeasureInstructionOverheadTest, IsTheExecutorsCostPerInstruction) {
+  absl::StatusOr<double> overhead = MeasureInstructionOverhead(/*quick=*/true);
+  ASSERT_TRUE(overhead.ok()) << overhead.status();
+  EXPECT_GT(*overhead, 1e-9);
+  EXPECT_LT(*overhead, 1e-3);
+}
+
 }  // namespace
 }  // namespace weft::calibrate

@@ -237,6 +237,8 @@ absl::Status Run(const Flags& flags) {
                    MeasureKernels({.quick = flags.quick, .report = Report(flags)}));
   if (flags.rank != 0) return absl::OkStatus();
   for (v1::KernelCost& k : kernels) *profile.add_kernels() = std::move(k);
+  ASSIGN_OR_RETURN(double overhead, MeasureInstructionOverhead(flags.quick));
+  profile.set_instruction_overhead_s(overhead);
   for (const LinkGroup& g : groups) {
     ASSIGN_OR_RETURN(std::string bytes, Get(*store, LinksKey(g.group), flags.timeout));
     v1::CostProfile published;
