@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/match.h"
+#include "common/checkpoint/directory.h"
 #include "common/file_io.h"
 #include "common/testing_files.h"
 #include "gtest/gtest.h"
@@ -93,6 +94,19 @@ TEST_F(ConfinedTest, RemoveTreeRemovesALinkNotWhatItNames) {
   EXPECT_FALSE(fs::exists(fs::symlink_status(step)));
   EXPECT_EQ(*ReadFileToString(outside_ + "/victim/keep"), "mine");
   EXPECT_TRUE(RemoveTree(step).ok()) << "absent is fine";
+}
+
+// A checkpoint folder swapped for a link outside while a step's shards were being written: the
+// commit looks its staging folder up beneath the root and is refused as leading outside, without
+// looking into the folder the link names (which does hold a staging folder here).
+TEST_F(ConfinedTest, ACommitThroughAFolderSwappedForALinkIsRefused) {
+  const std::string dir = root_ + "/ckpt/run";
+  fs::create_directories(outside_ + "/victim/.tmp-step-3");
+  fs::create_directory_symlink(outside_ + "/victim", dir);
+  const absl::Status s = checkpoint::CommitCheckpoint(dir, 3, {}, 1);
+  ExpectLeadsOut(s, checkpoint::StagingDir(dir, 3));
+  EXPECT_TRUE(fs::exists(outside_ + "/victim/.tmp-step-3"));
+  EXPECT_FALSE(fs::exists(outside_ + "/victim/step-3"));
 }
 
 TEST_F(ConfinedTest, InsideTheRootEverythingWorks) {

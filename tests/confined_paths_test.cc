@@ -227,6 +227,9 @@ TEST_F(ConfinedPathsTest, AFolderOrShardSwappedForALinkMidRunLeadsNowhereOutside
   fs::create_symlink(target, dir);
   const JobOutcome outcome = JobOutcome::Of(cluster_->Watch(id, 120));
   EXPECT_EQ(outcome.state, v1::FAILED) << outcome.message;
+  // The next save is refused at the link; so is its commit when the swap came while step 3's
+  // shards were being written (they went with the folder renamed away): the commit looks its
+  // staging folder up beneath the root too.
   EXPECT_THAT(outcome.message, HasSubstr(": leads outside " + checkpoint_root_ +
                                          " (through a link or `..`): refused"));
   EXPECT_TRUE(fs::is_empty(target)) << "a checkpoint landed outside the root";

@@ -1,5 +1,8 @@
 #include "common/checkpoint/directory.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -248,7 +251,13 @@ absl::Status CommitCheckpoint(const std::string& dir, int64_t step,
   const std::string staging = StagingDir(dir, step);
   const std::string final_dir = StepDir(dir, step);
   std::error_code ec;
-  if (!fs::is_directory(staging, ec)) {
+  // Looked up beneath its root like every open: a folder swapped for a link leading outside is
+  // refused as such, not looked into.
+  if (const int fd = OpenConfined(staging, O_PATH | O_DIRECTORY); fd >= 0) {
+    close(fd);
+  } else if (errno == EXDEV) {
+    return Annotate(OpenError(staging, "cannot open"), context);
+  } else {
     return fail(absl::StatusCode::kFailedPrecondition,
                 absl::StrCat(staging, " does not exist (no shard was written)"));
   }

@@ -9,8 +9,10 @@
 //   links      bytes this rank sends, as planner/format.h CollectiveBytes counts them (a ring
 //              all-reduce 2 (K-1)/K of the tensor, all-gather and reduce-scatter (K-1)/K of the
 //              full tensor, a SEND its whole buffer)
-// Each shape is called once to warm up, then timed several times; the fit runs over the median
-// times, and its tail_ratio is the median over shapes of p90 / p50.
+// Each shape is called once to warm up, then timed several times; the fit runs over the mean
+// times (a step is a sum of many calls: its expected time is the sum of their means, which on a
+// CPU its workers share includes the calls descheduled behind another's; the median would leave
+// those out), and its tail_ratio is the median over shapes of p90 / p50.
 //
 // E.g.
 //   ASSIGN_OR_RETURN(std::vector<v1::KernelCost> kernels, MeasureKernels({.quick = true}));
@@ -37,6 +39,7 @@ struct Timing {
   std::string what;  // the call and its shape, e.g. "MATMUL f32 [1024,1024,1024]"
 
   double units = 0;  // the work of one call, in its fit's units
+  double mean_s = 0;
   double median_s = 0;
   double p90_s = 0;
   int samples = 0;  // timed calls
@@ -46,11 +49,11 @@ struct Timing {
 // `budget_s` seconds have gone by (at least 3 when reps allows), with steady_clock.
 Timing TimeCalls(std::string what, double units, const std::function<void()>& call, int reps,
                  double budget_s);
-// The median and p90 of times already taken.
+// The mean, median and p90 of times already taken.
 Timing TimingOf(std::string what, double units, const std::vector<double>& seconds);
 
-// seconds = alpha + per_unit * units by least squares over the timings' medians, each weighted
-// by 1 / median: between absolute residuals, where the largest shape alone would set alpha (a
+// seconds = alpha + per_unit * units by least squares over the timings' means, each weighted
+// by 1 / mean: between absolute residuals, where the largest shape alone would set alpha (a
 // link's latency), and relative ones, where cache-resident small shapes would set the rate that
 // prices the large ones a step's time is made of. alpha is clamped at 0 (the line refit through
 // the origin). tail_ratio: the median over timings of p90 / median (>= 1); samples: the timed

@@ -22,6 +22,7 @@ TEST(FitLinearTest, RecoversALine) {
   for (double x : {1e3, 1e4, 1e5, 1e6}) {
     timings.push_back({.what = "line",
                        .units = x,
+                       .mean_s = 2e-6 + 3e-9 * x,
                        .median_s = 2e-6 + 3e-9 * x,
                        .p90_s = 1.5 * (2e-6 + 3e-9 * x),
                        .samples = 5});
@@ -34,8 +35,9 @@ TEST(FitLinearTest, RecoversALine) {
 }
 
 TEST(FitLinearTest, ClampsANegativeFixedCostAtZero) {
-  const std::vector<Timing> timings = {{.units = 1e3, .median_s = 1e-6, .p90_s = 1e-6},
-                                       {.units = 1e6, .median_s = 2e-3, .p90_s = 2e-3}};
+  const std::vector<Timing> timings = {
+      {.units = 1e3, .mean_s = 1e-6, .median_s = 1e-6, .p90_s = 1e-6},
+      {.units = 1e6, .mean_s = 2e-3, .median_s = 2e-3, .p90_s = 2e-3}};
   const v1::LinearFit fit = FitLinear(timings);
   EXPECT_EQ(fit.alpha_s(), 0);
   EXPECT_GT(fit.per_unit_s(), 0);

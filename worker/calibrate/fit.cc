@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <numeric>
 #include <utility>
 
 #include "worker/calibrate/calibrate.h"
@@ -38,6 +39,9 @@ Timing TimeCalls(std::string what, double units, const std::function<void()>& ca
 Timing TimingOf(std::string what, double units, const std::vector<double>& seconds) {
   return {.what = std::move(what),
           .units = units,
+          .mean_s = seconds.empty() ? 0.0
+                                    : std::accumulate(seconds.begin(), seconds.end(), 0.0) /
+                                          static_cast<double>(seconds.size()),
           .median_s = Quantile(seconds, 0.5),
           .p90_s = Quantile(seconds, 0.9),
           .samples = static_cast<int>(seconds.size())};
@@ -50,14 +54,14 @@ v1::LinearFit FitLinear(absl::Span<const Timing> timings) {
   int samples = 0;
   for (const Timing& t : timings) {
     samples += t.samples;
-    if (t.median_s <= 0) continue;
-    const double w = 1 / t.median_s;
+    if (t.mean_s <= 0) continue;
+    const double w = 1 / t.mean_s;
     sw += w;
     sx += w * t.units;
-    sy += w * t.median_s;
+    sy += w * t.mean_s;
     sxx += w * t.units * t.units;
-    sxy += w * t.units * t.median_s;
-    tails.push_back(std::max(1.0, t.p90_s / t.median_s));
+    sxy += w * t.units * t.mean_s;
+    if (t.median_s > 0) tails.push_back(std::max(1.0, t.p90_s / t.median_s));
   }
   double alpha = 0, per_unit = 0;
   const double det = sw * sxx - sx * sx;
