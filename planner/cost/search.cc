@@ -10,7 +10,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/byte_size.h"
-#include "common/jobspec/defaults.h"
 #include "common/rank_placement.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -150,7 +149,7 @@ v1::Placement Replicate() {
   return p;
 }
 
-// The spec's own strategy when it wrote one (a mesh of more than one rank), else nullopt.
+// Whether the spec wrote a strategy of its own: a mesh of more than one rank.
 bool WroteStrategy(const v1::JobSpec& spec) {
   int64_t n = 1;
   for (int64_t d : spec.mesh().shape()) n *= d;
@@ -394,8 +393,6 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec,
     result.given = std::move(given);
   }
   // Work per step, for tokens/s and MFU.
-  v1::JobSpec one = spec;
-  ApplyJobSpecDefaults(&one);
   const double samples = static_cast<double>(spec.data().batch_size());
   result.tokens_per_step =
       spec.data().source() == "tokens" ? samples * static_cast<double>(spec.data().seq_len())
@@ -487,7 +484,8 @@ std::string FormatSearch(const SearchResult& r) {
 
 std::string FormatSearchJson(const SearchResult& r) {
   auto candidate = [&](const Candidate& c) {
-    nlohmann::json j = {{"strategy", c.strategy.Label()}, {"peak_bytes", c.peak_bytes},
+    nlohmann::json j = {{"strategy", c.strategy.dp >= 1 ? c.strategy.Label() : "as written"},
+                        {"peak_bytes", c.peak_bytes},
                         {"fits", c.fits}};
     if (c.strategy.dp >= 1) j["spec_keys"] = StrategyYaml(r.base, c.strategy);
     if (!c.refused.empty()) j["refused"] = c.refused;
