@@ -1,7 +1,5 @@
 #include "client/cli.h"
 
-#include "common/byte_size.h"
-
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -14,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/match.h"
+#include "common/byte_size.h"
 #include "common/status.h"
 
 namespace weft::client {
@@ -185,7 +184,8 @@ absl::Status SetHosts(const std::string&, const std::string& value, CommandLine*
 absl::Status SetMemory(const std::string&, const std::string& value, CommandLine* cl) {
   absl::StatusOr<int64_t> bytes = ParseByteSize(value);
   if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--memory: bytes per worker: ", bytes.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--memory: bytes per worker: ", bytes.status().message()));
   }
   cl->memory_bytes = *bytes;
   return absl::OkStatus();

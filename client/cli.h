@@ -23,8 +23,8 @@ inline constexpr char kDefaultCoordinator[] = "127.0.0.1:7070";
 inline constexpr int kDefaultListLimit = 100;
 
 struct CommandLine {
-  std::string command;  // submit | get | list | cancel | delete | watch | logs | workers | calibrate | local | plan |
-                        // trace | ckpt | data | help | version
+  std::string command;  // submit | get | list | cancel | delete | watch | logs | workers |
+                        // calibrate | local | plan | trace | ckpt | data | help | version
   // ckpt: positional[0] is inspect | verify | export; data: tokenize | inspect; each checked
   // with its arguments.
   std::vector<std::string> positional;  // after the command

@@ -1,15 +1,13 @@
 #include "client/event_format.h"
 
-#include "absl/time/time.h"
-
-#include <set>
-
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_join.h"
 #include "common/utf8.h"
 #include "google/protobuf/util/json_util.h"
@@ -308,18 +306,19 @@ std::string FormatCostProfiles(const std::vector<v1::CostProfile>& profiles,
   std::set<std::string> kinds_with;
   for (const v1::CostProfile& p : profiles) {
     kinds_with.insert(p.kind());
-    absl::StrAppend(&out, "cost profile ", p.kind(), " @ ", p.host().empty() ? "any host" : p.host(),
-                    " (", p.device().empty() ? "?" : p.device(), ", measured ",
-                    p.measured_unix_ms() > 0
-                        ? absl::FormatTime("%Y-%m-%d %H:%M UTC",
-                                           absl::FromUnixMillis(p.measured_unix_ms()),
-                                           absl::UTCTimeZone())
-                        : "?",
-                    "):");
+    absl::StrAppend(
+        &out, "cost profile ", p.kind(), " @ ", p.host().empty() ? "any host" : p.host(), " (",
+        p.device().empty() ? "?" : p.device(), ", measured ",
+        p.measured_unix_ms() > 0
+            ? absl::FormatTime("%Y-%m-%d %H:%M UTC", absl::FromUnixMillis(p.measured_unix_ms()),
+                               absl::UTCTimeZone())
+            : "?",
+        "):");
     for (const v1::KernelCost& k : p.kernels()) {
       if (k.dtype() != v1::F32 || k.fit().per_unit_s() <= 0) continue;
       if (k.kind() == v1::KernelCost::MATMUL) {
-        absl::StrAppend(&out, absl::StrFormat(" matmul %.1f GFLOP/s,", 1e-9 / k.fit().per_unit_s()));
+        absl::StrAppend(&out,
+                        absl::StrFormat(" matmul %.1f GFLOP/s,", 1e-9 / k.fit().per_unit_s()));
       } else if (k.kind() == v1::KernelCost::MEMORY) {
         absl::StrAppend(&out, absl::StrFormat(" memory %.1f GB/s,", 1e-9 / k.fit().per_unit_s()));
       }

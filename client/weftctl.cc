@@ -34,13 +34,13 @@
 #include "client/trace_format.h"
 #include "common/bearer_token.h"
 #include "common/coordinator_channel.h"
+#include "common/cost_profile_json.h"
 #include "common/job_state.h"
 #include "common/version.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "common/tls.h"
-#include "planner/cost/profile.h"
 #include "planner/cost/search.h"
 #include "planner/submit/submit.h"
 #include "google/protobuf/util/json_util.h"
@@ -378,7 +378,7 @@ int RunWorkers(const CommandLine& cl) {
 }
 
 int RunCalibrate(const CommandLine& cl) {
-  absl::StatusOr<v1::CostProfile> profile = planner::cost::ReadProfile(cl.positional[0]);
+  absl::StatusOr<v1::CostProfile> profile = ReadCostProfile(cl.positional[0]);
   if (!profile.ok()) return Fail(profile.status());
   absl::StatusOr<CoordinatorChannelOptions> connection = Connection(cl);
   if (!connection.ok()) return Fail(connection.status());
@@ -516,17 +516,16 @@ int RunLocal(const CommandLine& cl, const char* argv0) {
 int RunAutoPlan(const CommandLine& cl) {
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(cl.positional[0]);
   if (!spec.ok()) return Fail(spec.status());
-  absl::StatusOr<v1::CostProfile> profile = planner::cost::ReadProfile(cl.profile);
+  absl::StatusOr<v1::CostProfile> profile = ReadCostProfile(cl.profile);
   if (!profile.ok()) return Fail(profile.status());
   planner::cost::SearchOptions options;
-  options.ranks = cl.ranks > 0 ? cl.ranks : static_cast<int>(spec->mesh().ranks());
-  if (options.ranks == 0 && spec->mesh().auto_parallel()) {
+  // --ranks, else mesh.ranks (auto), else the written mesh's size.
+  options.ranks = static_cast<int>(cl.ranks > 0                   ? cl.ranks
+                                   : spec->mesh().auto_parallel() ? spec->mesh().ranks()
+                                                                  : WorldSize(*spec));
+  if (options.ranks == 0) {
     return Fail(absl::InvalidArgumentError(absl::StrCat(
         cl.positional[0], ": mesh.auto without mesh.ranks: say how many with --ranks N")));
-  }
-  if (options.ranks == 0) {
-    options.ranks = 1;
-    for (int64_t d : spec->mesh().shape()) options.ranks *= static_cast<int>(d);
   }
   options.host_of_slot = cl.hosts;
   options.memory_bytes = cl.memory_bytes;

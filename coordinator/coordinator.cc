@@ -239,7 +239,7 @@ absl::StatusOr<std::string> Coordinator::SubmitJob(const v1::SubmitJobRequest& r
 }
 
 AutoParallelInputs Coordinator::AutoParallelInputsFor(const v1::JobSpec& spec) {
-  const std::string kind = spec.device().empty() ? "cpu" : spec.device();
+  const std::string kind = DeviceKind(spec.device());
   AutoParallelInputs in;
   in.profile = profiles_.NewestOfKind(kind);
   for (const v1::WorkerInfo& w : ListWorkers()) {

@@ -4,8 +4,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/cost_profile_json.h"
+#include "common/file_io.h"
 #include "common/status.h"
-#include "planner/cost/profile.h"
 #include "spdlog/spdlog.h"
 
 namespace weft::coordinator {
@@ -67,11 +68,13 @@ absl::Status ValidateCostProfile(const v1::CostProfile& p) {
     }
     RETURN_IF_ERROR(CheckFit(l.fit(), what));
   }
-  if (!std::isfinite(p.overlap_slowdown()) || p.overlap_slowdown() < 0 ||
-      !std::isfinite(p.peak_flops()) || p.peak_flops() < 0 || p.memory_bytes() < 0) {
-    return absl::InvalidArgumentError(
-        "cost profile: overlap_slowdown, peak_flops and memory_bytes must be finite and not "
-        "negative");
+  for (double v : {p.overlap_slowdown(), p.peak_flops(), p.instruction_overhead_s(),
+                   static_cast<double>(p.memory_bytes())}) {
+    if (!std::isfinite(v) || v < 0) {
+      return absl::InvalidArgumentError(
+          "cost profile: overlap_slowdown, peak_flops, instruction_overhead_s and memory_bytes "
+          "must be finite and not negative");
+    }
   }
   return absl::OkStatus();
 }
@@ -83,7 +86,7 @@ absl::Status CostProfiles::Load() {
   absl::MutexLock lock(&mu_);
   for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
     if (entry.path().extension() != ".json") continue;
-    absl::StatusOr<v1::CostProfile> p = planner::cost::ReadProfile(entry.path().string());
+    absl::StatusOr<v1::CostProfile> p = ReadCostProfile(entry.path().string());
     if (p.ok()) {
       absl::Status valid = ValidateCostProfile(*p);
       if (valid.ok()) {
@@ -100,16 +103,14 @@ absl::Status CostProfiles::Load() {
 
 absl::Status CostProfiles::Put(const v1::CostProfile& profile) {
   RETURN_IF_ERROR(ValidateCostProfile(profile));
-  absl::MutexLock lock(&mu_);  // one writer at a time; readers wait only for this file
+  // One writer at a time, the file written off mu_: a submit or a worker listing never waits
+  // for the disk.
+  absl::MutexLock writing(&write_mu_);
   if (!dir_.empty()) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir_, ec);
-    if (ec) {
-      return absl::InternalError(absl::StrCat("cost profiles: cannot make ", dir_, ": ",
-                                              ec.message()));
-    }
-    RETURN_IF_ERROR(planner::cost::WriteProfile(profile, dir_ + "/" + FileName(profile)));
+    RETURN_IF_ERROR(MakeDirs(dir_));
+    RETURN_IF_ERROR(WriteCostProfile(profile, dir_ + "/" + FileName(profile)));
   }
+  absl::MutexLock lock(&mu_);
   by_kind_host_[{profile.kind(), profile.host()}] = profile;
   return absl::OkStatus();
 }
@@ -118,7 +119,8 @@ std::optional<v1::CostProfile> CostProfiles::NewestOfKind(const std::string& kin
   absl::MutexLock lock(&mu_);
   const v1::CostProfile* newest = nullptr;
   for (const auto& [key, p] : by_kind_host_) {
-    if (key.first == kind && (newest == nullptr || p.measured_unix_ms() > newest->measured_unix_ms())) {
+    if (key.first == kind &&
+        (newest == nullptr || p.measured_unix_ms() > newest->measured_unix_ms())) {
       newest = &p;
     }
   }

@@ -37,11 +37,13 @@ class CostProfiles {
   absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
   // Validates and stores `profile`, replacing the one of its kind and host (written atomically).
   absl::Status Put(const v1::CostProfile& profile) ABSL_LOCKS_EXCLUDED(mu_);
-  std::optional<v1::CostProfile> NewestOfKind(const std::string& kind) const ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<v1::CostProfile> NewestOfKind(const std::string& kind) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<v1::CostProfile> List() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   const std::string dir_;
+  absl::Mutex write_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // serializes Put's file writes
   mutable absl::Mutex mu_;
   std::map<std::pair<std::string, std::string>, v1::CostProfile> by_kind_host_ ABSL_GUARDED_BY(mu_);
 };

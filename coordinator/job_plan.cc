@@ -1,11 +1,10 @@
 #include "coordinator/job_plan.h"
 
-#include "common/byte_size.h"
-
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/byte_size.h"
 #include "common/checkpoint/checkpoint.h"
 #include "common/status.h"
 #include "planner/arch/hf_export.h"

@@ -7,12 +7,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/byte_size.h"
 #include "common/jobspec/defaults.h"
 #include "common/jobspec/elastic.h"
 #include "common/jobspec/validate.h"
 #include "common/jobspec/yaml.h"
 #include "common/status.h"
 #include "coordinator/job_run.h"
+#include "coordinator/scheduler.h"
 #include "planner/cost/search.h"
 #include "spdlog/spdlog.h"
 
@@ -102,8 +104,9 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanSpec(const v1::JobSpec& spec,
 namespace {
 
 // The spec with the strategy the search picks, and what it picked in one line.
-absl::Status ChooseStrategy(const AutoParallelInputs& in, Submission* out) {
-  const std::string kind = out->spec.device().empty() ? "cpu" : out->spec.device();
+absl::Status ChooseStrategy(const AutoParallelInputs& in, const planner::StopCheck& stop,
+                            Submission* out) {
+  const std::string kind = DeviceKind(out->spec.device());
   if (!in.profile.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "mesh.auto: the coordinator holds no cost profile of ", kind, " workers to price plans "
@@ -119,6 +122,7 @@ absl::Status ChooseStrategy(const AutoParallelInputs& in, Submission* out) {
                                               : static_cast<int>(in.host_of_slot.size());
   search.host_of_slot = in.host_of_slot;
   search.memory_bytes = in.memory_bytes;
+  search.stop = stop;
   if (search.ranks > static_cast<int>(in.host_of_slot.size())) {
     return absl::FailedPreconditionError(absl::StrCat(
         "mesh.ranks: ", search.ranks, ", but ", in.host_of_slot.size(), " ", kind,
@@ -131,13 +135,10 @@ absl::Status ChooseStrategy(const AutoParallelInputs& in, Submission* out) {
   const planner::cost::Candidate& pick = result.ranked.front();
   ASSIGN_OR_RETURN(out->spec, planner::cost::ApplyStrategy(out->spec, pick.strategy));
   out->auto_parallel = absl::StrFormat(
-      "auto-parallel chose %s of %d strategies (predicted %.4f s a step, %.1f MiB per rank%s)",
-      pick.strategy.Label(), static_cast<int>(result.ranked.size() + result.over_memory.size() +
-                                              result.refused.size()),
-      pick.prediction->step_s, static_cast<double>(pick.peak_bytes) / (1 << 20),
-      result.memory_limit > 0
-          ? absl::StrFormat(" of %.1f MiB", static_cast<double>(result.memory_limit) / (1 << 20))
-          : "");
+      "auto-parallel chose %s of %d strategies (predicted %.4f s a step, %s per rank%s)",
+      pick.strategy.Label(), result.considered(), pick.prediction->step_s,
+      FormatByteSize(pick.peak_bytes),
+      result.memory_limit > 0 ? absl::StrCat(" of ", FormatByteSize(result.memory_limit)) : "");
   return absl::OkStatus();
 }
 
@@ -151,7 +152,7 @@ absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
   out.spec = spec;
   ApplyJobSpecDefaults(&out.spec);  // also when prepare_spec (a test's) does not
   RETURN_IF_ERROR(ConfineSpecPaths(&out.spec, options.roots));  // before any file is opened
-  if (out.spec.mesh().auto_parallel()) RETURN_IF_ERROR(ChooseStrategy(auto_parallel, &out));
+  if (out.spec.mesh().auto_parallel()) RETURN_IF_ERROR(ChooseStrategy(auto_parallel, stop, &out));
   RETURN_IF_ERROR(options.prepare_spec(&out.spec));
   out.world_size = options.world_size(out.spec);
   if (out.world_size > options.max_ranks) {

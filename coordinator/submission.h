@@ -17,7 +17,6 @@
 #include <memory>
 #include <optional>
 #include <vector>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/path_roots.h"
@@ -60,8 +59,9 @@ struct AutoParallelInputs {
 // `stop` (the call's deadline and cancellation, the coordinator's shutdown) ends the planning
 // early with its status, "planning the job: ..." saying what it was doing.
 // A `mesh: {auto: true}` spec is searched (planner/cost/search.h) after its paths are confined,
-// and the strategy picked replaces its mesh; FAILED_PRECONDITION when `auto_parallel` has no
-// profile or no worker, INVALID_ARGUMENT when no strategy fits.
+// polling `stop` as it plans each candidate, and the strategy picked replaces its mesh;
+// FAILED_PRECONDITION when `auto_parallel` has no profile or no worker, INVALID_ARGUMENT when no
+// strategy fits.
 absl::StatusOr<Submission> PrepareSubmission(const v1::JobSpec& spec,
                                              const CoordinatorOptions& options,
                                              const planner::StopCheck& stop = {},

@@ -13,13 +13,17 @@
 #include "common/jobspec/yaml.h"
 #include "nlohmann/json.hpp"
 #include "gtest/gtest.h"
-#include "planner/cost/profile.h"
+#include "common/cost_profile_json.h"
+#include "planner/cost/cost_testing.h"
 #include "planner/cost/search.h"
 #include "tests/daemon_cluster.h"
 #include "tests/transformer_job.h"
 
 namespace weft::testing {
 namespace {
+
+using planner::cost::AddKernel;
+using planner::cost::AddLink;
 
 // Fixed figures (not measured: the pick must not depend on this machine's load): a slow link,
 // so that what the plans send decides between them.
@@ -29,24 +33,11 @@ v1::CostProfile Profile() {
   p.set_device("test profile");
   p.set_overlap_slowdown(1.2);
   p.set_measured_unix_ms(1);
-  auto kernel = [&](v1::KernelCost::Kind kind, double alpha, double per_unit) {
-    v1::KernelCost* k = p.add_kernels();
-    k->set_kind(kind);
-    k->set_dtype(v1::F32);
-    k->mutable_fit()->set_alpha_s(alpha);
-    k->mutable_fit()->set_per_unit_s(per_unit);
-  };
-  kernel(v1::KernelCost::MATMUL, 5e-6, 2e-11);
-  kernel(v1::KernelCost::ATTENTION, 5e-6, 4e-11);
-  kernel(v1::KernelCost::MEMORY, 1e-6, 1e-10);
-  for (v1::Instruction::Op op : {v1::Instruction::ALL_REDUCE, v1::Instruction::SEND}) {
-    v1::LinkCost* l = p.add_links();
-    l->set_op(op);
-    l->set_group_size(2);
-    l->set_scope(v1::LinkCost::INTRA_HOST);
-    l->mutable_fit()->set_alpha_s(1e-4);
-    l->mutable_fit()->set_per_unit_s(1e-9);
-  }
+  AddKernel(&p, v1::KernelCost::MATMUL, 5e-6, 2e-11);
+  AddKernel(&p, v1::KernelCost::ATTENTION, 5e-6, 4e-11);
+  AddKernel(&p, v1::KernelCost::MEMORY, 1e-6, 1e-10);
+  AddLink(&p, v1::Instruction::ALL_REDUCE, v1::LinkCost::INTRA_HOST, 1e-4, 1e-9);
+  AddLink(&p, v1::Instruction::SEND, v1::LinkCost::INTRA_HOST, 1e-4, 1e-9);
   return p;
 }
 
@@ -55,7 +46,7 @@ TEST(AutoParallelTest, ThePickFitsTheWorkersMemoryAndTrainsToTheOneRankLosses) {
   const std::string auto_spec = job.WriteSpec("auto", "{auto: true, ranks: 4}");
   const std::string one_spec = job.WriteSpec("one", "{shape: [1], dim_names: [dp]}");
   const std::string profile_path = job.dir + "/profile.json";
-  ASSERT_TRUE(planner::cost::WriteProfile(Profile(), profile_path).ok());
+  ASSERT_TRUE(WriteCostProfile(Profile(), profile_path).ok());
 
   // The search as the coordinator will run it, without a limit: the fastest plan and its peak.
   absl::StatusOr<v1::JobSpec> spec = LoadJobSpecFile(auto_spec);

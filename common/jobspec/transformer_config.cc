@@ -320,6 +320,8 @@ struct ArchConfig {
                                 const TransformerConfig& c);
   // The values a config leaves implied, filled in (gpt2's n_inner 0: 4 * n_embd).
   void (*resolve)(TransformerConfig* c);
+  // How many transformer blocks the config has (gpt2's n_layer, llama's num_hidden_layers).
+  int64_t (*blocks)(const TransformerConfig& c);
 };
 
 absl::Status NoRelatedChecks(const ConfigReader&, const KeyNamer&, const TransformerConfig&) {
@@ -470,6 +472,7 @@ const ArchConfig& Gpt2Config() {
       .check_values = CheckGpt2Values,
       .check_related = NoRelatedChecks,
       .resolve = ResolveGpt2,
+      .blocks = [](const TransformerConfig& c) { return c.n_layer(); },
   };
   return *arch;
 }
@@ -495,6 +498,7 @@ const ArchConfig& LlamaConfig() {
       .check_values = CheckLlamaValues,
       .check_related = CheckLlamaHeadDim,
       .resolve = NothingImplied,
+      .blocks = [](const TransformerConfig& c) { return c.num_hidden_layers(); },
   };
   return *arch;
 }
@@ -609,6 +613,11 @@ bool IsKnownArch(absl::string_view arch) { return FindArchConfig(arch) != nullpt
 
 void ResolveTransformerConfig(absl::string_view arch, TransformerConfig* config) {
   if (const ArchConfig* a = FindArchConfig(arch)) a->resolve(config);
+}
+
+int64_t TransformerBlocks(absl::string_view arch, const TransformerConfig& config) {
+  const ArchConfig* a = FindArchConfig(arch);
+  return a != nullptr ? a->blocks(config) : 0;
 }
 
 absl::StatusOr<TransformerConfig> TransformerConfigFromJson(

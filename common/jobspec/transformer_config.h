@@ -48,6 +48,7 @@
 #ifndef WEFT_COMMON_JOBSPEC_TRANSFORMER_CONFIG_H_
 #define WEFT_COMMON_JOBSPEC_TRANSFORMER_CONFIG_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -70,6 +71,10 @@ bool IsKnownArch(absl::string_view arch);
 // Fills the values `config` leaves implied for `arch` (gpt2's n_inner 0: 4 * n_embd), so that
 // the planner reads one width. An unknown arch: nothing (validation reports it).
 void ResolveTransformerConfig(absl::string_view arch, v1::TransformerConfig* config);
+
+// How many transformer blocks `config` has for `arch` (gpt2's n_layer, llama's and qwen2's
+// num_hidden_layers); 0 for an unknown arch.
+int64_t TransformerBlocks(absl::string_view arch, const v1::TransformerConfig& config);
 
 // Where a config was written: decides which keys may be absent (see the policy above).
 enum class ConfigSource { kSpec, kFile };

@@ -2,15 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
-#include "common/file_io.h"
 #include "common/program.h"
 #include "common/status.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace weft::planner::cost {
 namespace {
@@ -21,8 +18,10 @@ double Elements(const v1::Program& p, int buffer) {
 
 bool ValidBuffer(const v1::Program& p, int id) { return id >= 0 && id < p.buffers_size(); }
 
-double Seconds(const v1::LinearFit& fit, double units, bool tail) {
-  const double median = fit.alpha_s() + fit.per_unit_s() * units;
+// The fit's time for `units`, its fixed cost paid `calls` times (a ring's steps); its 90th
+// percentile with `tail`.
+double Seconds(const v1::LinearFit& fit, double units, bool tail, double calls = 1) {
+  const double median = fit.alpha_s() * calls + fit.per_unit_s() * units;
   return tail ? median * std::max(1.0, fit.tail_ratio()) : median;
 }
 
@@ -114,29 +113,7 @@ absl::StatusOr<double> LinkSeconds(const v1::CostProfile& profile, v1::Instructi
         scope == v1::LinkCost::INTER_HOST ? "on more than one host" : "sharing a host"));
   }
   const double steps = static_cast<double>(group_size - 1) / (link->group_size() - 1);
-  const double median =
-      link->fit().alpha_s() * steps + link->fit().per_unit_s() * static_cast<double>(bytes_sent);
-  return tail ? median * std::max(1.0, link->fit().tail_ratio()) : median;
-}
-
-absl::StatusOr<v1::CostProfile> ReadProfile(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  v1::CostProfile profile;
-  const auto parsed = google::protobuf::util::JsonStringToMessage(text, &profile);
-  if (!parsed.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a cost profile (", std::string(parsed.message()), ")"));
-  }
-  return profile;
-}
-
-absl::Status WriteProfile(const v1::CostProfile& profile, const std::string& path) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  const auto printed = google::protobuf::util::MessageToJsonString(profile, &text, options);
-  if (!printed.ok()) return absl::InternalError(absl::StrCat("cost profile: ", std::string(printed.message())));
-  return WriteFileAtomically(path, {text});
+  return Seconds(link->fit(), static_cast<double>(bytes_sent), tail, steps);
 }
 
 }  // namespace weft::planner::cost

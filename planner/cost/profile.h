@@ -1,7 +1,8 @@
 // Pricing one instruction with a CostProfile (proto/weft/v1/profile.proto): the work it does
 // (flops of a product, bytes of everything else, bytes sent on a link) times what the profile
 // measured for that work on this kind of worker. The one place a cost is looked up: the
-// simulator prices programs with it and calibration fits what it reads.
+// simulator prices programs with it and calibration (worker/calibrate) fits in these units. A
+// profile's file is common/cost_profile_json.h's.
 //
 // E.g.
 //   KernelWork w = ComputeWork(program, program.instructions(7));    // MATMUL: 2 m n k flops
@@ -12,7 +13,6 @@
 #define WEFT_PLANNER_COST_PROFILE_H_
 
 #include <cstdint>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "weft/v1/profile.pb.h"
@@ -45,12 +45,6 @@ absl::StatusOr<double> KernelSeconds(const v1::CostProfile& profile, const Kerne
 absl::StatusOr<double> LinkSeconds(const v1::CostProfile& profile, v1::Instruction::Op op,
                                    int group_size, v1::LinkCost::Scope scope, int64_t bytes_sent,
                                    bool tail = false);
-
-// A profile as JSON (protobuf's mapping, the field names of profile.proto), and back: a file
-// `weftctl calibrate --out` writes and `weftctl plan --auto --profile` reads. Errors name the
-// path.
-absl::StatusOr<v1::CostProfile> ReadProfile(const std::string& path);
-absl::Status WriteProfile(const v1::CostProfile& profile, const std::string& path);
 
 }  // namespace weft::planner::cost
 

@@ -10,6 +10,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/byte_size.h"
+#include "common/jobspec/mesh_spec.h"
+#include "common/jobspec/transformer_config.h"
+#include "common/jobspec/validate.h"
 #include "common/rank_placement.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
@@ -40,17 +43,17 @@ std::vector<std::pair<std::string, std::string>> ColumnRowPairs(const v1::JobSpe
   return pairs;
 }
 
+// The layers pipeline chunks are cut from: a layers model's linear layers, a transformer's blocks.
 int Layers(const v1::JobSpec& spec) {
   if (!IsTransformer(spec)) {
     int linear = 0;
     for (const v1::Layer& l : spec.model().layers()) linear += l.type() == "linear";
     return linear;
   }
-  const v1::TransformerConfig& c = spec.model().config();
-  return static_cast<int>(spec.model().arch() == "gpt2" ? c.n_layer() : c.num_hidden_layers());
+  return static_cast<int>(TransformerBlocks(spec.model().arch(), spec.model().config()));
 }
 
-// Why `s` cannot be planned, by arithmetic alone; empty when it may be.
+// The search's own refusals (search.h), by arithmetic alone; empty when `s` goes to the planner.
 std::string Indivisible(const v1::JobSpec& spec, const Strategy& s) {
   const int64_t batch = spec.data().batch_size();
   if (batch % (static_cast<int64_t>(s.dp) * s.micro_batches) != 0) {
@@ -60,18 +63,6 @@ std::string Indivisible(const v1::JobSpec& spec, const Strategy& s) {
   if (s.pp * s.virtual_stages > Layers(spec)) {
     return absl::StrCat(Layers(spec), " layers cannot fill ", s.pp * s.virtual_stages,
                         " pipeline chunks");
-  }
-  if (IsTransformer(spec) && s.mp > 1) {
-    const v1::TransformerConfig& c = spec.model().config();
-    const int64_t heads = spec.model().arch() == "gpt2" ? c.n_head() : c.num_attention_heads();
-    const int64_t kv = spec.model().arch() == "gpt2" ? heads : c.num_key_value_heads();
-    if (heads % s.mp != 0 || (kv > 0 && kv % s.mp != 0)) {
-      return absl::StrCat(heads, " attention heads (", kv, " key/value) do not split over mp ",
-                          s.mp);
-    }
-    if (s.sequence_parallel && spec.data().seq_len() % s.mp != 0) {
-      return absl::StrCat("data.seq_len ", spec.data().seq_len(), " does not split over mp ", s.mp);
-    }
   }
   return "";
 }
@@ -129,8 +120,14 @@ std::vector<Strategy> Enumerate(const v1::JobSpec& spec, int ranks) {
             for (const std::string& recompute : recomputes) {
               for (bool sp : {false, true}) {
                 if (sp && (mp == 1 || !transformer)) continue;
-                Strategy s{.pp = pp, .dp = dp, .mp = mp, .zero = zero, .micro_batches = m,
-                           .schedule = schedule, .virtual_stages = v, .recompute = recompute,
+                Strategy s{.pp = pp,
+                           .dp = dp,
+                           .mp = mp,
+                           .zero = zero,
+                           .micro_batches = m,
+                           .schedule = schedule,
+                           .virtual_stages = v,
+                           .recompute = recompute,
                            .sequence_parallel = sp};
                 out.push_back(s);
               }
@@ -148,15 +145,6 @@ v1::Placement Replicate() {
   p.set_kind(v1::Placement::REPLICATE);
   return p;
 }
-
-// Whether the spec wrote a strategy of its own: a mesh of more than one rank.
-bool WroteStrategy(const v1::JobSpec& spec) {
-  int64_t n = 1;
-  for (int64_t d : spec.mesh().shape()) n *= d;
-  return n > 1;
-}
-
-std::string Mib(int64_t bytes) { return FormatByteSize(bytes); }
 
 std::string Seconds(double s) {
   if (s < 1e-3) return absl::StrFormat("%.1f us", s * 1e6);
@@ -295,34 +283,55 @@ std::string StrategyYaml(const v1::JobSpec& spec, const Strategy& s) {
 
 namespace {
 
-// Plans `spec` and, when it fits, simulates it. Fills everything but the strategy.
+// The strategy's hosts: each rank's slot as the scheduler would place it.
+std::vector<std::string> HostsOfRanks(const std::vector<int64_t>& mesh_shape,
+                                      const std::vector<std::string>& slots) {
+  std::vector<std::string> hosts;
+  for (int slot : PlaceRanksOnSlots(mesh_shape, slots)) hosts.push_back(slots[slot]);
+  return hosts;
+}
+
+// Plans `spec` and, when it fits, simulates it: fills everything of `c` but the strategy. Each
+// role rank's Program is emitted once, for its peak, and the simulated ones (one per stage, all
+// role ranks) are replayed from those. `parameters`: the model's, counted from the first plan
+// made (0 until then; every plan holds the same global parameters).
 absl::Status Evaluate(v1::JobSpec spec, const std::vector<std::string>& slots, int64_t limit,
-                      const v1::CostProfile& profile, Candidate* c,
-                      std::vector<std::string>* host_of_rank) {
-  absl::StatusOr<std::shared_ptr<const Plan>> plan = PrepareAndPlan(&spec, "auto", 0);
+                      const v1::CostProfile& profile, const StopCheck& stop, Candidate* c,
+                      double* parameters) {
+  absl::Status prepared = PrepareJobSpec(&spec);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      prepared.ok() ? PlanPrepared(spec, "auto", 0, stop) : prepared;
   if (!plan.ok()) {
+    if (stop) RETURN_IF_ERROR(stop());  // the search stops; the candidate was not refused
     c->refused = std::string(plan.status().message());
     return absl::OkStatus();
   }
+  if (*parameters == 0) {
+    for (const ParameterShape& p : (*plan)->Parameters()) {
+      double n = 1;
+      for (int64_t d : p.shape) n *= static_cast<double>(d);
+      *parameters += n;
+    }
+  }
+  std::map<int, v1::Program> programs;  // by role rank
   for (int rank : (*plan)->RoleRanks()) {
-    ASSIGN_OR_RETURN(v1::Program p, (*plan)->Program(rank));
+    ASSIGN_OR_RETURN(v1::Program p, (*plan)->Program(rank, Attempt{}, stop));
     c->peak_bytes = std::max(c->peak_bytes, p.arena_bytes());
+    programs.emplace(rank, std::move(p));
   }
   c->fits = limit <= 0 || c->peak_bytes <= limit;
   if (!c->fits) return absl::OkStatus();
-  const std::vector<int64_t> shape = (*plan)->mesh_shape();
-  std::vector<std::string> hosts;
-  for (int slot : PlaceRanksOnSlots(shape, slots)) hosts.push_back(slots[slot]);
-  ASSIGN_OR_RETURN(StepPrediction p, SimulatePlan(**plan, hosts, profile));
+  std::vector<v1::Program> simulated;
+  for (int rank : SimulatedRanks(**plan)) simulated.push_back(std::move(programs.at(rank)));
+  ASSIGN_OR_RETURN(StepPrediction p,
+                   SimulateStep(simulated, HostsOfRanks((*plan)->mesh_shape(), slots), profile));
   c->prediction = std::move(p);
-  *host_of_rank = std::move(hosts);
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec,
-                                              const SearchOptions& options,
+absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec, const SearchOptions& options,
                                               const v1::CostProfile& profile) {
   if (options.ranks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("ranks: ", options.ranks, " (at least 1)"));
@@ -330,15 +339,15 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec,
   std::vector<std::string> slots = options.host_of_slot;
   if (slots.empty()) slots.assign(options.ranks, "localhost");
   if (static_cast<int>(slots.size()) < options.ranks) {
-    return absl::InvalidArgumentError(absl::StrCat(options.ranks, " ranks, but only ",
-                                                   slots.size(), " workers to place them on"));
+    return absl::InvalidArgumentError(absl::StrCat(options.ranks, " ranks, but only ", slots.size(),
+                                                   " workers to place them on"));
   }
   SearchResult result;
   result.base = spec;
   result.options = options;
   result.profile = profile;
   result.memory_limit = options.memory_bytes > 0 ? options.memory_bytes : profile.memory_bytes();
-  std::map<std::string, std::vector<std::string>> placement_of;  // by label
+  double parameters = 0;
   for (const Strategy& s : Enumerate(spec, options.ranks)) {
     Candidate c;
     c.strategy = s;
@@ -348,8 +357,8 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec,
       if (!applied.ok()) {
         c.refused = std::string(applied.status().message());
       } else {
-        RETURN_IF_ERROR(Evaluate(*applied, slots, result.memory_limit, profile, &c,
-                                 &placement_of[s.Label()]));
+        RETURN_IF_ERROR(
+            Evaluate(*applied, slots, result.memory_limit, profile, options.stop, &c, &parameters));
       }
     }
     if (!c.refused.empty()) {
@@ -368,50 +377,39 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec,
                      }
                      return a.peak_bytes < b.peak_bytes;
                    });
-  std::stable_sort(result.over_memory.begin(), result.over_memory.end(),
-                   [](const Candidate& a, const Candidate& b) { return a.peak_bytes < b.peak_bytes; });
+  std::stable_sort(
+      result.over_memory.begin(), result.over_memory.end(),
+      [](const Candidate& a, const Candidate& b) { return a.peak_bytes < b.peak_bytes; });
   if (result.ranked.empty()) {
     if (!result.over_memory.empty()) {
       const Candidate& smallest = result.over_memory.front();
       return absl::InvalidArgumentError(absl::StrCat(
-          "no strategy on ", options.ranks, " ranks fits ", Mib(result.memory_limit),
-          " per worker: the smallest planned peak is ", Mib(smallest.peak_bytes), " (",
+          "no strategy on ", options.ranks, " ranks fits ", FormatByteSize(result.memory_limit),
+          " per worker: the smallest planned peak is ", FormatByteSize(smallest.peak_bytes), " (",
           smallest.strategy.Label(), ")"));
     }
     return absl::InvalidArgumentError(absl::StrCat(
         "no strategy on ", options.ranks, " ranks can be planned",
-        result.refused.empty() ? "" : absl::StrCat(": e.g. ", result.refused.front().strategy.Label(),
-                                                  ": ", result.refused.front().refused)));
+        result.refused.empty() ? ""
+                               : absl::StrCat(": e.g. ", result.refused.front().strategy.Label(),
+                                              ": ", result.refused.front().refused)));
   }
-  result.host_of_rank = placement_of[result.ranked.front().strategy.Label()];
-  if (WroteStrategy(spec)) {
+  ASSIGN_OR_RETURN(v1::JobSpec picked, ApplyStrategy(spec, result.ranked.front().strategy));
+  std::vector<int64_t> picked_shape(picked.mesh().shape().begin(), picked.mesh().shape().end());
+  result.host_of_rank = HostsOfRanks(picked_shape, slots);
+  if (WorldSize(spec) > 1) {  // the spec wrote a strategy of its own
     Candidate given;
-    given.strategy.dp = -1;  // as written: not one of the enumerated
-    std::vector<std::string> ignored;
-    RETURN_IF_ERROR(Evaluate(spec, slots, /*limit=*/0, profile, &given, &ignored));
+    given.as_written = true;
+    RETURN_IF_ERROR(Evaluate(spec, slots, /*limit=*/0, profile, options.stop, &given, &parameters));
     given.fits = result.memory_limit <= 0 || given.peak_bytes <= result.memory_limit;
     result.given = std::move(given);
   }
   // Work per step, for tokens/s and MFU.
   const double samples = static_cast<double>(spec.data().batch_size());
-  result.tokens_per_step =
-      spec.data().source() == "tokens" ? samples * static_cast<double>(spec.data().seq_len())
-                                       : samples;
-  {
-    absl::StatusOr<v1::JobSpec> single = ApplyStrategy(spec, Strategy{});
-    if (single.ok()) {
-      absl::StatusOr<std::shared_ptr<const Plan>> plan = PrepareAndPlan(&*single, "auto", 0);
-      if (plan.ok()) {
-        double parameters = 0;
-        for (const ParameterShape& p : (*plan)->Parameters()) {
-          double n = 1;
-          for (int64_t d : p.shape) n *= static_cast<double>(d);
-          parameters += n;
-        }
-        result.flops_per_step = 6 * parameters * result.tokens_per_step;
-      }
-    }
-  }
+  result.tokens_per_step = spec.data().source() == "tokens"
+                               ? samples * static_cast<double>(spec.data().seq_len())
+                               : samples;
+  result.flops_per_step = 6 * parameters * result.tokens_per_step;
   return result;
 }
 
@@ -426,23 +424,25 @@ std::string FormatSearch(const SearchResult& r) {
       "auto: ", r.options.ranks, " ranks on ", absl::StrJoin(hosts, ", "), "; ",
       r.ranked.size() + r.over_memory.size() + r.refused.size(), " strategies: ", r.ranked.size(),
       " ranked, ", r.over_memory.size(), " over the memory limit (",
-      r.memory_limit > 0 ? absl::StrCat(Mib(r.memory_limit), " per worker") : "none", "), ",
-      r.refused.size(), " refused\n\n");
+      r.memory_limit > 0 ? absl::StrCat(FormatByteSize(r.memory_limit), " per worker") : "none",
+      "), ", r.refused.size(), " refused\n\n");
   absl::StrAppend(&s, "chosen: ", best.strategy.Label(), "\n");
   absl::StrAppend(&s, "  predicted step ", Seconds(p.step_s), " (p90 ", Seconds(p.tail_step_s),
                   "), ", absl::StrFormat("%.0f", r.tokens_per_step / p.step_s), " ",
                   r.base.data().source() == "tokens" ? "tokens" : "samples", "/s");
   if (r.profile.peak_flops() > 0 && r.flops_per_step > 0) {
-    absl::StrAppend(&s, absl::StrFormat(", MFU %.1f%%", 100 * r.flops_per_step / p.step_s /
-                                                             (r.options.ranks * r.profile.peak_flops())));
+    absl::StrAppend(
+        &s, absl::StrFormat(", MFU %.1f%%", 100 * r.flops_per_step / p.step_s /
+                                                (r.options.ranks * r.profile.peak_flops())));
   }
   absl::StrAppend(&s, "\n  step split (rank ", p.critical_rank, "): compute ",
                   Seconds(p.split.compute_s), ", exposed communication ",
                   Seconds(p.split.exposed_comm_s), ", bubble ", Seconds(p.split.bubble_s),
                   ", optimizer ", Seconds(p.split.optimizer_s), "\n");
-  absl::StrAppend(&s, "  memory per rank: ", Mib(best.peak_bytes), " planned peak",
-                  r.memory_limit > 0 ? absl::StrCat(" (limit ", Mib(r.memory_limit), ")") : "",
-                  "\n");
+  absl::StrAppend(
+      &s, "  memory per rank: ", FormatByteSize(best.peak_bytes), " planned peak",
+      r.memory_limit > 0 ? absl::StrCat(" (limit ", FormatByteSize(r.memory_limit), ")") : "",
+      "\n");
   absl::StrAppend(&s, "  spec keys (copy them into the spec to pin this plan):\n");
   for (absl::string_view line : absl::StrSplit(StrategyYaml(r.base, best.strategy), '\n')) {
     if (!line.empty()) absl::StrAppend(&s, "    ", line, "\n");
@@ -453,12 +453,12 @@ std::string FormatSearch(const SearchResult& r) {
     const Candidate& c = r.ranked[i];
     absl::StrAppend(&s, "  ", i + 1, ". ", c.strategy.Label(), ": ", Seconds(c.prediction->step_s),
                     absl::StrFormat(" (+%.1f%%)", 100 * (c.prediction->step_s / p.step_s - 1)),
-                    ", ", Mib(c.peak_bytes), "; ", WhyLost(c, best), "\n");
+                    ", ", FormatByteSize(c.peak_bytes), "; ", WhyLost(c, best), "\n");
   }
   if (!r.over_memory.empty()) {
-    absl::StrAppend(&s, "\nover the memory limit (", r.over_memory.size(), "), nearest: ",
-                    r.over_memory.front().strategy.Label(), " needs ",
-                    Mib(r.over_memory.front().peak_bytes), "\n");
+    absl::StrAppend(&s, "\nover the memory limit (", r.over_memory.size(),
+                    "), nearest: ", r.over_memory.front().strategy.Label(), " needs ",
+                    FormatByteSize(r.over_memory.front().peak_bytes), "\n");
   }
   if (!r.refused.empty()) {
     absl::StrAppend(&s, "refused (", r.refused.size(), "), e.g. ",
@@ -469,13 +469,14 @@ std::string FormatSearch(const SearchResult& r) {
     if (!g.refused.empty()) {
       absl::StrAppend(&s, "\nthe spec's own strategy cannot be planned: ", g.refused, "\n");
     } else if (!g.prediction.has_value()) {
-      absl::StrAppend(&s, "\nthe spec's own strategy: ", Mib(g.peak_bytes), " per rank\n");
+      absl::StrAppend(&s, "\nthe spec's own strategy: ", FormatByteSize(g.peak_bytes),
+                      " per rank\n");
     } else {
       const double ratio = g.prediction->step_s / p.step_s - 1;
       absl::StrAppend(&s, "\nthe spec's own strategy: ", Seconds(g.prediction->step_s), ", ",
                       absl::StrFormat("%.1f%% %s than the pick", 100 * std::abs(ratio),
                                       ratio >= 0 ? "slower" : "faster"),
-                      ", ", Mib(g.peak_bytes), " per rank",
+                      ", ", FormatByteSize(g.peak_bytes), " per rank",
                       g.fits ? "" : " (over the memory limit: it would not run)", "\n");
     }
   }
@@ -484,10 +485,10 @@ std::string FormatSearch(const SearchResult& r) {
 
 std::string FormatSearchJson(const SearchResult& r) {
   auto candidate = [&](const Candidate& c) {
-    nlohmann::json j = {{"strategy", c.strategy.dp >= 1 ? c.strategy.Label() : "as written"},
+    nlohmann::json j = {{"strategy", c.as_written ? "as written" : c.strategy.Label()},
                         {"peak_bytes", c.peak_bytes},
                         {"fits", c.fits}};
-    if (c.strategy.dp >= 1) j["spec_keys"] = StrategyYaml(r.base, c.strategy);
+    if (!c.as_written) j["spec_keys"] = StrategyYaml(r.base, c.strategy);
     if (!c.refused.empty()) j["refused"] = c.refused;
     if (c.prediction.has_value()) {
       const StepPrediction& p = *c.prediction;

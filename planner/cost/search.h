@@ -8,8 +8,10 @@
 // The strategy never changes the math: every candidate is a plan the planner makes from the same
 // model, data and optimizer, whose losses equal the 1-rank run's.
 //
-// Divisibility is checked before planning (a mesh dim that does not divide the batch, heads or
-// layers), so refused candidates cost nothing; the others are planned in full.
+// Two refusals are the search's own and cost no planning: a batch that does not split evenly
+// over dp and the micro-batches, and more pipeline chunks than layers. Everything else (heads or
+// a sequence that do not split over mp, ...) is the planner's to refuse, with its message; the
+// rest are planned in full.
 //
 // E.g.
 //   SearchOptions options{.ranks = 4, .host_of_slot = {"a", "a", "b", "b"}};
@@ -25,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "planner/cost/simulate.h"
+#include "planner/stop.h"
 #include "weft/v1/job.pb.h"
 #include "weft/v1/profile.pb.h"
 
@@ -47,6 +50,7 @@ struct Strategy {
 
 struct Candidate {
   Strategy strategy;
+  bool as_written = false;         // the spec's own strategy (SearchResult::given), not enumerated
   std::string refused;             // why the planner refused it (empty: planned)
   int64_t peak_bytes = 0;          // the largest role rank's planned arena
   bool fits = false;
@@ -60,6 +64,9 @@ struct SearchOptions {
   std::vector<std::string> host_of_slot;
   int64_t memory_bytes = 0;        // per worker; 0: the profile's memory_bytes, 0 there: no limit
   int runners_up = 3;
+  // Polled as each candidate is planned (stop.h): the coordinator's shutdown, a call's deadline.
+  // Its status ends the search, code and all.
+  StopCheck stop;
 };
 
 struct SearchResult {
@@ -74,6 +81,11 @@ struct SearchResult {
   double tokens_per_step = 0;             // samples x seq_len (tokens data), else samples
   double flops_per_step = 0;              // 6 x parameters x tokens, for MFU
   v1::CostProfile profile;
+
+  // Every strategy the search looked at.
+  int considered() const {
+    return static_cast<int>(ranked.size() + over_memory.size() + refused.size());
+  }
 };
 
 // INVALID_ARGUMENT when no candidate fits (naming the smallest peak and the limit) or the spec

@@ -9,6 +9,7 @@
 
 #include "common/jobspec/yaml.h"
 #include "gtest/gtest.h"
+#include "planner/cost/cost_testing.h"
 #include "planner/submit/submit.h"
 
 namespace weft::planner::cost {
@@ -33,38 +34,17 @@ optimizer: {type: adamw, lr: 1.0e-3}
 train: {steps: 2, seed: 1}
 )";
 
-v1::LinearFit Fit(double alpha, double per_unit) {
-  v1::LinearFit f;
-  f.set_alpha_s(alpha);
-  f.set_per_unit_s(per_unit);
-  f.set_tail_ratio(1.2);
-  return f;
-}
-
 v1::CostProfile Profile() {
   v1::CostProfile p;
   p.set_kind("cpu");
   p.set_overlap_slowdown(1.1);
-  auto kernel = [&](v1::KernelCost::Kind kind, double a, double b) {
-    v1::KernelCost* k = p.add_kernels();
-    k->set_kind(kind);
-    k->set_dtype(v1::F32);
-    *k->mutable_fit() = Fit(a, b);
-  };
-  kernel(v1::KernelCost::MATMUL, 1e-5, 1e-10);
-  kernel(v1::KernelCost::ATTENTION, 1e-5, 2e-10);
-  kernel(v1::KernelCost::MEMORY, 1e-6, 1e-10);
-  auto link = [&](v1::Instruction::Op op, v1::LinkCost::Scope scope, double a, double b) {
-    v1::LinkCost* l = p.add_links();
-    l->set_op(op);
-    l->set_group_size(2);
-    l->set_scope(scope);
-    *l->mutable_fit() = Fit(a, b);
-  };
-  link(v1::Instruction::ALL_REDUCE, v1::LinkCost::INTRA_HOST, 1e-4, 1e-9);
-  link(v1::Instruction::SEND, v1::LinkCost::INTRA_HOST, 5e-5, 1e-9);
-  link(v1::Instruction::ALL_REDUCE, v1::LinkCost::INTER_HOST, 1e-3, 1e-8);
-  link(v1::Instruction::SEND, v1::LinkCost::INTER_HOST, 5e-4, 1e-8);
+  AddKernel(&p, v1::KernelCost::MATMUL, 1e-5, 1e-10, 1.2);
+  AddKernel(&p, v1::KernelCost::ATTENTION, 1e-5, 2e-10, 1.2);
+  AddKernel(&p, v1::KernelCost::MEMORY, 1e-6, 1e-10, 1.2);
+  AddLink(&p, v1::Instruction::ALL_REDUCE, v1::LinkCost::INTRA_HOST, 1e-4, 1e-9, 1.2);
+  AddLink(&p, v1::Instruction::SEND, v1::LinkCost::INTRA_HOST, 5e-5, 1e-9, 1.2);
+  AddLink(&p, v1::Instruction::ALL_REDUCE, v1::LinkCost::INTER_HOST, 1e-3, 1e-8, 1.2);
+  AddLink(&p, v1::Instruction::SEND, v1::LinkCost::INTER_HOST, 5e-4, 1e-8, 1.2);
   return p;
 }
 
@@ -88,7 +68,8 @@ int64_t PlannedPeak(const v1::JobSpec& spec, const Strategy& s) {
   absl::StatusOr<std::shared_ptr<const Plan>> plan = PrepareAndPlan(&*applied, "t", 0);
   EXPECT_TRUE(plan.ok()) << plan.status();
   int64_t peak = 0;
-  for (int r = 0; r < (*plan)->world_size(); ++r) peak = std::max(peak, (*plan)->Program(r)->arena_bytes());
+  for (int r = 0; r < (*plan)->world_size(); ++r)
+    peak = std::max(peak, (*plan)->Program(r)->arena_bytes());
   return peak;
 }
 

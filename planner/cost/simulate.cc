@@ -4,7 +4,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <tuple>
 #include <utility>
 
@@ -105,6 +104,7 @@ class Simulation {
       index_of_rank_[p.rank()] = s.index;
       ranks_.push_back(std::move(s));
     }
+    for (int r = 0; r < world_; ++r) ++ranks_on_host_[hosts_[r]];
     while (true) {
       bool progressed = false;
       bool all_done = true;
@@ -149,11 +149,9 @@ class Simulation {
     if (p.mesh().shape_size() == 0) {
       return absl::InvalidArgumentError(absl::StrCat("rank ", p.rank(), ": program has no mesh"));
     }
-    int64_t world = 1;
-    for (int64_t n : p.mesh().shape()) world *= n;
-    if (static_cast<int64_t>(hosts_.size()) < world) {
+    if (static_cast<int64_t>(hosts_.size()) < world_) {
       return absl::InvalidArgumentError(absl::StrCat("hosts given for ", hosts_.size(),
-                                                     " ranks, the mesh has ", world));
+                                                     " ranks, the mesh has ", world_));
     }
     for (int i = 0; i < p.instructions_size(); ++i) {
       const v1::Instruction& ins = p.instructions(i);
@@ -205,10 +203,9 @@ class Simulation {
   int64_t Sharing(int rank, const std::vector<int>& members) const {
     if (ScopeOf(members) != v1::LinkCost::INTER_HOST) return 1;
     const std::string& host = hosts_[rank];
-    int64_t on_host = 0, members_on_host = 0;
-    for (int r = 0; r < world_; ++r) on_host += hosts_[r] == host;
+    int64_t members_on_host = 0;
     for (int m : members) members_on_host += hosts_[m] == host;
-    return std::max<int64_t>(1, on_host / std::max<int64_t>(1, members_on_host));
+    return std::max<int64_t>(1, ranks_on_host_.at(host) / std::max<int64_t>(1, members_on_host));
   }
 
   v1::LinkCost::Scope ScopeOf(const std::vector<int>& members) const {
@@ -388,6 +385,7 @@ class Simulation {
   const bool tail_;
   std::vector<RankState> ranks_;
   int world_ = 0;  // the mesh's ranks (hosts_ covers them)
+  std::map<std::string, int64_t> ranks_on_host_;  // over the mesh's ranks
   std::map<int, int> index_of_rank_;
   std::map<std::tuple<int, std::vector<int>, int>, std::unique_ptr<Instance>> instances_;
   std::map<std::tuple<int, int, uint32_t>, Transfer> transfers_;

@@ -10,7 +10,7 @@
 
 #include "common/jobspec/yaml.h"
 #include "gtest/gtest.h"
-#include "planner/cost/profile.h"
+#include "planner/cost/cost_testing.h"
 #include "planner/submit/submit.h"
 
 namespace weft::planner::cost {
@@ -25,45 +25,17 @@ namespace {
   ASSERT_TRUE(tmp.ok()) << tmp.status();           \
   lhs = std::move(*tmp)
 
-v1::LinearFit Fit(double alpha, double per_unit, double tail_ratio = 1) {
-  v1::LinearFit f;
-  f.set_alpha_s(alpha);
-  f.set_per_unit_s(per_unit);
-  f.set_tail_ratio(tail_ratio);
-  return f;
-}
-
 // matmul: 1 ms + 1 ns per flop; memory: 0.1 ms + 1 ns per byte; links: 2 ms + 10 ns per byte
 // inside a host (any op), 5 ms + 100 ns across hosts (all-reduce only).
 v1::CostProfile Profile(bool inter_host = true) {
   v1::CostProfile p;
   p.set_kind("cpu");
   p.set_overlap_slowdown(1.5);
-  auto* k = p.add_kernels();
-  k->set_kind(v1::KernelCost::MATMUL);
-  k->set_dtype(v1::F32);
-  *k->mutable_fit() = Fit(1e-3, 1e-9, 2.0);
-  k = p.add_kernels();
-  k->set_kind(v1::KernelCost::MEMORY);
-  k->set_dtype(v1::F32);
-  *k->mutable_fit() = Fit(1e-4, 1e-9);
-  auto* l = p.add_links();
-  l->set_op(v1::Instruction::ALL_REDUCE);
-  l->set_group_size(2);
-  l->set_scope(v1::LinkCost::INTRA_HOST);
-  *l->mutable_fit() = Fit(2e-3, 1e-8);
-  l = p.add_links();
-  l->set_op(v1::Instruction::SEND);
-  l->set_group_size(2);
-  l->set_scope(v1::LinkCost::INTRA_HOST);
-  *l->mutable_fit() = Fit(3e-3, 2e-8);
-  if (inter_host) {
-    l = p.add_links();
-    l->set_op(v1::Instruction::ALL_REDUCE);
-    l->set_group_size(2);
-    l->set_scope(v1::LinkCost::INTER_HOST);
-    *l->mutable_fit() = Fit(5e-3, 1e-7);
-  }
+  AddKernel(&p, v1::KernelCost::MATMUL, 1e-3, 1e-9, /*tail_ratio=*/2.0);
+  AddKernel(&p, v1::KernelCost::MEMORY, 1e-4, 1e-9);
+  AddLink(&p, v1::Instruction::ALL_REDUCE, v1::LinkCost::INTRA_HOST, 2e-3, 1e-8);
+  AddLink(&p, v1::Instruction::SEND, v1::LinkCost::INTRA_HOST, 3e-3, 2e-8);
+  if (inter_host) AddLink(&p, v1::Instruction::ALL_REDUCE, v1::LinkCost::INTER_HOST, 5e-3, 1e-7);
   return p;
 }
 
@@ -256,12 +228,8 @@ train: {steps: 1, seed: 1}
   ASSERT_TRUE(spec.ok()) << spec.status();
   ASSERT_OK_AND_ASSIGN(std::shared_ptr<const Plan> plan, PrepareAndPlan(&*spec, "job-1", 0));
   v1::CostProfile profile;
-  auto* k = profile.add_kernels();
-  k->set_kind(v1::KernelCost::MATMUL);
-  *k->mutable_fit() = Fit(1e-3, 1e-10);
-  k = profile.add_kernels();
-  k->set_kind(v1::KernelCost::MEMORY);
-  *k->mutable_fit() = Fit(0, 0);
+  AddKernel(&profile, v1::KernelCost::MATMUL, 1e-3, 1e-10);
+  AddKernel(&profile, v1::KernelCost::MEMORY, 0, 0);
   ASSERT_OK_AND_ASSIGN(StepPrediction s, SimulatePlan(*plan, {"a"}, profile));
   const double flops = 5 * 2.0 * 32 * 1024 * 4096;
   EXPECT_NEAR(s.step_s, 5 * 1e-3 + flops * 1e-10, 1e-9);

@@ -1,5 +1,5 @@
 // weft-calibrate as real processes on loopback (--quick): every rank exits 0 and rank 0's
-// profile, read back through protobuf's JSON mapping as planner/cost ReadProfile reads it, holds
+// profile, read back as `weftctl calibrate` reads it (common/cost_profile_json.h), holds
 // the kernels and the links of each group measured, with its size and scope, each pricing its
 // unit.
 #include <cstdlib>
@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/cost_profile_json.h"
 #include "common/file_io.h"
 #include "common/subprocess.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "weft/v1/profile.pb.h"
 
@@ -63,13 +63,9 @@ v1::CostProfile Calibrate(const std::vector<std::string>& hosts) {
         << "rank " << r << " " << (exit ? exit->Describe() : "") << ":\n"
         << log.value_or("");
   }
-  auto text = ReadFileToString(out);
-  EXPECT_TRUE(text.ok()) << text.status();
-  v1::CostProfile profile;
-  if (text.ok()) {
-    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(*text, &profile).ok()) << *text;
-  }
-  return profile;
+  absl::StatusOr<v1::CostProfile> profile = ReadCostProfile(out);
+  EXPECT_TRUE(profile.ok()) << profile.status();
+  return profile.value_or(v1::CostProfile());
 }
 
 // The links of `profile` as "OP group_size SCOPE", each checked to price its bytes.

@@ -1,11 +1,13 @@
 // weft-calibrate: measures this host's cost profile (proto/weft/v1/profile.proto) and writes it
-// as JSON for `weftctl plan --auto --profile` (planner/cost/profile.h ReadProfile). One process
-// per rank; the ranks meet through a Gloo FileStore in a folder they share (a fresh one per run)
-// and each publishes the address it binds. Rank 0 measures the kernels; then links are measured
-// over the whole world (INTER_HOST when the ranks' addresses differ, else INTRA_HOST), and, when
-// the world spans several addresses, over one pair on one address (INTRA_HOST) and one pair
-// across two (INTER_HOST); ranks 0 and 1 measure what an all-reduce in flight costs a matmul.
-// Rank 0 writes the profile. With --world 1 only the kernels are measured.
+// as JSON (common/cost_profile_json.h) for `weftctl calibrate` and `weftctl plan --auto
+// --profile`. One process per rank; the ranks meet through a Gloo FileStore in a folder they
+// share (a fresh one per run) and each publishes the address it binds. Links are measured over
+// the whole world (INTER_HOST when the ranks' addresses differ, else INTRA_HOST), and, when the
+// world spans several addresses, over one pair on one address (INTRA_HOST) and one pair across
+// two (INTER_HOST); ranks 0 and 1 measure what an all-reduce in flight costs a matmul. Then the
+// kernels and the executor's cost per instruction: every rank at once (--kernels_together, as
+// CPU workers sharing a host compute), rank 0 keeping its own. Rank 0 writes the profile. With
+// --world 1 only the kernels are measured.
 //
 // E.g.
 //   OMP_WAIT_POLICY=passive weft-calibrate --world 1 --out cpu.json
@@ -26,11 +28,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/file_io.h"
+#include "common/cost_profile_json.h"
 #include "common/help_flags.h"
 #include "common/status.h"
 #include "gloo/rendezvous/file_store.h"
-#include "google/protobuf/util/json_util.h"
 #include "weft/v1/profile.pb.h"
 #include "worker/calibrate/calibrate.h"
 #include "worker/comm/gloo/gloo_communicator.h"
@@ -165,17 +166,6 @@ absl::Status MeasureLinkGroups(const Flags& flags, gloo::rendezvous::Store& stor
   return absl::OkStatus();
 }
 
-absl::Status WriteJson(const v1::CostProfile& profile, const std::string& path) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  const auto printed = google::protobuf::util::MessageToJsonString(profile, &text, options);
-  if (!printed.ok()) {
-    return absl::InternalError(absl::StrCat("cost profile: ", std::string(printed.message())));
-  }
-  return WriteFileAtomically(path, {text});
-}
-
 absl::Status Run(const Flags& flags) {
   if (flags.world < 1 || flags.rank < 0 || flags.rank >= flags.world) {
     return absl::InvalidArgumentError(
@@ -231,8 +221,9 @@ absl::Status Run(const Flags& flags) {
   }
   // The kernels last: together, or once the other ranks are done and the cores are rank 0's.
   ASSIGN_OR_RETURN(DeviceDescription device, ProbeDevice("cpu"));
-  profile.set_device(absl::StrCat(device.name, ", ", device.cores, " threads",
-                                  together ? absl::StrCat(", ", flags.world, " ranks at once") : ""));
+  profile.set_device(
+      absl::StrCat(device.name, ", ", device.cores, " threads",
+                   together ? absl::StrCat(", ", flags.world, " ranks at once") : ""));
   ASSIGN_OR_RETURN(std::vector<v1::KernelCost> kernels,
                    MeasureKernels({.quick = flags.quick, .report = Report(flags)}));
   if (flags.rank != 0) return absl::OkStatus();
@@ -248,7 +239,7 @@ absl::Status Run(const Flags& flags) {
     for (const v1::LinkCost& l : published.links()) *profile.add_links() = l;
   }
   profile.set_measured_unix_ms(absl::ToUnixMillis(absl::Now()));
-  return Annotate(WriteJson(profile, flags.out), absl::StrCat("writing ", flags.out));
+  return WriteCostProfile(profile, flags.out);
 }
 
 }  // namespace
