@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "common/byte_size.h"
 #include "common/checkpoint/checkpoint.h"
+#include "common/kernel_scratch.h"
 #include "common/status.h"
 #include "planner/arch/hf_export.h"
 #include "planner/submit/submit.h"
@@ -51,15 +52,16 @@ absl::StatusOr<std::shared_ptr<const JobPlan>> PlanWithPlanner(const v1::JobSpec
 absl::Status CheckFits(const JobPlan& plan, const std::string& kind, int64_t largest_bytes,
                        const std::string& largest_id, const planner::StopCheck& stop) {
   if (largest_bytes <= 0) return absl::OkStatus();
-  // Each rank's planned peak is its Program's arena (what its allocator holds), its role's. The
+  // Each rank's planned peak is its Program's arena and its kernels' scratch (what its allocator
+  // holds, PlannedPeakBytes), its role's. The
   // roles' ranks are each the smallest of its role, in order: the first that cannot fit is the
   // smallest rank that cannot.
   for (int r : plan.RoleRanks()) {
     absl::StatusOr<v1::Program> program = plan.Program(r, planner::Attempt{}, stop);
     if (!program.ok()) return Annotate(program.status(), "planning the job");
-    if (program->arena_bytes() > largest_bytes) {
+    if (PlannedPeakBytes(*program) > largest_bytes) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "rank ", r, " needs ", FormatByteSize(program->arena_bytes()),
+          "rank ", r, " needs ", FormatByteSize(PlannedPeakBytes(*program)),
           " at its planned peak (`weftctl plan` shows it by role), more than the ",
           FormatByteSize(largest_bytes), " of the largest registered ", kind, " worker (",
           largest_id, ")"));

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/defaults.h"
+#include "common/kernel_scratch.h"
 #include "common/jobspec/parallelize.h"
 #include "planner/test_util.h"
 
@@ -82,12 +83,12 @@ TEST(CheckFitsTest, OneRankPerRoleDecidesAsEveryRankWould) {
   std::shared_ptr<const JobPlan> plan = MustPlan(Uneven());
   ASSERT_NE(plan, nullptr);
   Counted every(plan, /*roles=*/false), roles(plan, /*roles=*/true);
-  // Every arena any rank has, and around each the memory sizes that decide differently.
+  // Every peak any rank has, and around each the memory sizes that decide differently.
   std::set<int64_t> arenas;
   for (int r = 0; r < plan->world_size(); ++r) {
     absl::StatusOr<v1::Program> p = plan->Program(r, planner::Attempt{}, {});
     ASSERT_TRUE(p.ok()) << p.status();
-    arenas.insert(p->arena_bytes());
+    arenas.insert(PlannedPeakBytes(*p));
   }
   ASSERT_GE(arenas.size(), 3u);  // the ranks differ
   std::set<std::string> refused_ranks;

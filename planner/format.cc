@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/dtype.h"
+#include "common/kernel_scratch.h"
 
 namespace weft::planner {
 namespace {
@@ -155,7 +156,9 @@ std::string FormatProgram(const v1::Program& p) {
   for (const v1::Buffer& b : p.buffers()) by_role[v1::Buffer::Role_Name(b.role())] += BufferBytes(b);
   absl::StrAppend(&s, "totals: ", p.instructions_size(), " instructions, ", collectives,
                   " collectives, ", Bytes(total_bytes), " sent per step; memory ",
-                  Bytes(p.arena_bytes()), " at the peak (buffers sharing bytes by liveness; ");
+                  Bytes(PlannedPeakBytes(p)), " at the peak (an arena of ", Bytes(p.arena_bytes()),
+                  " whose buffers share bytes by liveness, and the kernels' scratch of ",
+                  Bytes(p.kernel_scratch_bytes()), "; buffers by role: ");
   std::vector<std::string> parts;
   for (const auto& [role, bytes] : by_role) parts.push_back(absl::StrCat(role, " ", Bytes(bytes)));
   absl::StrAppend(&s, absl::StrJoin(parts, ", "), "), loss in b", p.loss_buffer(), "\n");

@@ -4,6 +4,7 @@
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
+#include "common/kernel_scratch.h"
 #include "common/program.h"
 #include "common/status.h"
 
@@ -85,6 +86,7 @@ absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
   }
   for (int b = 0; b < n; ++b) program->mutable_buffers(b)->set_offset(cached->second.first[b]);
   program->set_arena_bytes(cached->second.second);
+  program->set_kernel_scratch_bytes(KernelScratchBytes(*program));
   return absl::OkStatus();
 }
 

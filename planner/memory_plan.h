@@ -10,7 +10,10 @@
 //
 // E.g.
 //   MemoryPlanner planner;
-//   planner.Plan(&program);   // program.arena_bytes() is its rank's peak
+//   planner.Plan(&program);   // PlannedPeakBytes(program) is its rank's peak
+//
+// Besides the arena, the device's kernels keep scratch of their own for the job
+// (common/kernel_scratch.h); Plan sets Program.kernel_scratch_bytes to it.
 #ifndef WEFT_PLANNER_MEMORY_PLAN_H_
 #define WEFT_PLANNER_MEMORY_PLAN_H_
 
@@ -27,7 +30,7 @@ namespace weft::planner {
 
 class MemoryPlanner {
  public:
-  // Sets every buffer's offset and the program's arena_bytes. Programs of one plan mostly share
+  // Sets every buffer's offset, the program's arena_bytes and its kernel_scratch_bytes. Programs of one plan mostly share
   // their buffers' sizes and lifetimes (the ranks of a stage), so layouts are remembered by them.
   // Placing is quadratic in the buffers (a step of 1024 micro-batches has tens of thousands):
   // `stop` is polled every few dozen, and once it says stop the program is left unplanned.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/kernel_scratch.h"
 #include "common/program.h"
 #include "planner/format.h"
 
@@ -59,7 +60,7 @@ RankReport ReportRank(const v1::Program& p, bool collectives) {
     }
   }
   r.peak_activation_bytes = PeakTransientBytes(p);
-  r.peak_bytes = p.arena_bytes();
+  r.peak_bytes = PlannedPeakBytes(p);
   // Group members once per group: a program names a handful of groups and many collectives.
   std::map<int, std::vector<int>> members;
   for (const v1::CommGroup& g : p.groups()) members[g.id()] = GroupMembers(p, g);

@@ -12,6 +12,7 @@
 #include "common/byte_size.h"
 #include "common/jobspec/mesh_spec.h"
 #include "common/jobspec/transformer_config.h"
+#include "common/kernel_scratch.h"
 #include "common/jobspec/validate.h"
 #include "common/rank_placement.h"
 #include "common/status.h"
@@ -316,7 +317,7 @@ absl::Status Evaluate(v1::JobSpec spec, const std::vector<std::string>& slots, i
   std::map<int, v1::Program> programs;  // by role rank
   for (int rank : (*plan)->RoleRanks()) {
     ASSIGN_OR_RETURN(v1::Program p, (*plan)->Program(rank, Attempt{}, stop));
-    c->peak_bytes = std::max(c->peak_bytes, p.arena_bytes());
+    c->peak_bytes = std::max(c->peak_bytes, PlannedPeakBytes(p));
     programs.emplace(rank, std::move(p));
   }
   c->fits = limit <= 0 || c->peak_bytes <= limit;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/jobspec/yaml.h"
+#include "common/kernel_scratch.h"
 #include "gtest/gtest.h"
 #include "planner/cost/cost_testing.h"
 #include "planner/submit/submit.h"
@@ -69,7 +70,7 @@ int64_t PlannedPeak(const v1::JobSpec& spec, const Strategy& s) {
   EXPECT_TRUE(plan.ok()) << plan.status();
   int64_t peak = 0;
   for (int r = 0; r < (*plan)->world_size(); ++r)
-    peak = std::max(peak, (*plan)->Program(r)->arena_bytes());
+    peak = std::max(peak, PlannedPeakBytes(*(*plan)->Program(r)));
   return peak;
 }
 

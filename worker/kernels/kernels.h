@@ -57,13 +57,16 @@ struct KernelOptions {
 // Memory the backend holds, in bytes: the blocks Allocate handed out and Free has not taken back,
 // and the backend's own scratch, each at the size the backend really reserves for it (at least
 // the bytes requested), so that the peak is the memory a step needed:
-//  - cpu: Allocate's blocks rounded up to 64 bytes (0 bytes to 64), plus the kBf16 Matmul's
-//    operand copies (kept and grown to the largest operands seen).
+//  - cpu: Allocate's blocks rounded up to 64 bytes (0 bytes to 64), plus the kernels' scratch:
+//    the kBf16 Matmul's operand copies, attention's and the rotary embedding's floats, the norms'
+//    and EmbeddingGrad's doubles and EmbeddingGrad's int64s, each kept and grown to exactly the
+//    largest call's need (common/kernel_scratch.h, which the planner counts in a rank's peak).
 //  - cuda: the caching allocator's blocks in use (cuda/caching_allocator.h): requests rounded up
 //    to 512 bytes, and a cached block handed out again counts whole (up to twice the rounded
 //    request). Besides Allocate's blocks these are the backend's own scratch: the kBf16 Matmul's
 //    operand copies (in use during the call only, so they show in the peak) and MseLoss's partial
-//    sums (kept). Cached blocks, free but not given back to the driver, do not count.
+//    sums (kept). Cached blocks, free but not given back to the driver, do not count. The planner
+//    counts none of this scratch (common/kernel_scratch.h).
 struct MemoryStats {
   int64_t bytes_in_use = 0;       // held now
   int64_t peak_bytes_in_use = 0;  // the most bytes_in_use has been since the last reset

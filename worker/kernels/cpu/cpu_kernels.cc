@@ -495,8 +495,8 @@ class CpuKernels final : public Kernels {
 
   void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy, float* grad_table,
                      int64_t n, int64_t table_rows, int64_t dim, int64_t row_offset) override {
-    GrowScratch(i64_scratch_, table_rows + n);
-    GrowScratch(f64_scratch_, dim);
+    GrowScratch(i64_scratch_, CpuEmbeddingGradScratchInt64s(n, table_rows));
+    GrowScratch(f64_scratch_, CpuEmbeddingGradScratchDoubles(dim));
     cpu::EmbeddingGrad(ids, ids_dtype, dy, grad_table, n, table_rows, dim, row_offset,
                        i64_scratch_.data(), f64_scratch_.data());
   }
@@ -547,7 +547,7 @@ class CpuKernels final : public Kernels {
 
   void Rope(const float* x, float* out, int64_t batch, int64_t seq, int64_t heads,
             int64_t head_dim, int64_t pos_offset, float theta, bool inverse) override {
-    GrowScratch(f32_scratch_, 3 * (head_dim / 2));
+    GrowScratch(f32_scratch_, CpuRopeScratchFloats(head_dim));
     cpu::Rope(x, out, batch, seq, heads, head_dim, pos_offset, theta, inverse,
               f32_scratch_.data());
   }
@@ -634,11 +634,15 @@ class CpuKernels final : public Kernels {
     }
   }
 
-  // Grows a scratch buffer to at least n elements, counting its growth in memory_stats.
+  // Grows a scratch buffer to exactly n elements when it holds fewer, counting its growth in
+  // memory_stats: each buffer ends as large as the largest call asked, which is what the planner
+  // counts (common/kernel_scratch.h).
   template <typename T>
   void GrowScratch(std::vector<T>& scratch, int64_t n) {
     if (static_cast<int64_t>(scratch.size()) >= n) return;
     const int64_t before = static_cast<int64_t>(scratch.capacity() * sizeof(T));
+    std::vector<T>().swap(scratch);  // freed first: the contents are not kept
+    scratch.reserve(static_cast<size_t>(n));  // exactly n: resize alone may double the capacity
     scratch.resize(static_cast<size_t>(n));
     const int64_t after = static_cast<int64_t>(scratch.capacity() * sizeof(T));
     absl::MutexLock lock(&mu_);

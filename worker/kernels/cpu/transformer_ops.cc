@@ -354,7 +354,9 @@ void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, 
   });
 }
 
-int64_t LayerNormGradScratchSize(int64_t rows, int64_t dim) { return 2 * dim + 2 * rows; }
+int64_t LayerNormGradScratchSize(int64_t rows, int64_t dim) {
+  return CpuLayerNormGradScratchDoubles(rows, dim);
+}
 
 // With xhat = (x - mean) * rstd and g = dy * gamma:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
@@ -403,7 +405,9 @@ void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t
   });
 }
 
-int64_t RmsNormGradScratchSize(int64_t rows, int64_t dim) { return dim + rows; }
+int64_t RmsNormGradScratchSize(int64_t rows, int64_t dim) {
+  return CpuRmsNormGradScratchDoubles(rows, dim);
+}
 
 // With u = 1 / rms: dx = u * dy * gamma - u^3 * x * mean(dy * gamma * x), by rows; then dgamma
 // by columns.
@@ -508,7 +512,7 @@ void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targ
 }
 
 int64_t AttentionScratchSize(const AttentionShape& shape, bool grad) {
-  return (grad ? 3 : 1) * std::min(kAttentionBlock, shape.seq) * shape.seq;
+  return CpuAttentionScratchFloats(shape.seq, grad);
 }
 
 void Attention(const float* q, const float* k, const float* v, float* out,

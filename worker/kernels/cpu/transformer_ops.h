@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "common/kernel_scratch.h"
 #include "worker/kernels/kernels.h"
 
 namespace weft::cpu {
@@ -80,7 +81,7 @@ void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targ
                            int threads);
 
 // Query rows per block of Attention and AttentionGrad.
-inline constexpr int64_t kAttentionBlock = 64;
+inline constexpr int64_t kAttentionBlock = kCpuAttentionBlock;
 
 // The floats of scratch Attention (grad false) or AttentionGrad (grad true) needs: one or three
 // [kAttentionBlock, seq] tiles of scores.
