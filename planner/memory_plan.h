@@ -30,10 +30,12 @@ namespace weft::planner {
 
 class MemoryPlanner {
  public:
-  // Sets every buffer's offset, the program's arena_bytes and its kernel_scratch_bytes. Programs of one plan mostly share
-  // their buffers' sizes and lifetimes (the ranks of a stage), so layouts are remembered by them.
-  // Placing is quadratic in the buffers (a step of 1024 micro-batches has tens of thousands):
-  // `stop` is polled every few dozen, and once it says stop the program is left unplanned.
+  // Sets every buffer's offset, the program's arena_bytes and its kernel_scratch_bytes. Programs
+  // of one plan mostly share their buffers' sizes and lifetimes (the ranks of a stage), so
+  // layouts are remembered by them. Placing a buffer looks only at the buffers placed in the
+  // stretches of the instruction list it lives in (a step of 1024 micro-batches has tens of
+  // thousands of buffers, few alive at once); `stop` is polled every few dozen, and once it says
+  // stop the program is left unplanned.
   absl::Status Plan(v1::Program* program, const StopCheck& stop = {});
 
  private:
