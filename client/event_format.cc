@@ -317,8 +317,9 @@ std::string FormatCostProfiles(const std::vector<v1::CostProfile>& profiles,
     for (const v1::KernelCost& k : p.kernels()) {
       if (k.dtype() != v1::F32 || k.fit().per_unit_s() <= 0) continue;
       if (k.kind() == v1::KernelCost::MATMUL) {
-        absl::StrAppend(&out,
-                        absl::StrFormat(" matmul %.1f GFLOP/s,", 1e-9 / k.fit().per_unit_s()));
+        absl::StrAppend(&out, absl::StrFormat(" matmul%s %.1f GFLOP/s,",
+                                              k.precision() == "bf16" ? " (bf16 products)" : "",
+                                              1e-9 / k.fit().per_unit_s()));
       } else if (k.kind() == v1::KernelCost::MEMORY) {
         absl::StrAppend(&out, absl::StrFormat(" memory %.1f GB/s,", 1e-9 / k.fit().per_unit_s()));
       }

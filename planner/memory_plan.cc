@@ -1,6 +1,8 @@
 #include "planner/memory_plan.h"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "common/checked_math.h"
 #include "common/dtype.h"
@@ -93,6 +95,7 @@ absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
     });
     PlacedByTime placed(lives, n);
     std::vector<int> overlapping;
+    std::vector<std::pair<int64_t, int64_t>> spans;  // theirs: [offset, end), by offset
     for (size_t i = 0; i < order.size(); ++i) {
       const int b = order[i];
       if (i % kBuffersPerStopCheck == 0) {
@@ -100,16 +103,17 @@ absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
       }
       // The placed buffers alive at the same time, by offset; pick the smallest gap that fits.
       placed.AliveWith(b, &overlapping);
-      std::sort(overlapping.begin(), overlapping.end(),
-                [&](int x, int y) { return offsets[x] < offsets[y]; });
+      spans.clear();
+      for (int q : overlapping) spans.emplace_back(offsets[q], offsets[q] + sizes[q]);
+      std::sort(spans.begin(), spans.end());
       int64_t best = -1, best_gap = 0, cursor = base;
-      for (int q : overlapping) {
-        const int64_t gap = offsets[q] - cursor;
+      for (const auto& [begin, span_end] : spans) {
+        const int64_t gap = begin - cursor;
         if (gap >= sizes[b] && (best < 0 || gap < best_gap)) {
           best = cursor;
           best_gap = gap;
         }
-        cursor = std::max(cursor, offsets[q] + sizes[q]);
+        cursor = std::max(cursor, span_end);
       }
       offsets[b] = best >= 0 ? best : cursor;
       end = std::max(end, offsets[b] + sizes[b]);

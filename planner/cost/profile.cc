@@ -43,6 +43,7 @@ KernelWork ComputeWork(const v1::Program& p, const v1::Instruction& ins) {
         const double k =
             out > 0 ? std::sqrt(Elements(p, ins.inputs(0)) * Elements(p, ins.inputs(1)) / out) : 0;
         work.kind = v1::KernelCost::MATMUL;
+        work.bf16_products = p.precision() == "bf16";
         work.units = 2 * out * k;
         return work;
       }
@@ -75,13 +76,23 @@ KernelWork ComputeWork(const v1::Program& p, const v1::Instruction& ins) {
 
 absl::StatusOr<double> KernelSeconds(const v1::CostProfile& profile, const KernelWork& work,
                                      bool tail) {
-  const v1::KernelCost* f32 = nullptr;
+  // Best first: the products' precision and the dtype both as the work's (3), the precision with
+  // the F32 fit (2), an f32-precision fit of the dtype (1), of F32 (0).
+  const bool want_bf16 = work.kind == v1::KernelCost::MATMUL && work.bf16_products;
+  const v1::KernelCost* best = nullptr;
+  int best_score = -1;
   for (const v1::KernelCost& k : profile.kernels()) {
     if (k.kind() != work.kind) continue;
-    if (k.dtype() == work.dtype) return Seconds(k.fit(), work.units, tail);
-    if (k.dtype() == v1::F32) f32 = &k;
+    const bool bf16 = k.precision() == "bf16";
+    if (bf16 && !want_bf16) continue;
+    if (k.dtype() != work.dtype && k.dtype() != v1::F32) continue;
+    const int score = (bf16 == want_bf16 ? 2 : 0) + (k.dtype() == work.dtype ? 1 : 0);
+    if (score > best_score) {
+      best = &k;
+      best_score = score;
+    }
   }
-  if (f32 != nullptr) return Seconds(f32->fit(), work.units, tail);
+  if (best != nullptr) return Seconds(best->fit(), work.units, tail);
   return absl::NotFoundError(absl::StrCat("cost profile (", profile.kind(), " on ",
                                           profile.host().empty() ? "any host" : profile.host(),
                                           ") has no ", v1::KernelCost::Kind_Name(work.kind),

@@ -1,4 +1,5 @@
-// The simulator against step times worked out by hand: compute priced by flops and bytes, a
+// The simulator against step times worked out by hand: compute priced by flops and bytes (bf16
+// products by their own fit), a
 // collective hidden behind compute or exposed, a pipeline transfer and the bubble it leaves, a
 // collective across stages that waits for the later one, the link's scope by host, and a planned
 // job whose flops are counted from its model here.
@@ -86,6 +87,27 @@ TEST(SimulateTest, ComputeIsPricedByFlopsAndBytes) {
   EXPECT_NEAR(s.step_s, 1e-3 + 1024e-9 + 1e-4 + 512e-9, 1e-12);
   // The tail doubles the matmul (its fit's tail ratio is 2) and leaves the rest.
   EXPECT_NEAR(s.tail_step_s, 2 * (1e-3 + 1024e-9) + 1e-4 + 512e-9, 1e-12);
+}
+
+TEST(SimulateTest, UnderBf16PrecisionAMatmulTakesTheFitTimedSo) {
+  // The same 1024-flop matmul; the profile also holds a fit timed under `precision: bf16`
+  // (0.1 ms + 0.1 ns a flop), which prices it only in a program under that precision.
+  v1::CostProfile profile = Profile();
+  v1::KernelCost* bf16 = profile.add_kernels();
+  bf16->set_kind(v1::KernelCost::MATMUL);
+  bf16->set_dtype(v1::F32);
+  bf16->set_precision("bf16");
+  *bf16->mutable_fit() = Fit(1e-4, 1e-10);
+  v1::Program p = Program(0, {1}, {}, {{4, 8}, {8, 16}, {4, 16}});
+  Add(&p, v1::Instruction::MATMUL, {0, 1}, {2});
+  ASSERT_OK_AND_ASSIGN(StepPrediction f32, SimulateStep({p}, {"a"}, profile));
+  EXPECT_NEAR(f32.split.compute_s, 1e-3 + 1024e-9, 1e-12);
+  p.set_precision("bf16");
+  ASSERT_OK_AND_ASSIGN(StepPrediction products, SimulateStep({p}, {"a"}, profile));
+  EXPECT_NEAR(products.split.compute_s, 1e-4 + 1024e-10, 1e-12);
+  // Without such a fit, bf16 products are priced as f32 ones.
+  ASSERT_OK_AND_ASSIGN(StepPrediction fallback, SimulateStep({p}, {"a"}, Profile()));
+  EXPECT_NEAR(fallback.split.compute_s, 1e-3 + 1024e-9, 1e-12);
 }
 
 TEST(SimulateTest, AnAsyncCollectiveHidesBehindComputeThatDoesNotTouchIt) {

@@ -3,6 +3,7 @@
 // 127.0.0.1) prices a byte for every op, the same on both ranks.
 #include "worker/calibrate/calibrate.h"
 
+#include <string>
 #include <thread>
 
 #include "gloo/rendezvous/hash_store.h"
@@ -44,9 +45,9 @@ TEST(FitLinearTest, ClampsANegativeFixedCostAtZero) {
 }
 
 const v1::KernelCost* Find(const std::vector<v1::KernelCost>& costs, v1::KernelCost::Kind kind,
-                           v1::DType dtype) {
+                           v1::DType dtype, const std::string& precision = "") {
   for (const v1::KernelCost& c : costs) {
-    if (c.kind() == kind && c.dtype() == dtype) return &c;
+    if (c.kind() == kind && c.dtype() == dtype && c.precision() == precision) return &c;
   }
   return nullptr;
 }
@@ -65,6 +66,11 @@ TEST(MeasureKernelsTest, FitsPriceAHeldOutShape) {
     EXPECT_GE(c->fit().tail_ratio(), 1) << c->DebugString();
     EXPECT_GT(c->fit().samples(), 0) << c->DebugString();
   }
+  // `precision: bf16`'s matmul, timed on kernels that round the operands to bf16.
+  const v1::KernelCost* products = Find(*costs, v1::KernelCost::MATMUL, v1::F32, "bf16");
+  ASSERT_NE(products, nullptr);
+  EXPECT_GT(products->fit().per_unit_s(), 0) << products->DebugString();
+  EXPECT_GT(products->fit().samples(), 0) << products->DebugString();
 
   // A 192^3 matmul and an ADD over 3 x 512 KiB, which the quick shapes skip.
   auto kernels = NewKernels({});

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -197,6 +198,8 @@ struct KernelProbe {
   std::vector<Shape> shapes;
   std::vector<Shape> quick_shapes;
   absl::StatusOr<Call> (*prepare)(Kernels&, Arena&, const Shape&);
+  // Timed on kernels built with this matmul precision (KernelCost.precision "bf16" for kBf16).
+  MatmulPrecision precision = MatmulPrecision::kF32;
 };
 
 // From 4 KiB, where the fixed cost of an op (its dispatch) shows, to 64 MiB, past the caches.
@@ -223,6 +226,14 @@ const std::vector<KernelProbe>& Probes() {
        .shapes = {{64, 64, 64}, {256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}},
        .quick_shapes = {{64, 64, 64}, {128, 128, 128}},
        .prepare = Matmul<v1::BF16>},
+      // `precision: bf16`: f32 operands, bf16 products.
+      {.name = "MATMUL f32 (precision bf16)",
+       .kind = v1::KernelCost::MATMUL,
+       .dtype = v1::F32,
+       .shapes = {{64, 64, 64}, {256, 256, 256}, {512, 512, 512}, {1024, 1024, 1024}},
+       .quick_shapes = {{64, 64, 64}, {128, 128, 128}},
+       .prepare = Matmul<v1::F32>,
+       .precision = MatmulPrecision::kBf16},
       {.name = "ATTENTION f32",
        .kind = v1::KernelCost::ATTENTION,
        .dtype = v1::F32,
@@ -273,14 +284,23 @@ const std::vector<KernelProbe>& Probes() {
 
 absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(
     const KernelCalibrationOptions& options) {
-  ASSIGN_OR_RETURN(std::unique_ptr<Kernels> kernels, NewKernels(options.kernels));
+  // Kernels of each matmul precision, built when a probe first asks for it.
+  std::map<MatmulPrecision, std::unique_ptr<Kernels>> by_precision;
   const int reps = options.quick ? 7 : 9;
   const double budget_s = options.quick ? 0.02 : 0.15;
-  // (kind, dtype) in the order the table first names them, and their timings.
-  std::vector<std::pair<v1::KernelCost::Kind, v1::DType>> order;
-  std::map<std::pair<v1::KernelCost::Kind, v1::DType>, std::vector<Timing>> timings;
+  // (kind, dtype, precision) in the order the table first names them, and their timings.
+  using Key = std::tuple<v1::KernelCost::Kind, v1::DType, MatmulPrecision>;
+  std::vector<Key> order;
+  std::map<Key, std::vector<Timing>> timings;
   for (const KernelProbe& probe : Probes()) {
-    const auto key = std::make_pair(probe.kind, probe.dtype);
+    std::unique_ptr<Kernels>& made = by_precision[probe.precision];
+    if (made == nullptr) {
+      KernelOptions kernel_options = options.kernels;
+      kernel_options.precision = probe.precision;
+      ASSIGN_OR_RETURN(made, NewKernels(kernel_options));
+    }
+    Kernels* kernels = made.get();
+    const Key key{probe.kind, probe.dtype, probe.precision};
     if (!timings.count(key)) order.push_back(key);
     for (const Shape& shape : options.quick ? probe.quick_shapes : probe.shapes) {
       const std::string what = absl::StrCat(probe.name, " [", absl::StrJoin(shape, ","), "]");
@@ -294,8 +314,9 @@ absl::StatusOr<std::vector<v1::KernelCost>> MeasureKernels(
   std::vector<v1::KernelCost> costs;
   for (const auto& key : order) {
     v1::KernelCost& cost = costs.emplace_back();
-    cost.set_kind(key.first);
-    cost.set_dtype(key.second);
+    cost.set_kind(std::get<0>(key));
+    cost.set_dtype(std::get<1>(key));
+    if (std::get<2>(key) == MatmulPrecision::kBf16) cost.set_precision("bf16");
     *cost.mutable_fit() = FitLinear(timings[key]);
     for (const Timing& t : timings[key]) {
       if (options.report) options.report(t, cost.fit());
