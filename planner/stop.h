@@ -2,7 +2,8 @@
 // cancellation, a coordinator shutting down). The planner polls it between units of work (a
 // pass, a tensor's checkpoint copies, a rank's Program, a few dozen of its instructions or
 // buffers) and, once it says anything but OK, returns that status with what it was doing.
-// Empty: never stops. It is called on the planning thread only.
+// Empty: never stops. The planner calls it on the planning thread; the search
+// (cost/search.h) from each of its threads at once.
 //
 // E.g.
 //   planner::StopCheck stop = [deadline] {

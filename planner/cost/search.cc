@@ -1,8 +1,10 @@
 #include "planner/cost/search.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <map>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -348,20 +350,43 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec, const Sea
   result.options = options;
   result.profile = profile;
   result.memory_limit = options.memory_bytes > 0 ? options.memory_bytes : profile.memory_bytes();
-  double parameters = 0;
-  for (const Strategy& s : Enumerate(spec, options.ranks)) {
-    Candidate c;
-    c.strategy = s;
-    c.refused = Indivisible(spec, s);
-    if (c.refused.empty()) {
-      absl::StatusOr<v1::JobSpec> applied = ApplyStrategy(spec, s);
+  // Every candidate planned and simulated on a pool of threads, each taking the next in the
+  // enumeration's order; the results are read back in that order, so the ranking is the same on
+  // any number of threads. The first error (by that order) ends the search.
+  const std::vector<Strategy> strategies = Enumerate(spec, options.ranks);
+  const size_t n = strategies.size();
+  std::vector<Candidate> candidates(n);
+  std::vector<double> parameters_of(n, 0.0);
+  std::vector<absl::Status> errors(n);
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto evaluate_some = [&] {
+    for (size_t i = next++; i < n && !failed; i = next++) {
+      Candidate& c = candidates[i];
+      c.strategy = strategies[i];
+      c.refused = Indivisible(spec, c.strategy);
+      if (!c.refused.empty()) continue;
+      absl::StatusOr<v1::JobSpec> applied = ApplyStrategy(spec, c.strategy);
       if (!applied.ok()) {
         c.refused = std::string(applied.status().message());
-      } else {
-        RETURN_IF_ERROR(
-            Evaluate(*applied, slots, result.memory_limit, profile, options.stop, &c, &parameters));
+        continue;
       }
+      errors[i] = Evaluate(*applied, slots, result.memory_limit, profile, options.stop, &c,
+                           &parameters_of[i]);
+      if (!errors[i].ok()) failed = true;
     }
+  };
+  const size_t threads = std::min<size_t>(
+      n, options.threads > 0 ? static_cast<size_t>(options.threads)
+                             : std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(evaluate_some);
+  evaluate_some();
+  for (std::thread& t : pool) t.join();
+  for (const absl::Status& error : errors) RETURN_IF_ERROR(error);
+  double parameters = 0;
+  for (double p : parameters_of) parameters = std::max(parameters, p);
+  for (Candidate& c : candidates) {
     if (!c.refused.empty()) {
       result.refused.push_back(std::move(c));
     } else if (!c.fits) {

@@ -65,8 +65,12 @@ struct SearchOptions {
   int64_t memory_bytes = 0;        // per worker; 0: the profile's memory_bytes, 0 there: no limit
   int runners_up = 3;
   // Polled as each candidate is planned (stop.h): the coordinator's shutdown, a call's deadline.
-  // Its status ends the search, code and all.
+  // Its status ends the search, code and all. The search's threads call it at once, so it must
+  // be safe to call from several threads.
   StopCheck stop;
+  // Candidates are planned and simulated on this many threads (0: one per core). The result
+  // does not depend on it.
+  int threads = 0;
 };
 
 struct SearchResult {

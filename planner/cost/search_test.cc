@@ -142,12 +142,25 @@ TEST(SearchTest, TheSpecsOwnStrategyIsPricedAsTheSameEnumeratedOne) {
 
 TEST(SearchTest, TheSameProfileGivesTheSameRankingAndTheReportShowsThePickAsSpecKeys) {
   const v1::JobSpec spec = Spec();
-  absl::StatusOr<SearchResult> a = SearchStrategies(spec, FourRanksOnTwoHosts(), Profile());
-  absl::StatusOr<SearchResult> b = SearchStrategies(spec, FourRanksOnTwoHosts(), Profile());
+  // On one thread and on three: candidates are planned in a different order and interleaved,
+  // and read back in the enumeration's.
+  SearchOptions one = FourRanksOnTwoHosts(), three = FourRanksOnTwoHosts();
+  one.threads = 1;
+  three.threads = 3;
+  absl::StatusOr<SearchResult> a = SearchStrategies(spec, one, Profile());
+  absl::StatusOr<SearchResult> b = SearchStrategies(spec, three, Profile());
   ASSERT_TRUE(a.ok() && b.ok());
   ASSERT_EQ(a->ranked.size(), b->ranked.size());
   for (size_t i = 0; i < a->ranked.size(); ++i) {
     EXPECT_EQ(a->ranked[i].strategy.Label(), b->ranked[i].strategy.Label());
+    EXPECT_EQ(a->ranked[i].prediction->step_s, b->ranked[i].prediction->step_s);
+    EXPECT_EQ(a->ranked[i].peak_bytes, b->ranked[i].peak_bytes);
+  }
+  ASSERT_EQ(a->over_memory.size(), b->over_memory.size());
+  ASSERT_EQ(a->refused.size(), b->refused.size());
+  for (size_t i = 0; i < a->refused.size(); ++i) {
+    EXPECT_EQ(a->refused[i].strategy.Label(), b->refused[i].strategy.Label());
+    EXPECT_EQ(a->refused[i].refused, b->refused[i].refused);
   }
   const std::string text = FormatSearch(*a);
   EXPECT_NE(text.find("chosen: " + a->ranked.front().strategy.Label()), std::string::npos);
