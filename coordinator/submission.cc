@@ -135,10 +135,12 @@ absl::Status ChooseStrategy(const AutoParallelInputs& in, const planner::StopChe
   const planner::cost::Candidate& pick = result.ranked.front();
   ASSIGN_OR_RETURN(out->spec, planner::cost::ApplyStrategy(out->spec, pick.strategy));
   out->auto_parallel = absl::StrFormat(
-      "auto-parallel chose %s of %d strategies (predicted %.4f s a step, %s per rank%s)",
+      "auto-parallel chose %s of %d strategies (predicted %.4f s a step, %s per rank%s; searched "
+      "in %.1f s)",
       pick.strategy.Label(), result.considered(), pick.prediction->step_s,
       FormatByteSize(pick.peak_bytes),
-      result.memory_limit > 0 ? absl::StrCat(" of ", FormatByteSize(result.memory_limit)) : "");
+      result.memory_limit > 0 ? absl::StrCat(" of ", FormatByteSize(result.memory_limit)) : "",
+      result.search_s);
   return absl::OkStatus();
 }
 

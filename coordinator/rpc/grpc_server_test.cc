@@ -783,9 +783,14 @@ TEST(GrpcSubmitPlanningTest, TheCallsDeadlineAndShutdownStopAPlanInProgress) {
   }
   ASSERT_TRUE(stops(1));
   {
+    // The server's deadline is set when the call arrives, a little after the client's: either it
+    // passes first, or the client's runs out first and the cancellation that follows stops it.
     absl::MutexLock lock(&mu);
-    EXPECT_EQ(stopped[0].code(), absl::StatusCode::kDeadlineExceeded) << stopped[0];
-    EXPECT_EQ(stopped[0].message(), "the call's deadline passed");
+    const bool deadline = stopped[0].code() == absl::StatusCode::kDeadlineExceeded &&
+                          stopped[0].message() == "the call's deadline passed";
+    const bool cancelled = stopped[0].code() == absl::StatusCode::kCancelled &&
+                           stopped[0].message() == "the call was cancelled";
+    EXPECT_TRUE(deadline || cancelled) << stopped[0];
   }
   grpc::ClientContext list_context;
   list_context.set_deadline(In(10000));

@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_split.h"
 #include "common/byte_size.h"
 #include "common/jobspec/mesh_spec.h"
@@ -353,6 +355,7 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec, const Sea
   // Every candidate planned and simulated on a pool of threads, each taking the next in the
   // enumeration's order; the results are read back in that order, so the ranking is the same on
   // any number of threads. The first error (by that order) ends the search.
+  const absl::Time started = absl::Now();
   const std::vector<Strategy> strategies = Enumerate(spec, options.ranks);
   const size_t n = strategies.size();
   std::vector<Candidate> candidates(n);
@@ -384,6 +387,7 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec, const Sea
   evaluate_some();
   for (std::thread& t : pool) t.join();
   for (const absl::Status& error : errors) RETURN_IF_ERROR(error);
+  result.threads = static_cast<int>(threads);
   double parameters = 0;
   for (double p : parameters_of) parameters = std::max(parameters, p);
   for (Candidate& c : candidates) {
@@ -436,6 +440,7 @@ absl::StatusOr<SearchResult> SearchStrategies(const v1::JobSpec& spec, const Sea
                                ? samples * static_cast<double>(spec.data().seq_len())
                                : samples;
   result.flops_per_step = 6 * parameters * result.tokens_per_step;
+  result.search_s = absl::ToDoubleSeconds(absl::Now() - started);
   return result;
 }
 
@@ -451,7 +456,8 @@ std::string FormatSearch(const SearchResult& r) {
       r.ranked.size() + r.over_memory.size() + r.refused.size(), " strategies: ", r.ranked.size(),
       " ranked, ", r.over_memory.size(), " over the memory limit (",
       r.memory_limit > 0 ? absl::StrCat(FormatByteSize(r.memory_limit), " per worker") : "none",
-      "), ", r.refused.size(), " refused\n\n");
+      "), ", r.refused.size(), " refused; searched in ", absl::StrFormat("%.1f", r.search_s),
+      " s on ", r.threads, " thread", r.threads == 1 ? "" : "s", "\n\n");
   absl::StrAppend(&s, "chosen: ", best.strategy.Label(), "\n");
   absl::StrAppend(&s, "  predicted step ", Seconds(p.step_s), " (p90 ", Seconds(p.tail_step_s),
                   "), ", absl::StrFormat("%.0f", r.tokens_per_step / p.step_s), " ",
@@ -532,7 +538,9 @@ std::string FormatSearchJson(const SearchResult& r) {
                         {"memory_limit_bytes", r.memory_limit},
                         {"host_of_rank", r.host_of_rank},
                         {"tokens_per_step", r.tokens_per_step},
-                        {"flops_per_step", r.flops_per_step}};
+                        {"flops_per_step", r.flops_per_step},
+                        {"search_s", r.search_s},
+                        {"threads", r.threads}};
   out["ranked"] = nlohmann::json::array();
   for (const Candidate& c : r.ranked) out["ranked"].push_back(candidate(c));
   out["over_memory"] = nlohmann::json::array();

@@ -85,6 +85,8 @@ struct SearchResult {
   double tokens_per_step = 0;             // samples x seq_len (tokens data), else samples
   double flops_per_step = 0;              // 6 x parameters x tokens, for MFU
   v1::CostProfile profile;
+  double search_s = 0;                    // wall time of the search
+  int threads = 0;                        // the threads it planned on
 
   // Every strategy the search looked at.
   int considered() const {

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_format.h"
 #include "common/jobspec/yaml.h"
 #include "common/kernel_scratch.h"
 #include "gtest/gtest.h"
@@ -162,7 +163,13 @@ TEST(SearchTest, TheSameProfileGivesTheSameRankingAndTheReportShowsThePickAsSpec
     EXPECT_EQ(a->refused[i].strategy.Label(), b->refused[i].strategy.Label());
     EXPECT_EQ(a->refused[i].refused, b->refused[i].refused);
   }
+  EXPECT_EQ(a->threads, 1);
+  EXPECT_EQ(b->threads, 3);
+  EXPECT_GT(a->search_s, 0);
   const std::string text = FormatSearch(*a);
+  EXPECT_NE(text.find(absl::StrFormat("searched in %.1f s on 1 thread\n", a->search_s)),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("chosen: " + a->ranked.front().strategy.Label()), std::string::npos);
   EXPECT_NE(text.find("    mesh: {shape: ["), std::string::npos) << text;
   EXPECT_NE(text.find("runners-up:"), std::string::npos) << text;
