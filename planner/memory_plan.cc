@@ -1,6 +1,7 @@
 #include "planner/memory_plan.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -15,47 +16,71 @@ namespace {
 
 constexpr size_t kBuffersPerStopCheck = 64;
 
+// [offset, end) of a placed buffer in the arena.
+using Span = std::pair<int64_t, int64_t>;
+
 // The placed buffers by the stretch of the instruction list they live in: the list is cut into
 // blocks of kBlockInstructions, and a buffer is filed under every block its [first, last] touches,
 // so the buffers alive at the same time as a new one are found among those filed under its own
 // blocks instead of among every buffer placed (placing was quadratic in the buffers: a step of
-// 64 micro-batches of a 32-layer model spent most of its planning there).
+// 64 micro-batches of a 32-layer model spent most of its planning there). A buffer that lives
+// across more than kLongBlocks blocks (a gradient accumulated over the micro-batches) is kept
+// instead in one list by offset, which every query walks without sorting it again.
 class PlacedByTime {
  public:
   static constexpr int kBlockInstructions = 32;
+  static constexpr int kLongBlocks = 64;
 
   PlacedByTime(const std::vector<BufferLife>& lives, int buffers)
-      : lives_(lives), seen_(static_cast<size_t>(buffers), -1) {
+      : lives_(lives),
+        spans_(static_cast<size_t>(buffers)),
+        seen_(static_cast<size_t>(buffers), -1) {
     int last = -1;
     for (const BufferLife& l : lives) last = std::max(last, l.last);
     blocks_.resize(static_cast<size_t>(last / kBlockInstructions + 1));
   }
 
-  // The placed buffers alive together with b (not carried, touched by some instruction), each
-  // once, in no particular order.
-  void AliveWith(int b, std::vector<int>* out) {
-    out->clear();
-    for (int k = lives_[b].first / kBlockInstructions; k <= lives_[b].last / kBlockInstructions;
-         ++k) {
+  // The spans of the placed buffers alive together with b (not carried, touched by some
+  // instruction), each once, by offset.
+  void SpansAliveWith(int b, std::vector<Span>* out) {
+    short_.clear();
+    for (int k = First(b); k <= Last(b); ++k) {
       for (int q : blocks_[static_cast<size_t>(k)]) {
         if (seen_[q] == b) continue;
         seen_[q] = b;
-        if (AliveTogether(lives_[q], lives_[b])) out->push_back(q);
+        if (AliveTogether(lives_[q], lives_[b])) short_.push_back(spans_[q]);
       }
     }
+    std::sort(short_.begin(), short_.end());
+    long_alive_.clear();
+    for (const auto& [span, q] : long_) {
+      if (AliveTogether(lives_[q], lives_[b])) long_alive_.push_back(span);
+    }
+    out->clear();
+    std::merge(short_.begin(), short_.end(), long_alive_.begin(), long_alive_.end(),
+               std::back_inserter(*out));
   }
 
-  void Add(int b) {
-    for (int k = lives_[b].first / kBlockInstructions; k <= lives_[b].last / kBlockInstructions;
-         ++k) {
-      blocks_[static_cast<size_t>(k)].push_back(b);
+  void Add(int b, Span span) {
+    spans_[b] = span;
+    if (Last(b) - First(b) + 1 > kLongBlocks) {
+      const std::pair<Span, int> entry{span, b};
+      long_.insert(std::upper_bound(long_.begin(), long_.end(), entry), entry);
+      return;
     }
+    for (int k = First(b); k <= Last(b); ++k) blocks_[static_cast<size_t>(k)].push_back(b);
   }
 
  private:
+  int First(int b) const { return lives_[b].first / kBlockInstructions; }
+  int Last(int b) const { return lives_[b].last / kBlockInstructions; }
+
   const std::vector<BufferLife>& lives_;
   std::vector<std::vector<int>> blocks_;
-  std::vector<int> seen_;  // the buffer whose query last met each buffer
+  std::vector<std::pair<Span, int>> long_;  // by span
+  std::vector<Span> spans_;                 // every placed buffer's, by id
+  std::vector<int> seen_;                   // the buffer whose query last met each buffer
+  std::vector<Span> short_, long_alive_;    // a query's, kept to reuse their memory
 };
 
 }  // namespace
@@ -94,18 +119,14 @@ absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
       return sizes[a] != sizes[b] ? sizes[a] > sizes[b] : lives[a].first < lives[b].first;
     });
     PlacedByTime placed(lives, n);
-    std::vector<int> overlapping;
-    std::vector<std::pair<int64_t, int64_t>> spans;  // theirs: [offset, end), by offset
+    std::vector<Span> spans;  // of the placed buffers alive together with the next, by offset
     for (size_t i = 0; i < order.size(); ++i) {
       const int b = order[i];
       if (i % kBuffersPerStopCheck == 0) {
         RETURN_IF_ERROR(CheckStop(stop, "laying out its buffers"));
       }
       // The placed buffers alive at the same time, by offset; pick the smallest gap that fits.
-      placed.AliveWith(b, &overlapping);
-      spans.clear();
-      for (int q : overlapping) spans.emplace_back(offsets[q], offsets[q] + sizes[q]);
-      std::sort(spans.begin(), spans.end());
+      placed.SpansAliveWith(b, &spans);
       int64_t best = -1, best_gap = 0, cursor = base;
       for (const auto& [begin, span_end] : spans) {
         const int64_t gap = begin - cursor;
@@ -117,7 +138,7 @@ absl::Status MemoryPlanner::Plan(v1::Program* program, const StopCheck& stop) {
       }
       offsets[b] = best >= 0 ? best : cursor;
       end = std::max(end, offsets[b] + sizes[b]);
-      placed.Add(b);
+      placed.Add(b, {offsets[b], offsets[b] + sizes[b]});
     }
     // A buffer no instruction touches still gets its own bytes (the executor fills it).
     for (int b = 0; b < n; ++b) {
