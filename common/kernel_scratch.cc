@@ -16,12 +16,21 @@ int64_t CpuRmsNormGradScratchDoubles(int64_t rows, int64_t dim) { return dim + r
 int64_t CpuEmbeddingGradScratchInt64s(int64_t n, int64_t table_rows) { return table_rows + n; }
 int64_t CpuEmbeddingGradScratchDoubles(int64_t dim) { return dim; }
 
-int64_t CpuKernelScratch::Bytes() const {
-  return static_cast<int64_t>(sizeof(float)) * (f32 + bf16_a + bf16_b) +
-         static_cast<int64_t>(sizeof(double)) * f64 + static_cast<int64_t>(sizeof(int64_t)) * i64;
-}
-
 namespace {
+
+// Elements each of the cpu backend's scratch vectors grows to.
+struct CpuKernelScratch {
+  int64_t f32 = 0;
+  int64_t f64 = 0;
+  int64_t i64 = 0;
+  int64_t bf16_a = 0;  // float32 copies of a bf16 Matmul's a
+  int64_t bf16_b = 0;  // and of its b
+  int64_t Bytes() const {
+    return static_cast<int64_t>(sizeof(float)) * (f32 + bf16_a + bf16_b) +
+           static_cast<int64_t>(sizeof(double)) * f64 +
+           static_cast<int64_t>(sizeof(int64_t)) * i64;
+  }
+};
 
 // Reads the shapes of an instruction's operands as the executor's decoder does
 // (worker/executor/ops/*.cc); an operand that is not there counts as empty (the decoder refuses
@@ -90,19 +99,13 @@ void Note(const v1::Program& p, const v1::Instruction& ins, bool bf16, CpuKernel
 
 }  // namespace
 
-CpuKernelScratch CpuKernelScratchOf(const v1::Program& program) {
+int64_t KernelScratchBytes(const v1::Program& program) {
+  if (!program.device().empty() && program.device() != "cpu") return 0;
   CpuKernelScratch s;
   const bool bf16 = program.precision() == "bf16";
   for (const v1::Instruction& ins : program.instructions()) Note(program, ins, bf16, &s);
-  if (program.has_eval()) {
-    for (const v1::Instruction& ins : program.eval().instructions()) Note(program, ins, bf16, &s);
-  }
-  return s;
-}
-
-int64_t KernelScratchBytes(const v1::Program& program) {
-  if (!program.device().empty() && program.device() != "cpu") return 0;
-  return CpuKernelScratchOf(program).Bytes();
+  for (const v1::Instruction& ins : program.eval().instructions()) Note(program, ins, bf16, &s);
+  return s.Bytes();
 }
 
 }  // namespace weft

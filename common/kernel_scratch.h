@@ -41,20 +41,9 @@ int64_t CpuRmsNormGradScratchDoubles(int64_t rows, int64_t dim);
 int64_t CpuEmbeddingGradScratchInt64s(int64_t n, int64_t table_rows);
 int64_t CpuEmbeddingGradScratchDoubles(int64_t dim);
 
-// Elements each of the cpu backend's scratch vectors grows to over a program's instructions
-// (a step's and its evaluation's).
-struct CpuKernelScratch {
-  int64_t f32 = 0;
-  int64_t f64 = 0;
-  int64_t i64 = 0;
-  int64_t bf16_a = 0;  // float32 copies of a bf16 Matmul's a
-  int64_t bf16_b = 0;  // and of its b
-  int64_t Bytes() const;
-};
-CpuKernelScratch CpuKernelScratchOf(const v1::Program& program);
-
-// The bytes program.device()'s kernels keep beside the arena: CpuKernelScratchOf(program).Bytes()
-// on cpu (device "" or "cpu"), 0 on cuda (see above).
+// The bytes program.device()'s kernels keep beside the arena: on cpu (device "" or "cpu") the
+// sum over the five vectors of the most any instruction of the step or its evaluation asks of
+// each; 0 on cuda (see above).
 int64_t KernelScratchBytes(const v1::Program& program);
 
 // The most bytes a rank's program holds on its device: the arena and the kernels' scratch.

@@ -34,7 +34,8 @@ KernelWork ComputeWork(const v1::Program& program, const v1::Instruction& instru
 
 // The fit for the work's kind and dtype (a dtype the profile lacks takes its F32 fit: bf16
 // storage computes in float32); a MATMUL with bf16 products takes a fit timed under
-// `precision: bf16` (KernelCost.precision) first, then the f32 ones. `tail`: the fit's 90th percentile rather than its median.
+// `precision: bf16` (KernelCost.precision) first, then the f32 ones. `tail`: the fit's 90th
+// percentile rather than its median.
 // NOT_FOUND names the kind the profile lacks.
 absl::StatusOr<double> KernelSeconds(const v1::CostProfile& profile, const KernelWork& work,
                                      bool tail = false);

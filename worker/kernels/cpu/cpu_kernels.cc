@@ -14,6 +14,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "common/dtype.h"
+#include "common/kernel_scratch.h"
 #include "worker/kernels/cpu/loops.h"
 #include "worker/kernels/cpu/transformer_ops.h"
 
@@ -509,7 +510,7 @@ class CpuKernels final : public Kernels {
   void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx,
                      float* dgamma, float* dbeta, int64_t rows, int64_t dim,
                      float eps) override {
-    GrowScratch(f64_scratch_, cpu::LayerNormGradScratchSize(rows, dim));
+    GrowScratch(f64_scratch_, CpuLayerNormGradScratchDoubles(rows, dim));
     cpu::LayerNormGrad(x, gamma, dy, dx, dgamma, dbeta, rows, dim, eps, f64_scratch_.data(),
                        threads_);
   }
@@ -521,7 +522,7 @@ class CpuKernels final : public Kernels {
 
   void RmsNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
                    int64_t rows, int64_t dim, float eps) override {
-    GrowScratch(f64_scratch_, cpu::RmsNormGradScratchSize(rows, dim));
+    GrowScratch(f64_scratch_, CpuRmsNormGradScratchDoubles(rows, dim));
     cpu::RmsNormGrad(x, gamma, dy, dx, dgamma, rows, dim, eps, f64_scratch_.data(), threads_);
   }
 
@@ -554,13 +555,13 @@ class CpuKernels final : public Kernels {
 
   void Attention(const float* q, const float* k, const float* v, float* out,
                  const AttentionShape& shape) override {
-    GrowScratch(f32_scratch_, cpu::AttentionScratchSize(shape, /*grad=*/false));
+    GrowScratch(f32_scratch_, CpuAttentionScratchFloats(shape.seq, /*grad=*/false));
     cpu::Attention(q, k, v, out, shape, f32_scratch_.data());
   }
 
   void AttentionGrad(const float* q, const float* k, const float* v, const float* dout,
                      float* dq, float* dk, float* dv, const AttentionShape& shape) override {
-    GrowScratch(f32_scratch_, cpu::AttentionScratchSize(shape, /*grad=*/true));
+    GrowScratch(f32_scratch_, CpuAttentionScratchFloats(shape.seq, /*grad=*/true));
     cpu::AttentionGrad(q, k, v, dout, dq, dk, dv, shape, f32_scratch_.data());
   }
 

@@ -354,9 +354,6 @@ void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, 
   });
 }
 
-int64_t LayerNormGradScratchSize(int64_t rows, int64_t dim) {
-  return CpuLayerNormGradScratchDoubles(rows, dim);
-}
 
 // With xhat = (x - mean) * rstd and g = dy * gamma:
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)),
@@ -405,9 +402,6 @@ void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t
   });
 }
 
-int64_t RmsNormGradScratchSize(int64_t rows, int64_t dim) {
-  return CpuRmsNormGradScratchDoubles(rows, dim);
-}
 
 // With u = 1 / rms: dx = u * dy * gamma - u^3 * x * mean(dy * gamma * x), by rows; then dgamma
 // by columns.
@@ -511,9 +505,6 @@ void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targ
   });
 }
 
-int64_t AttentionScratchSize(const AttentionShape& shape, bool grad) {
-  return CpuAttentionScratchFloats(shape.seq, grad);
-}
 
 void Attention(const float* q, const float* k, const float* v, float* out,
                const AttentionShape& shape, float* scratch) {
@@ -524,8 +515,8 @@ void Attention(const float* q, const float* k, const float* v, float* out,
   for (int64_t b = 0; b < shape.batch; ++b) {
     for (int64_t h = 0; h < shape.heads; ++h) {
       const HeadView head = ViewOf(shape, b, h);
-      for (int64_t i0 = 0; i0 < seq; i0 += kAttentionBlock) {
-        const int64_t rows = std::min(kAttentionBlock, seq - i0);
+      for (int64_t i0 = 0; i0 < seq; i0 += kCpuAttentionBlock) {
+        const int64_t rows = std::min(kCpuAttentionBlock, seq - i0);
         const int64_t cols = BlockProbabilities(q, k, shape, head, i0, rows, p);
         if (mask.active()) DropBlock(p, p, mask, head, seq, i0, rows, cols);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(rows),
@@ -549,7 +540,7 @@ void AttentionGrad(const float* q, const float* k, const float* v, const float* 
   std::fill(dv, dv + kv_elements, 0.0f);
   if (shape.batch == 0 || seq == 0 || shape.heads == 0 || head_dim == 0) return;
   const DropoutMask mask(shape.dropout);
-  const int64_t tile = std::min(kAttentionBlock, seq) * seq;
+  const int64_t tile = std::min(kCpuAttentionBlock, seq) * seq;
   float* p = scratch;
   float* p_dropped = mask.active() ? scratch + tile : p;
   float* w = scratch + 2 * tile;
@@ -558,8 +549,8 @@ void AttentionGrad(const float* q, const float* k, const float* v, const float* 
     for (int64_t h = 0; h < shape.heads; ++h) {
       const HeadView head = ViewOf(shape, b, h);
       const int qs = static_cast<int>(head.q_stride), kvs = static_cast<int>(head.kv_stride);
-      for (int64_t i0 = 0; i0 < seq; i0 += kAttentionBlock) {
-        const int64_t rows = std::min(kAttentionBlock, seq - i0);
+      for (int64_t i0 = 0; i0 < seq; i0 += kCpuAttentionBlock) {
+        const int64_t rows = std::min(kCpuAttentionBlock, seq - i0);
         const int64_t cols = BlockProbabilities(q, k, shape, head, i0, rows, p);
         if (mask.active()) DropBlock(p, p_dropped, mask, head, seq, i0, rows, cols);
         const int m = static_cast<int>(rows), n = static_cast<int>(cols);

@@ -1,12 +1,13 @@
 // The CPU backend's transformer kernels that gather, reduce over rows or need scratch (kernels.h's
 // "Transformers" section; the elementwise ones are loops in cpu_kernels.cc). Plain functions on
 // host pointers, so that CpuKernels owns the scratch and counts it in its MemoryStats: a kernel
-// that needs scratch takes it as an argument, sized as its comment says. Reductions add in
+// that needs scratch takes it as an argument, of the size common/kernel_scratch.h gives (the
+// sizes the planner counts). Reductions add in
 // double in a fixed order, so results do not depend on threads or timing. Kernels taking
 // `threads` split their rows (or columns) over that many OpenMP threads (loops.h).
 //
 // E.g.
-//   std::vector<float> scratch(cpu::AttentionScratchSize(shape, /*grad=*/false));
+//   std::vector<float> scratch(CpuAttentionScratchFloats(shape.seq, /*grad=*/false));
 //   cpu::Attention(q, k, v, out, shape, scratch.data());
 #ifndef WEFT_WORKER_KERNELS_CPU_TRANSFORMER_OPS_H_
 #define WEFT_WORKER_KERNELS_CPU_TRANSFORMER_OPS_H_
@@ -33,9 +34,6 @@ void EmbeddingGrad(const void* ids, v1::DType ids_dtype, const float* dy, float*
 void LayerNorm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
                int64_t dim, float eps, int threads);
 
-// The doubles of scratch LayerNormGrad needs: two column sums and two moments per row.
-int64_t LayerNormGradScratchSize(int64_t rows, int64_t dim);
-
 // LayerNorm's VJP: dx, and dgamma[c] = sum_r dy xhat, dbeta[c] = sum_r dy (each skipped when
 // null), each column summed over rows in ascending order in double. dx may alias dy.
 void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* dx, float* dgamma,
@@ -45,9 +43,6 @@ void LayerNormGrad(const float* x, const float* gamma, const float* dy, float* d
 // y = x / sqrt(mean(x^2) + eps) * gamma per row, in double. y may alias x.
 void RmsNorm(const float* x, const float* gamma, float* y, int64_t rows, int64_t dim, float eps,
              int threads);
-
-// The doubles of scratch RmsNormGrad needs: a column sum and 1 / rms per row.
-int64_t RmsNormGradScratchSize(int64_t rows, int64_t dim);
 
 // RmsNorm's VJP: dx, and dgamma[c] = sum_r dy x / rms (skipped when null), summed as
 // LayerNormGrad's. dx may alias dy.
@@ -80,14 +75,7 @@ void CrossEntropyPartsGrad(const float* logits, const float* m, const void* targ
                            float* dlogits, int64_t rows, int64_t cols, int64_t col_offset,
                            int threads);
 
-// Query rows per block of Attention and AttentionGrad.
-inline constexpr int64_t kAttentionBlock = kCpuAttentionBlock;
-
-// The floats of scratch Attention (grad false) or AttentionGrad (grad true) needs: one or three
-// [kAttentionBlock, seq] tiles of scores.
-int64_t AttentionScratchSize(const AttentionShape& shape, bool grad);
-
-// Causal attention (kernels.h's Attention), kAttentionBlock query rows of one (batch, head) at a
+// Causal attention (kernels.h's Attention), kCpuAttentionBlock query rows of one (batch, head) at a
 // time: the block's scores against the keys up to its last row with one cblas_sgemm, the softmax
 // per row (its sum in double), the probabilities' dropout, then the rows' output with a second
 // sgemm. Only the causal half is computed. The sgemms accumulate in float32.
